@@ -1,0 +1,82 @@
+// engine::model: a loaded GGUF model and its vocabulary (llama.cpp's llama_model).
+// Why: the only place outside src/engine that needs model facts (tokenize, detokenize,
+// architecture, template) goes through this class, so no other folder includes llama.h.
+// Thread safety: every const member is safe to call from any thread (llama.cpp's vocab and
+// model are read-only after load). Ownership: move-only; owns the llama_model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct llama_model;
+struct llama_vocab;
+
+namespace lineage::engine {
+
+using token = int32_t;
+
+/** Family of the model's memory, which decides what a restore point can be. */
+enum class memory_family {
+    dense,   ///< attention KV only: every prefix of a stored KV is a restore point
+    hybrid,  ///< KV + recurrent state (Gated DeltaNet, KDA, Mamba2): restore points need snapshots
+    recurrent,  ///< recurrent state only (no KV)
+};
+
+const char * to_string(memory_family f);
+
+struct model_params {
+    std::string path;        ///< GGUF file
+    int32_t n_gpu_layers = -1;  ///< -1: as many as fit (engine default); 0: CPU only
+};
+
+class model {
+public:
+    /** Loads `p.path`. Throws std::runtime_error naming the file when llama.cpp refuses it. */
+    explicit model(const model_params & p);
+    ~model();
+    model(model &&) noexcept;
+    model & operator=(model &&) noexcept;
+    model(const model &) = delete;
+    model & operator=(const model &) = delete;
+
+    /** Tokenizes UTF-8 `text`; `parse_special` turns "<|im_start|>" etc. into control tokens.
+     *  Never adds BOS (chat templates carry their own). */
+    std::vector<token> tokenize(const std::string & text, bool parse_special = true) const;
+
+    /** The bytes of one token (may be a partial UTF-8 sequence). Control tokens render as
+     *  their text when `special` is true, else as "". */
+    std::string token_to_piece(token t, bool special = false) const;
+
+    /** Detokenizes a whole sequence (special tokens rendered). */
+    std::string detokenize(const std::vector<token> & tokens, bool special = true) const;
+
+    /** True for end-of-generation tokens (EOS, <|im_end|>, ...). */
+    bool is_eog(token t) const;
+
+    int32_t n_vocab() const;
+    int32_t n_ctx_train() const;
+    memory_family family() const;
+
+    /** general.architecture, e.g. "qwen35". */
+    std::string architecture() const;
+    /** The model's description from llama.cpp, e.g. "qwen35 ?B F16". */
+    std::string description() const;
+    /** Display id: the file name without directory and ".gguf". */
+    const std::string & id() const { return id_; }
+    const std::string & path() const { return path_; }
+    /** Size of the weights in bytes. */
+    uint64_t size_bytes() const;
+    /** The GGUF's tokenizer.chat_template, or "" when the file has none. */
+    std::string chat_template() const;
+
+    llama_model * raw() const { return model_; }  // for src/engine only
+
+private:
+    llama_model * model_ = nullptr;
+    std::string path_;
+    std::string id_;
+};
+
+}  // namespace lineage::engine

@@ -1,0 +1,99 @@
+// The native request that crosses from the HTTP threads to the engine thread, and the events
+// that flow back. Why: routes validate JSON and render/tokenize on HTTP threads; below this
+// line nothing sees JSON (DESIGN.md "Layers and data flow").
+// Thread safety: a generation_request is built by one HTTP thread and then owned by the
+// scheduler; its `events` channel is the only shared part (internally locked); `cancel()` may
+// be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lineage::scheduler {
+
+using token = int32_t;
+
+/** Sampling settings (OpenAI names). Greedy when temperature <= 0. */
+struct sampling_params {
+    float temperature = 1.0f;   ///< OpenAI default 1.0; <= 0 means greedy (argmax)
+    float top_p = 1.0f;         ///< nucleus mass in (0, 1]
+    int64_t seed = -1;          ///< -1: random seed per request
+    int32_t max_tokens = -1;    ///< -1: until EOG or the context is full
+};
+
+/** What the cache needs to know about a request besides its tokens (seed 001 "Cache Key
+ *  Composition"). Digests are hex strings computed on the HTTP thread. */
+struct cache_hints {
+    bool cache_prompt = true;          ///< false: neither read nor write the cache
+    std::string bucket;                ///< digest of model, lora, template_sig, rope, mm
+    std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
+    /** Tokens of the shared system prompt + tools (the anchor length, DESIGN.md "Lineage
+     *  rules"), or -1 when the request has no leading system message/tools. */
+    int32_t anchor_tokens = -1;
+};
+
+/** Why generation stopped (OpenAI finish_reason). */
+enum class finish_reason { none, stop, length, cancelled, error };
+const char * to_string(finish_reason r);
+
+/** Per-request timings and cache outcome, reported with the final event. */
+struct request_stats {
+    int32_t prompt_tokens = 0;
+    int32_t cached_tokens = 0;       ///< prompt tokens restored from the cache
+    int32_t completion_tokens = 0;
+    double queue_s = 0;              ///< seconds waiting for admission
+    double lookup_s = 0, restore_s = 0, prefill_s = 0, capture_s = 0, commit_s = 0;
+    double ttft_s = 0;               ///< seconds from submission to the first sampled token
+    double decode_s = 0;             ///< seconds from the first to the last sampled token
+    std::string hit_kind;            ///< "miss", "full", "turn", "guard", "anchor", "divergence"
+};
+
+/** One event on a request's channel. A request emits zero or more `token` events, then
+ *  exactly one `done` or `error` event. */
+struct generation_event {
+    enum class kind { token, done, error } type = kind::token;
+    token tok = -1;                  ///< kind::token: the sampled token
+    std::string piece;               ///< kind::token: its text (bytes; may split a UTF-8 char)
+    finish_reason finish = finish_reason::none;  ///< kind::done
+    request_stats stats;             ///< kind::done (and kind::error where known)
+    int http_status = 500;           ///< kind::error
+    std::string error_type;          ///< kind::error: OpenAI error type, e.g. "invalid_request_error"
+    std::string message;             ///< kind::error
+};
+
+/** Single-producer (engine thread) / single-consumer (HTTP thread) event queue. */
+class event_channel {
+public:
+    void push(generation_event e);
+    /** Waits up to `timeout` for the next event; nullopt on timeout. */
+    std::optional<generation_event> pop(std::chrono::milliseconds timeout);
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<generation_event> q_;  // GUARDED_BY(mu_)
+};
+
+/** A tokenized, validated request. */
+struct generation_request {
+    uint64_t id = 0;
+    std::vector<token> prompt;          ///< REQUIRES: non-empty, < context size
+    sampling_params sampling;
+    cache_hints cache;
+    std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+    std::shared_ptr<event_channel> events = std::make_shared<event_channel>();
+    /** Set by any thread to stop the request: checked between prefill chunks and decode steps. */
+    std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+    /** Set by the HTTP thread when a stop string matched: ends with finish_reason::stop. */
+    std::shared_ptr<std::atomic<bool>> stop_requested = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace lineage::scheduler

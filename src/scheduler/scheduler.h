@@ -1,0 +1,62 @@
+// scheduler: the engine thread. It owns the llama_context (through engine::context), the
+// cache's device and RAM tiers, and the queue of admitted requests; it runs continuous
+// batching: up to n_parallel sequences prefill/decode together in one llama_decode per step,
+// and new requests join between steps (DESIGN.md "Threads and ownership").
+// Thread safety: submit(), snapshot_stats(), reset_cache() and stop() may be called from any
+// thread; everything else happens on the engine thread. Ownership: move-only owner of the
+// engine thread; the model must outlive it.
+#pragma once
+
+#include "cache/config.h"
+#include "cache/stats.h"
+#include "scheduler/request.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace lineage::engine {
+class model;
+}
+
+namespace lineage::scheduler {
+
+struct params {
+    int32_t n_parallel = 4;     ///< sequences decoded together (--parallel)
+    int32_t n_ctx = 0;          ///< KV cells shared by all sequences; 0 = n_ctx_train capped at 65536 (--ctx-size)
+    int32_t n_batch = 512;      ///< tokens per llama_decode call = prefill chunk size (--batch-size)
+    int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
+    int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)
+    cache::config cache;
+};
+
+class scheduler {
+public:
+    /** Creates the context and starts the engine thread. Throws std::runtime_error when the
+     *  context cannot be created (e.g. n_ctx too large for memory). */
+    scheduler(const engine::model & m, const params & p);
+    ~scheduler();  ///< stops the engine thread; pending requests get an error event
+    scheduler(const scheduler &) = delete;
+    scheduler & operator=(const scheduler &) = delete;
+
+    /** Queues `req`; its events arrive on req->events. Never blocks on the engine. */
+    void submit(std::shared_ptr<generation_request> req);
+
+    /** Largest prompt + completion a single sequence may hold, tokens. */
+    int32_t max_sequence_tokens() const;
+
+    /** A consistent copy of the cache counters (taken on the engine thread). */
+    cache::stats snapshot_stats();
+
+    /** Frees every cache entry (POST /v1/cache/reset); returns what was freed. */
+    cache::reset_result reset_cache();
+
+    /** Stops accepting work and joins the engine thread. Idempotent. */
+    void stop();
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace lineage::scheduler
