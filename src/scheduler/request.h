@@ -38,6 +38,10 @@ struct cache_hints {
     /** Tokens of the shared system prompt + tools (the anchor length, DESIGN.md "Lineage
      *  rules"), or -1 when the request has no leading system message/tools. */
     int32_t anchor_tokens = -1;
+    /** Tokens of the prompt without its generation prompt (the history boundary: where the
+     *  next turn's prompt can leave this one when the template re-renders the assistant turn),
+     *  or -1 when unknown. */
+    int32_t history_tokens = -1;
 };
 
 /** Why generation stopped (OpenAI finish_reason). */

@@ -1,0 +1,599 @@
+#include "cache/store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace lineage::cache {
+
+std::string_view to_string(point_kind k) {
+    switch (k) {
+        case point_kind::none: return "miss";
+        case point_kind::full: return "full";
+        case point_kind::prefix: return "prefix";
+        case point_kind::turn: return "turn";
+        case point_kind::guard: return "guard";
+        case point_kind::anchor: return "anchor";
+        case point_kind::divergence: return "divergence";
+    }
+    return "?";
+}
+
+std::string_view to_string(tier t) {
+    return t == tier::device ? "device" : "ram";
+}
+
+int32_t common_prefix(const tokens & a, const tokens & b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) {
+        ++i;
+    }
+    return static_cast<int32_t>(i);
+}
+
+namespace {
+
+uint64_t size_of(const blob_ptr & b) {
+    return b ? b->size() : 0;
+}
+
+// Thinning order (seed 000 "Thinning"): old guard points first (only the newest guard is a
+// live resend point), then the oldest turn boundaries, then the oldest divergence points, then
+// the newest guard. `cps` ascends by length, so the first match is the oldest. Returns the
+// index to drop (REQUIRES: cps non-empty).
+size_t drop_candidate(const std::vector<checkpoint> & cps) {
+    std::optional<size_t> newest_guard;
+    for (size_t i = 0; i < cps.size(); ++i) {
+        if (cps[i].kind == point_kind::guard) {
+            newest_guard = i;
+        }
+    }
+    for (size_t i = 0; i < cps.size(); ++i) {
+        if (cps[i].kind == point_kind::guard && i != newest_guard) {
+            return i;
+        }
+    }
+    for (point_kind k : {point_kind::turn, point_kind::divergence}) {
+        for (size_t i = 0; i < cps.size(); ++i) {
+            if (cps[i].kind == k) {
+                return i;
+            }
+        }
+    }
+    return newest_guard.value_or(0);
+}
+
+}  // namespace
+
+uint64_t store::entry::ram_bytes() const {
+    uint64_t b = size_of(full) + size_of(final_recurrent);
+    for (const auto & c : checkpoints) {
+        b += size_of(c.recurrent);
+    }
+    return b;
+}
+
+store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid) {
+    stats_.enabled = cfg.enabled;
+    stats_.mode = cfg.lineage ? "lineage" : "exact";
+    stats_.family = hybrid ? "hybrid" : "dense";
+    stats_.budget_bytes = cfg.ram_bytes;
+}
+
+uint64_t store::held_bytes() const {
+    uint64_t b = 0;
+    for (const auto & e : entries_) {
+        b += e.ram_bytes();
+    }
+    return b;
+}
+
+void store::release_pending(uint64_t bytes) {
+    pending_bytes_ -= std::min(pending_bytes_, bytes);
+}
+
+std::optional<store::candidate> store::best_in(const entry & e, iter it, const tokens & prompt) const {
+    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;  // >= 1 token is always prefilled
+    const int32_t n_e = static_cast<int32_t>(e.toks.size());
+    const int32_t lcp = common_prefix(e.toks, prompt);
+    if (lcp == n_e && n_e <= limit) {
+        return candidate{it, n_e, e.anchor ? point_kind::anchor : point_kind::full, nullptr};
+    }
+    if (!hybrid_) {
+        // Dense: KV is append-only, so rows [0, n) of any stored KV are the KV at n.
+        const int32_t n = std::min(lcp, limit);
+        if (n <= 0) {
+            return std::nullopt;
+        }
+        return candidate{it, n, e.anchor ? point_kind::anchor : point_kind::prefix, nullptr};
+    }
+    const int32_t reach = std::min(lcp, limit);
+    const checkpoint * best = nullptr;
+    for (const auto & c : e.checkpoints) {
+        if (c.n_tokens <= reach) {
+            best = &c;
+        }
+    }
+    if (best == nullptr) {
+        return std::nullopt;
+    }
+    return candidate{it, best->n_tokens, best->kind, best};
+}
+
+restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
+    restore_plan p;
+    stats_.lookups++;
+    expire(now_s);
+
+    std::optional<candidate> in_session, cross;
+    auto better = [](const std::optional<candidate> & cur, const candidate & c) {
+        if (!cur) {
+            return true;
+        }
+        if (c.n != cur->n) {
+            return c.n > cur->n;
+        }
+        // Tie: prefer a parked sequence (no copy), then a full snapshot over a checkpoint.
+        if ((c.it->where == tier::device) != (cur->it->where == tier::device)) {
+            return c.it->where == tier::device;
+        }
+        return c.ckpt == nullptr && cur->ckpt != nullptr;
+    };
+    int32_t best_short = 0;  // longest match rejected by min_prefix, for the log
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->k.bucket != k.bucket) {
+            continue;
+        }
+        auto c = best_in(*it, it, prompt);
+        if (!c) {
+            continue;
+        }
+        if (c->n < cfg_.min_prefix) {
+            best_short = std::max(best_short, c->n);
+            continue;
+        }
+        auto & slot = it->k.session == k.session ? in_session : cross;
+        if (better(slot, *c)) {
+            slot = c;
+        }
+    }
+    // Two-tier lookup (seed 001 "session_key"): cross-session only when strictly longer.
+    std::optional<candidate> chosen = in_session;
+    if (cross && (!chosen || cross->n > chosen->n)) {
+        chosen = cross;
+    }
+
+    if (chosen) {
+        entry & e = *chosen->it;
+        e.last_use = now_s;
+        p.n_restore = chosen->n;
+        p.kind = chosen->kind;
+        p.source = e.id;
+        p.source_tokens = static_cast<int32_t>(e.toks.size());
+        p.recurrent = chosen->ckpt ? chosen->ckpt->recurrent : nullptr;
+        // Absorption (seed 000 "final"): a prompt that continues a conversation entry takes it.
+        p.absorbs = cfg_.lineage && e.extended_by(p.n_restore);
+        if (e.where == tier::device) {
+            p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
+            p.device_seq = e.seq;
+        } else {
+            p.op = restore_op::load_ram;
+            p.full = e.full;
+        }
+        stats_.hits[std::string(to_string(p.kind))]++;
+        stats_.tokens_reused += p.n_restore;
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
+                   std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
+                   (e.k.session == k.session ? "" : ", cross-session") + ")" + (p.absorbs ? ", absorbing it" : "");
+        if (p.absorbs) {
+            // The request owns the entry now. Its restore points up to the restore point (and
+            // its final state, when restored whole) return with the commit; its RAM bytes stay
+            // reserved until then.
+            for (auto & c : e.checkpoints) {
+                if (c.n_tokens <= p.n_restore) {
+                    p.inherited.push_back(std::move(c));
+                }
+            }
+            if (hybrid_ && e.final_recurrent && p.n_restore == p.source_tokens) {
+                p.inherited.push_back({p.source_tokens, point_kind::turn, e.final_recurrent});
+            }
+            p.inflight_bytes = e.ram_bytes();
+            pending_bytes_ += p.inflight_bytes;
+            entries_.erase(chosen->it);
+        } else {
+            entries_.splice(entries_.begin(), entries_, chosen->it);
+        }
+    } else {
+        stats_.misses++;
+        p.reason = best_short > 0 ? "miss (longest match " + std::to_string(best_short) + " < min prefix " +
+                                        std::to_string(cfg_.min_prefix) + ")"
+                                  : "miss";
+    }
+    stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
+    add_captures(p, k, prompt, hints);
+    return p;
+}
+
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
+    if (!cfg_.lineage) {
+        return;  // exact mode: whole-prompt snapshots only
+    }
+    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+    const int32_t from = p.n_restore;
+    auto add = [&](int32_t n, point_kind kind) {
+        if (n > from && n < n_prompt) {
+            p.captures.push_back({n, kind});
+        }
+    };
+    // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
+    if (h.anchor_tokens > 0) {
+        const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
+        bool exists = false;
+        for (const auto & e : entries_) {
+            exists = exists || (e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
+                                common_prefix(e.toks, prompt) == a);
+        }
+        if (!exists && a >= cfg_.min_prefix && a >= from && a < n_prompt) {
+            p.captures.push_back({a, point_kind::anchor});
+        }
+    }
+    if (hybrid_) {
+        // turn: the history boundary (prompt without its generation prompt), where the next
+        // turn's prompt leaves this one when the template re-renders the assistant turn.
+        add(h.history_tokens, point_kind::turn);
+        // guard: prompt - 16, only when the uncached suffix is >= 256 tokens.
+        if (n_prompt - from >= cfg_.guard_min_suffix) {
+            add(n_prompt - cfg_.guard_distance, point_kind::guard);
+        }
+        // divergence: where the prompt stops sharing tokens with its closest sibling.
+        int32_t sibling = 0;
+        for (const auto & e : entries_) {
+            if (e.k.bucket != k.bucket) {
+                continue;
+            }
+            const int32_t l = common_prefix(e.toks, prompt);
+            if (l < static_cast<int32_t>(e.toks.size())) {
+                sibling = std::max(sibling, l);
+            }
+        }
+        if (sibling - from >= cfg_.divergence_min_gain) {
+            add(sibling, point_kind::divergence);
+        }
+    }
+    std::sort(p.captures.begin(), p.captures.end(),
+              [](const capture_point & a, const capture_point & b) { return a.n_tokens < b.n_tokens; });
+    // One checkpoint per length (an anchor beside a checkpoint is a different state: keep both).
+    std::vector<capture_point> out;
+    for (const auto & c : p.captures) {
+        const bool dup = !out.empty() && out.back().n_tokens == c.n_tokens &&
+                         (out.back().kind == point_kind::anchor) == (c.kind == point_kind::anchor);
+        if (!dup) {
+            out.push_back(c);
+        }
+    }
+    p.captures = std::move(out);
+}
+
+void store::thin(std::vector<checkpoint> & cps) {
+    while (static_cast<int32_t>(cps.size()) > cfg_.max_checkpoints) {
+        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(drop_candidate(cps)));
+    }
+}
+
+bool store::reserve(uint64_t bytes, uint64_t protect) {
+    if (bytes > cfg_.ram_bytes) {
+        stats_.rejections["too_large"]++;
+        if (!warned_too_large_) {
+            warned_too_large_ = true;
+            spdlog::warn("cache: a state of {} bytes is larger than the whole RAM budget of {} bytes and is not "
+                         "stored; raise --cache-ram-bytes (this warning is printed once)",
+                         bytes, cfg_.ram_bytes);
+        }
+        return false;
+    }
+    while (ram_bytes() + bytes > cfg_.ram_bytes) {
+        if (!evict_one_lru(protect, "capacity")) {
+            stats_.rejections["budget"]++;
+            return false;
+        }
+    }
+    pending_bytes_ += bytes;
+    return true;
+}
+
+bool store::evict_one_lru(uint64_t protect_id, const char * reason) {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+        if (it->anchor || it->id == protect_id || it->ram_bytes() == 0) {
+            continue;
+        }
+        erase(std::next(it).base(), reason);
+        return true;
+    }
+    return false;
+}
+
+void store::erase(iter it, const char * reason) {
+    if (it->where == tier::device) {
+        released_.push_back(it->seq);
+    }
+    if (reason != nullptr) {
+        stats_.evictions[reason]++;
+        spdlog::debug("cache: evicted entry {} ({} tokens, {}, {} checkpoints): {}", it->id, it->toks.size(),
+                      to_string(it->where), it->checkpoints.size(), reason);
+    }
+    entries_.erase(it);
+}
+
+bool store::commit(commit_input in, double now_s) {
+    uint64_t release = in.reserved_bytes;
+    if (in.absorbed) {
+        release += in.absorbed->inflight_bytes;
+    }
+    release_pending(release);
+    if (!cfg_.enabled || static_cast<int32_t>(in.toks.size()) < cfg_.min_prefix) {
+        stats_.rejections[cfg_.enabled ? "min_prefix" : "disabled"]++;
+        return false;
+    }
+    entry e;
+    e.id = next_id_++;
+    e.k = std::move(in.k);
+    e.toks = std::move(in.toks);
+    e.where = tier::device;
+    e.seq = in.seq;
+    e.device_bytes = in.device_bytes;
+    e.last_use = now_s;
+    e.history = in.history_tokens;
+    if (hybrid_ && cfg_.lineage) {
+        e.final_recurrent = std::move(in.final_recurrent);
+        std::vector<checkpoint> cps;
+        if (in.absorbed) {
+            cps = std::move(in.absorbed->inherited);
+        }
+        for (auto & c : in.captured) {
+            cps.push_back(std::move(c));
+        }
+        const int32_t n = static_cast<int32_t>(e.toks.size());
+        std::erase_if(cps, [n](const checkpoint & c) { return c.n_tokens < 1 || c.n_tokens >= n || !c.recurrent; });
+        // Newest capture wins at equal length (stable sort keeps insertion order).
+        std::stable_sort(cps.begin(), cps.end(),
+                         [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
+        std::vector<checkpoint> uniq;
+        for (auto & c : cps) {
+            if (!uniq.empty() && uniq.back().n_tokens == c.n_tokens) {
+                uniq.back() = std::move(c);
+            } else {
+                uniq.push_back(std::move(c));
+            }
+        }
+        thin(uniq);
+        e.checkpoints = std::move(uniq);
+    }
+    const uint64_t id = e.id;
+    entries_.push_front(std::move(e));
+    // The reservations covered these bytes; what was freed since may let others in. Enforce
+    // the budget and the entry cap on everything but the new entry.
+    while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(id, "capacity")) {
+    }
+    int64_t n_conv = 0;
+    for (const auto & x : entries_) {
+        n_conv += x.anchor ? 0 : 1;
+    }
+    while (n_conv > cfg_.max_entries) {
+        auto victim = std::find_if(entries_.rbegin(), entries_.rend(),
+                                   [id](const entry & x) { return !x.anchor && x.id != id; });
+        if (victim == entries_.rend()) {
+            break;
+        }
+        erase(std::next(victim).base(), "lru");
+        --n_conv;
+    }
+    if (ram_bytes() > cfg_.ram_bytes) {
+        // Only the new entry's own checkpoints are left to give up, oldest first.
+        auto & cps = entries_.front().checkpoints;
+        while (ram_bytes() > cfg_.ram_bytes && !cps.empty()) {
+            cps.erase(cps.begin());
+        }
+        entries_.front().final_recurrent.reset();
+    }
+    return true;
+}
+
+void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s) {
+    release_pending(reserved);
+    const uint64_t size = size_of(full);
+    for (const auto & e : entries_) {
+        if (e.anchor && e.k.bucket == k.bucket && e.toks == toks) {
+            return;  // already pinned
+        }
+    }
+    auto anchors = [this] {
+        int32_t n = 0;
+        uint64_t b = 0;
+        for (const auto & e : entries_) {
+            if (e.anchor) {
+                n++;
+                b += e.ram_bytes();
+            }
+        }
+        return std::pair{n, b};
+    };
+    if (size > cfg_.max_anchor_bytes) {
+        stats_.rejections["anchor_too_large"]++;
+        return;
+    }
+    // Anchor caps (seed 000: 16 entries, 16 GiB): the least recently used anchor goes first.
+    for (auto [n, b] = anchors(); n >= cfg_.max_anchors || b + size > cfg_.max_anchor_bytes; std::tie(n, b) = anchors()) {
+        auto victim = std::find_if(entries_.rbegin(), entries_.rend(), [](const entry & x) { return x.anchor; });
+        erase(std::next(victim).base(), "anchor_cap");
+    }
+    entry e;
+    e.id = next_id_++;
+    e.k = k;
+    e.toks = std::move(toks);
+    e.where = tier::ram;
+    e.full = std::move(full);
+    e.anchor = true;
+    e.last_use = now_s;
+    entries_.push_front(std::move(e));
+    while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, "capacity")) {
+    }
+}
+
+std::optional<entry_view> store::device_lru() const {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+        if (it->where == tier::device) {
+            return view(*it);
+        }
+    }
+    return std::nullopt;
+}
+
+void store::demote(uint64_t id, blob_ptr full, uint64_t reserved) {
+    release_pending(reserved);
+    auto it = std::find_if(entries_.begin(), entries_.end(), [id](const entry & e) { return e.id == id; });
+    if (it == entries_.end()) {
+        return;
+    }
+    if (!full) {
+        erase(it, "capacity");
+        return;
+    }
+    released_.push_back(it->seq);
+    it->seq = -1;
+    it->where = tier::ram;
+    it->full = std::move(full);
+    it->device_bytes = 0;
+}
+
+void store::abandon(const restore_plan & p, uint64_t reserved) {
+    release_pending(reserved + p.inflight_bytes);
+    if (p.absorbs) {
+        stats_.rejections["abandoned"]++;
+    }
+}
+
+void store::expire(double now_s) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        auto next = std::next(it);
+        if (now_s - it->last_use > cfg_.ttl_s) {
+            erase(it, "ttl");
+        }
+        it = next;
+    }
+}
+
+reset_result store::reset() {
+    reset_result r;
+    r.entries_freed = static_cast<int64_t>(entries_.size());
+    for (const auto & e : entries_) {
+        r.bytes_freed += e.ram_bytes() + e.device_bytes;
+        if (e.where == tier::device) {
+            released_.push_back(e.seq);
+        }
+    }
+    entries_.clear();
+    return r;
+}
+
+std::vector<int32_t> store::take_released_seqs() {
+    std::vector<int32_t> out;
+    out.swap(released_);
+    return out;
+}
+
+entry_view store::view(const entry & e) const {
+    entry_view v;
+    v.id = e.id;
+    v.k = e.k;
+    v.n_tokens = static_cast<int32_t>(e.toks.size());
+    v.where = e.where;
+    v.seq = e.seq;
+    v.anchor = e.anchor;
+    for (const auto & c : e.checkpoints) {
+        v.checkpoints.emplace_back(c.n_tokens, c.kind);
+    }
+    v.bytes = e.ram_bytes() + e.device_bytes;
+    return v;
+}
+
+std::vector<entry_view> store::entries() const {
+    std::vector<entry_view> out;
+    for (const auto & e : entries_) {
+        out.push_back(view(e));
+    }
+    return out;
+}
+
+stats store::get_stats() const {
+    stats s = stats_;
+    s.entries = 0;
+    s.anchors = 0;
+    s.checkpoints.clear();
+    s.bytes = {{"device", 0}, {"ram", 0}};
+    for (const auto & e : entries_) {
+        (e.anchor ? s.anchors : s.entries)++;
+        for (const auto & c : e.checkpoints) {
+            s.checkpoints[std::string(to_string(c.kind))]++;
+        }
+        s.bytes["device"] += e.device_bytes;
+        s.bytes["ram"] += e.ram_bytes();
+    }
+    return s;
+}
+
+void store::check_invariants() const {
+    auto fail = [](const std::string & what) { throw std::logic_error("cache invariant broken: " + what); };
+    std::set<int32_t> seqs;
+    int32_t n_anchor = 0;
+    int32_t n_conv = 0;
+    uint64_t anchor_bytes = 0;
+    for (const auto & e : entries_) {
+        const int32_t n = static_cast<int32_t>(e.toks.size());
+        for (size_t i = 0; i < e.checkpoints.size(); ++i) {
+            const auto & c = e.checkpoints[i];
+            if (c.n_tokens < 1 || c.n_tokens >= n) {
+                fail("1: checkpoint at " + std::to_string(c.n_tokens) + " outside [1, " + std::to_string(n) + ")");
+            }
+            if (i > 0 && e.checkpoints[i - 1].n_tokens >= c.n_tokens) {
+                fail("1: checkpoints of entry " + std::to_string(e.id) + " do not ascend");
+            }
+        }
+        if (static_cast<int32_t>(e.checkpoints.size()) > cfg_.max_checkpoints) {
+            fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) + " checkpoints");
+        }
+        if ((!hybrid_ || !cfg_.lineage) && !e.checkpoints.empty()) {
+            fail("2: checkpoints on a dense family or in exact mode");
+        }
+        if (e.where == tier::device) {
+            if (e.seq < 0 || !seqs.insert(e.seq).second || e.full) {
+                fail("3: device entry " + std::to_string(e.id) + " with bad or shared sequence id");
+            }
+        } else if (!e.full) {
+            fail("3: RAM entry " + std::to_string(e.id) + " without a state");
+        }
+        if (e.anchor) {
+            n_anchor++;
+            anchor_bytes += e.ram_bytes();
+            if (e.where != tier::ram) {
+                fail("4: anchor not in RAM");
+            }
+        } else {
+            n_conv++;
+        }
+    }
+    if (n_anchor > cfg_.max_anchors || anchor_bytes > cfg_.max_anchor_bytes) {
+        fail("4: anchors over their caps");
+    }
+    if (ram_bytes() > cfg_.ram_bytes) {
+        fail("5: " + std::to_string(ram_bytes()) + " RAM bytes over the budget of " + std::to_string(cfg_.ram_bytes));
+    }
+    if (n_conv > cfg_.max_entries) {
+        fail("6: " + std::to_string(n_conv) + " entries over the cap");
+    }
+}
+
+}  // namespace lineage::cache

@@ -1,0 +1,43 @@
+// Vocabulary of the prompt cache: tokens, kinds of restore point, opaque state blobs.
+// The cache never sees llama.cpp types: a state is a byte blob with a length and a kind
+// (DESIGN.md "Layers and data flow"). Thread safety: value types; blobs are immutable once
+// shared (std::shared_ptr<const ...>), so tiers may hold the same blob without copying.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace lineage::cache {
+
+using token = int32_t;
+using tokens = std::vector<token>;
+using blob = std::vector<uint8_t>;
+using blob_ptr = std::shared_ptr<const blob>;
+
+/** Kinds of restore point (seed 000 "The design"). */
+enum class point_kind : uint8_t {
+    none,        ///< no restore point: cold prefill
+    full,        ///< an entry's full snapshot (KV + recurrent) at its whole length
+    prefix,      ///< dense families: a strict prefix of a full snapshot (KV trimmed)
+    turn,        ///< checkpoint at a turn boundary (an absorbed entry's final state, or the
+                 ///< history boundary before the generation prompt)
+    guard,       ///< checkpoint at prompt - guard_distance, for verbatim resends
+    anchor,      ///< pinned entry at the end of system prompt + tools
+    divergence,  ///< checkpoint where a prompt stopped sharing tokens with its closest sibling
+};
+
+std::string_view to_string(point_kind k);
+
+/** Tiers (DESIGN.md "Tiers"): T0 device (parked sequence), T1 host RAM (blob). */
+enum class tier : uint8_t { device, ram };
+
+std::string_view to_string(tier t);
+
+/** Length of the longest common prefix of a and b, tokens. */
+int32_t common_prefix(const tokens & a, const tokens & b);
+
+inline blob_ptr make_blob(blob b) { return std::make_shared<const blob>(std::move(b)); }
+
+}  // namespace lineage::cache

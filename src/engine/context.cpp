@@ -1,0 +1,149 @@
+#include "engine/context.h"
+
+#include "common.h"
+#include "llama.h"
+#include "sampling.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace lineage::engine {
+
+namespace {
+
+bool abort_callback(void * data) {
+    auto * flag = static_cast<std::atomic<bool> *>(data);
+    return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
+
+llama_state_seq_flags flags_for(bool recurrent_only) {
+    return recurrent_only ? LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY : LLAMA_STATE_SEQ_FLAGS_NONE;
+}
+
+}  // namespace
+
+context::context(const model & m, const context_params & p) : model_(m), n_seq_(p.n_seq), n_batch_(p.n_batch) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = static_cast<uint32_t>(p.n_ctx);
+    cp.n_batch = static_cast<uint32_t>(p.n_batch);
+    cp.n_ubatch = static_cast<uint32_t>(std::min(p.n_ubatch, p.n_batch));
+    cp.n_seq_max = static_cast<uint32_t>(p.n_seq);
+    const int32_t threads = p.n_threads > 0 ? p.n_threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    cp.n_threads = threads;
+    cp.n_threads_batch = threads;
+    // One KV pool for all sequences: parked and live sequences share cells through seq_cp.
+    cp.kv_unified = true;
+    cp.no_perf = true;
+    cp.abort_callback = abort_callback;
+    cp.abort_callback_data = nullptr;
+    ctx_ = llama_init_from_model(m.raw(), cp);
+    if (ctx_ == nullptr) {
+        throw std::runtime_error("llama.cpp could not create a context with n_ctx=" + std::to_string(p.n_ctx) +
+                                 " and " + std::to_string(p.n_seq) + " sequences; lower --ctx-size or --parallel");
+    }
+}
+
+context::~context() {
+    if (ctx_ != nullptr) {
+        llama_free(ctx_);
+    }
+}
+
+void context::set_abort_flag(std::atomic<bool> * flag) {
+    abort_ = flag;
+    llama_set_abort_callback(ctx_, abort_callback, flag);
+}
+
+decode_result context::decode(const std::vector<batch_token> & tokens) {
+    llama_batch batch = llama_batch_init(static_cast<int32_t>(tokens.size()), 0, 1);
+    for (const auto & t : tokens) {
+        common_batch_add(batch, t.tok, t.pos, {t.seq}, t.logits);
+    }
+    const int32_t rc = llama_decode(ctx_, batch);
+    llama_batch_free(batch);
+    switch (rc) {
+        case 0: return decode_result::ok;
+        case 1: return decode_result::no_kv_space;
+        case 2: return decode_result::aborted;
+        default: return decode_result::error;
+    }
+}
+
+bytes context::get_state(seq_id s, bool recurrent_only) const {
+    const auto flags = flags_for(recurrent_only);
+    bytes out(llama_state_seq_get_size_ext(ctx_, s, flags));
+    const size_t n = llama_state_seq_get_data_ext(ctx_, out.data(), out.size(), s, flags);
+    if (n != out.size()) {
+        throw std::runtime_error("llama_state_seq_get_data_ext wrote " + std::to_string(n) + " of " +
+                                 std::to_string(out.size()) + " bytes");
+    }
+    return out;
+}
+
+size_t context::state_size(seq_id s, bool recurrent_only) const {
+    return llama_state_seq_get_size_ext(ctx_, s, flags_for(recurrent_only));
+}
+
+bool context::set_state(seq_id s, const bytes & blob, bool recurrent_only) {
+    const size_t n = llama_state_seq_set_data_ext(ctx_, blob.data(), blob.size(), s, flags_for(recurrent_only));
+    if (n == 0) {
+        llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);
+        return false;
+    }
+    return true;
+}
+
+bool context::seq_rm(seq_id s, int32_t p0, int32_t p1) {
+    return llama_memory_seq_rm(llama_get_memory(ctx_), s, p0, p1);
+}
+
+void context::seq_cp(seq_id src, seq_id dst, int32_t p1) {
+    llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, p1);
+}
+
+int32_t context::seq_pos_max(seq_id s) const {
+    return llama_memory_seq_pos_max(llama_get_memory(ctx_), s);
+}
+
+void context::clear() {
+    llama_memory_clear(llama_get_memory(ctx_), false);
+}
+
+const float * context::logits(int32_t i) const {
+    return llama_get_logits_ith(ctx_, i);
+}
+
+int32_t context::n_ctx() const {
+    return static_cast<int32_t>(llama_n_ctx(ctx_));
+}
+
+sampler::sampler(const model & m, float temperature, float top_p, uint32_t seed) {
+    common_params_sampling sp;
+    sp.seed = seed;
+    sp.temp = temperature;
+    sp.top_p = top_p;
+    // OpenAI semantics: only temperature and top_p; no llama.cpp extras.
+    sp.top_k = 0;
+    sp.min_p = 0.0f;
+    sp.no_perf = true;
+    smpl_ = common_sampler_init(m.raw(), sp);
+    if (smpl_ == nullptr) {
+        throw std::runtime_error("could not create the sampler");
+    }
+}
+
+sampler::~sampler() {
+    if (smpl_ != nullptr) {
+        common_sampler_free(smpl_);
+    }
+}
+
+token sampler::sample(context & ctx, int32_t idx) {
+    const token t = common_sampler_sample(smpl_, ctx.raw(), idx);
+    common_sampler_accept(smpl_, t, true);
+    return t;
+}
+
+}  // namespace lineage::engine

@@ -1,0 +1,108 @@
+// engine::context: the llama_context that holds every live and parked sequence (one unified
+// KV pool plus one recurrent-state slot per sequence id), and the sequence-state operations the
+// cache needs: snapshots (whole or recurrent-only), restore, trim, share.
+// Thread safety: not thread-safe; owned and used by the engine thread only.
+// Ownership: move-only; owns the llama_context; the model must outlive it.
+#pragma once
+
+#include "engine/model.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+struct llama_context;
+struct common_sampler;
+
+namespace lineage::engine {
+
+using seq_id = int32_t;
+using bytes = std::vector<uint8_t>;
+
+struct context_params {
+    int32_t n_ctx = 4096;     ///< KV cells in the unified pool, shared by all sequences
+    int32_t n_seq = 1;        ///< sequence ids (live + parked)
+    int32_t n_batch = 512;    ///< max tokens per decode()
+    int32_t n_ubatch = 512;
+    int32_t n_threads = 0;    ///< 0 = hardware concurrency
+};
+
+/** One token of a batch: `logits` asks for its output distribution. */
+struct batch_token {
+    token tok;
+    int32_t pos;
+    seq_id seq;
+    bool logits;
+};
+
+/** Outcome of decode(). */
+enum class decode_result { ok, no_kv_space, aborted, error };
+
+class context {
+public:
+    /** Throws std::runtime_error when llama.cpp cannot create the context. */
+    context(const model & m, const context_params & p);
+    ~context();
+    context(const context &) = delete;
+    context & operator=(const context &) = delete;
+
+    /** Runs one llama_decode over `tokens` (<= n_batch). On no_kv_space or error the memory is
+     *  as before the call (llama.cpp contract); on aborted, processed ubatches remain. */
+    decode_result decode(const std::vector<batch_token> & tokens);
+
+    /** Set from another thread to abort a running decode() at the next ubatch boundary. */
+    void set_abort_flag(std::atomic<bool> * flag);
+
+    /** Snapshot of one sequence. recurrent_only: PARTIAL_ONLY (the recurrent state; on dense
+     *  models llama.cpp returns the whole KV, so callers do not ask for it there). */
+    bytes get_state(seq_id s, bool recurrent_only) const;
+    /** Size in bytes that get_state would return, without copying. */
+    size_t state_size(seq_id s, bool recurrent_only) const;
+    /** Restores a snapshot into `s` (replacing what `s` held for that part). False on failure
+     *  (e.g. no KV space, or a blob from another model); `s` is then cleared. */
+    bool set_state(seq_id s, const bytes & blob, bool recurrent_only);
+
+    /** Removes positions [p0, p1) of `s` (p1 < 0: to the end). Returns false when refused
+     *  (recurrent memory cannot drop a partial range it has already absorbed). */
+    bool seq_rm(seq_id s, int32_t p0, int32_t p1 = -1);
+    /** Makes `dst` share src's KV cells [0, p1) and recurrent state (no data copy). */
+    void seq_cp(seq_id src, seq_id dst, int32_t p1);
+    /** Last position held by `s`, -1 when empty. */
+    int32_t seq_pos_max(seq_id s) const;
+    void clear();
+
+    /** Logits row of the i-th token of the last decode() that asked for logits. */
+    const float * logits(int32_t i) const;
+
+    int32_t n_ctx() const;
+    int32_t n_seq() const { return n_seq_; }
+    int32_t n_batch() const { return n_batch_; }
+    const model & get_model() const { return model_; }
+    llama_context * raw() const { return ctx_; }
+
+private:
+    const model & model_;
+    llama_context * ctx_ = nullptr;
+    int32_t n_seq_ = 1;
+    int32_t n_batch_ = 512;
+    std::atomic<bool> * abort_ = nullptr;
+};
+
+/** Sampling chain for one request (llama.cpp common_sampler: top-p, temperature, seed).
+ *  Greedy when temperature <= 0. Engine thread only. */
+class sampler {
+public:
+    sampler(const model & m, float temperature, float top_p, uint32_t seed);
+    ~sampler();
+    sampler(const sampler &) = delete;
+    sampler & operator=(const sampler &) = delete;
+
+    /** Samples from the output row `idx` of ctx's last decode and accepts the token. */
+    token sample(context & ctx, int32_t idx);
+
+private:
+    common_sampler * smpl_ = nullptr;
+};
+
+}  // namespace lineage::engine

@@ -1,0 +1,696 @@
+#include "scheduler/scheduler.h"
+
+#include "cache/store.h"
+#include "engine/context.h"
+#include "engine/model.h"
+#include "scheduler/slot.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <unistd.h>
+
+namespace lineage::scheduler {
+
+using clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+/** Default pool: the model's trained context, capped so that a laptop can hold it. */
+int32_t default_n_ctx(const engine::model & m) {
+    const int32_t train = m.n_ctx_train() > 0 ? m.n_ctx_train() : 4096;
+    return std::min(train, 32768);
+}
+
+/** Fills the model-aware defaults of the cache settings. RAM budget: a quarter of physical
+ *  memory, at most 8 GiB, at least 512 MiB (the seeds' floors: 2 GiB KV store, 512 MiB
+ *  snapshots; this machine class has 24 GiB). */
+params with_defaults(params p) {
+    if (p.cache.ram_bytes == 0) {
+        const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+        p.cache.ram_bytes = std::clamp<uint64_t>(phys / 4, 512ull << 20, 8ull << 30);
+    }
+    return p;
+}
+
+}  // namespace
+
+const char * to_string(finish_reason r) {
+    switch (r) {
+        case finish_reason::none: return "none";
+        case finish_reason::stop: return "stop";
+        case finish_reason::length: return "length";
+        case finish_reason::cancelled: return "cancelled";
+        case finish_reason::error: return "error";
+    }
+    return "?";
+}
+
+void event_channel::push(generation_event e) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        q_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+}
+
+std::optional<generation_event> event_channel::pop(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [this] { return !q_.empty(); })) {
+        return std::nullopt;
+    }
+    generation_event e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+}
+
+struct scheduler::impl {
+    impl(const engine::model & m, const params & p);
+    ~impl();
+
+    // --- cross-thread ---
+    void submit(std::shared_ptr<generation_request> req);
+    template <typename F> auto run_on_engine(F f) -> decltype(f());
+    void stop();
+
+    // --- engine thread ---
+    void loop();
+    void admit(std::shared_ptr<generation_request> req);
+    bool acquire_seq(slot & s, uint64_t protect);
+    void release_seq(int32_t seq);
+    void drain_released();
+    bool demote_one(uint64_t protect);
+    bool restore(slot & s);
+    void capture(slot & s, const cache::capture_point & c);
+    void step();
+    void after_prefill_chunk(slot & s);
+    void emit(slot & s, token t);
+    void finish(slot & s, finish_reason why);
+    void fail(slot & s, int status, const std::string & type, const std::string & msg);
+    void commit(slot & s);
+    void reset_slot(slot & s);
+    double now_s() const { return seconds_since(started_); }
+
+    const engine::model & model_;
+    params p_;
+    bool hybrid_;
+    int32_t max_seq_tokens_;
+    std::unique_ptr<engine::context> ctx_;
+    cache::store store_;
+    std::vector<slot> slots_;
+    std::vector<int32_t> free_seqs_;
+    clock::time_point started_ = clock::now();
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<generation_request>> queue_;  // GUARDED_BY(mu_)
+    std::deque<std::function<void()>> tasks_;                // GUARDED_BY(mu_)
+    bool stopping_ = false;                                  // GUARDED_BY(mu_)
+    std::thread thread_;
+};
+
+scheduler::impl::impl(const engine::model & m, const params & p)
+    : model_(m),
+      p_(with_defaults(p)),
+      hybrid_(m.family() != engine::memory_family::dense),
+      max_seq_tokens_(0),
+      store_(p_.cache, m.family() != engine::memory_family::dense) {
+    if (p_.n_ctx <= 0) {
+        p_.n_ctx = default_n_ctx(m);
+    }
+    max_seq_tokens_ = m.n_ctx_train() > 0 ? std::min(p_.n_ctx, m.n_ctx_train()) : p_.n_ctx;
+    engine::context_params cp;
+    cp.n_ctx = p_.n_ctx;
+    cp.n_seq = p_.n_parallel + std::max(0, p_.cache.device_slots);
+    cp.n_batch = p_.n_batch;
+    cp.n_ubatch = p_.n_ubatch;
+    cp.n_threads = p_.n_threads;
+    ctx_ = std::make_unique<engine::context>(m, cp);
+    slots_.resize(static_cast<size_t>(p_.n_parallel));
+    for (int32_t s = cp.n_seq - 1; s >= 0; --s) {
+        free_seqs_.push_back(s);
+    }
+    spdlog::info("scheduler: {} parallel sequences, {} parked on the device, KV pool {} tokens, batch {}, "
+                 "cache {} ({} mode, {} family, RAM budget {:.1f} MiB)",
+                 p_.n_parallel, p_.cache.device_slots, ctx_->n_ctx(), p_.n_batch,
+                 p_.cache.enabled ? "on" : "off", p_.cache.lineage ? "lineage" : "exact",
+                 hybrid_ ? "hybrid" : "dense", static_cast<double>(p_.cache.ram_bytes) / (1 << 20));
+    thread_ = std::thread([this] { loop(); });
+}
+
+scheduler::impl::~impl() {
+    stop();
+}
+
+void scheduler::impl::stop() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) {
+        thread_.join();
+    }
+}
+
+void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!stopping_) {
+            queue_.push_back(std::move(req));
+            req = nullptr;
+        }
+    }
+    if (req) {
+        generation_event e;
+        e.type = generation_event::kind::error;
+        e.http_status = 503;
+        e.error_type = "server_error";
+        e.message = "the server is shutting down; retry on another instance";
+        req->events->push(std::move(e));
+        return;
+    }
+    cv_.notify_one();
+}
+
+template <typename F>
+auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
+    using R = decltype(f());
+    auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
+    auto fut = task->get_future();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) {
+            return R{};
+        }
+        tasks_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return fut.get();
+}
+
+void scheduler::impl::loop() {
+    for (;;) {
+        std::deque<std::function<void()>> tasks;
+        std::deque<std::shared_ptr<generation_request>> admitted;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
+            if (!busy) {
+                cv_.wait_for(lk, std::chrono::seconds(1),
+                             [this] { return stopping_ || !queue_.empty() || !tasks_.empty(); });
+            }
+            if (stopping_) {
+                break;
+            }
+            tasks.swap(tasks_);
+            // New requests join between steps, as many as there are idle slots.
+            for (auto & s : slots_) {
+                if (!s.active() && !queue_.empty()) {
+                    admitted.push_back(std::move(queue_.front()));
+                    queue_.pop_front();
+                }
+            }
+        }
+        for (auto & t : tasks) {
+            t();
+        }
+        for (auto & r : admitted) {
+            admit(std::move(r));
+        }
+        const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
+        if (busy) {
+            step();
+        } else {
+            store_.expire(now_s());
+            drain_released();
+        }
+    }
+    // Shutdown: everything in flight or queued gets an error.
+    for (auto & s : slots_) {
+        if (s.active()) {
+            fail(s, 503, "server_error", "the server is shutting down");
+        }
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto & r : queue_) {
+        generation_event e;
+        e.type = generation_event::kind::error;
+        e.http_status = 503;
+        e.error_type = "server_error";
+        e.message = "the server is shutting down";
+        r->events->push(std::move(e));
+    }
+    queue_.clear();
+    for (auto & t : tasks_) {
+        t();
+    }
+    tasks_.clear();
+}
+
+void scheduler::impl::release_seq(int32_t seq) {
+    ctx_->seq_rm(seq, -1, -1);
+    free_seqs_.push_back(seq);
+}
+
+void scheduler::impl::drain_released() {
+    for (int32_t seq : store_.take_released_seqs()) {
+        release_seq(seq);
+    }
+}
+
+bool scheduler::impl::demote_one(uint64_t protect) {
+    auto victim = store_.device_lru();
+    if (victim && victim->id == protect) {
+        // The entry a request is about to restore from stays; try the next one.
+        victim.reset();
+        for (const auto & e : store_.entries()) {
+            if (e.where == cache::tier::device && e.id != protect) {
+                victim = e;  // entries() is most recent first: keep the last match (LRU)
+            }
+        }
+    }
+    if (!victim) {
+        return false;
+    }
+    const size_t size = ctx_->state_size(victim->seq, false);
+    cache::blob_ptr blob;
+    uint64_t reserved = 0;
+    if (store_.reserve(size, victim->id)) {
+        reserved = size;
+        blob = cache::make_blob(ctx_->get_state(victim->seq, false));
+    }
+    spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim->id, victim->n_tokens,
+                  blob ? "RAM" : "nowhere (over budget)");
+    store_.demote(victim->id, blob, reserved);
+    drain_released();
+    return true;
+}
+
+bool scheduler::impl::acquire_seq(slot & s, uint64_t protect) {
+    drain_released();
+    while (free_seqs_.empty()) {
+        if (!demote_one(protect)) {
+            return false;
+        }
+    }
+    s.seq = free_seqs_.back();
+    free_seqs_.pop_back();
+    ctx_->seq_rm(s.seq, -1, -1);
+    return true;
+}
+
+void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
+    auto it = std::find_if(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
+    slot & s = *it;
+    reset_slot(s);
+    s.req = std::move(req);
+    s.stats.prompt_tokens = s.prompt_size();
+    s.stats.queue_s = seconds_since(s.req->submitted);
+    if (s.req->prompt.empty() || s.prompt_size() >= max_seq_tokens_) {
+        fail(s, 400, "invalid_request_error",
+             "the prompt has " + std::to_string(s.prompt_size()) + " tokens; this server holds at most " +
+                 std::to_string(max_seq_tokens_ - 1) + " per request");
+        return;
+    }
+    if (s.req->cancelled->load()) {
+        finish(s, finish_reason::cancelled);
+        return;
+    }
+    s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
+    s.key = {s.req->cache.bucket, s.req->cache.session_key};
+    const auto t0 = clock::now();
+    if (s.use_cache) {
+        cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens};
+        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s());
+    }
+    s.stats.lookup_s = seconds_since(t0);
+    if (s.plan.op == cache::restore_op::take_device) {
+        s.seq = s.plan.device_seq;
+    } else if (!acquire_seq(s, s.plan.source)) {
+        store_.abandon(s.plan, 0);
+        fail(s, 503, "server_error", "no free sequence: all are busy; retry shortly");
+        return;
+    }
+    const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
+                                                     : static_cast<uint32_t>(std::random_device{}());
+    s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.temperature, s.req->sampling.top_p, seed);
+    const auto t1 = clock::now();
+    if (!restore(s)) {
+        spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
+                      cache::to_string(s.plan.kind), s.plan.n_restore);
+        store_.abandon(s.plan, 0);
+        auto captures = s.plan.captures;
+        s.plan = cache::restore_plan{};
+        for (auto & c : captures) {
+            if (c.kind == cache::point_kind::anchor) {
+                s.plan.captures.push_back(c);  // still worth pinning from a cold prefill
+            }
+        }
+        ctx_->seq_rm(s.seq, -1, -1);
+    }
+    s.stats.restore_s = seconds_since(t1);
+    s.n_past = s.plan.n_restore;
+    s.stats.cached_tokens = s.plan.n_restore;
+    s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
+    s.ph = slot::phase::prefill;
+    spdlog::debug("request {}: {}", s.req->id, s.use_cache ? s.plan.reason : "cache bypassed (cache_prompt=false)");
+    // A capture exactly at the restore point (an anchor restored through a sibling) is taken now.
+    while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
+        capture(s, s.plan.captures[s.next_capture++]);
+    }
+}
+
+bool scheduler::impl::restore(slot & s) {
+    const auto & p = s.plan;
+    switch (p.op) {
+        case cache::restore_op::none:
+            return true;
+        case cache::restore_op::take_device:
+            // Continue the parked sequence itself: no KV is copied. Restoring an earlier point
+            // of it puts that checkpoint's recurrent state in place and trims the KV.
+            if (p.recurrent && !ctx_->set_state(s.seq, *p.recurrent, true)) {
+                return false;
+            }
+            if (p.n_restore < p.source_tokens && !ctx_->seq_rm(s.seq, p.n_restore, -1)) {
+                return false;
+            }
+            return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;
+        case cache::restore_op::share_device:
+            // Share the KV cells [0, n) (metadata only in the unified pool), then put the
+            // recurrent state of the restore point in place (hybrid checkpoints).
+            ctx_->seq_cp(p.device_seq, s.seq, p.n_restore);
+            if (p.recurrent && !ctx_->set_state(s.seq, *p.recurrent, true)) {
+                return false;
+            }
+            return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;
+        case cache::restore_op::load_ram:
+            // Whole state at the entry's length, then the checkpoint, then trim the KV.
+            if (!ctx_->set_state(s.seq, *p.full, false)) {
+                return false;
+            }
+            if (p.recurrent && !ctx_->set_state(s.seq, *p.recurrent, true)) {
+                return false;
+            }
+            if (p.n_restore < p.source_tokens && !ctx_->seq_rm(s.seq, p.n_restore, -1)) {
+                return false;
+            }
+            return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;
+    }
+    return false;
+}
+
+void scheduler::impl::capture(slot & s, const cache::capture_point & c) {
+    const auto t0 = clock::now();
+    const bool whole = c.kind == cache::point_kind::anchor;
+    if (!whole && !hybrid_) {
+        return;
+    }
+    const size_t size = ctx_->state_size(s.seq, !whole);
+    if (!store_.reserve(size)) {
+        s.stats.capture_s += seconds_since(t0);
+        return;
+    }
+    auto blob = cache::make_blob(ctx_->get_state(s.seq, !whole));
+    if (whole) {
+        cache::tokens prefix(s.req->prompt.begin(), s.req->prompt.begin() + c.n_tokens);
+        store_.commit_anchor(s.key, std::move(prefix), std::move(blob), size, now_s());
+        drain_released();
+        spdlog::debug("request {}: pinned anchor at {} tokens ({} bytes)", s.req->id, c.n_tokens, size);
+    } else {
+        s.reserved_bytes += size;
+        s.captured.push_back({c.n_tokens, c.kind, std::move(blob)});
+        spdlog::debug("request {}: captured {} checkpoint at {} tokens ({} bytes)", s.req->id,
+                      cache::to_string(c.kind), c.n_tokens, size);
+    }
+    s.stats.capture_s += seconds_since(t0);
+}
+
+void scheduler::impl::step() {
+    // Cancellation is checked between steps: a client that left costs at most one chunk.
+    for (auto & s : slots_) {
+        if (s.active() && s.req->cancelled->load()) {
+            finish(s, finish_reason::cancelled);
+        } else if (s.ph == slot::phase::decode && s.req->stop_requested->load()) {
+            finish(s, finish_reason::stop);
+        }
+    }
+    std::vector<engine::batch_token> batch;
+    int32_t budget = p_.n_batch;
+    for (auto & s : slots_) {
+        s.logits_idx = -1;
+        s.chunk = 0;
+        if (s.ph == slot::phase::decode && budget > 0) {
+            s.logits_idx = static_cast<int32_t>(batch.size());
+            batch.push_back({s.pending, s.n_past, s.seq, true});
+            budget--;
+        }
+    }
+    for (auto & s : slots_) {
+        if (s.ph != slot::phase::prefill || budget <= 0) {
+            continue;
+        }
+        // The chunk ends exactly at the next capture point so the state there can be taken.
+        const int32_t n = std::min(budget, s.next_stop() - s.n_past);
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t pos = s.n_past + i;
+            const bool last = pos + 1 == s.prompt_size();
+            if (last) {
+                s.logits_idx = static_cast<int32_t>(batch.size());
+            }
+            batch.push_back({s.req->prompt[static_cast<size_t>(pos)], pos, s.seq, last});
+        }
+        s.chunk = n;
+        budget -= n;
+    }
+    if (batch.empty()) {
+        return;
+    }
+    const auto t0 = clock::now();
+    engine::decode_result rc = ctx_->decode(batch);
+    while (rc == engine::decode_result::no_kv_space && demote_one(0)) {
+        rc = ctx_->decode(batch);  // parked sequences left the device: try again
+    }
+    const double dt = seconds_since(t0);
+    if (rc != engine::decode_result::ok) {
+        const bool full = rc == engine::decode_result::no_kv_space;
+        for (auto & s : slots_) {
+            if (s.active() && (s.chunk > 0 || s.logits_idx >= 0)) {
+                fail(s, full ? 503 : 500, "server_error",
+                     full ? "the KV cache is full with the requests in flight; retry, or raise --ctx-size"
+                          : "the engine failed to decode the batch");
+            }
+        }
+        return;
+    }
+    for (auto & s : slots_) {
+        if (s.ph == slot::phase::prefill && s.chunk > 0) {
+            s.stats.prefill_s += dt;
+            s.n_past += s.chunk;
+            after_prefill_chunk(s);
+        } else if (s.ph == slot::phase::decode && s.logits_idx >= 0) {
+            s.n_past += 1;
+            emit(s, s.smpl->sample(*ctx_, s.logits_idx));
+        }
+    }
+}
+
+void scheduler::impl::after_prefill_chunk(slot & s) {
+    while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
+        if (s.use_cache) {
+            capture(s, s.plan.captures[s.next_capture]);
+        }
+        s.next_capture++;
+    }
+    if (s.n_past < s.prompt_size()) {
+        return;
+    }
+    // The whole prompt is in: keep the recurrent state at the prompt end (the entry's own
+    // restore point once generation has moved the sequence on), then sample.
+    if (s.use_cache && hybrid_) {
+        const auto t0 = clock::now();
+        const size_t size = ctx_->state_size(s.seq, true);
+        if (store_.reserve(size)) {
+            s.reserved_bytes += size;
+            s.prompt_end_recurrent = cache::make_blob(ctx_->get_state(s.seq, true));
+        }
+        s.stats.capture_s += seconds_since(t0);
+    }
+    s.ph = slot::phase::decode;
+    s.first_token_at = clock::now();
+    s.stats.ttft_s = seconds_since(s.req->submitted);
+    emit(s, s.smpl->sample(*ctx_, s.logits_idx));
+}
+
+void scheduler::impl::emit(slot & s, token t) {
+    if (model_.is_eog(t)) {
+        finish(s, finish_reason::stop);
+        return;
+    }
+    s.generated.push_back(t);
+    s.pending = t;
+    generation_event e;
+    e.type = generation_event::kind::token;
+    e.tok = t;
+    e.piece = model_.token_to_piece(t, false);
+    s.req->events->push(std::move(e));
+    const int32_t max_tokens = s.req->sampling.max_tokens;
+    if (max_tokens >= 0 && static_cast<int32_t>(s.generated.size()) >= max_tokens) {
+        finish(s, finish_reason::length);
+    } else if (s.n_past + 1 >= max_seq_tokens_) {
+        finish(s, finish_reason::length);
+    }
+}
+
+void scheduler::impl::finish(slot & s, finish_reason why) {
+    s.stats.completion_tokens = static_cast<int32_t>(s.generated.size());
+    if (s.ph == slot::phase::decode) {
+        s.stats.decode_s = seconds_since(s.first_token_at);
+    }
+    commit(s);
+    generation_event e;
+    e.type = generation_event::kind::done;
+    e.finish = why;
+    e.stats = s.stats;
+    const auto & st = s.stats;
+    spdlog::info("request {}: {} | prompt {} tokens, cached {} ({}), completion {} | lookup {:.1f} ms, restore {:.1f} "
+                 "ms, prefill {:.1f} ms, capture {:.1f} ms, commit {:.1f} ms | TTFT {:.1f} ms, decode {:.1f} tok/s",
+                 s.req->id, to_string(why), st.prompt_tokens, st.cached_tokens, st.hit_kind, st.completion_tokens,
+                 st.lookup_s * 1e3, st.restore_s * 1e3, st.prefill_s * 1e3, st.capture_s * 1e3, st.commit_s * 1e3,
+                 st.ttft_s * 1e3,
+                 st.decode_s > 0 && st.completion_tokens > 1 ? (st.completion_tokens - 1) / st.decode_s : 0.0);
+    s.req->events->push(std::move(e));
+    reset_slot(s);
+}
+
+void scheduler::impl::fail(slot & s, int status, const std::string & type, const std::string & msg) {
+    if (s.seq >= 0) {
+        if (s.use_cache) {
+            store_.abandon(s.plan, s.reserved_bytes);
+        }
+        release_seq(s.seq);
+        s.seq = -1;
+    }
+    generation_event e;
+    e.type = generation_event::kind::error;
+    e.http_status = status;
+    e.error_type = type;
+    e.message = msg;
+    e.stats = s.stats;
+    spdlog::warn("request {}: failed ({}): {}", s.req ? s.req->id : 0, status, msg);
+    if (s.req) {
+        s.req->events->push(std::move(e));
+    }
+    reset_slot(s);
+}
+
+void scheduler::impl::commit(slot & s) {
+    const auto t0 = clock::now();
+    if (s.seq < 0) {
+        return;
+    }
+    if (!s.use_cache) {
+        release_seq(s.seq);
+        s.seq = -1;
+        return;
+    }
+    // The entry is the state at the prompt end for hybrids (generation moved the recurrent
+    // state on: put the prompt-end state back and trim the KV), or everything decoded for
+    // dense models (any prefix of their KV is a restore point). A request cancelled during
+    // prefill holds whole chunks: its state at n_past is exact.
+    cache::commit_input in;
+    in.k = s.key;
+    int32_t n_keep = s.n_past;
+    if (hybrid_ && s.n_past > s.prompt_size()) {
+        n_keep = s.prompt_size();
+        if (!s.prompt_end_recurrent || !ctx_->set_state(s.seq, *s.prompt_end_recurrent, true) ||
+            !ctx_->seq_rm(s.seq, n_keep, -1)) {
+            store_.abandon(s.plan, s.reserved_bytes);
+            release_seq(s.seq);
+            s.seq = -1;
+            return;
+        }
+    }
+    cache::tokens all = s.req->prompt;
+    all.insert(all.end(), s.generated.begin(), s.generated.end());
+    in.toks.assign(all.begin(), all.begin() + n_keep);
+    in.seq = s.seq;
+    in.device_bytes = ctx_->state_size(s.seq, false);
+    in.final_recurrent = n_keep == s.prompt_size() ? s.prompt_end_recurrent : nullptr;
+    in.captured = std::move(s.captured);
+    in.reserved_bytes = s.reserved_bytes;
+    in.history_tokens = s.req->cache.history_tokens;
+    if (s.plan.absorbs) {
+        in.absorbed = std::move(s.plan);
+    }
+    if (!store_.commit(std::move(in), now_s())) {
+        release_seq(s.seq);
+    }
+    s.seq = -1;
+    drain_released();
+    s.stats.commit_s = seconds_since(t0);
+}
+
+void scheduler::impl::reset_slot(slot & s) {
+    s.ph = slot::phase::idle;
+    s.req.reset();
+    s.seq = -1;
+    s.n_past = 0;
+    s.use_cache = false;
+    s.plan = cache::restore_plan{};
+    s.next_capture = 0;
+    s.captured.clear();
+    s.prompt_end_recurrent.reset();
+    s.reserved_bytes = 0;
+    s.smpl.reset();
+    s.logits_idx = -1;
+    s.chunk = 0;
+    s.pending = -1;
+    s.generated.clear();
+    s.stats = request_stats{};
+}
+
+// --- public API ---
+
+scheduler::scheduler(const engine::model & m, const params & p) : impl_(std::make_unique<impl>(m, p)) {}
+
+scheduler::~scheduler() = default;
+
+void scheduler::submit(std::shared_ptr<generation_request> req) {
+    impl_->submit(std::move(req));
+}
+
+int32_t scheduler::max_sequence_tokens() const {
+    return impl_->max_seq_tokens_;
+}
+
+cache::stats scheduler::snapshot_stats() {
+    return impl_->run_on_engine([this] { return impl_->store_.get_stats(); });
+}
+
+cache::reset_result scheduler::reset_cache() {
+    return impl_->run_on_engine([this] {
+        auto r = impl_->store_.reset();
+        impl_->drain_released();
+        spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
+        return r;
+    });
+}
+
+void scheduler::stop() {
+    impl_->stop();
+}
+
+}  // namespace lineage::scheduler

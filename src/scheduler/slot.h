@@ -1,0 +1,46 @@
+// scheduler::slot: one active request on the engine thread: its sequence id, where its prefill
+// stands, the restore plan it follows, the states it captured, its sampler and timings.
+// Thread safety: engine thread only. Ownership: owns its sampler; shares the request.
+#pragma once
+
+#include "cache/store.h"
+#include "engine/context.h"
+#include "scheduler/request.h"
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+namespace lineage::scheduler {
+
+struct slot {
+    enum class phase { idle, prefill, decode };
+
+    std::shared_ptr<generation_request> req;
+    phase ph = phase::idle;
+    int32_t seq = -1;                 ///< llama.cpp sequence id holding this request's state
+    int32_t n_past = 0;               ///< tokens in the sequence (positions [0, n_past))
+    bool use_cache = false;           ///< cache on and cache_prompt true
+    cache::key key;
+    cache::restore_plan plan;
+    size_t next_capture = 0;          ///< index into plan.captures
+    std::vector<cache::checkpoint> captured;
+    cache::blob_ptr prompt_end_recurrent;  ///< hybrid: recurrent state after the whole prompt
+    uint64_t reserved_bytes = 0;      ///< RAM reserved in the cache for captured states
+    std::unique_ptr<engine::sampler> smpl;
+    int32_t logits_idx = -1;          ///< index in the current batch of this slot's output row
+    int32_t chunk = 0;                ///< prompt tokens of this slot in the current batch
+    token pending = -1;               ///< sampled token not yet decoded
+    std::vector<token> generated;
+    request_stats stats;
+    std::chrono::steady_clock::time_point first_token_at;
+
+    bool active() const { return ph != phase::idle; }
+    int32_t prompt_size() const { return static_cast<int32_t>(req->prompt.size()); }
+    /** Where the current prefill chunk must end: the next capture point or the prompt end. */
+    int32_t next_stop() const {
+        return next_capture < plan.captures.size() ? plan.captures[next_capture].n_tokens : prompt_size();
+    }
+};
+
+}  // namespace lineage::scheduler
