@@ -1,0 +1,93 @@
+// Request errors, for the tiny hybrid (qwen35) and tiny dense (qwen3) models, on a server
+// with a small context (--ctx-size 512 --parallel 1). Each bad request must get the stated
+// status with the OpenAI error shape {"error":{"message","type","param","code"}} (type
+// "invalid_request_error" for a 400), and a normal request right after it must succeed:
+//  - malformed JSON, a body that is not an object -> 400
+//  - messages missing, not an array, empty; a message with an unknown role or a
+//    non-string content; max_tokens or temperature as strings -> 400
+//  - the same invalid body with stream:true -> 400 JSON, not an event stream
+//  - a prompt longer than the context -> 400 whose message says the prompt is too long
+//  - an unknown model name -> 200 (accepted, as llama-server does: one model is served)
+//  - an unknown route -> 404
+//
+//   cd tests/e2e && node --test errors.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, assertError, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const OK_BODY = { model: 'tiny', messages: [{ role: 'user', content: 'Say something short.' }], max_tokens: 8, temperature: 0 };
+const user = (content) => [{ role: 'user', content }];
+
+const BAD_REQUESTS = [
+  ['malformed JSON', '{"model":"tiny","messages":[{"role":"user","content":"hi"}'],
+  ['not JSON at all', 'messages=hi'],
+  ['empty body', ''],
+  ['a JSON array body', '[]'],
+  ['messages missing', { model: 'tiny', max_tokens: 8 }],
+  ['messages not an array', { model: 'tiny', messages: 'hello', max_tokens: 8 }],
+  ['messages an object', { model: 'tiny', messages: { role: 'user', content: 'hi' }, max_tokens: 8 }],
+  ['messages empty', { model: 'tiny', messages: [], max_tokens: 8 }],
+  ['a message with an unknown role', { model: 'tiny', messages: [{ role: 'wizard', content: 'hi' }], max_tokens: 8 }],
+  ['a message without a role', { model: 'tiny', messages: [{ content: 'hi' }], max_tokens: 8 }],
+  ['content a number', { model: 'tiny', messages: [{ role: 'user', content: 42 }], max_tokens: 8 }],
+  ['max_tokens a string', { model: 'tiny', messages: user('hi'), max_tokens: '16' }],
+  ['temperature a string', { model: 'tiny', messages: user('hi'), max_tokens: 8, temperature: '0' }],
+  ['stream:true with messages empty', { model: 'tiny', messages: [], max_tokens: 8, stream: true }],
+];
+
+for (const arch of ARCHS) {
+  describe(`errors [${arch}]`, { timeout: 180_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `errors-${arch}`, args: ['--parallel', '1', '--ctx-size', '512'] });
+    });
+    after(async () => { await srv?.stop(); });
+
+    /** A normal request must still succeed (the server keeps serving after an error). */
+    async function stillServes(after) {
+      srv.assertAlive();
+      const res = await srv.openai.chat.completions.create(OK_BODY);
+      assertCompletion(res, { maxTokens: 8 }, `normal request after ${after}`);
+    }
+
+    for (const [what, body] of BAD_REQUESTS) {
+      it(`${what} -> 400, then the server still serves`, async () => {
+        const r = await srv.post('/v1/chat/completions', body);
+        assertError(r, 400, what);
+        await stillServes(what);
+      });
+    }
+
+    it('a prompt longer than the context -> 400 "too long", streamed or not', async () => {
+      for (const stream of [false, true]) {
+        const body = { model: 'tiny', messages: user(words(1500, 41)), max_tokens: 8, stream };
+        const r = await srv.post('/v1/chat/completions', body);
+        const e = assertError(r, 400, `long prompt (stream ${stream})`);
+        assert.match(e.message, /too long|exceeds?|maximum context|context (size|length)/i,
+          `the message should say the prompt is too long: ${e.message}`);
+        await stillServes(`a too-long prompt (stream ${stream})`);
+      }
+    });
+
+    it('the official client raises an APIError with status 400', async () => {
+      await assert.rejects(
+        srv.openai.chat.completions.create({ model: 'tiny', messages: [], max_tokens: 8 }),
+        (e) => e.status === 400 && typeof e.error?.message === 'string',
+      );
+      await stillServes('a client-side APIError');
+    });
+
+    it('an unknown model name is accepted (one model is served, as llama-server does)', async () => {
+      const res = await srv.openai.chat.completions.create({ ...OK_BODY, model: 'gpt-4o-does-not-exist' });
+      assertCompletion(res, { maxTokens: 8 }, 'unknown model');
+    });
+
+    it('an unknown route -> 404', async () => {
+      const r = await srv.get('/v1/does-not-exist');
+      assert.equal(r.status, 404);
+      await stillServes('a 404');
+    });
+  });
+}

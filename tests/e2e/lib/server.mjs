@@ -1,0 +1,262 @@
+// Test harness for the end-to-end tests: finds the lineage-server binary and the tiny
+// generated models, spawns a server on a free port, waits until it serves, collects its log,
+// and stops it (SIGTERM, then SIGKILL after a grace period).
+//
+// Each server runs with a fresh temporary working directory and HOME, so that a disk tier
+// under any default location (cwd, ~/.cache, $XDG_CACHE_HOME) starts empty and one test run
+// never restores entries written by another. Logs go to build/e2e-logs/ (kept after the run).
+//
+// Environment:
+//   LINEAGE_SERVER        path of lineage-server   (default build/bin/lineage-server)
+//   LINEAGE_MKMODEL       path of lineage-mkmodel  (default build/bin/lineage-mkmodel)
+//   LINEAGE_MODELS_DIR    folder of the tiny models (default build/models); a missing
+//                         tiny-<arch>.gguf is generated there with lineage-mkmodel --seed 1
+//   LINEAGE_E2E_ARCHS     comma list of model archs to test (default "qwen35,qwen3")
+//   LINEAGE_E2E_ARGS      extra server arguments appended to every server (split on spaces)
+//   LINEAGE_E2E_VERBOSE=1 copy every server's log to stderr as it comes
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import OpenAI from 'openai';
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+export const SERVER_BIN = process.env.LINEAGE_SERVER || path.join(REPO_ROOT, 'build/bin/lineage-server');
+export const MKMODEL_BIN = process.env.LINEAGE_MKMODEL || path.join(REPO_ROOT, 'build/bin/lineage-mkmodel');
+export const MODELS_DIR = process.env.LINEAGE_MODELS_DIR || path.join(REPO_ROOT, 'build/models');
+export const LOG_DIR = path.join(REPO_ROOT, 'build/e2e-logs');
+
+const READY_RE = /listening on http:\/\/\S+/;
+const READY_TIMEOUT_MS = 60_000;
+const STOP_GRACE_MS = 15_000;
+
+/** The model families every e2e file runs against: the tiny hybrid and the tiny dense model. */
+export const ARCHS = (process.env.LINEAGE_E2E_ARCHS || 'qwen35,qwen3')
+  .split(',').map((s) => s.trim()).filter(Boolean);
+
+/** Path of build/models/tiny-<arch>.gguf; generates it with lineage-mkmodel when missing.
+ *  Throws with an actionable message when neither the model nor the maker exists. */
+export function modelPath(arch, preset = 'tiny') {
+  const file = path.join(MODELS_DIR, `${preset}-${arch}.gguf`);
+  if (fs.existsSync(file)) return file;
+  if (!fs.existsSync(MKMODEL_BIN)) {
+    throw new Error(`model ${file} is missing and ${MKMODEL_BIN} does not exist: run scripts/bootstrap ` +
+      `(or set LINEAGE_MODELS_DIR / LINEAGE_MKMODEL)`);
+  }
+  fs.mkdirSync(MODELS_DIR, { recursive: true });
+  // Write to a private name, then rename: test files may run in parallel.
+  const tmp = `${file}.tmp-${process.pid}`;
+  const r = spawnSync(MKMODEL_BIN, ['--arch', arch, '--preset', preset, '--seed', '1', '-o', tmp],
+    { encoding: 'utf8', timeout: 300_000 });
+  if (r.status !== 0) {
+    fs.rmSync(tmp, { force: true });
+    throw new Error(`lineage-mkmodel failed for ${arch} (${r.status ?? r.signal}):\n${r.stdout}\n${r.stderr}`);
+  }
+  if (!fs.existsSync(file)) fs.renameSync(tmp, file); else fs.rmSync(tmp, { force: true });
+  return file;
+}
+
+/** A free TCP port on 127.0.0.1 (bound and released; the server retries on a clash). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Servers still running when the test process exits are killed, whatever happened.
+const live = new Set();
+process.on('exit', () => { for (const p of live) { try { p.kill('SIGKILL'); } catch { /* gone */ } } });
+
+/**
+ * A running lineage-server.
+ *   url      http://127.0.0.1:PORT
+ *   openai   an OpenAI client on url/v1 (no retries; 120 s timeout)
+ *   log()    everything the server printed so far (stdout and stderr interleaved)
+ *   stop()   SIGTERM, SIGKILL after 15 s; resolves to {code, signal, killed, ms}
+ */
+export class Server {
+  constructor({ proc, port, logPath, workDir, name }) {
+    this.proc = proc;
+    this.port = port;
+    this.url = `http://127.0.0.1:${port}`;
+    this.logPath = logPath;
+    this.workDir = workDir;
+    this.name = name;
+    this.openai = new OpenAI({ baseURL: `${this.url}/v1`, apiKey: 'sk-none', maxRetries: 0, timeout: 120_000 });
+    this.exit = null; // {code, signal} once the process has exited
+    this.exited = new Promise((resolve) => {
+      proc.on('exit', (code, signal) => {
+        this.exit = { code, signal };
+        live.delete(proc);
+        resolve(this.exit);
+      });
+    });
+  }
+
+  log() { return this._log.join(''); }
+
+  /** The last `n` lines of the log, for failure messages. */
+  logTail(n = 40) {
+    const lines = this.log().split('\n');
+    return lines.slice(-n - 1).join('\n');
+  }
+
+  /** Throws if the server process has exited (a crash during a test). */
+  assertAlive() {
+    if (this.exit) {
+      throw new Error(`${this.name}: lineage-server exited (${JSON.stringify(this.exit)}); log ${this.logPath}:\n` +
+        this.logTail());
+    }
+  }
+
+  async stop() {
+    if (this.exit) return { ...this.exit, killed: false, ms: 0, alreadyExited: true };
+    const t0 = Date.now();
+    this.proc.kill('SIGTERM');
+    let killed = false;
+    const timer = setTimeout(() => { killed = true; this.proc.kill('SIGKILL'); }, STOP_GRACE_MS);
+    const exit = await this.exited;
+    clearTimeout(timer);
+    await this._logClosed;
+    fs.rmSync(this.workDir, { recursive: true, force: true });
+    if (killed || exit.code !== 0) {
+      process.stderr.write(`[e2e] ${this.name}: server stopped with ${JSON.stringify(exit)}` +
+        `${killed ? ' after SIGKILL' : ''}; log ${this.logPath}:\n${this.logTail(20)}\n`);
+    }
+    return { ...exit, killed, ms: Date.now() - t0 };
+  }
+
+  /** POST JSON (or a raw string body) to `pathname`; returns {status, headers, text, json}. */
+  async post(pathname, body, headers = {}) {
+    const res = await fetch(this.url + pathname, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    return readResponse(res);
+  }
+
+  /** GET `pathname`; returns {status, headers, text, json}. */
+  async get(pathname) {
+    return readResponse(await fetch(this.url + pathname));
+  }
+
+  /** GET /v1/cache/stats as JSON (throws on a non-200). */
+  async cacheStats() {
+    const r = await this.get('/v1/cache/stats');
+    if (r.status !== 200) throw new Error(`GET /v1/cache/stats -> ${r.status} ${r.text}`);
+    return r.json;
+  }
+}
+
+async function readResponse(res) {
+  const text = await res.text();
+  let json;
+  try { json = JSON.parse(text); } catch { json = undefined; }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+/**
+ * Starts lineage-server with `-m model --host 127.0.0.1 --port P` plus `args`, and resolves
+ * once it has printed "listening on http://..." or answered GET /health with 200.
+ * Rejects (with the log tail) if it exits first or is not ready within 60 s.
+ *   name: label for the log file, e.g. "cache-qwen35"
+ */
+export async function startServer({ model, args = [], name = 'server', env = {} }) {
+  if (!fs.existsSync(SERVER_BIN)) {
+    throw new Error(`${SERVER_BIN} does not exist: build it with scripts/bootstrap (or set LINEAGE_SERVER)`);
+  }
+  const extra = (process.env.LINEAGE_E2E_ARGS || '').split(/\s+/).filter(Boolean);
+  let lastErr;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    try {
+      return await launch({ model, args: [...args, ...extra], name, env, port });
+    } catch (e) {
+      lastErr = e;
+      // Another process took the port between freePort() and bind(): try another one.
+      if (!/address already in use|EADDRINUSE|bind/i.test(e.message)) throw e;
+    }
+  }
+  throw lastErr;
+}
+
+async function launch({ model, args, name, env, port }) {
+  fs.mkdirSync(LOG_DIR, { recursive: true });
+  const logPath = path.join(LOG_DIR, `${name}-${port}.log`);
+  const logFile = fs.createWriteStream(logPath);
+  const workDir = fs.mkdtempSync(path.join(os.tmpdir(), `lineage-e2e-${name}-`));
+  const argv = ['-m', model, '--host', '127.0.0.1', '--port', String(port), ...args];
+  logFile.write(`# ${SERVER_BIN} ${argv.join(' ')}\n# cwd ${workDir}\n`);
+  const proc = spawn(SERVER_BIN, argv, {
+    cwd: workDir,
+    env: { ...process.env, HOME: workDir, XDG_CACHE_HOME: path.join(workDir, '.cache'), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(proc);
+  const srv = new Server({ proc, port, logPath, workDir, name });
+  srv._log = [];
+  let ready = false;
+  let onReady;
+  const readyLine = new Promise((r) => { onReady = r; });
+  const collect = (chunk) => {
+    const s = chunk.toString('utf8');
+    srv._log.push(s);
+    logFile.write(s);
+    if (process.env.LINEAGE_E2E_VERBOSE === '1') process.stderr.write(`[${name}] ${s}`);
+    if (!ready && READY_RE.test(srv.log())) { ready = true; onReady(); }
+  };
+  proc.stdout.on('data', collect);
+  proc.stderr.on('data', collect);
+  let pending = 2;
+  srv._logClosed = new Promise((resolve) => {
+    const done = () => { if (--pending === 0) logFile.end(resolve); };
+    proc.stdout.on('close', done);
+    proc.stderr.on('close', done);
+  });
+  const spawnError = new Promise((_, reject) => proc.on('error', (e) => reject(new Error(`spawn ${SERVER_BIN}: ${e.message}`))));
+
+  const health = (async () => {
+    while (!srv.exit && !ready) {
+      try {
+        const r = await fetch(`${srv.url}/health`, { signal: AbortSignal.timeout(2000) });
+        if (r.status === 200) return;
+      } catch { /* not up yet */ }
+      await sleep(100);
+    }
+    if (srv.exit) await new Promise(() => {}); // the `exited` branch reports it
+  })();
+  const exited = srv.exited.then((e) => {
+    throw new Error(`${name}: lineage-server exited before it was ready (${JSON.stringify(e)}); ` +
+      `log ${logPath}:\n${srv.logTail()}`);
+  });
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${name}: lineage-server not ready after ${READY_TIMEOUT_MS / 1000} s; ` +
+      `log ${logPath}:\n${srv.logTail()}`)), READY_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([readyLine, health, exited, timeout, spawnError]);
+  } catch (e) {
+    if (!srv.exit) { proc.kill('SIGKILL'); await srv.exited; }
+    fs.rmSync(workDir, { recursive: true, force: true });
+    throw e;
+  } finally {
+    clearTimeout(timer);
+    exited.catch(() => {});
+    spawnError.catch(() => {});
+    ready = true; // stops the health poll
+  }
+  return srv;
+}

@@ -1,0 +1,103 @@
+// Streaming, for the tiny hybrid (qwen35) and tiny dense (qwen3) models:
+//  - streamed and non-streamed greedy replies agree (same text, same finish_reason, same
+//    prompt/completion token counts), with the cache on and with cache_prompt:false;
+//  - with stream_options.include_usage the stream's last chunk carries usage (and
+//    choices: []), no other chunk does; every chunk has the same id and object
+//    "chat.completion.chunk"; the first delta has role "assistant";
+//  - on the wire (raw fetch) the SSE stream ends with `data: [DONE]`;
+//  - a client that drops a stream after a few chunks leaves the server serving.
+//
+//   cd tests/e2e && node --test stream.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, assertUsage, readSSE, streamChat, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const MAX_TOKENS = 16;
+
+function messages(seed) {
+  return [
+    { role: 'system', content: `You are a helpful assistant. ${words(60, seed)}` },
+    { role: 'user', content: words(20, seed + 1) },
+  ];
+}
+
+for (const arch of ARCHS) {
+  describe(`streaming [${arch}]`, { timeout: 180_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `stream-${arch}`, args: ['--parallel', '2', '--ctx-size', '4096'] });
+    });
+    after(async () => { await srv?.stop(); });
+
+    for (const cachePrompt of [true, false]) {
+      it(`streamed == non-streamed for greedy decoding (cache_prompt ${cachePrompt})`, async () => {
+        const body = { model: 'tiny', messages: messages(cachePrompt ? 7 : 8), max_tokens: MAX_TOKENS, temperature: 0,
+          cache_prompt: cachePrompt };
+        const plain = await srv.openai.chat.completions.create(body);
+        const msg = assertCompletion(plain, { maxTokens: MAX_TOKENS }, 'non-streamed');
+        const s = await streamChat(srv.openai, { ...body, stream_options: { include_usage: true } });
+
+        assert.equal(s.role, 'assistant', 'first delta role');
+        assert.equal(s.content, msg.content ?? '', 'streamed content');
+        assert.equal(s.reasoning, msg.reasoning_content ?? '', 'streamed reasoning_content');
+        assert.equal(s.finish, plain.choices[0].finish_reason, 'finish_reason');
+        assertUsage(s.usage, 'stream usage');
+        assert.equal(s.usage.prompt_tokens, plain.usage.prompt_tokens, 'prompt_tokens');
+        assert.equal(s.usage.completion_tokens, plain.usage.completion_tokens, 'completion_tokens');
+        // The same prompt a second time: a verbatim resend when the cache is on.
+        const cached = s.usage.prompt_tokens_details.cached_tokens;
+        assert.equal(cached, cachePrompt ? plain.usage.prompt_tokens - 1 : 0, 'cached_tokens of the resend');
+
+        // Chunk shapes.
+        const ids = new Set(s.chunks.map((c) => c.id));
+        assert.equal(ids.size, 1, `chunk ids ${[...ids]}`);
+        for (const c of s.chunks) assert.equal(c.object, 'chat.completion.chunk');
+        const last = s.chunks.at(-1);
+        assert.equal(last, s.usageChunk, 'usage must come in the last chunk');
+        assert.deepEqual(last.choices, [], 'the usage chunk has choices: []');
+        const withUsage = s.chunks.filter((c) => c.usage);
+        assert.equal(withUsage.length, 1, 'exactly one chunk carries usage');
+        assert.equal(s.chunks.filter((c) => c.choices?.[0]?.finish_reason).length, 1, 'exactly one finish_reason');
+      });
+    }
+
+    it('the SSE stream ends with data: [DONE], with and without include_usage', async () => {
+      for (const includeUsage of [true, false]) {
+        const body = { model: 'tiny', messages: messages(9), max_tokens: 8, temperature: 0, stream: true };
+        if (includeUsage) body.stream_options = { include_usage: true };
+        const res = await fetch(`${srv.url}/v1/chat/completions`, {
+          method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+        });
+        assert.equal(res.status, 200);
+        assert.match(res.headers.get('content-type') || '', /text\/event-stream/);
+        const { data, text } = await readSSE(res);
+        assert.equal(data.at(-1), '[DONE]', `stream does not end with [DONE]:\n${text.slice(-500)}`);
+        assert.equal(data.filter((d) => d === '[DONE]').length, 1);
+        const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
+        assert.ok(chunks.length >= 2, 'at least a content chunk and a finish chunk');
+        const usageChunks = chunks.filter((c) => c.usage);
+        if (includeUsage) {
+          assert.equal(usageChunks.length, 1);
+          assert.equal(usageChunks[0], chunks.at(-1));
+        }
+      }
+    });
+
+    it('a stream dropped by the client after a few chunks leaves the server serving', async () => {
+      const ac = new AbortController();
+      const stream = await srv.openai.chat.completions.create(
+        { model: 'tiny', messages: messages(10), max_tokens: 200, temperature: 0, stream: true }, { signal: ac.signal });
+      let n = 0;
+      try {
+        for await (const _chunk of stream) { if (++n === 3) ac.abort(); }
+      } catch (e) {
+        assert.ok(ac.signal.aborted, `stream failed before the client dropped it: ${e}`);
+      }
+      srv.assertAlive();
+      const res = await srv.openai.chat.completions.create({ model: 'tiny', messages: messages(10), max_tokens: 8, temperature: 0 });
+      assertCompletion(res, { maxTokens: 8 }, 'after a dropped stream');
+    });
+  });
+}
