@@ -1,0 +1,392 @@
+// Unit tests of cache::store with fake states (no model): lookup choice, absorption,
+// thinning order, anchors, budgets, eviction order. check_invariants() after every mutation.
+#include "cache/store.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace lineage::cache {
+namespace {
+
+tokens seq(int32_t from, int32_t n) {
+    tokens t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+tokens cat(tokens a, const tokens & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+blob_ptr fake(size_t bytes) {
+    return make_blob(blob(bytes, 0xab));
+}
+
+config small_config() {
+    config c;
+    c.ram_bytes = 1 << 20;
+    c.min_prefix = 4;
+    c.guard_min_suffix = 64;
+    c.divergence_min_gain = 32;
+    return c;
+}
+
+class StoreTest : public ::testing::Test {
+protected:
+    // Simulates one request: plan, captures (fake blobs), commit on a fresh sequence id.
+    restore_plan run(store & st, const key & k, const tokens & prompt, plan_hints h = {}, double now = 1.0,
+                     size_t ckpt_bytes = 100) {
+        restore_plan p = st.plan(k, prompt, h, now);
+        st.check_invariants();
+        commit_input in;
+        in.k = k;
+        in.toks = prompt;
+        in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
+        in.device_bytes = 1000;
+        in.history_tokens = h.history_tokens;
+        for (const auto & c : p.captures) {
+            if (c.kind == point_kind::anchor) {
+                EXPECT_TRUE(st.reserve(500));
+                st.commit_anchor(k, tokens(prompt.begin(), prompt.begin() + c.n_tokens), fake(500), 500, now);
+            } else {
+                EXPECT_TRUE(st.reserve(ckpt_bytes));
+                in.reserved_bytes += ckpt_bytes;
+                in.captured.push_back({c.n_tokens, c.kind, fake(ckpt_bytes)});
+            }
+            st.check_invariants();
+        }
+        if (st.hybrid()) {
+            EXPECT_TRUE(st.reserve(ckpt_bytes));
+            in.reserved_bytes += ckpt_bytes;
+            in.final_recurrent = fake(ckpt_bytes);
+        }
+        if (p.absorbs) {
+            in.absorbed = p;
+        }
+        st.commit(std::move(in), now);
+        st.check_invariants();
+        for (int32_t s : st.take_released_seqs()) {
+            released_.push_back(s);
+        }
+        return p;
+    }
+    int32_t next_seq_ = 0;
+    std::vector<int32_t> released_;
+};
+
+TEST_F(StoreTest, MissOnEmptyAndHitAfterCommit) {
+    store st(small_config(), /*hybrid=*/false);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 100));
+    EXPECT_EQ(p1.n_restore, 0);
+    EXPECT_EQ(p1.kind, point_kind::none);
+    auto p2 = run(st, k, cat(seq(0, 100), seq(1000, 10)));
+    EXPECT_EQ(p2.n_restore, 100);
+    EXPECT_EQ(p2.kind, point_kind::full);
+    EXPECT_TRUE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::take_device);
+    EXPECT_EQ(st.entries().size(), 1u) << "the extending request absorbed the first entry";
+}
+
+TEST_F(StoreTest, AlwaysLeavesOneTokenToPrefill) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 50));
+    auto p = st.plan(k, seq(0, 50), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 49);
+    EXPECT_EQ(p.kind, point_kind::prefix);
+}
+
+TEST_F(StoreTest, DenseUsesAnyPrefix) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 100));
+    auto p = st.plan(k, cat(seq(0, 60), seq(5000, 20)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 60);
+    EXPECT_EQ(p.kind, point_kind::prefix);
+    EXPECT_EQ(p.op, restore_op::share_device);
+    EXPECT_FALSE(p.absorbs);
+}
+
+TEST_F(StoreTest, HybridOnlyRestoresAtCheckpoints) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // 200-token prompt from cold: guard at 184 (suffix >= 64), history boundary at 195.
+    auto p1 = run(st, k, seq(0, 200), {-1, 195});
+    ASSERT_EQ(p1.captures.size(), 2u);
+    EXPECT_EQ(p1.captures[0].n_tokens, 184);
+    EXPECT_EQ(p1.captures[0].kind, point_kind::guard);
+    EXPECT_EQ(p1.captures[1].n_tokens, 195);
+    EXPECT_EQ(p1.captures[1].kind, point_kind::turn);
+    // Diverges at 190: the guard at 184 is the longest restore point at or before it.
+    auto p = st.plan(k, cat(seq(0, 190), seq(7000, 30)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 184);
+    EXPECT_EQ(p.kind, point_kind::guard);
+    ASSERT_TRUE(p.recurrent);
+    // Diverges at 100: nothing covers it.
+    auto miss = st.plan(k, cat(seq(0, 100), seq(7000, 30)), {}, 3.0);
+    EXPECT_EQ(miss.n_restore, 0);
+}
+
+TEST_F(StoreTest, NextTurnThroughHistoryBoundaryAbsorbs) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    // Turn 2 shares the history (195) plus 2 tokens, then the re-rendered reply.
+    const tokens t2 = cat(seq(0, 197), seq(9000, 40));
+    auto p2 = run(st, k, t2, {-1, 230}, 2.0);
+    EXPECT_EQ(p2.n_restore, 195);
+    EXPECT_EQ(p2.kind, point_kind::turn);
+    EXPECT_TRUE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::take_device);
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 1u) << "one entry per lineage";
+    // Carried over: guard 184 and turn 195 (both <= 195); captured: turn 230.
+    std::vector<int32_t> at;
+    for (auto & c : es[0].checkpoints) {
+        at.push_back(c.first);
+    }
+    EXPECT_EQ(at, (std::vector<int32_t>{184, 195, 230}));
+}
+
+TEST_F(StoreTest, EditedLastMessageLandsOnTurnBoundaryWithoutAbsorbing) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    run(st, k, cat(seq(0, 197), seq(9000, 40)), {-1, 230}, 2.0);
+    // Edit of the last user message: shares up to 210 (inside turn 2's new part).
+    const tokens edit = cat(cat(seq(0, 197), seq(9000, 13)), seq(4000, 30));
+    auto p = st.plan(k, edit, {-1, 235}, 3.0);
+    EXPECT_EQ(p.n_restore, 195);
+    EXPECT_EQ(p.kind, point_kind::turn);
+    EXPECT_FALSE(p.absorbs);
+    EXPECT_EQ(p.op, restore_op::share_device);
+}
+
+TEST_F(StoreTest, RegenerateLandsOnGuard) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 300), {-1, 295});
+    auto p = st.plan(k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p.n_restore, 295) << "history boundary 295 beats guard 284";
+    EXPECT_EQ(p.kind, point_kind::turn);
+    EXPECT_LT(p.n_restore, 300);
+}
+
+TEST_F(StoreTest, ShortTurnHasNoGuard) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    // 20 new tokens after the restore point: below guard_min_suffix (64), no split.
+    auto p = st.plan(k, cat(seq(0, 197), seq(9000, 20)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 195);
+    EXPECT_TRUE(p.captures.empty());
+}
+
+TEST_F(StoreTest, AnchorIsPinnedSeparateAndServesNewSession) {
+    store st(small_config(), true);
+    const key k{"b", "s1"};
+    // System prompt + tools = 120 tokens; anchor at 120 - 2.
+    auto p1 = run(st, k, seq(0, 300), {120, 295});
+    ASSERT_FALSE(p1.captures.empty());
+    EXPECT_EQ(p1.captures[0].n_tokens, 118);
+    EXPECT_EQ(p1.captures[0].kind, point_kind::anchor);
+    EXPECT_EQ(st.get_stats().anchors, 1);
+    // A new session: same system prompt, other conversation.
+    const key k2{"b", "s2"};
+    auto p2 = st.plan(k2, cat(seq(0, 120), seq(50000, 100)), {120, 215}, 2.0);
+    EXPECT_EQ(p2.n_restore, 118);
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+    EXPECT_EQ(p2.op, restore_op::load_ram);
+    EXPECT_FALSE(p2.absorbs) << "anchors are exempt from absorption";
+    EXPECT_EQ(st.get_stats().anchors, 1);
+}
+
+TEST_F(StoreTest, AnchorPinnedEvenAfterGuardPoint) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // A long system block followed by a 7-token question: the anchor falls after the guard.
+    auto p = run(st, k, seq(0, 300), {297, 299});
+    bool anchor = false;
+    for (auto & c : p.captures) {
+        anchor = anchor || (c.kind == point_kind::anchor && c.n_tokens == 295);
+    }
+    EXPECT_TRUE(anchor);
+}
+
+TEST_F(StoreTest, DivergenceCapturedForSibling) {
+    store st(small_config(), true);
+    const key k{"b", "s1"};
+    run(st, k, seq(0, 300), {-1, 295});
+    // A sibling prompt shares 250 tokens; nothing covers 250 (guard 284, turn 295 are later).
+    const tokens sib = cat(seq(0, 250), seq(60000, 60));
+    auto p = st.plan(key{"b", "s2"}, sib, {-1, 305}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+    bool div = false;
+    for (auto & c : p.captures) {
+        div = div || (c.kind == point_kind::divergence && c.n_tokens == 250);
+    }
+    EXPECT_TRUE(div);
+}
+
+TEST_F(StoreTest, ThinningDropsOldGuardsThenOldestTurns) {
+    config c = small_config();
+    c.max_checkpoints = 3;
+    store st(c, true);
+    const key k{"b", "s"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 1000);
+    in.seq = 0;
+    in.captured = {{100, point_kind::turn, fake(10)},  {200, point_kind::guard, fake(10)},
+                   {300, point_kind::turn, fake(10)},  {400, point_kind::divergence, fake(10)},
+                   {500, point_kind::guard, fake(10)}, {600, point_kind::turn, fake(10)}};
+    st.commit(std::move(in), 1.0);
+    st.check_invariants();
+    std::vector<std::pair<int32_t, point_kind>> want = {
+        {400, point_kind::divergence}, {500, point_kind::guard}, {600, point_kind::turn}};
+    EXPECT_EQ(st.entries()[0].checkpoints, want);
+}
+
+TEST_F(StoreTest, SessionFirstCrossSessionOnlyWhenStrictlyLonger) {
+    store st(small_config(), false);
+    run(st, key{"b", "alice"}, seq(0, 100));
+    run(st, key{"b", "bob"}, cat(seq(0, 80), seq(3000, 20)));
+    // Alice's prompt shares 100 with her entry, 80 with Bob's: her own wins.
+    auto p = run(st, key{"b", "alice"}, cat(seq(0, 100), seq(1, 5)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 100);
+    EXPECT_EQ(p.reason.find("cross-session"), std::string::npos);
+    // Bob shares 80 with his entry and 100 with Alice's: strictly longer, so cross-session.
+    auto q = st.plan(key{"b", "bob"}, cat(seq(0, 100), seq(2, 5)), {}, 3.0);
+    EXPECT_EQ(q.n_restore, 100);
+    EXPECT_NE(q.reason.find("cross-session"), std::string::npos);
+}
+
+TEST_F(StoreTest, OtherBucketNeverHits) {
+    store st(small_config(), false);
+    run(st, key{"template-a", "s"}, seq(0, 100));
+    auto p = st.plan(key{"template-b", "s"}, cat(seq(0, 100), seq(1, 5)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+}
+
+TEST_F(StoreTest, MinPrefixRejectsShortMatches) {
+    config c = small_config();
+    c.min_prefix = 32;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 100));
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 20), seq(800, 50)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+    EXPECT_NE(p.reason.find("min prefix"), std::string::npos);
+}
+
+TEST_F(StoreTest, BudgetEvictsLeastRecentlyUsedFirst) {
+    config c = small_config();
+    c.ram_bytes = 1000;
+    store st(c, true);
+    // Three lineages holding 300 bytes each (their prompt-end recurrent state; prompts
+    // shorter than guard_min_suffix, so no guard checkpoints).
+    run(st, key{"b", "1"}, seq(0, 50), {}, 1.0, 300);
+    run(st, key{"b", "2"}, seq(100, 55), {}, 2.0, 300);
+    run(st, key{"b", "3"}, seq(200, 60), {}, 3.0, 300);
+    EXPECT_EQ(st.ram_bytes(), 900u);
+    // Lineage 1 takes a turn: it now holds 600 bytes (old final state as a turn checkpoint +
+    // new final state), so the least recently used lineage (2) must go.
+    run(st, key{"b", "1"}, cat(seq(0, 50), seq(7, 1)), {}, 4.0, 300);
+    std::vector<int32_t> left;
+    for (auto & e : st.entries()) {
+        left.push_back(e.n_tokens);
+    }
+    EXPECT_EQ(left, (std::vector<int32_t>{51, 60})) << "lineage 2 was the least recently used";
+    EXPECT_EQ(st.get_stats().evictions.at("capacity"), 1);
+    EXPECT_LE(st.ram_bytes(), 1000u);
+}
+
+TEST_F(StoreTest, StateLargerThanBudgetIsRejected) {
+    config c = small_config();
+    c.ram_bytes = 1000;
+    store st(c, true);
+    EXPECT_FALSE(st.reserve(1500));
+    EXPECT_EQ(st.get_stats().rejections.at("too_large"), 1);
+    st.check_invariants();
+}
+
+TEST_F(StoreTest, AnchorCapEvictsLeastRecentlyUsedAnchor) {
+    config c = small_config();
+    c.max_anchors = 2;
+    store st(c, false);
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(st.reserve(100));
+        st.commit_anchor(key{"b", "s"}, seq(i * 1000, 40), fake(100), 100, 1.0 + i);
+        st.check_invariants();
+    }
+    EXPECT_EQ(st.get_stats().anchors, 2);
+    EXPECT_EQ(st.get_stats().evictions.at("anchor_cap"), 1);
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 40), seq(5, 5)), {}, 9.0);
+    EXPECT_EQ(p.n_restore, 0) << "the oldest anchor was evicted";
+}
+
+TEST_F(StoreTest, MaxEntriesEvictsOldest) {
+    config c = small_config();
+    c.max_entries = 2;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 50), {}, 1.0);
+    run(st, key{"b", "s"}, seq(100, 50), {}, 2.0);
+    run(st, key{"b", "s"}, seq(200, 50), {}, 3.0);
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 2u);
+    EXPECT_EQ(st.get_stats().evictions.at("lru"), 1);
+    EXPECT_EQ(released_, (std::vector<int32_t>{0})) << "the oldest entry's sequence is released";
+}
+
+TEST_F(StoreTest, TtlExpiresIdleEntries) {
+    config c = small_config();
+    c.ttl_s = 10;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 50), {}, 1.0);
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 50), seq(9, 3)), {}, 20.0);
+    EXPECT_EQ(p.n_restore, 0);
+    EXPECT_EQ(st.get_stats().evictions.at("ttl"), 1);
+}
+
+TEST_F(StoreTest, ExactModeHasNoCheckpointsAndNoAbsorption) {
+    config c = small_config();
+    c.lineage = false;
+    store st(c, true);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 300), {120, 295});
+    EXPECT_TRUE(p1.captures.empty());
+    auto p2 = run(st, k, cat(seq(0, 300), seq(5000, 10)), {120, 305}, 2.0);
+    EXPECT_EQ(p2.n_restore, 300);
+    EXPECT_FALSE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::share_device);
+    EXPECT_EQ(st.entries().size(), 2u);
+}
+
+TEST_F(StoreTest, DemoteMovesDeviceEntryToRam) {
+    store st(small_config(), false);
+    run(st, key{"b", "s"}, seq(0, 50));
+    auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    ASSERT_TRUE(st.reserve(400, v->id));
+    st.demote(v->id, fake(400), 400);
+    st.check_invariants();
+    EXPECT_EQ(st.take_released_seqs(), (std::vector<int32_t>{v->seq}));
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 50), seq(1, 2)), {}, 2.0);
+    EXPECT_EQ(p.op, restore_op::load_ram);
+    EXPECT_EQ(p.n_restore, 50);
+}
+
+TEST_F(StoreTest, ResetFreesEverything) {
+    store st(small_config(), true);
+    run(st, key{"b", "s"}, seq(0, 300), {120, 295});
+    auto r = st.reset();
+    EXPECT_EQ(r.entries_freed, 2);  // the conversation and its anchor
+    EXPECT_GT(r.bytes_freed, 0u);
+    EXPECT_TRUE(st.entries().empty());
+    st.check_invariants();
+}
+
+}  // namespace
+}  // namespace lineage::cache
