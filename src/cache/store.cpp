@@ -372,6 +372,26 @@ bool store::commit(commit_input in, double now_s) {
         thin(uniq);
         e.checkpoints = std::move(uniq);
     }
+    // A verbatim resend that did not absorb (it restored an earlier point) leaves an entry with
+    // the same tokens behind: the new one supersedes it and takes over its checkpoints.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        auto next = std::next(it);
+        if (!it->anchor && it->k.bucket == e.k.bucket && it->toks == e.toks) {
+            for (auto & c : it->checkpoints) {
+                const bool have = std::any_of(e.checkpoints.begin(), e.checkpoints.end(),
+                                              [&](const checkpoint & x) { return x.n_tokens == c.n_tokens; });
+                if (!have) {
+                    e.checkpoints.push_back(std::move(c));
+                }
+            }
+            it->checkpoints.clear();
+            erase(it, "superseded");
+        }
+        it = next;
+    }
+    std::sort(e.checkpoints.begin(), e.checkpoints.end(),
+              [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
+    thin(e.checkpoints);
     const uint64_t id = e.id;
     entries_.push_front(std::move(e));
     // The reservations covered these bytes; what was freed since may let others in. Enforce

@@ -378,6 +378,33 @@ TEST_F(StoreTest, DemoteMovesDeviceEntryToRam) {
     EXPECT_EQ(p.n_restore, 50);
 }
 
+TEST_F(StoreTest, VerbatimResendSupersedesItsTwin) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 300), {-1, 295});
+    auto p = run(st, k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p.n_restore, 295);
+    EXPECT_TRUE(p.absorbs) << "the history boundary is reached: the resend continues the lineage";
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 1u);
+    std::vector<int32_t> at;
+    for (auto & c : es[0].checkpoints) {
+        at.push_back(c.first);
+    }
+    EXPECT_EQ(at, (std::vector<int32_t>{284, 295}));
+}
+
+TEST_F(StoreTest, ResendThatDoesNotAbsorbSupersedesItsTwin) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 50));
+    auto p = run(st, k, seq(0, 50), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 49);
+    EXPECT_FALSE(p.absorbs);
+    EXPECT_EQ(st.entries().size(), 1u);
+    EXPECT_EQ(st.get_stats().evictions.at("superseded"), 1);
+}
+
 TEST_F(StoreTest, ResetFreesEverything) {
     store st(small_config(), true);
     run(st, key{"b", "s"}, seq(0, 300), {120, 295});
