@@ -19,7 +19,7 @@ for (const arch of ARCHS) {
       model = modelPath(arch);
       srv = await startServer({ model, name: `basic-${arch}`, args: ['--parallel', '2', '--ctx-size', '4096'] });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     it('GET /health is 200 {"status":"ok"}', async () => {
       const r = await srv.get('/health');

@@ -1,7 +1,8 @@
 // Prompt-cache reuse over HTTP, for the tiny hybrid (qwen35) and tiny dense (qwen3) models:
 //  - turn 1 of a conversation on a fresh server has cached_tokens 0; turn k+1 (turn k's
 //    messages + the reply exactly as returned + a new user message) has
-//    cached_tokens >= turn k's prompt_tokens;
+//    cached_tokens >= turn k's prompt_tokens - GEN_PROMPT_MAX (see below why not all of it;
+//    tools.test.mjs asserts all of it for an agent-loop turn, where the template allows it);
 //  - a verbatim resend has cached_tokens == prompt_tokens - 1 (SCENARIOS B3: a restore
 //    leaves one token to prefill), and its greedy output equals the first one (C2);
 //  - greedy (temperature 0) output through the cache equals the output with
@@ -17,6 +18,15 @@ import { assertCompletion, echo, usageOf, words } from './lib/chat.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
+/** Why a user follow-up cannot reuse ALL of the previous prompt: the Qwen3.5 template (every
+ *  tiny model carries it) ends a prompt with the generation prompt "<|im_start|>assistant\n
+ *  <think>\n", but renders an earlier assistant turn as "<|im_start|>assistant\n" + content,
+ *  without the <think> block, once a newer user message follows it. So turn k+1 shares turn
+ *  k's prompt only up to inside the generation prompt (measured on the dense model: the
+ *  common prefix is prompt_tokens - 3). A dense model restores exactly there; a hybrid needs a
+ *  checkpoint at or before it, at best at the start of the generation prompt (the history
+ *  boundary). This bounds the generation prompt's length in tokens. */
+const GEN_PROMPT_MAX = 8;
 const SERVER_ARGS = ['--parallel', '2', '--ctx-size', '4096'];
 
 /** One greedy request; checks the shape and returns the response. */
@@ -56,10 +66,10 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `cache-${arch}`, args: SERVER_ARGS });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     // Must stay the first test of this suite: turn 1 is the server's first request.
-    it('turn 1 is cold; each next turn reuses at least the whole previous prompt', async () => {
+    it('turn 1 is cold; each next turn reuses the previous prompt up to its generation prompt', async () => {
       const messages = [{ role: 'system', content: SYSTEM(1) }];
       let prev = null;
       for (let k = 0; k < 4; k++) {
@@ -70,8 +80,8 @@ for (const arch of ARCHS) {
         if (k === 0) {
           assert.equal(u.cached, 0, 'turn 1 on a fresh server');
         } else {
-          assert.ok(u.cached >= prev.prompt,
-            `turn ${k + 1}: cached_tokens ${u.cached} < turn ${k}'s prompt_tokens ${prev.prompt} ` +
+          assert.ok(u.cached >= prev.prompt - GEN_PROMPT_MAX,
+            `turn ${k + 1}: cached_tokens ${u.cached} < turn ${k}'s prompt_tokens ${prev.prompt} - ${GEN_PROMPT_MAX} ` +
             `(prompt_tokens ${u.prompt}); request: ${JSON.stringify(req)}; response: ${JSON.stringify(res)}`);
         }
         messages.push(echo(res.choices[0].message));
@@ -87,9 +97,12 @@ for (const arch of ARCHS) {
       const b = await chat(srv, messages, {}, 'resend 2');
       const cold = await chat(srv, messages, { cache_prompt: false }, 'cold');
       const p = first.usage.prompt_tokens;
+      const req = JSON.stringify({ messages, max_tokens: MAX_TOKENS, temperature: 0 });
       assert.equal(usageOf(a).prompt, p);
-      assert.equal(usageOf(a).cached, p - 1, `resend after max_tokens 1: cached ${usageOf(a).cached} of ${p}`);
-      assert.equal(usageOf(b).cached, p - 1, `second resend: cached ${usageOf(b).cached} of ${p}`);
+      assert.equal(usageOf(a).cached, p - 1,
+        `resend after max_tokens 1: cached ${usageOf(a).cached} of ${p}; request ${req}; response ${JSON.stringify(a)}`);
+      assert.equal(usageOf(b).cached, p - 1,
+        `second resend: cached ${usageOf(b).cached} of ${p}; request ${req}; response ${JSON.stringify(b)}`);
       assert.equal(usageOf(cold).cached, 0);
       assert.deepEqual(replyOf(a), replyOf(cold), 'resend through the cache vs cold');
       assert.deepEqual(replyOf(b), replyOf(cold), 'second resend vs cold');
@@ -119,7 +132,7 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `nocache-${arch}`, args: SERVER_ARGS });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     // Order matters: the suite starts on a fresh server and builds on what came before.
     const P = [{ role: 'system', content: SYSTEM(4) }, { role: 'user', content: USERS[0] }];
@@ -148,7 +161,9 @@ for (const arch of ARCHS) {
       assert.deepEqual(heldState(await srv.cacheStats()), heldState(s0), 'cache_prompt:false changed the cache');
       // And the cache still serves P.
       const warm = await chat(srv, P, {}, 'cached again');
-      assert.equal(usageOf(warm).cached, usageOf(warm).prompt - 1);
+      assert.equal(usageOf(warm).cached, usageOf(warm).prompt - 1,
+        `a resend of P: request ${JSON.stringify({ messages: P, max_tokens: MAX_TOKENS, temperature: 0 })}; ` +
+        `response ${JSON.stringify(warm)}`);
       assert.deepEqual(replyOf(warm), replyOf(root), 'cached vs cache_prompt:false reply');
     });
   });

@@ -43,7 +43,7 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `errors-${arch}`, args: ['--parallel', '1', '--ctx-size', '512'] });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     /** A normal request must still succeed (the server keeps serving after an error). */
     async function stillServes(after) {

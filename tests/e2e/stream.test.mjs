@@ -29,7 +29,7 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `stream-${arch}`, args: ['--parallel', '2', '--ctx-size', '4096'] });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     for (const cachePrompt of [true, false]) {
       it(`streamed == non-streamed for greedy decoding (cache_prompt ${cachePrompt})`, async () => {
@@ -39,9 +39,11 @@ for (const arch of ARCHS) {
         const msg = assertCompletion(plain, { maxTokens: MAX_TOKENS }, 'non-streamed');
         const s = await streamChat(srv.openai, { ...body, stream_options: { include_usage: true } });
 
+        const detail = `request ${JSON.stringify(body)}; non-streamed message ${JSON.stringify(msg)}; ` +
+          `streamed content ${JSON.stringify(s.content)}, reasoning_content ${JSON.stringify(s.reasoning)}`;
         assert.equal(s.role, 'assistant', 'first delta role');
-        assert.equal(s.content, msg.content ?? '', 'streamed content');
-        assert.equal(s.reasoning, msg.reasoning_content ?? '', 'streamed reasoning_content');
+        assert.equal(s.content, msg.content ?? '', `streamed content differs: ${detail}`);
+        assert.equal(s.reasoning, msg.reasoning_content ?? '', `streamed reasoning_content differs: ${detail}`);
         assert.equal(s.finish, plain.choices[0].finish_reason, 'finish_reason');
         assertUsage(s.usage, 'stream usage');
         assert.equal(s.usage.prompt_tokens, plain.usage.prompt_tokens, 'prompt_tokens');

@@ -77,7 +77,7 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `tools-${arch}`, args: ['--parallel', '2', '--ctx-size', '4096'] });
     });
-    after(async () => { await srv?.stop(); });
+    after(async () => { await srv?.stopGracefully(); });
 
     async function chat(body, where) {
       const res = await srv.openai.chat.completions.create({ model: 'tiny', max_tokens: MAX_TOKENS, temperature: 0, ...body });
@@ -119,8 +119,10 @@ for (const arch of ARCHS) {
       const body = { messages: toolHistory({ content: 'Checking.' }), tools: TOOLS, max_tokens: MAX_TOKENS, temperature: 0 };
       const plain = await chat({ ...body, cache_prompt: false }, 'non-streamed');
       const s = await streamChat(srv.openai, { model: 'tiny', ...body, cache_prompt: false, stream_options: { include_usage: true } });
-      assert.equal(s.content, plain.choices[0].message.content ?? '');
-      assert.equal(s.reasoning, plain.choices[0].message.reasoning_content ?? '');
+      const detail = `non-streamed message ${JSON.stringify(plain.choices[0].message)}; streamed content ` +
+        `${JSON.stringify(s.content)}, reasoning_content ${JSON.stringify(s.reasoning)}`;
+      assert.equal(s.content, plain.choices[0].message.content ?? '', `content differs: ${detail}`);
+      assert.equal(s.reasoning, plain.choices[0].message.reasoning_content ?? '', `reasoning_content differs: ${detail}`);
       assert.equal(s.finish, plain.choices[0].finish_reason);
       assert.equal(s.usage.completion_tokens, plain.usage.completion_tokens);
       assert.equal(s.usage.prompt_tokens, plain.usage.prompt_tokens);

@@ -6,8 +6,8 @@
 //   node tools/demo/agent.mjs --dry-run        # print the plan and token estimates only
 //   LINEAGE_URL=http://127.0.0.1:8080 node tools/demo/agent.mjs
 //
-// The persona (tools/demo/persona.mjs) is a ~3,000-token system block: coding-assistant
-// rules plus ten tool schemas. Sessions, run one after another (closed loop):
+// The persona (tools/demo/persona.mjs) is a ~3,100-token system block (as the server counts
+// it): coding-assistant rules plus nine tool schemas. Sessions, run one after another (closed loop):
 //   1. "main":    8 turns: user messages of 5-200 tokens, scripted tool calls with their tool
 //                 results (50-800 tokens), then a regenerate (same prompt again) and an edit
 //                 of the last user message;
@@ -29,6 +29,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { TOOLS, diffResult, fileResult, searchResult, systemText, testResult } from './persona.mjs';
+
+process.stdout.on('error', (e) => { if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0); throw e; });
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const OPENAI_ENTRY = path.resolve(HERE, '../../tests/e2e/node_modules/openai/index.mjs');
@@ -58,6 +60,7 @@ export function estimateTokens(text) {
   return (String(text).match(/[A-Za-z]+|\d|[^\sA-Za-z\d]+|\n/g) || []).length;
 }
 const TEMPLATE_TOOL_OVERHEAD = 260; // the Qwen3.5 template's instructions around the tools block
+const JSON_FACTOR = 1.15;           // JSON schemas take ~15% more tokens than the count above
 
 // --- The conversation script ----------------------------------------------------------
 
@@ -277,9 +280,10 @@ function plan() {
 function printPlan(sessions) {
   const sys = sessions[0].system;
   const toolsJson = TOOLS.map((t) => JSON.stringify(t)).join('\n');
-  const est = estimateTokens(sys) + estimateTokens(toolsJson) + TEMPLATE_TOOL_OVERHEAD;
+  const toolsEst = Math.round(estimateTokens(toolsJson) * JSON_FACTOR);
+  const est = estimateTokens(sys) + toolsEst + TEMPLATE_TOOL_OVERHEAD;
   process.stdout.write(`persona: system text ~${estimateTokens(sys)} tokens (${sys.length} chars), ` +
-    `${TOOLS.length} tools ~${estimateTokens(toolsJson)} tokens (${toolsJson.length} chars), ` +
+    `${TOOLS.length} tools ~${toolsEst} tokens (${toolsJson.length} chars), ` +
     `template ~${TEMPLATE_TOOL_OVERHEAD}: ~${est} tokens in all (estimates)\n`);
   for (const s of sessions) {
     const parts = s.turns.map((t) => {

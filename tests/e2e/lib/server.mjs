@@ -121,8 +121,12 @@ export class Server {
   }
 
   async stop() {
-    if (this.exit) return { ...this.exit, killed: false, ms: 0, alreadyExited: true };
+    if (this.exit) {
+      fs.rmSync(this.workDir, { recursive: true, force: true });
+      return { ...this.exit, killed: false, ms: 0, alreadyExited: true };
+    }
     const t0 = Date.now();
+    this._stoppedByUs = true;
     this.proc.kill('SIGTERM');
     let killed = false;
     const timer = setTimeout(() => { killed = true; this.proc.kill('SIGKILL'); }, STOP_GRACE_MS);
@@ -135,6 +139,22 @@ export class Server {
         `${killed ? ' after SIGKILL' : ''}; log ${this.logPath}:\n${this.logTail(20)}\n`);
     }
     return { ...exit, killed, ms: Date.now() - t0 };
+  }
+
+  /** stop(), then throws unless the server exited by itself with status 0 (SIGTERM is a
+   *  graceful stop in the contract); for `after` hooks, so that a hang or crash on shutdown
+   *  fails the suite. */
+  async stopGracefully() {
+    const exit = await this.stop();
+    if (exit.alreadyExited && !this._stoppedByUs) {
+      throw new Error(`${this.name}: lineage-server had exited before the end of the suite ` +
+        `(${JSON.stringify({ code: exit.code, signal: exit.signal })}); log ${this.logPath}`);
+    }
+    if (exit.killed || exit.code !== 0) {
+      throw new Error(`${this.name}: lineage-server did not stop gracefully on SIGTERM ` +
+        `(${JSON.stringify(exit)}); log ${this.logPath}:\n${this.logTail(20)}`);
+    }
+    return exit;
   }
 
   /** POST JSON (or a raw string body) to `pathname`; returns {status, headers, text, json}. */
