@@ -30,6 +30,11 @@ struct config {
     int32_t guard_distance = 16;
     /** Guard only when the uncached suffix is at least this long, tokens (seed 000: 256). */
     int32_t guard_min_suffix = 256;
+    /** Capture a checkpoint at prompt - 1 so that a verbatim resend or a regenerate restores
+     *  all but one token (SCENARIOS.md B3) instead of the previous turn boundary; costs one
+     *  extra one-token forward per request. When on, it replaces the prompt - 16 guard.
+     *  (--cache-resend-checkpoint) */
+    bool resend_checkpoint = true;
     /** Minimum gain of a divergence checkpoint, tokens (seed 000: 256). */
     int32_t divergence_min_gain = 256;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */

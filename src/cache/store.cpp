@@ -245,8 +245,11 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // turn: the history boundary (prompt without its generation prompt), where the next
         // turn's prompt leaves this one when the template re-renders the assistant turn.
         add(h.history_tokens, point_kind::turn);
-        // guard: prompt - 16, only when the uncached suffix is >= 256 tokens.
-        if (n_prompt - from >= cfg_.guard_min_suffix) {
+        // guard: prompt - 1 (resend checkpoint), else seed 000's prompt - 16 when the uncached
+        // suffix is >= 256 tokens.
+        if (cfg_.resend_checkpoint) {
+            add(n_prompt - 1, point_kind::guard);
+        } else if (n_prompt - from >= cfg_.guard_min_suffix) {
             add(n_prompt - cfg_.guard_distance, point_kind::guard);
         }
         // divergence: where the prompt stops sharing tokens with its closest sibling.

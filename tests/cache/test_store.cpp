@@ -30,6 +30,7 @@ config small_config() {
     c.min_prefix = 4;
     c.guard_min_suffix = 64;
     c.divergence_min_gain = 32;
+    c.resend_checkpoint = false;  // seed 000's guard rule; ResendCheckpoint tests the other
     return c;
 }
 
@@ -403,6 +404,20 @@ TEST_F(StoreTest, ResendThatDoesNotAbsorbSupersedesItsTwin) {
     EXPECT_FALSE(p.absorbs);
     EXPECT_EQ(st.entries().size(), 1u);
     EXPECT_EQ(st.get_stats().evictions.at("superseded"), 1);
+}
+
+TEST_F(StoreTest, ResendCheckpointServesAllButOneToken) {
+    config c = small_config();
+    c.resend_checkpoint = true;
+    store st(c, true);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 300), {-1, 295});
+    ASSERT_EQ(p1.captures.size(), 2u);
+    EXPECT_EQ(p1.captures[1].n_tokens, 299) << "prompt - 1 replaces the prompt - 16 guard";
+    EXPECT_EQ(p1.captures[1].kind, point_kind::guard);
+    auto p2 = st.plan(k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p2.n_restore, 299);
+    EXPECT_EQ(p2.kind, point_kind::guard);
 }
 
 TEST_F(StoreTest, ResetFreesEverything) {
