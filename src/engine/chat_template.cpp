@@ -1,0 +1,259 @@
+// engine::chat_template over llama.cpp's common chat library (common/chat.h). Mirrors what
+// llama-server does in oaicompat_chat_params_parse (tools/server/server-common.cpp) and
+// task_result_state::update_chat_msg (tools/server/server-task.cpp), through the library.
+#include "engine/chat_template.h"
+
+#include "engine/model.h"
+
+#include <chat.h>
+#include <common.h>
+#include <llama.h>
+#include <spdlog/spdlog.h>
+
+#include <random>
+#include <stdexcept>
+
+namespace lineage::engine {
+
+struct chat_parse_params::impl {
+    common_chat_parser_params params;
+};
+
+chat_parse_params::chat_parse_params() : impl_(std::make_shared<const impl>()) {}
+
+struct chat_template::impl {
+    common_chat_templates_ptr tmpls;
+    std::string source;
+    bool supports_thinking = false;
+    bool supports_parallel_tool_calls = false;
+    std::string bos_text;  ///< prepended when the vocab adds BOS (the library strips it)
+};
+
+namespace {
+
+common_chat_msg to_common(const chat_message & m) {
+    common_chat_msg out;
+    out.role = m.role;
+    if (m.content_is_parts) {
+        for (const auto & p : m.parts) {
+            common_chat_msg_content_part part;
+            part.type = "text";
+            part.text = p;
+            out.content_parts.push_back(std::move(part));
+        }
+    } else {
+        out.content = m.content;
+    }
+    for (const auto & tc : m.tool_calls) {
+        out.tool_calls.push_back({tc.name, tc.arguments, tc.id});
+    }
+    out.reasoning_content = m.reasoning_content;
+    out.tool_name = m.name;
+    out.tool_call_id = m.tool_call_id;
+    return out;
+}
+
+common_chat_msg to_common(const chat_parsed & p) {
+    common_chat_msg out;
+    out.role = "assistant";
+    out.content = p.content;
+    out.reasoning_content = p.reasoning_content;
+    for (const auto & tc : p.tool_calls) {
+        out.tool_calls.push_back({tc.name, tc.arguments, tc.id});
+    }
+    return out;
+}
+
+chat_parsed from_common(const common_chat_msg & m) {
+    chat_parsed out;
+    out.content = m.content;
+    out.reasoning_content = m.reasoning_content;
+    for (const auto & tc : m.tool_calls) {
+        out.tool_calls.push_back({tc.id, tc.name, tc.arguments});
+    }
+    return out;
+}
+
+std::string gen_tool_call_id() {
+    static const char alphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    thread_local std::mt19937 rng{std::random_device{}()};
+    std::uniform_int_distribution<size_t> pick(0, sizeof(alphabet) - 2);
+    std::string id = "call_";
+    for (int i = 0; i < 24; ++i) {
+        id += alphabet[pick(rng)];
+    }
+    return id;
+}
+
+}  // namespace
+
+chat_template::chat_template(const model & m, const std::string & override_source) : impl_(std::make_unique<impl>()) {
+    try {
+        impl_->tmpls = common_chat_templates_init(m.raw(), override_source);
+    } catch (const std::exception & e) {
+        throw std::runtime_error(std::string("chat template does not parse: ") + e.what());
+    }
+    if (!impl_->tmpls) {
+        throw std::runtime_error("chat template could not be initialised");
+    }
+    impl_->source = common_chat_templates_source(impl_->tmpls.get());
+    const std::string tool_use = common_chat_templates_source(impl_->tmpls.get(), "tool_use");
+    if (!tool_use.empty()) {
+        impl_->source += "\n{# lineage: tool_use variant #}\n" + tool_use;
+    }
+    impl_->supports_thinking = common_chat_templates_support_enable_thinking(impl_->tmpls.get());
+    const auto caps = common_chat_templates_get_caps(impl_->tmpls.get());
+    if (auto it = caps.find("supports_parallel_tool_calls"); it != caps.end()) {
+        impl_->supports_parallel_tool_calls = it->second;
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(m.raw());
+    if (vocab && llama_vocab_get_add_bos(vocab) && llama_vocab_bos(vocab) != LLAMA_TOKEN_NULL) {
+        impl_->bos_text = common_token_to_piece(vocab, llama_vocab_bos(vocab), true);
+    }
+}
+
+chat_template::~chat_template() = default;
+chat_template::chat_template(chat_template &&) noexcept = default;
+chat_template & chat_template::operator=(chat_template &&) noexcept = default;
+
+const std::string & chat_template::source() const {
+    return impl_->source;
+}
+
+bool chat_template::supports_thinking() const {
+    return impl_->supports_thinking;
+}
+
+chat_render_result chat_template::render(const chat_render_inputs & in) const {
+    common_chat_templates_inputs inputs;
+    inputs.messages.reserve(in.messages.size());
+    for (const auto & m : in.messages) {
+        inputs.messages.push_back(to_common(m));
+    }
+    for (const auto & t : in.tools) {
+        inputs.tools.push_back({t.name, t.description, t.parameters});
+    }
+    inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(in.tool_choice);  // throws invalid_argument
+    inputs.parallel_tool_calls = in.parallel_tool_calls.value_or(impl_->supports_parallel_tool_calls);
+    inputs.add_generation_prompt = in.add_generation_prompt;
+    inputs.use_jinja = true;
+    inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
+    inputs.chat_template_kwargs = in.kwargs;
+
+    // enable_thinking: the template's capability, overridden by the kwarg (llama-server).
+    inputs.enable_thinking = impl_->supports_thinking;
+    if (auto it = in.kwargs.find("enable_thinking"); it != in.kwargs.end()) {
+        if (it->second == "true") {
+            inputs.enable_thinking = true;
+        } else if (it->second == "false") {
+            inputs.enable_thinking = false;
+        } else {
+            throw std::invalid_argument("chat_template_kwargs.enable_thinking must be a boolean");
+        }
+    }
+
+    common_chat_params cp;
+    try {
+        cp = common_chat_templates_apply(impl_->tmpls.get(), inputs);
+    } catch (const std::invalid_argument &) {
+        throw;
+    } catch (const std::exception & e) {
+        throw std::invalid_argument(std::string("the chat template could not render this conversation: ") +
+                                    e.what());
+    }
+
+    chat_render_result out;
+    out.prompt = std::move(cp.prompt);
+    if (!impl_->bos_text.empty() && out.prompt.rfind(impl_->bos_text, 0) != 0) {
+        out.prompt.insert(0, impl_->bos_text);
+    }
+    out.generation_prompt = cp.generation_prompt;
+    out.additional_stops = cp.additional_stops;
+    out.preserved_tokens = cp.preserved_tokens;
+    out.format = common_chat_format_name(cp.format);
+
+    auto pp = std::make_shared<chat_parse_params::impl>();
+    pp->params = common_chat_parser_params(cp);
+    pp->params.reasoning_format = inputs.reasoning_format;
+    pp->params.reasoning_in_content = false;
+    if (!cp.parser.empty()) {
+        try {
+            pp->params.parser.load(cp.parser);
+        } catch (const std::exception & e) {
+            throw std::runtime_error(std::string("chat output parser does not load: ") + e.what());
+        }
+    }
+    out.parser.impl_ = std::move(pp);
+    return out;
+}
+
+chat_output_parser::chat_output_parser(chat_parse_params p) : params_(std::move(p)) {}
+
+std::vector<chat_delta> chat_output_parser::update(const std::string & text, bool is_partial) {
+    const common_chat_parser_params & pp = params_.impl_->params;
+    common_chat_msg parsed;
+    bool parsed_ok = false;
+    try {
+        parsed = common_chat_parse(text, is_partial, pp);
+        parsed_ok = true;
+    } catch (const std::exception & e) {
+        if (is_partial) {
+            return {};  // wait for more text
+        }
+        spdlog::debug("final parse failed: {}", e.what());
+    }
+    if (!is_partial && !text.empty() && (!parsed_ok || parsed.empty())) {
+        // The final text does not complete the format (e.g. max_tokens cut a reasoning block or
+        // a tool call short): keep what the partial parser makes of it, which is also what was
+        // streamed; failing that, the whole text is content.
+        try {
+            parsed = common_chat_parse(text, /*is_partial=*/true, pp);
+        } catch (const std::exception & e) {
+            spdlog::warn("generated text does not match the chat format ({}); returning it as content", e.what());
+            parsed = common_chat_msg();
+        }
+        if (parsed.empty()) {
+            parsed.role = "assistant";
+            parsed.content = text;
+        }
+    }
+    if (parsed.empty()) {
+        return {};
+    }
+    for (size_t i = 0; i < parsed.tool_calls.size(); ++i) {
+        if (ids_.size() <= i) {
+            ids_.push_back(parsed.tool_calls[i].id.empty() ? gen_tool_call_id() : parsed.tool_calls[i].id);
+        }
+        parsed.tool_calls[i].id = ids_[i];
+    }
+
+    std::vector<common_chat_msg_diff> diffs;
+    try {
+        diffs = common_chat_msg_diff::compute_diffs(to_common(msg_), parsed);
+    } catch (const std::exception & e) {
+        // The new parse is not an extension of what was streamed (should not happen with the
+        // library's partial parsers); keep the message, emit nothing for this step.
+        spdlog::debug("chat output diff skipped: {}", e.what());
+        if (!is_partial) {
+            msg_ = from_common(parsed);
+        }
+        return {};
+    }
+    msg_ = from_common(parsed);
+
+    std::vector<chat_delta> out;
+    out.reserve(diffs.size());
+    for (auto & d : diffs) {
+        chat_delta cd;
+        cd.reasoning_content = std::move(d.reasoning_content_delta);
+        cd.content = std::move(d.content_delta);
+        cd.tool_call_index = d.tool_call_index;
+        cd.tool_call_id = std::move(d.tool_call_delta.id);
+        cd.tool_call_name = std::move(d.tool_call_delta.name);
+        cd.tool_call_arguments = std::move(d.tool_call_delta.arguments);
+        out.push_back(std::move(cd));
+    }
+    return out;
+}
+
+}  // namespace lineage::engine

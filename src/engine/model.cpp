@@ -1,0 +1,256 @@
+// engine::model over llama.h: load, vocabulary, metadata. Also owns the process-wide engine
+// setup (llama_backend_init once, llama.cpp's log routed into spdlog, the common library's log
+// level).
+// Thread safety: see model.h; the one-time setup is guarded by std::call_once.
+#include "engine/model.h"
+
+#include <llama.h>
+#include <log.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+namespace lineage::engine {
+
+namespace {
+
+// llama.cpp logs in pieces (a line may arrive as several CONT calls); lines are assembled
+// per thread and emitted whole. Its INFO chatter (tensor loading) is our debug level.
+void log_callback(ggml_log_level level, const char * text, void * /*user_data*/) {
+    thread_local std::string line;
+    thread_local spdlog::level::level_enum line_level = spdlog::level::debug;
+    if (level != GGML_LOG_LEVEL_CONT) {
+        switch (level) {
+            case GGML_LOG_LEVEL_ERROR: line_level = spdlog::level::err; break;
+            case GGML_LOG_LEVEL_WARN:  line_level = spdlog::level::warn; break;
+            case GGML_LOG_LEVEL_INFO:  line_level = spdlog::level::debug; break;
+            default:                   line_level = spdlog::level::trace; break;
+        }
+    }
+    line += text ? text : "";
+    size_t nl;
+    while ((nl = line.find('\n')) != std::string::npos) {
+        if (nl > 0) {
+            spdlog::log(line_level, "llama: {}", line.substr(0, nl));
+        }
+        line.erase(0, nl + 1);
+    }
+}
+
+void init_backend_once() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        llama_log_set(log_callback, nullptr);
+        // The common library logs on its own (stderr); keep it to errors unless debugging
+        // (its chat-parse warnings repeat what chat_template already reports).
+        common_log_set_verbosity_thold(spdlog::get_level() <= spdlog::level::debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR);
+        llama_backend_init();
+    });
+}
+
+const llama_vocab * vocab_of(const llama_model * m) {
+    const llama_vocab * v = llama_model_get_vocab(m);
+    if (!v) {
+        throw std::runtime_error("model has no vocabulary");
+    }
+    return v;
+}
+
+std::string id_from_path(const std::string & path) {
+    std::string name = std::filesystem::path(path).filename().string();
+    const std::string ext = ".gguf";
+    if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0) {
+        name.resize(name.size() - ext.size());
+    }
+    return name;
+}
+
+}  // namespace
+
+const char * to_string(memory_family f) {
+    switch (f) {
+        case memory_family::dense:     return "dense";
+        case memory_family::hybrid:    return "hybrid";
+        case memory_family::recurrent: return "recurrent";
+    }
+    return "unknown";
+}
+
+model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) {
+    std::error_code ec;
+    if (p.path.empty()) {
+        throw std::runtime_error("no model file given");
+    }
+    if (!std::filesystem::exists(p.path, ec)) {
+        throw std::runtime_error("model file not found: " + p.path);
+    }
+    if (!std::filesystem::is_regular_file(p.path, ec)) {
+        throw std::runtime_error("model path is not a regular file: " + p.path);
+    }
+    init_backend_once();
+
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = p.n_gpu_layers;
+    model_ = llama_model_load_from_file(p.path.c_str(), mp);
+    if (!model_) {
+        throw std::runtime_error("llama.cpp could not load " + p.path +
+                                 " (not a GGUF file, unsupported architecture, or out of memory; "
+                                 "run with --log-level debug for the loader's messages)");
+    }
+    if (!llama_model_get_vocab(model_)) {
+        llama_model_free(model_);
+        model_ = nullptr;
+        throw std::runtime_error("model has no vocabulary: " + p.path);
+    }
+}
+
+model::~model() {
+    if (model_) {
+        llama_model_free(model_);
+    }
+}
+
+model::model(model && o) noexcept : model_(o.model_), path_(std::move(o.path_)), id_(std::move(o.id_)) {
+    o.model_ = nullptr;
+}
+
+model & model::operator=(model && o) noexcept {
+    if (this != &o) {
+        if (model_) {
+            llama_model_free(model_);
+        }
+        model_ = o.model_;
+        path_ = std::move(o.path_);
+        id_ = std::move(o.id_);
+        o.model_ = nullptr;
+    }
+    return *this;
+}
+
+std::vector<token> model::tokenize(const std::string & text, bool parse_special) const {
+    if (text.size() > static_cast<size_t>(INT32_MAX)) {
+        throw std::runtime_error("text too long to tokenize");
+    }
+    const llama_vocab * v = vocab_of(model_);
+    const auto len = static_cast<int32_t>(text.size());
+    // A token covers at least one byte (plus possible BOS/EOS, never added here).
+    std::vector<token> out(text.size() + 2);
+    int32_t n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()),
+                               /*add_special=*/false, parse_special);
+    if (n == INT32_MIN) {
+        throw std::runtime_error("tokenization overflow");
+    }
+    if (n < 0) {
+        out.resize(static_cast<size_t>(-n));
+        n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), false,
+                           parse_special);
+        if (n < 0) {
+            throw std::runtime_error("tokenization failed");
+        }
+    }
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
+
+std::string model::token_to_piece(token t, bool special) const {
+    const llama_vocab * v = vocab_of(model_);
+    std::string out(16, '\0');
+    int32_t n = llama_token_to_piece(v, t, out.data(), static_cast<int32_t>(out.size()), 0, special);
+    if (n < 0) {
+        out.resize(static_cast<size_t>(-n));
+        n = llama_token_to_piece(v, t, out.data(), static_cast<int32_t>(out.size()), 0, special);
+        if (n < 0) {
+            throw std::runtime_error("token_to_piece failed for token " + std::to_string(t));
+        }
+    }
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
+
+std::string model::detokenize(const std::vector<token> & tokens, bool special) const {
+    const llama_vocab * v = vocab_of(model_);
+    if (tokens.empty()) {
+        return {};
+    }
+    const auto n_tokens = static_cast<int32_t>(tokens.size());
+    std::string out(tokens.size() * 4 + 16, '\0');
+    int32_t n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()),
+                                 /*remove_special=*/false, special);
+    if (n < 0) {
+        out.resize(static_cast<size_t>(-n));
+        n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()), false,
+                             special);
+        if (n < 0) {
+            throw std::runtime_error("detokenize failed");
+        }
+    }
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
+
+bool model::is_eog(token t) const {
+    return llama_vocab_is_eog(vocab_of(model_), t);
+}
+
+int32_t model::n_vocab() const {
+    return llama_vocab_n_tokens(vocab_of(model_));
+}
+
+int32_t model::n_ctx_train() const {
+    return llama_model_n_ctx_train(model_);
+}
+
+memory_family model::family() const {
+    // llama.cpp: hybrid = attention KV + recurrent layers; recurrent = recurrent layers only.
+    if (llama_model_is_hybrid(model_)) {
+        return memory_family::hybrid;
+    }
+    if (llama_model_is_recurrent(model_)) {
+        return memory_family::recurrent;
+    }
+    return memory_family::dense;
+}
+
+std::string model::architecture() const {
+    char buf[128];
+    int32_t n = llama_model_meta_val_str(model_, "general.architecture", buf, sizeof(buf));
+    if (n < 0) {
+        return "unknown";
+    }
+    if (static_cast<size_t>(n) >= sizeof(buf)) {
+        std::string big(static_cast<size_t>(n) + 1, '\0');
+        n = llama_model_meta_val_str(model_, "general.architecture", big.data(), big.size());
+        if (n < 0) {
+            return "unknown";
+        }
+        big.resize(static_cast<size_t>(n));
+        return big;
+    }
+    return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string model::description() const {
+    char buf[256];
+    int32_t n = llama_model_desc(model_, buf, sizeof(buf));
+    if (n < 0) {
+        return "";
+    }
+    return std::string(buf, std::min(static_cast<size_t>(n), sizeof(buf) - 1));
+}
+
+uint64_t model::size_bytes() const {
+    return llama_model_size(model_);
+}
+
+std::string model::chat_template() const {
+    const char * t = llama_model_chat_template(model_, nullptr);
+    return t ? std::string(t) : std::string();
+}
+
+}  // namespace lineage::engine

@@ -1,0 +1,68 @@
+// server::cache_key: the digests that place a request in the prompt cache (seed 001 "Cache Key
+// Composition"): template_sig, the bucket (model, lora, template_sig, rope regime, multimodal
+// digest), the session key, and the anchor length (DESIGN.md "Lineage rules").
+// Why here: they are computed on the HTTP thread from the request before it is queued.
+// Digests are SHA-256 (OpenSSL EVP) with domain separators, as lowercase hex (DESIGN.md "Keys").
+// Thread safety: pure functions.
+#pragma once
+
+#include "engine/chat_template.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lineage::server {
+
+/** SHA-256 of `data` as 64 lowercase hex characters. */
+std::string sha256_hex(std::string_view data);
+
+/** Canonical JSON text of `json_text` (object keys sorted, no whitespace); the input itself
+ *  when it is not valid JSON. */
+std::string canonical_json(const std::string & json_text);
+
+/** Order-preserving digest of the tools (type, name, description, parameters of each), hex. */
+std::string tools_digest(const std::vector<engine::chat_tool> & tools);
+
+/** template_sig: digest of everything besides the messages that decides the rendered tokens:
+ *  the template source, the merged chat_template_kwargs (values as JSON text; canonicalised, so
+ *  key order does not matter), the effective tool_choice ("auto", "none", "required" or
+ *  "function:NAME") and tools_digest (order matters: it changes the prompt). Hex. */
+std::string template_sig(const std::string & template_source,
+                         const std::map<std::string, std::string> & kwargs,
+                         const std::string & tool_choice,
+                         const std::vector<engine::chat_tool> & tools);
+
+/** Multimodal digest of a text-only request: SHA-256("lineage:prompt-cache:multimodal:v1" ||
+ *  u64 0 || u64 0), 32 raw bytes (seed 001 "mm_digest"). */
+const std::string & text_only_mm_digest();
+
+struct bucket_inputs {
+    std::string model_id;
+    std::string lora_id;                  ///< "" for the base model
+    std::string template_sig;
+    std::optional<uint8_t> rope_regime;   ///< nullopt: the model's RoPE does not depend on length
+    std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
+};
+
+/** Bucket digest: SHA-256 of "lineage:prompt-cache:v1" then each dimension (strings
+ *  length-prefixed with a u64 little-endian; rope as presence byte + tag byte). Hex. */
+std::string bucket_digest(const bucket_inputs & in);
+
+/** session_key = prompt_cache_key if non-empty, else user, else "" (anonymous). */
+std::string session_key(const std::string & prompt_cache_key, const std::string & user);
+
+/** Anchor length in tokens: the common prefix of `prompt` and `anchor_render` (the tokens of
+ *  the leading system messages + tools rendered without a generation prompt); -1 when empty.
+ *  The cache takes cache::config::anchor_slack tokens off it (BPE slack at the seam). */
+int32_t anchor_tokens(const std::vector<int32_t> & prompt, const std::vector<int32_t> & anchor_render);
+
+/** History length in tokens: `prompt` without the tokens of its generation prompt, when the
+ *  prompt's last tokens are exactly `generation_prompt_tokens`; -1 otherwise (also when they
+ *  are empty or the whole prompt). */
+int32_t history_tokens(const std::vector<int32_t> & prompt, const std::vector<int32_t> & generation_prompt_tokens);
+
+}  // namespace lineage::server

@@ -1,0 +1,173 @@
+// server::chat_prepare: render -> tokenize -> cache hints, on the HTTP thread.
+#include "server/chat_prepare.h"
+
+#include "engine/model.h"
+#include "server/cache_key.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace lineage::server {
+
+namespace {
+
+bool is_system(const engine::chat_message & m) {
+    return m.role == "system" || m.role == "developer";
+}
+
+std::string messages_digest(const std::vector<engine::chat_message> & msgs) {
+    std::string buf;
+    for (const auto & m : msgs) {
+        buf += m.role;
+        buf += '\0';
+        buf += m.content;
+        buf += '\0';
+        for (const auto & p : m.parts) {
+            buf += p;
+            buf += '\1';
+        }
+        buf += m.content_is_parts ? '\2' : '\3';
+        buf += m.name;
+        buf += '\0';
+    }
+    return sha256_hex(buf);
+}
+
+}  // namespace
+
+chat_preparer::chat_preparer(const engine::model & m, const engine::chat_template & t, prepare_options o)
+    : model_(m), tmpl_(t), opt_(std::move(o)) {}
+
+std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const engine::chat_render_inputs & full) const {
+    engine::chat_render_inputs in = full;
+    in.messages.clear();
+    for (const auto & m : full.messages) {
+        if (!is_system(m)) {
+            break;
+        }
+        in.messages.push_back(m);
+    }
+    if (in.messages.empty() && in.tools.empty()) {
+        return nullptr;
+    }
+    in.add_generation_prompt = false;
+    const std::string key =
+        template_sig(tmpl_.source(), in.kwargs, in.tool_choice, in.tools) + ":" + messages_digest(in.messages);
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = memo_.find(key); it != memo_.end()) {
+            return it->second;
+        }
+    }
+    std::shared_ptr<const std::vector<int32_t>> tokens;
+    try {
+        tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(tmpl_.render(in).prompt, true));
+    } catch (const std::exception & e) {
+        // Some templates refuse a conversation without a user turn: render one with a
+        // placeholder; the common prefix with the real prompt still ends at the user turn.
+        spdlog::debug("anchor render without a user turn failed ({}); retrying with a placeholder", e.what());
+        engine::chat_message placeholder;
+        placeholder.role = "user";
+        placeholder.content = "\x01";
+        in.messages.push_back(placeholder);
+        try {
+            tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(tmpl_.render(in).prompt, true));
+        } catch (const std::exception & e2) {
+            spdlog::debug("anchor render failed: {}", e2.what());
+        }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (memo_.size() >= max_memo_) {
+        memo_.clear();
+    }
+    memo_.emplace(key, tokens);
+    return tokens;
+}
+
+std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
+                                                prepared_chat & out) const {
+    engine::chat_render_inputs in;
+    in.messages = r.messages;
+    in.tools = r.tools;
+    in.tool_choice = r.tool_choice;
+    in.parallel_tool_calls = r.parallel_tool_calls;
+    in.kwargs = opt_.default_kwargs;
+    for (const auto & [k, v] : r.chat_template_kwargs) {
+        in.kwargs[k] = v;
+    }
+    in.add_generation_prompt = true;
+
+    engine::chat_render_result rendered;
+    try {
+        rendered = tmpl_.render(in);
+    } catch (const std::invalid_argument & e) {
+        return invalid_request(std::string(e.what()) + "; check the order and roles of 'messages'", "messages");
+    } catch (const std::exception & e) {
+        return server_error(std::string("chat template failed: ") + e.what());
+    }
+
+    try {
+        out.prompt = model_.tokenize(rendered.prompt, /*parse_special=*/true);
+    } catch (const std::exception & e) {
+        return server_error(std::string("tokenization failed: ") + e.what());
+    }
+    if (out.prompt.empty()) {
+        return invalid_request("the rendered prompt is empty; send at least one message with content", "messages");
+    }
+    const auto n_prompt = static_cast<int64_t>(out.prompt.size());
+    if (n_prompt >= max_sequence_tokens) {
+        api_error e = invalid_request(
+            "This model's maximum context length is " + std::to_string(max_sequence_tokens) +
+                " tokens. However, your messages resulted in " + std::to_string(n_prompt) +
+                " tokens. Please reduce the length of the messages (or start the server with a larger --ctx-size).",
+            "messages", "context_length_exceeded");
+        return e;
+    }
+
+    out.template_sig = template_sig(tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
+    bucket_inputs b;
+    b.model_id = opt_.model_id;
+    b.template_sig = out.template_sig;
+    out.cache.bucket = bucket_digest(b);
+    out.cache.session_key = session_key(r.prompt_cache_key, r.user);
+    out.cache.cache_prompt = opt_.cache_enabled && r.cache_prompt;
+    out.cache.anchor_tokens = -1;
+    out.cache.history_tokens = -1;
+    if (out.cache.cache_prompt) {
+        if (auto anchor = anchor_render(in)) {
+            out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
+        }
+        if (!rendered.generation_prompt.empty()) {
+            try {
+                out.cache.history_tokens = history_tokens(out.prompt, model_.tokenize(rendered.generation_prompt, true));
+            } catch (const std::exception &) {
+                out.cache.history_tokens = -1;
+            }
+        }
+    }
+
+    out.stops = r.stop;
+    for (const auto & s : rendered.additional_stops) {
+        if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {
+            out.stops.push_back(s);
+        }
+    }
+    out.preserved_tokens.clear();
+    for (const auto & s : rendered.preserved_tokens) {
+        try {
+            const auto ids = model_.tokenize(s, true);
+            if (ids.size() == 1) {
+                out.preserved_tokens.insert(ids[0]);
+            }
+        } catch (const std::exception &) {
+            // not a single token: nothing to preserve
+        }
+    }
+    out.parser = rendered.parser;
+    out.format = rendered.format;
+    return std::nullopt;
+}
+
+}  // namespace lineage::server

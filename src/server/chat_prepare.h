@@ -1,0 +1,72 @@
+// server::chat_prepare: a validated chat_request turned into what the scheduler needs: the
+// rendered and tokenized prompt, the cache hints (bucket, session key, anchor length; seed 001
+// "Cache Key Composition", DESIGN.md "Lineage rules"), the stop strings and the output parser.
+// Runs on HTTP threads (DESIGN.md "Layers and data flow").
+// Thread safety: prepare() may run on many threads at once (the anchor memo is locked).
+// Ownership: borrows the model and the template, which must outlive it.
+#pragma once
+
+#include "engine/chat_template.h"
+#include "scheduler/request.h"
+#include "server/chat_request.h"
+#include "server/errors.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace lineage::engine {
+class model;
+}
+
+namespace lineage::server {
+
+struct prepare_options {
+    std::string model_id;       ///< bucket dimension (seed 001 "model_id")
+    bool cache_enabled = true;  ///< server-wide switch; false: hints say cache_prompt = false
+    /** Server-side chat_template_kwargs under the request's (llama-server enables
+     *  preserve_reasoning by default; it keeps earlier turns' reasoning in the prompt, so a
+     *  conversation's tokens stay a prefix of the next turn's: seed 001 "Prefix-Stability"). */
+    std::map<std::string, std::string> default_kwargs = {{"preserve_reasoning", "true"}};
+};
+
+struct prepared_chat {
+    std::vector<int32_t> prompt;
+    scheduler::cache_hints cache;
+    std::string template_sig;
+    engine::chat_parse_params parser;
+    std::vector<std::string> stops;                 ///< request stops + the template's
+    std::unordered_set<int32_t> preserved_tokens;   ///< render as text in the output
+    std::string format;                             ///< chat format name (logs)
+};
+
+class chat_preparer {
+public:
+    chat_preparer(const engine::model & m, const engine::chat_template & t, prepare_options o);
+
+    /** Renders, tokenizes and keys `r`. Errors: 400 when the template rejects the
+     *  conversation; 400 "context_length_exceeded" when the prompt has >= max_sequence_tokens
+     *  tokens; 500 when tokenization fails. */
+    std::optional<api_error> prepare(const chat_request & r, int32_t max_sequence_tokens, prepared_chat & out) const;
+
+private:
+    /** Tokens of the leading system messages + tools rendered without a generation prompt
+     *  (memoised by content); nullptr when the template cannot render them alone. */
+    std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full) const;
+
+    const engine::model & model_;
+    const engine::chat_template & tmpl_;
+    prepare_options opt_;
+
+    static constexpr size_t max_memo_ = 64;
+    mutable std::mutex mu_;
+    mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> memo_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace lineage::server

@@ -1,0 +1,43 @@
+// server::chat_request: a POST /v1/chat/completions body, parsed and validated into a native
+// struct (DESIGN.md "Layers and data flow": no raw JSON below the routes). Unknown fields are
+// ignored, as OpenAI clients send many; known fields with a wrong type or an out-of-range value
+// are rejected with a 400 that names the field (`param`) and says what is accepted.
+// Thread safety: pure function over its input.
+#pragma once
+
+#include "engine/chat_template.h"
+#include "scheduler/request.h"
+#include "server/errors.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lineage::server {
+
+struct chat_request {
+    std::vector<engine::chat_message> messages;  ///< developer kept as "developer" (the template maps it)
+    std::vector<engine::chat_tool> tools;        ///< only the forced function when tool_choice names one
+    std::string tool_choice = "auto";            ///< auto | none | required (rendering mode)
+    std::string tool_choice_key = "auto";        ///< for template_sig: auto | none | required | function:NAME
+    std::optional<bool> parallel_tool_calls;
+    bool stream = false;
+    bool include_usage = false;                  ///< stream_options.include_usage
+    scheduler::sampling_params sampling;
+    std::vector<std::string> stop;               ///< up to 4, non-empty
+    std::string user;
+    std::string prompt_cache_key;                ///< root, else extra_body
+    bool cache_prompt = true;                    ///< root, else extra_body
+    std::map<std::string, std::string> chat_template_kwargs;  ///< values as JSON text
+    std::string model;                           ///< as sent (informational)
+};
+
+/** Max stop strings per request (OpenAI). */
+inline constexpr size_t max_stop_strings = 4;
+
+/** Parses `body` into `out`. Returns the error to send when the body is malformed or invalid. */
+std::optional<api_error> parse_chat_request(std::string_view body, chat_request & out);
+
+}  // namespace lineage::server

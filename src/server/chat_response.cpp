@@ -1,0 +1,198 @@
+// server::chat_response: OpenAI response objects and the per-request output state.
+#include "server/chat_response.h"
+
+namespace lineage::server {
+
+json usage_json(const scheduler::request_stats & s, int32_t prompt_tokens) {
+    const int32_t prompt = s.prompt_tokens > 0 ? s.prompt_tokens : prompt_tokens;
+    json details = json::object();
+    details["cached_tokens"] = s.cached_tokens;
+    json u = json::object();
+    u["prompt_tokens"] = prompt;
+    u["completion_tokens"] = s.completion_tokens;
+    u["total_tokens"] = prompt + s.completion_tokens;
+    u["prompt_tokens_details"] = std::move(details);
+    return u;
+}
+
+json timings_json(const scheduler::request_stats & s, int32_t prompt_tokens) {
+    const int32_t prompt = s.prompt_tokens > 0 ? s.prompt_tokens : prompt_tokens;
+    json t = json::object();
+    t["prompt_n"] = prompt - s.cached_tokens;
+    t["cached_n"] = s.cached_tokens;
+    t["prompt_ms"] = s.prefill_s * 1e3;
+    t["ttft_ms"] = s.ttft_s * 1e3;
+    t["predicted_n"] = s.completion_tokens;
+    t["predicted_ms"] = s.decode_s * 1e3;
+    // decode_s spans first to last sampled token: completion_tokens - 1 intervals.
+    t["predicted_per_second"] =
+        s.completion_tokens > 1 && s.decode_s > 0 ? (s.completion_tokens - 1) / s.decode_s : 0.0;
+    t["cache_hit"] = s.hit_kind.empty() ? std::string("miss") : s.hit_kind;
+    return t;
+}
+
+json delta_json(const engine::chat_delta & d) {
+    json delta = json::object();
+    if (!d.reasoning_content.empty()) {
+        delta["reasoning_content"] = d.reasoning_content;
+    }
+    if (!d.content.empty()) {
+        delta["content"] = d.content;
+    }
+    if (d.tool_call_index != std::string::npos) {
+        json tc = json::object();
+        tc["index"] = d.tool_call_index;
+        if (!d.tool_call_id.empty()) {
+            tc["id"] = d.tool_call_id;
+            tc["type"] = "function";
+        }
+        if (!d.tool_call_name.empty() || !d.tool_call_arguments.empty()) {
+            json fn = json::object();
+            if (!d.tool_call_name.empty()) {
+                fn["name"] = d.tool_call_name;
+            }
+            fn["arguments"] = d.tool_call_arguments;
+            tc["function"] = std::move(fn);
+        }
+        delta["tool_calls"] = json::array({std::move(tc)});
+    }
+    return delta;
+}
+
+json message_json(const engine::chat_parsed & m) {
+    json msg = json::object();
+    msg["role"] = "assistant";
+    if (m.content.empty() && !m.tool_calls.empty()) {
+        msg["content"] = nullptr;
+    } else {
+        msg["content"] = m.content;
+    }
+    if (!m.reasoning_content.empty()) {
+        msg["reasoning_content"] = m.reasoning_content;
+    }
+    if (!m.tool_calls.empty()) {
+        json calls = json::array();
+        for (const auto & tc : m.tool_calls) {
+            json fn = json::object();
+            fn["name"] = tc.name;
+            fn["arguments"] = tc.arguments;
+            json c = json::object();
+            c["id"] = tc.id;
+            c["type"] = "function";
+            c["function"] = std::move(fn);
+            calls.push_back(std::move(c));
+        }
+        msg["tool_calls"] = std::move(calls);
+    }
+    return msg;
+}
+
+json chunk_json(const completion_meta & meta, json delta, const char * finish_reason) {
+    json choice = json::object();
+    choice["index"] = 0;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason ? json(finish_reason) : json(nullptr);
+    json c = json::object();
+    c["id"] = meta.id;
+    c["object"] = "chat.completion.chunk";
+    c["created"] = meta.created;
+    c["model"] = meta.model;
+    c["choices"] = json::array({std::move(choice)});
+    return c;
+}
+
+chat_output::chat_output(completion_meta meta, engine::chat_parse_params parser, std::vector<std::string> stops,
+                         bool include_usage, int32_t prompt_tokens)
+    : meta_(std::move(meta)),
+      parser_(std::move(parser)),
+      text_(std::move(stops)),
+      include_usage_(include_usage),
+      prompt_tokens_(prompt_tokens) {}
+
+bool chat_output::add(std::string_view piece) {
+    return text_.append(piece);
+}
+
+void chat_output::push_deltas(std::vector<json> & out, const std::vector<engine::chat_delta> & deltas) {
+    for (const auto & d : deltas) {
+        json dj = delta_json(d);
+        if (!dj.empty()) {
+            out.push_back(chunk_json(meta_, std::move(dj), nullptr));
+        }
+    }
+}
+
+std::vector<json> chat_output::take_chunks() {
+    std::vector<json> out;
+    if (!role_sent_) {
+        json role = json::object();
+        role["role"] = "assistant";
+        role["content"] = "";
+        out.push_back(chunk_json(meta_, std::move(role), nullptr));
+        role_sent_ = true;
+    }
+    const size_t len = text_.stable_length();
+    if (len > parsed_len_) {
+        parsed_len_ = len;
+        push_deltas(out, parser_.update(utf8_sanitize(std::string_view(text_.text()).substr(0, len)), /*is_partial=*/true));
+    }
+    return out;
+}
+
+std::string chat_output::finish_reason(const scheduler::generation_event & done) const {
+    std::string r = "stop";
+    if (!text_.stopped() && done.finish == scheduler::finish_reason::length) {
+        r = "length";
+    }
+    if (r == "stop" && !parser_.message().tool_calls.empty()) {
+        r = "tool_calls";
+    }
+    return r;
+}
+
+std::vector<json> chat_output::final_chunks(const scheduler::generation_event & done) {
+    std::vector<json> out;
+    if (!role_sent_) {
+        out = take_chunks();  // role chunk (and any stable text, parsed as partial)
+    }
+    push_deltas(out, parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false));
+    const std::string reason = finish_reason(done);
+    json fin = chunk_json(meta_, json::object(), reason.c_str());
+    if (!include_usage_) {
+        fin["usage"] = usage_json(done.stats, prompt_tokens_);
+    }
+    fin["timings"] = timings_json(done.stats, prompt_tokens_);
+    out.push_back(std::move(fin));
+    if (include_usage_) {
+        json u = json::object();
+        u["id"] = meta_.id;
+        u["object"] = "chat.completion.chunk";
+        u["created"] = meta_.created;
+        u["model"] = meta_.model;
+        u["choices"] = json::array();
+        u["usage"] = usage_json(done.stats, prompt_tokens_);
+        out.push_back(std::move(u));
+    }
+    return out;
+}
+
+json chat_output::final_response(const scheduler::generation_event & done) {
+    (void) parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false);
+    json choice = json::object();
+    choice["index"] = 0;
+    choice["message"] = message_json(parser_.message());
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason(done);
+    json r = json::object();
+    r["id"] = meta_.id;
+    r["object"] = "chat.completion";
+    r["created"] = meta_.created;
+    r["model"] = meta_.model;
+    r["choices"] = json::array({std::move(choice)});
+    r["usage"] = usage_json(done.stats, prompt_tokens_);
+    r["timings"] = timings_json(done.stats, prompt_tokens_);
+    return r;
+}
+
+}  // namespace lineage::server

@@ -1,0 +1,413 @@
+// server::config: the settings table (flag, variable, default, meaning, parser) and the parse.
+// CLI11 reads the command line into strings; each value, whether from a flag or from its
+// variable, then goes through the same typed parser, so both get the same checks and messages.
+#include "server/config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace lineage::server {
+
+namespace {
+
+// A parser stores a value or returns what was wrong with it ("" = ok).
+using value_parser = std::function<std::string(const std::string &)>;
+
+struct setting {
+    std::string names;       ///< CLI11 names, e.g. "-m,--model"
+    std::string env;         ///< environment variable
+    std::string value_name;  ///< shown in --help, e.g. "PATH"
+    std::string default_text;
+    std::string help;
+    value_parser parse;
+    bool is_flag = false;    ///< --name or --name=BOOL (no separate value)
+    std::string raw;         ///< filled by CLI11
+    CLI::Option * opt = nullptr;
+};
+
+std::string trim(const std::string & s) {
+    const auto b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) {
+        return "";
+    }
+    const auto e = s.find_last_not_of(" \t");
+    return s.substr(b, e - b + 1);
+}
+
+std::optional<int64_t> to_int(const std::string & s) {
+    const std::string t = trim(s);
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || p != t.data() + t.size()) {
+        return std::nullopt;
+    }
+    return v;
+}
+
+std::optional<bool> to_bool(const std::string & s) {
+    std::string t = trim(s);
+    for (auto & c : t) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (t == "1" || t == "true" || t == "yes" || t == "on") {
+        return true;
+    }
+    if (t == "0" || t == "false" || t == "no" || t == "off") {
+        return false;
+    }
+    return std::nullopt;
+}
+
+value_parser int_in(int32_t & out, int64_t lo, int64_t hi) {
+    return [&out, lo, hi](const std::string & s) -> std::string {
+        const auto v = to_int(s);
+        if (!v || *v < lo || *v > hi) {
+            if (hi == std::numeric_limits<int32_t>::max()) {
+                return "expected an integer >= " + std::to_string(lo);
+            }
+            return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        }
+        out = static_cast<int32_t>(*v);
+        return "";
+    };
+}
+
+value_parser int_min(int32_t & out, int64_t lo) {
+    return int_in(out, lo, std::numeric_limits<int32_t>::max());
+}
+
+value_parser seconds(double & out) {
+    return [&out](const std::string & s) -> std::string {
+        const std::string t = trim(s);
+        double v = 0;
+        const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v <= 0) {
+            return "expected a number of seconds > 0";
+        }
+        out = v;
+        return "";
+    };
+}
+
+value_parser boolean(bool & out) {
+    return [&out](const std::string & s) -> std::string {
+        const auto v = to_bool(s);
+        if (!v) {
+            return "expected a boolean (true/false, 1/0, yes/no, on/off)";
+        }
+        out = *v;
+        return "";
+    };
+}
+
+value_parser text(std::string & out, bool allow_empty = true) {
+    return [&out, allow_empty](const std::string & s) -> std::string {
+        if (!allow_empty && s.empty()) {
+            return "expected a non-empty value";
+        }
+        out = s;
+        return "";
+    };
+}
+
+value_parser one_of(std::string & out, std::vector<std::string> allowed) {
+    return [&out, allowed](const std::string & s) -> std::string {
+        for (const auto & a : allowed) {
+            if (s == a) {
+                out = s;
+                return "";
+            }
+        }
+        std::string list;
+        for (const auto & a : allowed) {
+            list += (list.empty() ? "" : "|") + a;
+        }
+        return "expected one of " + list;
+    };
+}
+
+}  // namespace
+
+/** Byte count with an optional suffix: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers
+ *  of 1024, case-insensitive). nullopt when malformed or out of range. */
+std::optional<uint64_t> parse_bytes(const std::string & s) {
+    const std::string t = trim(s);
+    size_t i = 0;
+    while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) {
+        ++i;
+    }
+    if (i == 0) {
+        return std::nullopt;
+    }
+    uint64_t n = 0;
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + i, n);
+    if (ec != std::errc() || p != t.data() + i) {
+        return std::nullopt;
+    }
+    std::string unit = trim(t.substr(i));
+    for (auto & c : unit) {
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    int shift = -1;
+    if (unit.empty() || unit == "b") {
+        shift = 0;
+    } else {
+        static const char units[] = "kmgt";
+        for (int k = 0; k < 4; ++k) {
+            const std::string u(1, units[k]);
+            if (unit == u || unit == u + "b" || unit == u + "i" || unit == u + "ib") {
+                shift = 10 * (k + 1);
+            }
+        }
+    }
+    if (shift < 0) {
+        return std::nullopt;
+    }
+    if (shift > 0 && n > (std::numeric_limits<uint64_t>::max() >> shift)) {
+        return std::nullopt;
+    }
+    return n << shift;
+}
+
+namespace {
+
+value_parser bytes_min(uint64_t & out, uint64_t lo) {
+    return [&out, lo](const std::string & s) -> std::string {
+        const auto v = parse_bytes(s);
+        if (!v || *v < lo) {
+            return "expected a byte count" + (lo > 0 ? " >= " + std::to_string(lo) : std::string()) +
+                   " such as 512MiB or 17179869184 (suffixes K, M, G, T are powers of 1024)";
+        }
+        out = *v;
+        return "";
+    };
+}
+
+std::string format_bytes_default(uint64_t v) {
+    if (v != 0 && v % (1ull << 30) == 0) {
+        return std::to_string(v >> 30) + "GiB";
+    }
+    if (v != 0 && v % (1ull << 20) == 0) {
+        return std::to_string(v >> 20) + "MiB";
+    }
+    return std::to_string(v);
+}
+
+std::string fmt_double(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+}
+
+// The settings table, bound to `c`. The order is the order of --help.
+std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
+    const server_config d;  // defaults
+    auto & cc = c.sched.cache;
+    const auto & dc = d.sched.cache;
+    std::vector<std::unique_ptr<setting>> s;
+    auto add = [&](std::string names, std::string env, std::string value_name, std::string def, std::string help,
+                   value_parser parse, bool is_flag = false) {
+        auto st = std::make_unique<setting>();
+        st->names = std::move(names);
+        st->env = std::move(env);
+        st->value_name = std::move(value_name);
+        st->default_text = std::move(def);
+        st->help = std::move(help);
+        st->parse = std::move(parse);
+        st->is_flag = is_flag;
+        s.push_back(std::move(st));
+    };
+    // --- model and HTTP ---
+    add("-m,--model", "LINEAGE_MODEL", "PATH", "(required)", "GGUF model file to serve", text(c.model_path, false));
+    add("--n-gpu-layers", "LINEAGE_N_GPU_LAYERS", "N", std::to_string(d.n_gpu_layers),
+        "model layers to offload to the GPU; -1 = as many as fit, 0 = CPU only", int_min(c.n_gpu_layers, -1));
+    add("--host", "LINEAGE_HOST", "HOST", d.host, "address to listen on", text(c.host, false));
+    add("--port", "LINEAGE_PORT", "PORT", std::to_string(d.port), "TCP port to listen on", int_in(c.port, 1, 65535));
+    add("--api-key", "LINEAGE_API_KEY", "KEY", "(none)",
+        "require 'Authorization: Bearer KEY' on every endpoint except /health", text(c.api_key));
+    add("--alias", "LINEAGE_ALIAS", "NAME", "(model file name)", "model id reported by /v1/models and in responses",
+        text(c.alias));
+    add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
+        "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
+    add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
+        "largest request body accepted; larger ones get HTTP 413", bytes_min(c.max_body_bytes, 1024));
+    add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
+        one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
+    // --- engine and batching ---
+    add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
+        "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
+    add("-c,--ctx-size", "LINEAGE_CTX_SIZE", "TOKENS", "0",
+        "KV cells shared by all sequences; 0 = the model's training context, capped at 65536",
+        int_min(c.sched.n_ctx, 0));
+    add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
+        "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
+    add("--ubatch-size", "LINEAGE_UBATCH_SIZE", "TOKENS", std::to_string(d.sched.n_ubatch),
+        "physical micro-batch size", int_min(c.sched.n_ubatch, 1));
+    add("-t,--threads", "LINEAGE_THREADS", "N", "0", "CPU threads for the engine; 0 = all hardware threads",
+        int_min(c.sched.n_threads, 0));
+    // --- prompt cache ---
+    add("--cache-prompt,!--no-cache-prompt", "LINEAGE_CACHE_PROMPT", "", "on",
+        "enable/disable the prompt cache; LLAMA_ARG_CACHE_REUSE is read as an alias when neither the flag "
+        "nor LINEAGE_CACHE_PROMPT is set",
+        boolean(cc.enabled), true);
+    add("--lineage", "APC_LINEAGE", "[=BOOL]", "true",
+        "lineage mode (checkpoints at turn, guard, anchor and divergence points); false = exact mode, "
+        "whole-prompt snapshots only",
+        boolean(cc.lineage), true);
+    add("--cache-ram-bytes", "LINEAGE_CACHE_RAM_BYTES", "BYTES", "0",
+        "byte budget of the host-RAM cache tier; 0 = model-aware default", bytes_min(cc.ram_bytes, 0));
+    add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
+        "finished sequences kept parked on the device, besides the --parallel slots",
+        int_min(cc.device_slots, 0));
+    add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
+        "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
+    add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
+        "maximum live entries in the RAM tier", int_min(cc.max_entries, 1));
+    add("--prompt-cache-ttl", "LINEAGE_PROMPT_CACHE_TTL", "SECONDS", fmt_double(dc.ttl_s),
+        "an entry expires this long after its last hit", seconds(cc.ttl_s));
+    add("--cache-guard-distance", "LINEAGE_CACHE_GUARD_DISTANCE", "TOKENS", std::to_string(dc.guard_distance),
+        "guard checkpoint this many tokens before the prompt end", int_min(cc.guard_distance, 1));
+    add("--cache-guard-min-suffix", "LINEAGE_CACHE_GUARD_MIN_SUFFIX", "TOKENS", std::to_string(dc.guard_min_suffix),
+        "take a guard checkpoint only when the uncached suffix is at least this long",
+        int_min(cc.guard_min_suffix, 0));
+    add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
+        std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",
+        int_min(cc.divergence_min_gain, 0));
+    add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
+        "tokens of BPE slack taken off the end of the system prompt + tools anchor",
+        int_min(cc.anchor_slack, 0));
+    add("--cache-max-checkpoints", "LINEAGE_CACHE_MAX_CHECKPOINTS", "N", std::to_string(dc.max_checkpoints),
+        "checkpoints kept per conversation lineage", int_min(cc.max_checkpoints, 0));
+    add("--cache-max-anchors", "LINEAGE_CACHE_MAX_ANCHORS", "N", std::to_string(dc.max_anchors),
+        "pinned system-prompt anchors kept", int_min(cc.max_anchors, 0));
+    add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
+        format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
+        bytes_min(cc.max_anchor_bytes, 0));
+    return s;
+}
+
+std::string describe(const setting & st) {
+    return st.help + "  [env " + st.env + "; default " + st.default_text + "]";
+}
+
+std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique_ptr<setting>> & settings) {
+    auto app = std::make_unique<CLI::App>(
+        "lineage-server: an OpenAI-compatible LLM inference server built around its prompt cache.\n"
+        "Every flag can also be set by the environment variable shown; the flag wins when both are set.",
+        program);
+    app->get_formatter()->column_width(40);
+    app->footer(
+        "Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
+        "POST /v1/cache/reset.");
+    for (auto & st : settings) {
+        if (st->is_flag) {
+            st->opt = app->add_flag(st->names, st->raw, describe(*st));
+            if (!st->value_name.empty()) {
+                st->opt->type_name(st->value_name);
+            }
+        } else {
+            st->opt = app->add_option(st->names, st->raw, describe(*st))->type_name(st->value_name);
+        }
+    }
+    return app;
+}
+
+std::string display_name(const setting & st) {
+    // "-m,--model" -> "--model"; "--cache-prompt,!--no-cache-prompt" -> "--cache-prompt"
+    std::string best;
+    std::stringstream ss(st.names);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        if (auto b = part.find('{'); b != std::string::npos) {
+            part.resize(b);
+        }
+        if (part.rfind("--", 0) == 0) {
+            return part;
+        }
+        if (best.empty()) {
+            best = part;
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+std::string config_help(const char * program) {
+    server_config c;
+    auto settings = make_settings(c);
+    return make_app(program, settings)->help();
+}
+
+config_result parse_config(int argc, const char * const * argv, const env_lookup & env) {
+    config_result r;
+    server_config c;
+    auto settings = make_settings(c);
+    const char * program = argc > 0 && argv && argv[0] ? argv[0] : "lineage-server";
+    auto app = make_app(program, settings);
+    try {
+        app->parse(argc, argv);
+    } catch (const CLI::CallForHelp &) {
+        r.exit_code = 0;
+        r.output = app->help();
+        return r;
+    } catch (const CLI::ParseError & e) {
+        r.exit_code = 1;
+        r.output = std::string("error: ") + e.what() + "\nrun with --help for the list of flags";
+        return r;
+    }
+
+    std::vector<std::string> errors;
+    auto lookup = [&](const std::string & name) -> std::optional<std::string> {
+        const char * v = env ? env(name.c_str()) : nullptr;
+        if (!v) {
+            return std::nullopt;
+        }
+        return std::string(v);
+    };
+    for (auto & st : settings) {
+        if (st->opt->count() > 0) {
+            if (const std::string err = st->parse(st->raw); !err.empty()) {
+                errors.push_back(display_name(*st) + " '" + st->raw + "': " + err);
+            }
+        } else if (auto v = lookup(st->env)) {
+            if (const std::string err = st->parse(*v); !err.empty()) {
+                errors.push_back(st->env + "='" + *v + "' (environment): " + err);
+            }
+        } else if (st->env == "LINEAGE_CACHE_PROMPT") {
+            // llama.cpp compatibility alias (seed 001 "Configuration"): read only when neither
+            // the flag nor LINEAGE_CACHE_PROMPT is set. Non-zero integers and true values enable.
+            if (auto a = lookup("LLAMA_ARG_CACHE_REUSE")) {
+                if (auto b = to_bool(*a)) {
+                    c.sched.cache.enabled = *b;
+                } else if (auto n = to_int(*a)) {
+                    c.sched.cache.enabled = *n > 0;
+                } else {
+                    errors.push_back("LLAMA_ARG_CACHE_REUSE='" + *a +
+                                     "' (environment): expected a boolean or a non-negative integer");
+                }
+            }
+        }
+    }
+    if (errors.empty() && c.model_path.empty()) {
+        errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");
+    }
+    if (!errors.empty()) {
+        r.exit_code = 1;
+        for (const auto & e : errors) {
+            r.output += "error: " + e + "\n";
+        }
+        r.output += "run with --help for the list of flags";
+        return r;
+    }
+    r.config = std::move(c);
+    return r;
+}
+
+}  // namespace lineage::server

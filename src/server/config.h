@@ -1,0 +1,51 @@
+// server::config: every server setting, from command-line flags (CLI11) or environment
+// variables; a flag on the command line wins over its variable (seed 001 "Configuration").
+// Why one place: --help, the docs and the parser cannot drift apart when each setting is
+// declared once with its flag, variable, default and meaning.
+// Thread safety: parse_config is reentrant (it reads the environment through `env`).
+#pragma once
+
+#include "scheduler/scheduler.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace lineage::server {
+
+struct server_config {
+    scheduler::params sched;              ///< engine, batching and cache settings
+    std::string model_path;               ///< -m/--model (required)
+    int32_t n_gpu_layers = -1;            ///< --n-gpu-layers; -1: as many as fit
+    std::string host = "127.0.0.1";       ///< --host
+    int32_t port = 8080;                  ///< --port
+    std::string api_key;                  ///< --api-key; "" = no authentication
+    std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
+    std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
+    uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
+    std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
+};
+
+/** Reads an environment variable; nullptr when unset. */
+using env_lookup = std::function<const char *(const char *)>;
+
+struct config_result {
+    std::optional<server_config> config;  ///< set when the server should start
+    int exit_code = 0;                    ///< when config is unset: 0 after --help, 1 on error
+    std::string output;                   ///< the help text, or the error message(s)
+};
+
+/** Parses `argv` and the environment. Never throws and never exits: the caller prints
+ *  `output` (stdout for help, stderr for errors) and exits with `exit_code`. An error message
+ *  names the flag or variable, the bad value and what is accepted. */
+config_result parse_config(int argc, const char * const * argv, const env_lookup & env = std::getenv);
+
+/** Byte count with an optional suffix B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers of
+ *  1024, case-insensitive), e.g. "16GiB"; nullopt when malformed or out of range. */
+std::optional<uint64_t> parse_bytes(const std::string & s);
+
+/** The --help text. */
+std::string config_help(const char * program = "lineage-server");
+
+}  // namespace lineage::server

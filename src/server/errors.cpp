@@ -1,0 +1,74 @@
+// server::errors: OpenAI-shaped error bodies.
+#include "server/errors.h"
+
+namespace lineage::server {
+
+api_error invalid_request(std::string message, std::string param, std::string code) {
+    api_error e;
+    e.status = 400;
+    e.type = "invalid_request_error";
+    e.message = std::move(message);
+    e.param = std::move(param);
+    e.code = std::move(code);
+    return e;
+}
+
+api_error server_error(std::string message) {
+    api_error e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = std::move(message);
+    return e;
+}
+
+json to_json(const api_error & e) {
+    json err = json::object();
+    err["message"] = e.message;
+    err["type"] = e.type;
+    err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+    err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+    json out = json::object();
+    out["error"] = std::move(err);
+    return out;
+}
+
+std::string dump(const json & j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+api_error error_for_status(int status, const std::string & method, const std::string & path,
+                           uint64_t max_body_bytes) {
+    api_error e;
+    e.status = status;
+    switch (status) {
+        case 401:
+            e.message = "missing or incorrect API key: send 'Authorization: Bearer <key>'";
+            e.code = "invalid_api_key";
+            break;
+        case 404:
+            e.message = "unknown endpoint " + method + " " + path +
+                        "; this server serves POST /v1/chat/completions, GET /v1/models, GET /health, "
+                        "GET /v1/cache/stats and POST /v1/cache/reset";
+            e.code = "not_found";
+            break;
+        case 405:
+            e.message = "method " + method + " is not allowed on " + path;
+            break;
+        case 413:
+            e.message = "request body is larger than " + std::to_string(max_body_bytes) +
+                        " bytes; send a smaller request or raise --max-body-bytes";
+            e.code = "request_too_large";
+            break;
+        default:
+            if (status >= 500) {
+                e.type = "server_error";
+                e.message = "internal server error";
+            } else {
+                e.message = "bad request";
+            }
+            break;
+    }
+    return e;
+}
+
+}  // namespace lineage::server

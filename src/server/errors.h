@@ -1,0 +1,40 @@
+// server::errors: errors that reach a client, in OpenAI's shape
+// {"error": {"message", "type", "param", "code"}}. A message says what was wrong and what to
+// do about it (STYLE.md "Errors").
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace lineage::server {
+
+using json = nlohmann::ordered_json;
+
+struct api_error {
+    int status = 400;                          ///< HTTP status
+    std::string type = "invalid_request_error";
+    std::string message;
+    std::string param;                         ///< "" -> null
+    std::string code;                          ///< "" -> null
+};
+
+/** 400 invalid_request_error about `param`. */
+api_error invalid_request(std::string message, std::string param = "", std::string code = "");
+
+/** 500 server_error. */
+api_error server_error(std::string message);
+
+/** {"error": {...}} */
+json to_json(const api_error & e);
+
+/** JSON text of `j`; invalid UTF-8 is replaced (U+FFFD) instead of throwing. */
+std::string dump(const json & j);
+
+/** Status and type an HTTP status code gets when httplib answers it without a handler body
+ *  (404, 405, 413, ...). */
+api_error error_for_status(int status, const std::string & method, const std::string & path,
+                           uint64_t max_body_bytes);
+
+}  // namespace lineage::server

@@ -1,0 +1,170 @@
+// lineage-server: parse the configuration, load the model and its chat template, start the
+// scheduler (engine thread), serve HTTP until SIGINT/SIGTERM, then shut down in order: stop
+// accepting HTTP, stop the scheduler, exit 0. Startup failures print one clear error, exit 1.
+#include "engine/chat_template.h"
+#include "engine/model.h"
+#include "scheduler/scheduler.h"
+#include "server/config.h"
+#include "server/routes.h"
+
+#include <httplib.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <pthread.h>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using namespace lineage;
+
+void setup_logging(const std::string & level) {
+    auto logger = spdlog::stderr_color_mt("lineage");
+    spdlog::set_default_logger(logger);
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
+    spdlog::set_level(spdlog::level::from_str(level == "warn" ? "warning" : level));
+    spdlog::flush_on(spdlog::level::info);
+}
+
+bool read_file(const std::string & path, std::string & out) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+        return false;
+    }
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    out = ss.str();
+    return static_cast<bool>(f) || f.eof();
+}
+
+// The signal thread stops the HTTP server (no new connections) and the scheduler (requests in
+// flight end with an error event, so their handlers return and httplib's workers can be
+// joined). Before the server exists (model loading) it ends the process at once.
+std::atomic<bool> stopping{false};
+std::atomic<httplib::Server *> server_ptr{nullptr};
+std::atomic<scheduler::scheduler *> scheduler_ptr{nullptr};
+std::promise<void> signal_handled;  ///< set once the signal thread has stopped both
+
+void wait_for_signals(const sigset_t & signals) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    const bool first = !stopping.exchange(true);
+    httplib::Server * srv = server_ptr.load();
+    if (first) {
+        spdlog::info("received {}; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    if (srv) {
+        srv->stop();
+        if (scheduler::scheduler * sched = scheduler_ptr.load()) {
+            sched->stop();
+        }
+        signal_handled.set_value();
+    } else if (first) {
+        spdlog::default_logger()->flush();
+        std::_Exit(0);
+    }
+}
+
+int serve(const server::server_config & cfg) {
+    std::unique_ptr<engine::model> model;
+    try {
+        model = std::make_unique<engine::model>(engine::model_params{cfg.model_path, cfg.n_gpu_layers});
+    } catch (const std::exception & e) {
+        spdlog::error("cannot load the model: {}", e.what());
+        return 1;
+    }
+    spdlog::info("model {}: {} (arch {}, family {}, {:.1f} MiB, n_ctx_train {}, vocab {})", model->id(),
+                 model->description(), model->architecture(), engine::to_string(model->family()),
+                 static_cast<double>(model->size_bytes()) / (1024.0 * 1024.0), model->n_ctx_train(), model->n_vocab());
+
+    std::string template_override;
+    if (!cfg.chat_template_file.empty() && !read_file(cfg.chat_template_file, template_override)) {
+        spdlog::error("cannot read --chat-template-file {}", cfg.chat_template_file);
+        return 1;
+    }
+    std::unique_ptr<engine::chat_template> tmpl;
+    try {
+        tmpl = std::make_unique<engine::chat_template>(*model, template_override);
+    } catch (const std::exception & e) {
+        spdlog::error("{}{}", e.what(),
+                      cfg.chat_template_file.empty() ? "; pass a working one with --chat-template-file" : "");
+        return 1;
+    }
+
+    std::unique_ptr<scheduler::scheduler> sched;
+    try {
+        sched = std::make_unique<scheduler::scheduler>(*model, cfg.sched);
+    } catch (const std::exception & e) {
+        spdlog::error("cannot start the engine: {}", e.what());
+        return 1;
+    }
+    spdlog::info("engine: parallel {}, max sequence {} tokens, batch {}, prompt cache {} ({} mode)", cfg.sched.n_parallel,
+                 sched->max_sequence_tokens(), cfg.sched.n_batch, cfg.sched.cache.enabled ? "on" : "off",
+                 cfg.sched.cache.lineage ? "lineage" : "exact");
+
+    httplib::Server srv;
+    // Every running or queued request holds a worker thread while it streams; keep spares for
+    // /health and /v1/cache/stats.
+    const size_t n_threads = static_cast<size_t>(cfg.sched.n_parallel) + 4;
+    const size_t max_threads = std::max<size_t>(n_threads * 4, 32);
+    srv.new_task_queue = [n_threads, max_threads] { return new httplib::ThreadPool(n_threads, max_threads); };
+    server::server_context ctx(cfg, *model, *tmpl, *sched);
+    server::install_routes(srv, ctx);
+
+    if (!srv.bind_to_port(cfg.host, cfg.port)) {
+        spdlog::error("cannot listen on {}:{} (address in use or not available); pick another with --port/--host",
+                      cfg.host, cfg.port);
+        sched->stop();
+        return 1;
+    }
+
+    scheduler_ptr.store(sched.get());
+    server_ptr.store(&srv);
+    if (stopping.load()) {
+        srv.stop();  // a signal arrived while we were binding
+    }
+    spdlog::info("listening on http://{}:{}", cfg.host, cfg.port);
+    const bool ok = srv.listen_after_bind() || stopping.load();
+    if (stopping.load()) {
+        // The signal thread saw the server (it is cleared only below) and is stopping the
+        // scheduler; wait for it rather than stop concurrently.
+        signal_handled.get_future().wait();
+    }
+    server_ptr.store(nullptr);
+    scheduler_ptr.store(nullptr);
+    sched->stop();
+    spdlog::info("stopped");
+    return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    auto parsed = lineage::server::parse_config(argc, argv);
+    if (!parsed.config) {
+        (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << std::endl;
+        return parsed.exit_code;
+    }
+    setup_logging(parsed.config->log_level);
+
+    // SIGINT/SIGTERM are handled by one thread with sigwait; block them before any thread
+    // starts so that every thread inherits the mask. A dead client must not kill the process.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    std::thread(wait_for_signals, signals).detach();
+    return serve(*parsed.config);
+}

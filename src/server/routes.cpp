@@ -1,0 +1,168 @@
+// server::routes: endpoint registration and the small endpoints; the chat completion itself is
+// in chat_handler.cpp.
+#include "server/routes.h"
+
+#include "engine/chat_template.h"
+#include "engine/model.h"
+#include "scheduler/scheduler.h"
+#include "server/chat_handler.h"
+#include "server/errors.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <exception>
+
+namespace lineage::server {
+
+namespace {
+
+void send_json(httplib::Response & res, const json & j, int status = 200) {
+    res.status = status;
+    res.set_content(dump(j), "application/json");
+}
+
+void send_error(httplib::Response & res, const api_error & e) {
+    send_json(res, to_json(e), e.status);
+}
+
+template <class M>
+json map_json(const M & m) {
+    json j = json::object();
+    for (const auto & [k, v] : m) {
+        j[k] = v;
+    }
+    return j;
+}
+
+json stats_json(const cache::stats & s) {
+    json j = json::object();
+    j["enabled"] = s.enabled;
+    j["mode"] = s.mode;
+    j["family"] = s.family;
+    j["entries"] = s.entries;
+    j["anchors"] = s.anchors;
+    j["checkpoints"] = map_json(s.checkpoints);
+    j["bytes"] = map_json(s.bytes);
+    j["budget_bytes"] = s.budget_bytes;
+    j["lookups"] = s.lookups;
+    j["misses"] = s.misses;
+    j["hits"] = map_json(s.hits);
+    j["tokens_reused"] = s.tokens_reused;
+    j["tokens_prefilled"] = s.tokens_prefilled;
+    j["rejections"] = map_json(s.rejections);
+    j["evictions"] = map_json(s.evictions);
+    return j;
+}
+
+bool authorized(const httplib::Request & req, const std::string & key) {
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    return auth.size() == prefix.size() + key.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
+           auth.compare(prefix.size(), std::string::npos, key) == 0;
+}
+
+}  // namespace
+
+server_context::server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
+                               scheduler::scheduler & s)
+    : cfg(c),
+      model(m),
+      sched(s),
+      model_id(c.alias.empty() ? m.id() : c.alias),
+      created(static_cast<int64_t>(std::time(nullptr))),
+      preparer(m, t,
+               prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias, .cache_enabled = c.sched.cache.enabled}) {}
+
+void install_routes(httplib::Server & srv, server_context & ctx) {
+    const uint64_t max_body = ctx.cfg.max_body_bytes;
+    srv.set_payload_max_length(static_cast<size_t>(max_body));
+
+    if (!ctx.cfg.api_key.empty()) {
+        srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
+            if (req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
+                return httplib::Server::HandlerResponse::Unhandled;
+            }
+            send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+            return httplib::Server::HandlerResponse::Handled;
+        });
+    }
+
+    // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
+    srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {
+        if (!res.body.empty()) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        const api_error e = error_for_status(res.status, req.method, req.path, max_body);
+        res.set_content(dump(to_json(e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+    });
+
+    srv.set_exception_handler([](const httplib::Request & req, httplib::Response & res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            if (ep) {
+                std::rethrow_exception(ep);
+            }
+        } catch (const std::exception & e) {
+            what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
+        send_error(res, server_error("internal error: " + what));
+    });
+
+    srv.set_logger([](const httplib::Request & req, const httplib::Response & res) {
+        spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+    });
+
+    auto chat = [&ctx](const httplib::Request & req, httplib::Response & res) {
+        handle_chat_completions(req, res, ctx);
+    };
+    srv.Post("/v1/chat/completions", chat);
+    srv.Post("/chat/completions", chat);
+
+    auto models = [&ctx](const httplib::Request &, httplib::Response & res) {
+        json m = json::object();
+        m["id"] = ctx.model_id;
+        m["object"] = "model";
+        m["created"] = ctx.created;
+        m["owned_by"] = "lineage";
+        json meta = json::object();
+        meta["architecture"] = ctx.model.architecture();
+        meta["family"] = engine::to_string(ctx.model.family());
+        meta["n_ctx_train"] = ctx.model.n_ctx_train();
+        meta["n_vocab"] = ctx.model.n_vocab();
+        meta["size_bytes"] = ctx.model.size_bytes();
+        meta["max_sequence_tokens"] = ctx.sched.max_sequence_tokens();
+        m["meta"] = std::move(meta);
+        json list = json::object();
+        list["object"] = "list";
+        list["data"] = json::array({std::move(m)});
+        send_json(res, list);
+    };
+    srv.Get("/v1/models", models);
+    srv.Get("/models", models);
+
+    srv.Get("/health", [](const httplib::Request &, httplib::Response & res) {
+        json j = json::object();
+        j["status"] = "ok";
+        send_json(res, j);
+    });
+
+    srv.Get("/v1/cache/stats", [&ctx](const httplib::Request &, httplib::Response & res) {
+        send_json(res, stats_json(ctx.sched.snapshot_stats()));
+    });
+
+    srv.Post("/v1/cache/reset", [&ctx](const httplib::Request &, httplib::Response & res) {
+        const cache::reset_result r = ctx.sched.reset_cache();
+        spdlog::info("cache reset: {} entries, {} bytes freed", r.entries_freed, r.bytes_freed);
+        json j = json::object();
+        j["entries_freed"] = r.entries_freed;
+        j["bytes_freed"] = r.bytes_freed;
+        send_json(res, j);
+    });
+}
+
+}  // namespace lineage::server

@@ -1,0 +1,50 @@
+// server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
+// GET /v1/models, GET /health, GET /v1/cache/stats, POST /v1/cache/reset; API-key check;
+// OpenAI-shaped errors for everything httplib rejects on its own (404, 413, ...).
+// Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
+// (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
+// SSE stream (DESIGN.md "Layers and data flow").
+// Thread safety: handlers run on httplib's worker threads; server_context is shared read-only
+// except for the request-id counter (atomic). Ownership: borrows everything it points to.
+#pragma once
+
+#include "server/chat_prepare.h"
+#include "server/config.h"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace httplib {
+class Server;
+}
+
+namespace lineage::engine {
+class model;
+class chat_template;
+}  // namespace lineage::engine
+
+namespace lineage::scheduler {
+class scheduler;
+}
+
+namespace lineage::server {
+
+struct server_context {
+    server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
+                   scheduler::scheduler & s);
+
+    const server_config & cfg;
+    const engine::model & model;
+    scheduler::scheduler & sched;
+    std::string model_id;     ///< --alias, else the model file name
+    int64_t created = 0;      ///< unix seconds at start (/v1/models "created")
+    chat_preparer preparer;
+    std::atomic<uint64_t> next_id{1};
+};
+
+/** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s
+ *  listening. */
+void install_routes(httplib::Server & srv, server_context & ctx);
+
+}  // namespace lineage::server

@@ -1,0 +1,143 @@
+// Tests of server::cache_key: the digests that place a request in the prompt cache (seed 001
+// "Cache Key Composition").
+#include "server/cache_key.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace lineage::server;
+using lineage::engine::chat_tool;
+
+namespace {
+
+bucket_inputs bucket(std::string model_id, std::string tsig) {
+    bucket_inputs b;
+    b.model_id = std::move(model_id);
+    b.template_sig = std::move(tsig);
+    return b;
+}
+
+std::vector<chat_tool> two_tools() {
+    return {{"get_weather", "weather", R"({"type":"object"})"}, {"search", "web", R"({"type":"object","x":1})"}};
+}
+
+}  // namespace
+
+TEST(CacheKey, Sha256KnownVectors) {
+    EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(CacheKey, EqualInputsGiveEqualDigests) {
+    const std::map<std::string, std::string> kw = {{"enable_thinking", "false"}};
+    EXPECT_EQ(template_sig("tmpl", kw, "auto", two_tools()), template_sig("tmpl", kw, "auto", two_tools()));
+    bucket_inputs a = bucket("m", "t");
+    bucket_inputs b = bucket("m", "t");
+    EXPECT_EQ(bucket_digest(a), bucket_digest(b));
+    EXPECT_EQ(bucket_digest(a).size(), 64u);
+}
+
+TEST(CacheKey, KwargsKeyOrderDoesNotMatter) {
+    // Top-level kwargs arrive in a std::map; nested objects are canonicalised.
+    const std::map<std::string, std::string> a = {{"x", R"({"b":1,"a":[1,{"d":2,"c":3}]})"}, {"y", "true"}};
+    const std::map<std::string, std::string> b = {{"y", "true"}, {"x", R"({ "a" : [1, {"c":3,"d":2}], "b" : 1 })"}};
+    EXPECT_EQ(template_sig("tmpl", a, "auto", {}), template_sig("tmpl", b, "auto", {}));
+    EXPECT_EQ(canonical_json(R"({"b":1,"a":2})"), R"({"a":2,"b":1})");
+    EXPECT_EQ(canonical_json("not json"), "not json");
+}
+
+TEST(CacheKey, ToolsOrderMatters) {
+    auto tools = two_tools();
+    auto swapped = std::vector<chat_tool>{tools[1], tools[0]};
+    EXPECT_NE(tools_digest(tools), tools_digest(swapped));
+    EXPECT_NE(template_sig("t", {}, "auto", tools), template_sig("t", {}, "auto", swapped));
+}
+
+TEST(CacheKey, EveryTemplateSigDimensionChangesTheDigest) {
+    const std::map<std::string, std::string> kw = {{"enable_thinking", "false"}};
+    const std::string base = template_sig("tmpl", kw, "auto", two_tools());
+    std::set<std::string> seen = {base};
+    auto differs = [&](const std::string & d) {
+        EXPECT_TRUE(seen.insert(d).second) << "digest collided with an earlier variant";
+    };
+    differs(template_sig("tmpl ", kw, "auto", two_tools()));  // whitespace in the template
+    differs(template_sig("tmpl", {{"enable_thinking", "true"}}, "auto", two_tools()));
+    differs(template_sig("tmpl", {}, "auto", two_tools()));
+    differs(template_sig("tmpl", kw, "required", two_tools()));
+    differs(template_sig("tmpl", kw, "function:search", two_tools()));
+    differs(template_sig("tmpl", kw, "auto", {}));
+    auto t = two_tools();
+    t[0].description = "weather!";
+    differs(template_sig("tmpl", kw, "auto", t));
+    t = two_tools();
+    t[1].parameters = R"({"type":"object","x":2})";
+    differs(template_sig("tmpl", kw, "auto", t));
+    t = two_tools();
+    t[0].name = "get_weather2";
+    differs(template_sig("tmpl", kw, "auto", t));
+}
+
+TEST(CacheKey, LengthPrefixesKeepFieldsApart) {
+    // "ab"+"c" and "a"+"bc" must not collide.
+    EXPECT_NE(tools_digest({{"ab", "c", "{}"}}), tools_digest({{"a", "bc", "{}"}}));
+    bucket_inputs a = bucket("ab", "c");
+    bucket_inputs b = bucket("a", "bc");
+    EXPECT_NE(bucket_digest(a), bucket_digest(b));
+}
+
+TEST(CacheKey, EveryBucketDimensionChangesTheDigest) {
+    const bucket_inputs base = bucket("m", "t");
+    std::set<std::string> seen = {bucket_digest(base)};
+    auto differs = [&](bucket_inputs b) { EXPECT_TRUE(seen.insert(bucket_digest(b)).second); };
+    auto b = base;
+    b.model_id = "m2";
+    differs(b);
+    b = base;
+    b.lora_id = "lora";
+    differs(b);
+    b = base;
+    b.template_sig = "t2";
+    differs(b);
+    b = base;
+    b.rope_regime = 0;  // present with tag 0 differs from absent
+    differs(b);
+    b = base;
+    b.rope_regime = 1;
+    differs(b);
+    b = base;
+    b.mm_digest = std::string(32, '\0');
+    differs(b);
+}
+
+TEST(CacheKey, TextOnlyMultimodalDigestIsAStable32ByteConstant) {
+    EXPECT_EQ(text_only_mm_digest().size(), 32u);
+    EXPECT_EQ(&text_only_mm_digest(), &text_only_mm_digest());
+    EXPECT_EQ(bucket_inputs{}.mm_digest, text_only_mm_digest());
+}
+
+TEST(CacheKey, SessionKeyPrecedence) {
+    EXPECT_EQ(session_key("pk", "user"), "pk");
+    EXPECT_EQ(session_key("", "user"), "user");
+    EXPECT_EQ(session_key("", ""), "");
+}
+
+TEST(CacheKey, AnchorIsTheCommonPrefix) {
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+    EXPECT_EQ(anchor_tokens(prompt, {1, 2, 3, 4, 5, 9}), 5);
+    EXPECT_EQ(anchor_tokens(prompt, {1, 2, 3, 4, 5}), 5);  // render is a prefix
+    EXPECT_EQ(anchor_tokens(prompt, prompt), 8);
+    EXPECT_EQ(anchor_tokens(prompt, {1, 2, 3, 4, 5, 6, 7, 8, 9}), 8);
+    EXPECT_EQ(anchor_tokens(prompt, {9}), -1);
+    EXPECT_EQ(anchor_tokens(prompt, {}), -1);
+}
+
+TEST(CacheKey, HistoryIsThePromptWithoutItsGenerationPrompt) {
+    const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6};
+    EXPECT_EQ(history_tokens(prompt, {5, 6}), 4);
+    EXPECT_EQ(history_tokens(prompt, {6}), 5);
+    EXPECT_EQ(history_tokens(prompt, {4, 6}), -1);  // the tail differs (merged across the seam)
+    EXPECT_EQ(history_tokens(prompt, {}), -1);      // no generation prompt
+    EXPECT_EQ(history_tokens(prompt, prompt), -1);  // nothing before it
+    EXPECT_EQ(history_tokens({1}, {1, 1}), -1);
+}

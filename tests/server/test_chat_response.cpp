@@ -1,0 +1,212 @@
+// Tests of server::chat_response and server::sse: response shapes, streamed deltas (UTF-8 safe,
+// stop strings never shown), usage and timings. Uses the plain-content parser (no model).
+#include "server/chat_response.h"
+#include "server/sse.h"
+
+#include <gtest/gtest.h>
+
+using namespace lineage::server;
+using lineage::scheduler::finish_reason;
+using lineage::scheduler::generation_event;
+
+namespace {
+
+completion_meta meta() {
+    return {"chatcmpl-test", "tiny", 1700000000};
+}
+
+generation_event done(finish_reason f, int32_t prompt = 10, int32_t cached = 6, int32_t completion = 5) {
+    generation_event e;
+    e.type = generation_event::kind::done;
+    e.finish = f;
+    e.stats.prompt_tokens = prompt;
+    e.stats.cached_tokens = cached;
+    e.stats.completion_tokens = completion;
+    e.stats.prefill_s = 0.004;
+    e.stats.ttft_s = 0.010;
+    e.stats.decode_s = 0.5;
+    e.stats.hit_kind = "turn";
+    return e;
+}
+
+// Concatenated "content" of every chunk's delta.
+std::string streamed_content(const std::vector<json> & chunks) {
+    std::string s;
+    for (const auto & c : chunks) {
+        if (c.contains("choices") && !c["choices"].empty()) {
+            const auto & d = c["choices"][0]["delta"];
+            if (d.contains("content") && d["content"].is_string()) {
+                s += d["content"].get<std::string>();
+            }
+        }
+    }
+    return s;
+}
+
+}  // namespace
+
+TEST(ChatResponse, NonStreamingCompletionShape) {
+    chat_output out(meta(), {}, {}, false, 10);
+    out.add("Hello");
+    out.add(" world");
+    const json r = out.final_response(done(finish_reason::stop));
+    EXPECT_EQ(dump(r),
+              R"({"id":"chatcmpl-test","object":"chat.completion","created":1700000000,"model":"tiny",)"
+              R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hello world"},"logprobs":null,)"
+              R"("finish_reason":"stop"}],)"
+              R"("usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,)"
+              R"("prompt_tokens_details":{"cached_tokens":6}},)"
+              R"("timings":{"prompt_n":4,"cached_n":6,"prompt_ms":4.0,"ttft_ms":10.0,"predicted_n":5,)"
+              R"("predicted_ms":500.0,"predicted_per_second":8.0,"cache_hit":"turn"}})");
+}
+
+TEST(ChatResponse, LengthFinish) {
+    chat_output out(meta(), {}, {}, false, 10);
+    out.add("abc");
+    EXPECT_EQ(out.final_response(done(finish_reason::length))["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ChatResponse, StopStringGivesStopEvenIfTheSchedulerSaysLength) {
+    chat_output out(meta(), {}, {"###"}, false, 10);
+    EXPECT_FALSE(out.add("abc#"));
+    EXPECT_TRUE(out.add("##def"));
+    const json r = out.final_response(done(finish_reason::length));
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "abc");
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ChatResponse, UsageFallsBackToThePromptLengthWhenStatsAreEmpty) {
+    lineage::scheduler::request_stats s;
+    const json u = usage_json(s, 33);
+    EXPECT_EQ(dump(u), R"({"prompt_tokens":33,"completion_tokens":0,"total_tokens":33,"prompt_tokens_details":{"cached_tokens":0}})");
+    EXPECT_EQ(timings_json(s, 33)["cache_hit"], "miss");
+}
+
+TEST(ChatResponse, StreamStartsWithRoleThenContentThenFinishThenUsage) {
+    chat_output out(meta(), {}, {}, /*include_usage=*/true, 10);
+    std::vector<json> all;
+    out.add("Hi");
+    for (auto & c : out.take_chunks()) {
+        all.push_back(c);
+    }
+    out.add(" there");
+    for (auto & c : out.take_chunks()) {
+        all.push_back(c);
+    }
+    for (auto & c : out.final_chunks(done(finish_reason::stop))) {
+        all.push_back(c);
+    }
+    ASSERT_EQ(all.size(), 5u);
+    EXPECT_EQ(dump(all[0]),
+              R"({"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"tiny",)"
+              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
+    EXPECT_EQ(all[1]["choices"][0]["delta"]["content"], "Hi");
+    EXPECT_EQ(all[2]["choices"][0]["delta"]["content"], " there");
+    EXPECT_EQ(all[3]["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(all[3]["choices"][0]["delta"], json::object());
+    EXPECT_FALSE(all[3].contains("usage"));  // usage comes in its own chunk
+    EXPECT_EQ(all[3]["timings"]["cached_n"], 6);
+    EXPECT_EQ(all[4]["choices"], json::array());
+    EXPECT_EQ(all[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 6);
+    EXPECT_EQ(all[4]["usage"]["total_tokens"], 15);
+}
+
+TEST(ChatResponse, StreamWithoutIncludeUsagePutsUsageOnTheFinishChunk) {
+    chat_output out(meta(), {}, {}, false, 10);
+    out.add("x");
+    auto fin = out.final_chunks(done(finish_reason::stop));
+    ASSERT_FALSE(fin.empty());
+    EXPECT_EQ(fin.back()["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(fin.back()["usage"]["completion_tokens"], 5);
+}
+
+TEST(ChatResponse, StreamNeverSplitsACharacterNorShowsAStopString) {
+    chat_output out(meta(), {}, {"<|end|>"}, false, 10);
+    std::vector<json> all;
+    const std::vector<std::string> pieces = {"caf", "\xC3", "\xA9 ", "\xF0\x9F", "\x98\x80", " <|", "end", "|> junk"};
+    for (const auto & p : pieces) {
+        out.add(p);
+        for (auto & c : out.take_chunks()) {
+            const std::string s = streamed_content({c});
+            // Each delta is valid UTF-8 on its own: dumping without replacement must not throw.
+            EXPECT_NO_THROW((void) c.dump()) << s;
+            all.push_back(c);
+        }
+    }
+    for (auto & c : out.final_chunks(done(finish_reason::stop))) {
+        all.push_back(c);
+    }
+    EXPECT_EQ(streamed_content(all), "caf\xC3\xA9 \xF0\x9F\x98\x80 ");
+    EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ChatResponse, FinalChunksAloneStillStartWithTheRole) {
+    chat_output out(meta(), {}, {}, false, 10);
+    auto fin = out.final_chunks(done(finish_reason::stop, 10, 0, 0));
+    ASSERT_EQ(fin.size(), 2u);
+    EXPECT_EQ(fin[0]["choices"][0]["delta"]["role"], "assistant");
+    EXPECT_EQ(fin[1]["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ChatResponse, DeltaJsonForToolCalls) {
+    lineage::engine::chat_delta d;
+    d.tool_call_index = 0;
+    d.tool_call_id = "call_1";
+    d.tool_call_name = "get";
+    d.tool_call_arguments = "{\"a\"";
+    EXPECT_EQ(dump(delta_json(d)),
+              R"({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"a\""}}]})");
+    lineage::engine::chat_delta more;
+    more.tool_call_index = 0;
+    more.tool_call_arguments = ":1}";
+    EXPECT_EQ(dump(delta_json(more)), R"({"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]})");
+    lineage::engine::chat_delta r;
+    r.reasoning_content = "hmm";
+    EXPECT_EQ(dump(delta_json(r)), R"({"reasoning_content":"hmm"})");
+}
+
+TEST(ChatResponse, MessageJsonWithToolCallsHasNullContent) {
+    lineage::engine::chat_parsed m;
+    m.tool_calls.push_back({"call_9", "f", "{}"});
+    EXPECT_EQ(dump(message_json(m)),
+              R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_9","type":"function","function":{"name":"f","arguments":"{}"}}]})");
+}
+
+TEST(Sse, Framing) {
+    json j = json::object();
+    j["a"] = 1;
+    EXPECT_EQ(sse_event(j), "data: {\"a\":1}\n\n");
+    EXPECT_EQ(sse_events({j, j}), "data: {\"a\":1}\n\ndata: {\"a\":1}\n\n");
+    EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
+    EXPECT_EQ(sse_error(server_error("boom")),
+              "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+}
+
+TEST(Sse, InvalidUtf8IsReplacedNotThrown) {
+    json j = json::object();
+    j["s"] = std::string("a\xFF");
+    EXPECT_EQ(sse_event(j), "data: {\"s\":\"a\xEF\xBF\xBD\"}\n\n");
+}
+
+TEST(ChatResponse, InvalidBytesInTheMiddleAreReplacedInStreamAndFinalAlike) {
+    const std::vector<std::string> pieces = {"ab", "\xE2", "cd", "\xF0\x9F", "\x98\x80", "!"};
+    chat_output streamed(meta(), {}, {}, false, 10);
+    std::vector<json> all;
+    for (const auto & p : pieces) {
+        streamed.add(p);
+        for (auto & c : streamed.take_chunks()) {
+            EXPECT_NO_THROW((void) c.dump());
+            all.push_back(c);
+        }
+    }
+    for (auto & c : streamed.final_chunks(done(finish_reason::stop))) {
+        all.push_back(c);
+    }
+    chat_output plain(meta(), {}, {}, false, 10);
+    for (const auto & p : pieces) {
+        plain.add(p);
+    }
+    const json r = plain.final_response(done(finish_reason::stop));
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "ab\xEF\xBF\xBD" "cd\xF0\x9F\x98\x80!");
+    EXPECT_EQ(streamed_content(all), r["choices"][0]["message"]["content"].get<std::string>());
+}
