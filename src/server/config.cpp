@@ -243,7 +243,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
         "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
     add("-c,--ctx-size", "LINEAGE_CTX_SIZE", "TOKENS", "0",
-        "KV cells shared by all sequences; 0 = the model's training context, capped at 65536",
+        "KV cells shared by all sequences (and the longest one sequence may be); 0 = the model's training context, capped at 32768",
         int_min(c.sched.n_ctx, 0));
     add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
         "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
@@ -276,6 +276,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-guard-min-suffix", "LINEAGE_CACHE_GUARD_MIN_SUFFIX", "TOKENS", std::to_string(dc.guard_min_suffix),
         "take a guard checkpoint only when the uncached suffix is at least this long",
         int_min(cc.guard_min_suffix, 0));
+    add("--cache-resend-checkpoint", "LINEAGE_CACHE_RESEND_CHECKPOINT", "[=BOOL]", "true",
+        "hybrid models: checkpoint at prompt - 1 so a verbatim resend or regenerate restores all but one token "
+        "(one extra 1-token forward per request); replaces the prompt - guard-distance guard",
+        boolean(cc.resend_checkpoint), true);
     add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
         std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",
         int_min(cc.divergence_min_gain, 0));
