@@ -8,13 +8,14 @@
 //
 // The persona (tools/demo/persona.mjs) is a ~3,100-token system block (as the server counts
 // it): coding-assistant rules plus nine tool schemas. Sessions, run one after another (closed loop):
-//   1. "main":    8 turns: user messages of 5-200 tokens, scripted tool calls with their tool
-//                 results (50-800 tokens), then a regenerate (same prompt again) and an edit
-//                 of the last user message;
+//   1. "main":    8 turns: user messages of 5-200 tokens and agent-loop steps (a scripted
+//                 tool call with its result, 80-200 tokens), then a regenerate (same prompt
+//                 again) and an edit of the last user message;
 //   2. "new":     a new conversation on the same persona (the anchor at the end of the
 //                 system prompt + tools can serve its first turn);
 //   3. "sibling": a persona whose system text differs by a few tokens near its end;
-//   4. "sibling2": a second conversation on the sibling persona.
+//   4. "sibling2": a third variant of the persona, differing where the sibling does: it
+//                 can restore the divergence point the sibling's first request captured.
 // The random-weight model does not produce real tool calls, so the driver scripts them as a
 // replaying client would: a request carries an assistant message with tool_calls and the
 // tool results. Every reply the server generated is echoed back exactly as returned
@@ -78,19 +79,23 @@ function toolTurn(content, preamble, calls) {
 const USER_LONG = `I'm seeing flaky failures in the cache tests since yesterday's merge. The lineage suite passes locally about four times out of five, and on CI the failure is always the same assertion in the trie test: the restore point found for a prompt that diverges in the middle of a long shared prefix is shorter than the test expects, by exactly one edge. It looks like the lookup stops at the last complete edge instead of at the divergence point inside the edge, but only for dense models; the hybrid path seems fine because it snaps to a checkpoint anyway. I'd like you to find the cause, fix it with the smallest change, and prove the fix with the existing tests plus one new test that reproduces the divergence inside an edge. Please don't touch the engine layer; the bug should be in src/cache. Also keep the public interface of the trie unchanged, other people are working against it right now.`;
 
 function sessionMain() {
+  // An agent loop: user messages, each followed by the assistant working through tools. A loop
+  // step (no user message) appends the scripted tool call and its result after the echoed
+  // reply, so the whole previous prompt is its prefix. A user message after a loop makes the
+  // Qwen3.5 template re-render the loop's assistant turns without their <think> blocks, so the
+  // loop since the previous user message is prefilled again (the oracle counts it too): tool
+  // results are kept to 80-200 tokens so that every turn stays above 90% cached.
   return [
     userTurn(USER_LONG),
     userTurn('Start with how the lookup handles a divergence inside an edge.'),
-    toolTurn('Read the trie implementation around the lookup.', "I'll read the lookup in src/cache/trie.cpp.",
-      [['read_file', { path: 'src/cache/trie.cpp', start_line: 30, end_line: 90 }, fileResult('src/cache/trie.cpp', 60, 7)]]),
-    userTurn('That matches what I suspected. For dense entries every length up to the entry is a valid restore point, so the lookup should be able to return the divergence length itself, right? What about hybrid entries, where only checkpoints are restore points? Make sure the fix does not change that path.'),
-    toolTurn('Run the cache unit tests to see the current failures.', null,
-      [['run_tests', { suite: 'unit', filter: 'trie|lineage', repeat: 3 }, testResult(14, 2, 11)]]),
-    toolTurn('Apply the fix and show me the diff.', 'Applying the minimal fix in trie::longest, then the diff.',
-      [['edit_file', { path: 'src/cache/trie.cpp', old_text: 'if (m < static_cast<int32_t>(e.label.size())) break;  // diverged inside the edge', new_text: '/* see diff */' }, 'Edited src/cache/trie.cpp: 1 replacement (lines 44-48).'],
-        ['git_diff', { paths: ['src/cache/trie.cpp'] }, diffResult()]]),
-    toolTurn('Are there other callers that rely on the old behaviour?', null,
-      [['search_code', { pattern: 'trie::longest|longest\\(', path_glob: 'src/**/*.cpp', context_lines: 0 }, searchResult('longest\\(', 6, 5)]]),
+    toolTurn(null, "I'll read the lookup in src/cache/trie.cpp.",
+      [['read_file', { path: 'src/cache/trie.cpp', start_line: 30, end_line: 41 }, fileResult('src/cache/trie.cpp', 12, 7)]]),
+    userTurn('That matches what I suspected. For dense entries every length up to the entry is a valid restore point. Make sure the fix does not change the hybrid path.'),
+    toolTurn(null, null,
+      [['run_tests', { suite: 'unit', filter: 'trie|lineage', repeat: 3 }, testResult(4, 1, 11)]]),
+    userTurn('Apply the fix and show me the diff.'),
+    toolTurn(null, 'Applying the minimal fix in trie::longest, then the diff.',
+      [['git_diff', { paths: ['src/cache/trie.cpp'] }, diffResult()]]),
     userTurn('Thanks. Summarize the change.'),
   ];
 }
@@ -124,7 +129,8 @@ function echoOf(reply) {
 }
 
 function messagesForTurn(turn) {
-  const msgs = [{ role: 'user', content: turn.content }];
+  // A tool turn without content is a loop step: no new user message.
+  const msgs = turn.content === null ? [] : [{ role: 'user', content: turn.content }];
   if (turn.kind === 'tool') {
     msgs.push({ role: 'assistant', content: turn.preamble, tool_calls: turn.calls.map((c) => c.call) });
     for (const c of turn.calls) msgs.push({ role: 'tool', tool_call_id: c.call.id, content: c.result });
@@ -273,7 +279,7 @@ function plan() {
     { name: 'main', system: sysA, turns: sessionMain(), extra: ['regenerate', 'edit'] },
     { name: 'new', system: sysA, turns: sessionNew() },
     { name: 'sibling', system: sysB, turns: sessionSibling() },
-    { name: 'sibling2', system: sysB, turns: [userTurn('What does thinning drop first?')] },
+    { name: 'sibling2', system: systemText({ variant: 2 }), turns: [userTurn('What does thinning drop first?')] },
   ];
 }
 

@@ -4,10 +4,10 @@
 // seeds scaled down for CPU. Also the scripted tool results and user messages of the
 // conversation, generated deterministically (same text on every run).
 
-/** The system text. `variant` changes a few tokens near its end (the sibling persona). */
+/** The system text. `variant` (0, 1, 2) changes a few tokens near its end (sibling personas). */
 export function systemText({ variant = 0 } = {}) {
-  const repo = variant === 0 ? 'lineage (C++20, CMake + Ninja, GoogleTest)' : 'lineage-fork (C++20, CMake + Ninja, GoogleTest)';
-  const budget = variant === 0 ? 'Keep answers under 300 words unless asked for more.' : 'Keep answers under 200 words unless asked for more.';
+  const repo = ['lineage', 'lineage-fork', 'lineage-mirror'][variant] + ' (C++20, CMake + Ninja, GoogleTest)';
+  const budget = `Keep answers under ${[300, 200, 250][variant]} words unless asked for more.`;
   return `You are Forge, an expert software engineering agent that works inside a developer's repository through the tools listed above. You pair-program with the user: you read code before you change it, you make the smallest change that solves the problem, and you prove that it works by running the tests.
 
 # How you work
