@@ -261,14 +261,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "whole-prompt snapshots only",
         boolean(cc.lineage), true);
     add("--cache-ram-bytes", "LINEAGE_CACHE_RAM_BYTES", "BYTES", "0",
-        "byte budget of the host-RAM cache tier; 0 = model-aware default", bytes_min(cc.ram_bytes, 0));
+        "byte budget of the host-RAM cache tier (checkpoints, anchors, demoted entries); 0 = a quarter of physical memory, clamped to [512 MiB, 8 GiB]", bytes_min(cc.ram_bytes, 0));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
         "finished sequences kept parked on the device, besides the --parallel slots",
         int_min(cc.device_slots, 0));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
     add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
-        "maximum live entries in the RAM tier", int_min(cc.max_entries, 1));
+        "maximum live conversation entries (device and RAM tiers; anchors not counted)", int_min(cc.max_entries, 1));
     add("--prompt-cache-ttl", "LINEAGE_PROMPT_CACHE_TTL", "SECONDS", fmt_double(dc.ttl_s),
         "an entry expires this long after its last hit", seconds(cc.ttl_s));
     add("--cache-guard-distance", "LINEAGE_CACHE_GUARD_DISTANCE", "TOKENS", std::to_string(dc.guard_distance),
@@ -308,7 +308,7 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
     app->get_formatter()->column_width(40);
     app->footer(
         "Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
-        "POST /v1/cache/reset.");
+        "POST /v1/cache/reset, POST /tokenize, POST /apply-template.");
     for (auto & st : settings) {
         if (st->is_flag) {
             st->opt = app->add_flag(st->names, st->raw, describe(*st));
