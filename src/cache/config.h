@@ -24,6 +24,9 @@ struct config {
     int32_t max_entries = 1024;
     /** Seconds since last hit before an entry expires (seed 001: 3600). */
     double ttl_s = 3600;
+    /** Decision trace: one INFO line "cache-trace: ..." per cache decision (seed 001
+     *  "Session Snapshots"; --cache-trace, env LINEAGE_CACHE_TRACE). Off: costs a null check. */
+    bool trace = false;
 
     // --- lineage rules (seed 000; DESIGN.md "Lineage rules") ---
     /** Guard checkpoint distance from the prompt end, tokens (seed 000: 16). */

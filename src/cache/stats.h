@@ -14,7 +14,9 @@ struct stats {
     std::string family;               ///< "dense" or "hybrid"
     int64_t entries = 0;              ///< conversation entries (all tiers), anchors excluded
     int64_t anchors = 0;
+    uint64_t anchor_bytes = 0;        ///< RAM bytes of the pinned anchors (inside bytes["ram"])
     std::map<std::string, int64_t> checkpoints;  ///< by kind: turn, guard, anchor, divergence
+    std::map<std::string, uint64_t> checkpoint_bytes;  ///< by kind, bytes (inside bytes["ram"])
     std::map<std::string, uint64_t> bytes;       ///< by tier: device, ram, disk
     uint64_t budget_bytes = 0;        ///< T1 byte budget
     int64_t lookups = 0;
@@ -23,7 +25,7 @@ struct stats {
     int64_t tokens_reused = 0;        ///< prompt tokens restored instead of prefilled
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
-    std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity
+    std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
 };
 
 struct reset_result {

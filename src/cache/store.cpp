@@ -215,6 +215,9 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     }
     stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
     add_captures(p, k, prompt, hints);
+    if (trace_.on()) {
+        trace_plan(k, prompt, hints, p);
+    }
     return p;
 }
 
@@ -283,13 +286,18 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
 
 void store::thin(std::vector<checkpoint> & cps) {
     while (static_cast<int32_t>(cps.size()) > cfg_.max_checkpoints) {
-        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(drop_candidate(cps)));
+        const size_t i = drop_candidate(cps);
+        trace_("thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
+               cps[i].n_tokens, cfg_.max_checkpoints);
+        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(i));
     }
 }
 
 bool store::reserve(uint64_t bytes, uint64_t protect) {
     if (bytes > cfg_.ram_bytes) {
         stats_.rejections["too_large"]++;
+        trace_("rejected a state of {}: larger than the whole RAM budget of {} (--cache-ram-bytes)",
+               human_bytes(bytes), human_bytes(cfg_.ram_bytes));
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("cache: a state of {} bytes is larger than the whole RAM budget of {} bytes and is not "
@@ -301,6 +309,8 @@ bool store::reserve(uint64_t bytes, uint64_t protect) {
     while (ram_bytes() + bytes > cfg_.ram_bytes) {
         if (!evict_one_lru(protect, "capacity")) {
             stats_.rejections["budget"]++;
+            trace_("rejected a state of {}: the RAM budget of {} is held by pinned, protected or reserved states",
+                   human_bytes(bytes), human_bytes(cfg_.ram_bytes));
             return false;
         }
     }
@@ -319,12 +329,15 @@ bool store::evict_one_lru(uint64_t protect_id, const char * reason) {
     return false;
 }
 
-void store::erase(iter it, const char * reason) {
+void store::erase(iter it, const char * reason, std::string_view detail) {
     if (it->where == tier::device) {
         released_.push_back(it->seq);
     }
     if (reason != nullptr) {
         stats_.evictions[reason]++;
+        trace_("evicted {}entry {} ({}, {} tokens, {} checkpoints, {}): {}{}", it->anchor ? "anchor " : "", it->id,
+               to_string(it->where), it->toks.size(), it->checkpoints.size(),
+               human_bytes(it->ram_bytes() + it->device_bytes), reason, detail);
         spdlog::debug("cache: evicted entry {} ({} tokens, {}, {} checkpoints): {}", it->id, it->toks.size(),
                       to_string(it->where), it->checkpoints.size(), reason);
     }
@@ -339,6 +352,7 @@ bool store::commit(commit_input in, double now_s) {
     release_pending(release);
     if (!cfg_.enabled || static_cast<int32_t>(in.toks.size()) < cfg_.min_prefix) {
         stats_.rejections[cfg_.enabled ? "min_prefix" : "disabled"]++;
+        trace_("not stored: {} tokens < min prefix {} (--prompt-cache-min-prefix)", in.toks.size(), cfg_.min_prefix);
         return false;
     }
     entry e;
@@ -350,6 +364,8 @@ bool store::commit(commit_input in, double now_s) {
     e.device_bytes = in.device_bytes;
     e.last_use = now_s;
     e.history = in.history_tokens;
+    const uint64_t absorbed_id = in.absorbed ? in.absorbed->source : 0;
+    const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
     if (hybrid_ && cfg_.lineage) {
         e.final_recurrent = std::move(in.final_recurrent);
         std::vector<checkpoint> cps;
@@ -388,7 +404,7 @@ bool store::commit(commit_input in, double now_s) {
                 }
             }
             it->checkpoints.clear();
-            erase(it, "superseded");
+            erase(it, "superseded", " (same tokens as the new entry)");
         }
         it = next;
     }
@@ -396,6 +412,17 @@ bool store::commit(commit_input in, double now_s) {
               [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
     thin(e.checkpoints);
     const uint64_t id = e.id;
+    if (trace_.on()) {
+        std::string cps;
+        for (const auto & c : e.checkpoints) {
+            cps += fmt::format("{}{}@{}", cps.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
+        }
+        trace_("stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}", id, e.toks.size(), e.seq,
+               human_bytes(e.device_bytes + e.ram_bytes()), cps,
+               absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points", absorbed_id,
+                                         n_inherited)
+                           : std::string());
+    }
     entries_.push_front(std::move(e));
     // The reservations covered these bytes; what was freed since may let others in. Enforce
     // the budget and the entry cap on everything but the new entry.
@@ -418,6 +445,8 @@ bool store::commit(commit_input in, double now_s) {
         // Only the new entry's own checkpoints are left to give up, oldest first.
         auto & cps = entries_.front().checkpoints;
         while (ram_bytes() > cfg_.ram_bytes && !cps.empty()) {
+            trace_("over the RAM budget: entry {} gives up its {} checkpoint at {}", id, to_string(cps.front().kind),
+                   cps.front().n_tokens);
             cps.erase(cps.begin());
         }
         entries_.front().final_recurrent.reset();
@@ -446,6 +475,8 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     };
     if (size > cfg_.max_anchor_bytes) {
         stats_.rejections["anchor_too_large"]++;
+        trace_("anchor at {} tokens not pinned: {} > the anchor cap {} (--cache-max-anchor-bytes)", toks.size(),
+               human_bytes(size), human_bytes(cfg_.max_anchor_bytes));
         return;
     }
     // Anchor caps (seed 000: 16 entries, 16 GiB): the least recently used anchor goes first.
@@ -461,6 +492,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.full = std::move(full);
     e.anchor = true;
     e.last_use = now_s;
+    trace_("pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
     entries_.push_front(std::move(e));
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, "capacity")) {
     }
@@ -482,9 +514,11 @@ void store::demote(uint64_t id, blob_ptr full, uint64_t reserved) {
         return;
     }
     if (!full) {
-        erase(it, "capacity");
+        erase(it, "capacity", " (its sequence id was needed and its state does not fit the RAM budget)");
         return;
     }
+    trace_("demoted entry {} ({} tokens) from device sequence {} to RAM ({})", it->id, it->toks.size(), it->seq,
+           human_bytes(size_of(full)));
     released_.push_back(it->seq);
     it->seq = -1;
     it->where = tier::ram;
@@ -496,6 +530,7 @@ void store::abandon(const restore_plan & p, uint64_t reserved) {
     release_pending(reserved + p.inflight_bytes);
     if (p.absorbs) {
         stats_.rejections["abandoned"]++;
+        trace_("abandoned the taken entry {}: the request failed before its commit", p.source);
     }
 }
 
@@ -503,7 +538,9 @@ void store::expire(double now_s) {
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
         if (now_s - it->last_use > cfg_.ttl_s) {
-            erase(it, "ttl");
+            erase(it, "ttl", trace_.on() ? fmt::format(" (unused for {:.0f} s > --prompt-cache-ttl {:.0f} s)",
+                                                        now_s - it->last_use, cfg_.ttl_s)
+                                         : std::string());
         }
         it = next;
     }
@@ -519,6 +556,7 @@ reset_result store::reset() {
         }
     }
     entries_.clear();
+    trace_("reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
     return r;
 }
 
@@ -559,8 +597,12 @@ stats store::get_stats() const {
     s.bytes = {{"device", 0}, {"ram", 0}};
     for (const auto & e : entries_) {
         (e.anchor ? s.anchors : s.entries)++;
+        if (e.anchor) {
+            s.anchor_bytes += e.ram_bytes();
+        }
         for (const auto & c : e.checkpoints) {
             s.checkpoints[std::string(to_string(c.kind))]++;
+            s.checkpoint_bytes[std::string(to_string(c.kind))] += size_of(c.recurrent);
         }
         s.bytes["device"] += e.device_bytes;
         s.bytes["ram"] += e.ram_bytes();

@@ -17,13 +17,16 @@
 #pragma once
 
 #include "cache/config.h"
+#include "cache/key.h"
 #include "cache/stats.h"
+#include "cache/trace.h"
 #include "cache/types.h"
 
 #include <cstdint>
 #include <list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lineage::cache {
@@ -31,8 +34,12 @@ namespace lineage::cache {
 /** Cache key (seed 001 "Cache Key Composition"): entries only match within a bucket;
  *  session decides the two-tier precedence. */
 struct key {
+    key() = default;
+    key(std::string b, std::string s, key_dims d = {}) : bucket(std::move(b)), session(std::move(s)), dims(std::move(d)) {}
+
     std::string bucket;
     std::string session;
+    key_dims dims;  ///< the bucket's dimensions, for the decision trace only (may be empty)
 };
 
 /** A recurrent-only state at an earlier length of its entry (hybrid families). */
@@ -161,6 +168,8 @@ public:
     uint64_t budget() const { return cfg_.ram_bytes; }
     const config & cfg() const { return cfg_; }
     bool hybrid() const { return hybrid_; }
+    /** The decision trace (off until a sink is set; the scheduler sets one with --cache-trace). */
+    tracer & trace() { return trace_; }
 
     /** Throws std::logic_error naming the first broken invariant:
      *  1. checkpoints of an entry ascend strictly, each in [1, n_tokens);
@@ -205,7 +214,10 @@ private:
     std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt) const;
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
     void thin(std::vector<checkpoint> & cps);
-    void erase(iter it, const char * reason);
+    void erase(iter it, const char * reason, std::string_view detail = {});
+    /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
+     *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
+    void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
     bool evict_one_lru(uint64_t protect_id, const char * reason);
     void release_pending(uint64_t bytes);
     uint64_t held_bytes() const;
@@ -219,6 +231,7 @@ private:
     std::vector<int32_t> released_;
     bool warned_too_large_ = false;
     stats stats_;
+    tracer trace_;
 };
 
 }  // namespace lineage::cache

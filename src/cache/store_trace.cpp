@@ -1,0 +1,172 @@
+// cache::store's decision trace of a lookup (--cache-trace): the decision itself, why every
+// other entry was not taken, and which capture points the prefill will take and why others were
+// not planned. Only runs when the trace is on, so it may recompute what plan() computed.
+#include "cache/store.h"
+
+#include <algorithm>
+#include <map>
+
+namespace lineage::cache {
+
+namespace {
+
+// Entries of the prompt's own bucket listed one per line, the closest (longest common token
+// prefix) first; the rest are counted.
+constexpr size_t max_listed = 8;
+
+std::string short_digest(const std::string & hex) {
+    return hex.substr(0, 12);
+}
+
+}  // namespace
+
+void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p) {
+    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+    const int32_t limit = n_prompt - 1;
+    trace_("lookup of {} tokens (session {}, bucket {}): {}", n_prompt, quote_for_log(k.session), short_digest(k.bucket),
+           p.reason);
+
+    // Why each other entry was not taken.
+    std::vector<std::pair<int32_t, std::string>> same_bucket;  // (common prefix, line)
+    std::map<std::string, int32_t> other_buckets;              // difference -> entries
+    const entry * closest_other = nullptr;
+    int32_t closest_other_lcp = 0;
+    std::string closest_other_diff;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        const entry & e = *it;
+        if (e.id == p.source) {
+            continue;  // the chosen one
+        }
+        const int32_t n_e = static_cast<int32_t>(e.toks.size());
+        const int32_t lcp = common_prefix(e.toks, prompt);
+        if (e.k.bucket != k.bucket) {
+            std::string diff = key_difference(e.k.dims, k.dims);
+            if (diff.empty()) {
+                diff = "bucket differs (dimensions not recorded)";
+            }
+            other_buckets[diff]++;
+            if (lcp > closest_other_lcp) {
+                closest_other = &e;
+                closest_other_lcp = lcp;
+                closest_other_diff = diff;
+            }
+            continue;
+        }
+        const std::string who = fmt::format("entry {} ({}{}, {} tokens, session {})", e.id, e.anchor ? "anchor, " : "",
+                                            to_string(e.where), n_e, quote_for_log(e.k.session));
+        std::string why;
+        const auto c = best_in(e, it, prompt);
+        if (!c) {
+            if (lcp == 0) {
+                why = "shares no tokens with the prompt";
+            } else {
+                // Hybrid only (a dense entry restores any prefix): no restore point in reach.
+                const int32_t reach = std::min(lcp, limit);
+                const checkpoint * nearest = nullptr;
+                for (const auto & cp : e.checkpoints) {
+                    if (cp.n_tokens > reach) {
+                        nearest = &cp;
+                        break;
+                    }
+                }
+                why = lcp == n_e ? fmt::format("matches all {} tokens, but a restore must leave >= 1 token to prefill "
+                                               "and it has no checkpoint before its end",
+                                               n_e)
+                                 : fmt::format("the prompt diverges from it at token {}; no restore point at or "
+                                               "before {} (nearest: {})",
+                                               lcp, reach,
+                                               nearest ? fmt::format("{} at {}", to_string(nearest->kind),
+                                                                     nearest->n_tokens)
+                                                       : fmt::format("its full snapshot at {}", n_e));
+            }
+        } else if (c->n < cfg_.min_prefix) {
+            why = fmt::format("its {} restore point at {} is shorter than min prefix {}", to_string(c->kind), c->n,
+                              cfg_.min_prefix);
+        } else if (c->n < p.n_restore) {
+            why = fmt::format("its {} restore point at {} is shorter than the chosen one at {}", to_string(c->kind),
+                              c->n, p.n_restore);
+        } else {
+            why = fmt::format("its {} restore point at {} ties with the chosen one (preferred: own session, then a "
+                              "parked sequence, then a full snapshot){}",
+                              to_string(c->kind), c->n,
+                              e.k.session != k.session ? "; cross-session restores must be strictly longer" : "");
+        }
+        same_bucket.emplace_back(lcp, who + " not taken: " + why);
+    }
+    std::stable_sort(same_bucket.begin(), same_bucket.end(),
+                     [](const auto & a, const auto & b) { return a.first > b.first; });
+    for (size_t i = 0; i < same_bucket.size() && i < max_listed; ++i) {
+        trace_("  {}", same_bucket[i].second);
+    }
+    if (same_bucket.size() > max_listed) {
+        trace_("  ... and {} more entries of this bucket, sharing fewer tokens", same_bucket.size() - max_listed);
+    }
+    if (closest_other != nullptr) {
+        trace_("  entry {} ({} tokens, session {}) shares {} tokens with the prompt but is in another bucket: {}",
+               closest_other->id, closest_other->toks.size(), quote_for_log(closest_other->k.session), closest_other_lcp,
+               closest_other_diff);
+    }
+    if (!other_buckets.empty()) {
+        std::string summary;
+        int32_t n = 0;
+        for (const auto & [diff, count] : other_buckets) {
+            summary += fmt::format("{}{}: {}", summary.empty() ? "" : "; ", diff, count);
+            n += count;
+        }
+        trace_("  {} entr{} in other buckets ({})", n, n == 1 ? "y" : "ies", summary);
+    }
+
+    // Capture points, and why the others were not planned.
+    std::string planned;
+    for (const auto & c : p.captures) {
+        planned += fmt::format("{}{}@{}", planned.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
+    }
+    std::vector<std::string> not_planned;
+    if (!cfg_.lineage) {
+        not_planned.push_back("exact mode: no checkpoints, no anchor");
+    } else {
+        const bool anchor_planned = std::any_of(p.captures.begin(), p.captures.end(),
+                                                [](const capture_point & c) { return c.kind == point_kind::anchor; });
+        if (h.anchor_tokens <= 0) {
+            not_planned.push_back("anchor: the request has no leading system message or tools");
+        } else if (!anchor_planned) {
+            const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
+            const bool pinned = std::any_of(entries_.begin(), entries_.end(), [&](const entry & e) {
+                return e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
+                       common_prefix(e.toks, prompt) == a;
+            });
+            not_planned.push_back(pinned                 ? fmt::format("anchor at {}: already pinned", a)
+                                  : a < cfg_.min_prefix  ? fmt::format("anchor at {}: below min prefix {}", a,
+                                                                       cfg_.min_prefix)
+                                  : a < p.n_restore      ? fmt::format("anchor at {}: before the restore point", a)
+                                                         : fmt::format("anchor at {}: not inside the prompt", a));
+        }
+        if (hybrid_) {
+            int32_t sibling = 0;
+            for (const auto & e : entries_) {
+                const int32_t l = common_prefix(e.toks, prompt);
+                if (e.k.bucket == k.bucket && l < static_cast<int32_t>(e.toks.size())) {
+                    sibling = std::max(sibling, l);
+                }
+            }
+            const bool div_planned = std::any_of(p.captures.begin(), p.captures.end(), [](const capture_point & c) {
+                return c.kind == point_kind::divergence;
+            });
+            if (sibling > p.n_restore && !div_planned) {
+                not_planned.push_back(fmt::format("divergence at {}: gain {} < {} (--cache-divergence-min-gain)",
+                                                  sibling, sibling - p.n_restore, cfg_.divergence_min_gain));
+            }
+            if (!cfg_.resend_checkpoint && n_prompt - p.n_restore < cfg_.guard_min_suffix) {
+                not_planned.push_back(fmt::format("guard: uncached suffix {} < {} (--cache-guard-min-suffix)",
+                                                  n_prompt - p.n_restore, cfg_.guard_min_suffix));
+            }
+        }
+    }
+    std::string skipped;
+    for (const auto & s : not_planned) {
+        skipped += (skipped.empty() ? "" : "; ") + s;
+    }
+    trace_("captures planned: [{}]{}{}", planned, skipped.empty() ? "" : "; not planned: ", skipped);
+}
+
+}  // namespace lineage::cache
