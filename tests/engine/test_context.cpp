@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,17 +41,27 @@ std::vector<float> prefill(context & ctx, const std::vector<token> & t, seq_id s
     return std::vector<float>(l, l + ctx.get_model().n_vocab());
 }
 
-class ContextTest : public ::testing::TestWithParam<std::string> {};
+class ContextTest : public ::testing::TestWithParam<std::string> {
+protected:
+    ContextTest() : m_(model_params{model_path(GetParam()), 0}) {}
+
+    std::unique_ptr<context> make_context(int32_t n_seq) {
+        context_params cp;
+        cp.n_ctx = 1024;
+        cp.n_seq = n_seq;
+        cp.n_batch = 512;
+        cp.n_threads = 2;
+        return std::make_unique<context>(m_, cp);
+    }
+    bool hybrid() const { return m_.family() != memory_family::dense; }
+
+    model m_;
+};
 
 TEST_P(ContextTest, CheckpointRestoreEqualsColdRunWithoutDrift) {
-    model m(model_params{model_path(GetParam()), 0});
-    context_params cp;
-    cp.n_ctx = 1024;
-    cp.n_seq = 3;
-    cp.n_batch = 512;
-    cp.n_threads = 2;
-    context ctx(m, cp);
-    const auto t = prompt_tokens(m, 300);
+    auto owned = make_context(3);
+    context & ctx = *owned;
+    const auto t = prompt_tokens(m_, 300);
     const int32_t c = 200;
 
     // Cold run split at c.
@@ -58,7 +69,7 @@ TEST_P(ContextTest, CheckpointRestoreEqualsColdRunWithoutDrift) {
     const auto cold = prefill(ctx, t, 0, c, 300);
     ctx.seq_rm(0, -1, -1);
 
-    const bool hybrid = m.family() != memory_family::dense;
+    const bool hybrid = this->hybrid();
     prefill(ctx, t, 1, 0, c);
     const bytes ckpt = ctx.get_state(1, hybrid);  // recurrent-only on hybrids; dense: not needed
     prefill(ctx, t, 1, c, 300);
@@ -74,19 +85,15 @@ TEST_P(ContextTest, CheckpointRestoreEqualsColdRunWithoutDrift) {
 }
 
 TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
-    model m(model_params{model_path(GetParam()), 0});
-    context_params cp;
-    cp.n_ctx = 1024;
-    cp.n_seq = 3;
-    cp.n_threads = 2;
-    context ctx(m, cp);
-    const auto t = prompt_tokens(m, 300);
+    auto owned = make_context(3);
+    context & ctx = *owned;
+    const auto t = prompt_tokens(m_, 300);
     const int32_t c = 160;
     prefill(ctx, t, 0, 0, c);
     const auto cold = prefill(ctx, t, 0, c, 300);
     ctx.seq_rm(0, -1, -1);
 
-    const bool hybrid = m.family() != memory_family::dense;
+    const bool hybrid = this->hybrid();
     prefill(ctx, t, 1, 0, c);
     const bytes ckpt = ctx.get_state(1, true);
     prefill(ctx, t, 1, c, 300);  // the parked "entry" on seq 1 at 300 tokens
@@ -110,13 +117,9 @@ TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
 }
 
 TEST_P(ContextTest, WholeStateRoundTripThroughRam) {
-    model m(model_params{model_path(GetParam()), 0});
-    context_params cp;
-    cp.n_ctx = 1024;
-    cp.n_seq = 2;
-    cp.n_threads = 2;
-    context ctx(m, cp);
-    const auto t = prompt_tokens(m, 260);
+    auto owned = make_context(2);
+    context & ctx = *owned;
+    const auto t = prompt_tokens(m_, 260);
     prefill(ctx, t, 0, 0, 200);
     const auto cold = prefill(ctx, t, 0, 200, 260);
     ctx.seq_rm(0, -1, -1);
