@@ -6,6 +6,8 @@
 // be called from any thread.
 #pragma once
 
+#include "cache/key.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,6 +36,7 @@ struct sampling_params {
 struct cache_hints {
     bool cache_prompt = true;          ///< false: neither read nor write the cache
     std::string bucket;                ///< digest of model, lora, template_sig, rope, mm
+    cache::key_dims dims;              ///< the bucket's dimensions; filled only with --cache-trace
     std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
     /** Tokens of the shared system prompt + tools (the anchor length, DESIGN.md "Lineage
      *  rules"), or -1 when the request has no leading system message/tools. */
@@ -52,6 +55,7 @@ const char * to_string(finish_reason r);
 struct request_stats {
     int32_t prompt_tokens = 0;
     int32_t cached_tokens = 0;       ///< prompt tokens restored from the cache
+    int32_t prefilled_tokens = 0;    ///< prompt tokens computed (prompt - cached, fewer when it ended early)
     int32_t completion_tokens = 0;
     double queue_s = 0;              ///< seconds waiting for admission
     double lookup_s = 0, restore_s = 0, prefill_s = 0, capture_s = 0, commit_s = 0;

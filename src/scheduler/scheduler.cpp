@@ -3,6 +3,7 @@
 #include "cache/store.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "scheduler/metrics.h"
 #include "scheduler/slot.h"
 
 #include <spdlog/spdlog.h>
@@ -101,6 +102,7 @@ struct scheduler::impl {
     void fail(slot & s, int status, const std::string & type, const std::string & msg);
     void commit(slot & s);
     void reset_slot(slot & s);
+    void record(slot & s, finish_reason why);
     double now_s() const { return seconds_since(started_); }
 
     const engine::model & model_;
@@ -109,6 +111,7 @@ struct scheduler::impl {
     int32_t max_seq_tokens_;
     std::unique_ptr<engine::context> ctx_;
     cache::store store_;
+    metrics metrics_;
     std::vector<slot> slots_;
     std::vector<int32_t> free_seqs_;
     clock::time_point started_ = clock::now();
@@ -139,6 +142,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_threads = p_.n_threads;
     ctx_ = std::make_unique<engine::context>(m, cp);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
+    if (p_.cache.trace) {
+        store_.trace().set_sink(cache::tracer::log_sink());
+    }
     for (int32_t s = cp.n_seq - 1; s >= 0; --s) {
         free_seqs_.push_back(s);
     }
@@ -329,8 +335,13 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         finish(s, finish_reason::cancelled);
         return;
     }
+    cache::trace_scope trace(store_.trace(), s.req->id);
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
-    s.key = {s.req->cache.bucket, s.req->cache.session_key};
+    s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
+    if (!s.use_cache) {
+        store_.trace()("cache bypassed ({}); {} prompt tokens to prefill",
+                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
+    }
     const auto t0 = clock::now();
     if (s.use_cache) {
         cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens};
@@ -351,6 +362,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (!restore(s)) {
         spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
                       cache::to_string(s.plan.kind), s.plan.n_restore);
+        store_.trace()("restoring {} at {} failed in the engine; prefilling cold", cache::to_string(s.plan.kind),
+                       s.plan.n_restore);
         store_.abandon(s.plan, 0);
         auto captures = s.plan.captures;
         s.plan = cache::restore_plan{};
@@ -418,8 +431,11 @@ void scheduler::impl::capture(slot & s, const cache::capture_point & c) {
     if (!whole && !hybrid_) {
         return;
     }
+    cache::trace_scope trace(store_.trace(), s.req->id);
     const size_t size = ctx_->state_size(s.seq, !whole);
     if (!store_.reserve(size)) {
+        store_.trace()("{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind), c.n_tokens,
+                       cache::human_bytes(size));
         s.stats.capture_s += seconds_since(t0);
         return;
     }
@@ -432,6 +448,8 @@ void scheduler::impl::capture(slot & s, const cache::capture_point & c) {
     } else {
         s.reserved_bytes += size;
         s.captured.push_back({c.n_tokens, c.kind, std::move(blob)});
+        store_.trace()("captured the {} checkpoint at {} ({})", cache::to_string(c.kind), c.n_tokens,
+                       cache::human_bytes(size));
         spdlog::debug("request {}: captured {} checkpoint at {} tokens ({} bytes)", s.req->id,
                       cache::to_string(c.kind), c.n_tokens, size);
     }
@@ -560,6 +578,7 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
         s.stats.decode_s = seconds_since(s.first_token_at);
     }
     commit(s);
+    record(s, why);
     generation_event e;
     e.type = generation_event::kind::done;
     e.finish = why;
@@ -588,6 +607,9 @@ void scheduler::impl::fail(slot & s, int status, const std::string & type, const
     e.http_status = status;
     e.error_type = type;
     e.message = msg;
+    if (s.req) {
+        record(s, finish_reason::error);
+    }
     e.stats = s.stats;
     spdlog::warn("request {}: failed ({}): {}", s.req ? s.req->id : 0, status, msg);
     if (s.req) {
@@ -606,6 +628,7 @@ void scheduler::impl::commit(slot & s) {
         s.seq = -1;
         return;
     }
+    cache::trace_scope trace(store_.trace(), s.req->id);
     // The entry is the state at the prompt end for hybrids (generation moved the recurrent
     // state on: put the prompt-end state back and trim the KV), or everything decoded for
     // dense models (any prefix of their KV is a restore point). A request cancelled during
@@ -617,6 +640,9 @@ void scheduler::impl::commit(slot & s) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !ctx_->set_state(s.seq, *s.prompt_end_recurrent, true) ||
             !ctx_->seq_rm(s.seq, n_keep, -1)) {
+            store_.trace()("not stored: {}", s.prompt_end_recurrent
+                                                 ? "the engine could not put the prompt-end state back"
+                                                 : "the prompt-end state was not kept (no RAM for it)");
             store_.abandon(s.plan, s.reserved_bytes);
             release_seq(s.seq);
             s.seq = -1;
@@ -641,6 +667,13 @@ void scheduler::impl::commit(slot & s) {
     s.seq = -1;
     drain_released();
     s.stats.commit_s = seconds_since(t0);
+}
+
+void scheduler::impl::record(slot & s, finish_reason why) {
+    // Prompt tokens the engine computed: the prefill reached n_past (capped at the prompt; the
+    // rest is decode) from the restore point.
+    s.stats.prefilled_tokens = std::max(0, std::min(s.n_past, s.prompt_size()) - s.stats.cached_tokens);
+    metrics_.record(s.stats, why, s.use_cache);
 }
 
 void scheduler::impl::reset_slot(slot & s) {
@@ -678,6 +711,10 @@ int32_t scheduler::max_sequence_tokens() const {
 
 cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] { return impl_->store_.get_stats(); });
+}
+
+metrics_snapshot scheduler::snapshot_metrics() const {
+    return impl_->metrics_.snapshot();
 }
 
 cache::reset_result scheduler::reset_cache() {

@@ -2,13 +2,14 @@
 // cache's device and RAM tiers, and the queue of admitted requests; it runs continuous
 // batching: up to n_parallel sequences prefill/decode together in one llama_decode per step,
 // and new requests join between steps (DESIGN.md "Threads and ownership").
-// Thread safety: submit(), snapshot_stats(), reset_cache() and stop() may be called from any
-// thread; everything else happens on the engine thread. Ownership: move-only owner of the
+// Thread safety: submit(), snapshot_stats(), snapshot_metrics(), reset_cache() and stop() may be
+// called from any thread; everything else happens on the engine thread. Ownership: move-only owner of the
 // engine thread; the model must outlive it.
 #pragma once
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "scheduler/metrics.h"
 #include "scheduler/request.h"
 
 #include <cstdint>
@@ -46,6 +47,10 @@ public:
 
     /** A consistent copy of the cache counters (taken on the engine thread). */
     cache::stats snapshot_stats();
+
+    /** A consistent copy of the per-request counters and histograms (GET /metrics). Does not
+     *  wait for the engine thread. */
+    metrics_snapshot snapshot_metrics() const;
 
     /** Frees every cache entry (POST /v1/cache/reset); returns what was freed. */
     cache::reset_result reset_cache();

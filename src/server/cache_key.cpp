@@ -129,6 +129,28 @@ std::string bucket_digest(const bucket_inputs & in) {
     return h.hex();
 }
 
+cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & template_source,
+                            const std::map<std::string, std::string> & kwargs, const std::string & tool_choice,
+                            const std::vector<engine::chat_tool> & tools) {
+    cache::key_dims d;
+    d.model_id = b.model_id;
+    d.lora_id = b.lora_id;
+    d.template_sig = b.template_sig;
+    d.rope = b.rope_regime ? std::to_string(*b.rope_regime) : "";
+    d.mm = hasher::to_hex(b.mm_digest);
+    d.template_source = sha256_hex(template_source);
+    hasher h;
+    h.field("lineage:kwargs:v1");
+    for (const auto & [k, v] : kwargs) {
+        h.field(k);
+        h.field(canonical_json(v));
+    }
+    d.kwargs = h.hex();
+    d.tool_choice = tool_choice;
+    d.tools = tools_digest(tools);
+    return d;
+}
+
 std::string session_key(const std::string & prompt_cache_key, const std::string & user) {
     if (!prompt_cache_key.empty()) {
         return prompt_cache_key;

@@ -6,6 +6,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include "cache/key.h"
 #include "engine/chat_template.h"
 
 #include <cstdint>
@@ -51,6 +52,13 @@ struct bucket_inputs {
 /** Bucket digest: SHA-256 of "lineage:prompt-cache:v1" then each dimension (strings
  *  length-prefixed with a u64 little-endian; rope as presence byte + tag byte). Hex. */
 std::string bucket_digest(const bucket_inputs & in);
+
+/** The bucket's dimensions one by one, for the decision trace (cache::key_dims): the values of
+ *  `b` (rope as "" or its tag, mm as hex) and template_sig's inputs (the template source and
+ *  the merged kwargs as digests, tool_choice as is, tools_digest). */
+cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & template_source,
+                            const std::map<std::string, std::string> & kwargs, const std::string & tool_choice,
+                            const std::vector<engine::chat_tool> & tools);
 
 /** session_key = prompt_cache_key if non-empty, else user, else "" (anonymous). */
 std::string session_key(const std::string & prompt_cache_key, const std::string & user);

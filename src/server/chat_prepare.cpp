@@ -131,6 +131,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
     out.cache.bucket = bucket_digest(b);
+    if (opt_.cache_trace && opt_.cache_enabled && r.cache_prompt) {
+        out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
+    }
     out.cache.session_key = session_key(r.prompt_cache_key, r.user);
     out.cache.cache_prompt = opt_.cache_enabled && r.cache_prompt;
     out.cache.anchor_tokens = -1;

@@ -30,6 +30,7 @@ namespace lineage::server {
 struct prepare_options {
     std::string model_id;       ///< bucket dimension (seed 001 "model_id")
     bool cache_enabled = true;  ///< server-wide switch; false: hints say cache_prompt = false
+    bool cache_trace = false;   ///< --cache-trace: also fill the hints' per-dimension key digests
     /** Server-side chat_template_kwargs under the request's (llama-server enables
      *  preserve_reasoning by default; it keeps earlier turns' reasoning in the prompt, so a
      *  conversation's tokens stay a prefix of the next turn's: seed 001 "Prefix-Stability"). */

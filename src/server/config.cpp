@@ -239,6 +239,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "largest request body accepted; larger ones get HTTP 413", bytes_min(c.max_body_bytes, 1024));
     add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
+    add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",
+        "serve GET /metrics in the Prometheus text format (404 when off)", boolean(c.metrics), true);
     // --- engine and batching ---
     add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
         "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
@@ -271,6 +273,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "maximum live conversation entries (device and RAM tiers; anchors not counted)", int_min(cc.max_entries, 1));
     add("--prompt-cache-ttl", "LINEAGE_PROMPT_CACHE_TTL", "SECONDS", fmt_double(dc.ttl_s),
         "an entry expires this long after its last hit", seconds(cc.ttl_s));
+    add("--cache-trace", "LINEAGE_CACHE_TRACE", "[=BOOL]", "false",
+        "log one INFO line 'cache-trace: ...' per cache decision: the restore point taken, why other entries "
+        "were not, captures, absorption, thinning, evictions",
+        boolean(cc.trace), true);
     add("--cache-guard-distance", "LINEAGE_CACHE_GUARD_DISTANCE", "TOKENS", std::to_string(dc.guard_distance),
         "guard checkpoint this many tokens before the prompt end", int_min(cc.guard_distance, 1));
     add("--cache-guard-min-suffix", "LINEAGE_CACHE_GUARD_MIN_SUFFIX", "TOKENS", std::to_string(dc.guard_min_suffix),
@@ -308,7 +314,7 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
     app->get_formatter()->column_width(40);
     app->footer(
         "Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
-        "POST /v1/cache/reset, POST /tokenize, POST /apply-template.");
+        "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET /metrics (with --metrics).");
     for (auto & st : settings) {
         if (st->is_flag) {
             st->opt = app->add_flag(st->names, st->raw, describe(*st));

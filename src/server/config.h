@@ -25,6 +25,7 @@ struct server_config {
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
+    bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
 };
 
 /** Reads an environment variable; nullptr when unset. */

@@ -7,6 +7,7 @@
 #include "scheduler/scheduler.h"
 #include "server/chat_handler.h"
 #include "server/errors.h"
+#include "server/prometheus.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -43,7 +44,9 @@ json stats_json(const cache::stats & s) {
     j["family"] = s.family;
     j["entries"] = s.entries;
     j["anchors"] = s.anchors;
+    j["anchor_bytes"] = s.anchor_bytes;
     j["checkpoints"] = map_json(s.checkpoints);
+    j["checkpoint_bytes"] = map_json(s.checkpoint_bytes);
     j["bytes"] = map_json(s.bytes);
     j["budget_bytes"] = s.budget_bytes;
     j["lookups"] = s.lookups;
@@ -73,7 +76,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       model_id(c.alias.empty() ? m.id() : c.alias),
       created(static_cast<int64_t>(std::time(nullptr))),
       preparer(m, t,
-               prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias, .cache_enabled = c.sched.cache.enabled}) {}
+               prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
+                               .cache_enabled = c.sched.cache.enabled,
+                               .cache_trace = c.sched.cache.trace}) {}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
@@ -153,6 +158,21 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
 
     srv.Get("/v1/cache/stats", [&ctx](const httplib::Request &, httplib::Response & res) {
         send_json(res, stats_json(ctx.sched.snapshot_stats()));
+    });
+
+    // Prometheus text format (docs/prompt-cache.md "Metrics"); behind the API key like the rest.
+    srv.Get("/metrics", [&ctx](const httplib::Request &, httplib::Response & res) {
+        if (!ctx.cfg.metrics) {
+            api_error e;
+            e.status = 404;
+            e.message = "metrics are off: start the server with --metrics (or LINEAGE_METRICS=1) to serve GET /metrics";
+            e.code = "not_found";
+            send_error(res, e);
+            return;
+        }
+        const cache::stats cs = ctx.sched.snapshot_stats();
+        res.status = 200;
+        res.set_content(render_metrics(cs, ctx.sched.snapshot_metrics()), prometheus_content_type);
     });
 
     srv.Post("/v1/cache/reset", [&ctx](const httplib::Request &, httplib::Response & res) {

@@ -141,3 +141,24 @@ TEST(CacheKey, HistoryIsThePromptWithoutItsGenerationPrompt) {
     EXPECT_EQ(history_tokens(prompt, prompt), -1);  // nothing before it
     EXPECT_EQ(history_tokens({1}, {1, 1}), -1);
 }
+
+TEST(CacheKey, KeyDimsNameTheInputThatChanged) {
+    const std::map<std::string, std::string> kw = {{"enable_thinking", "false"}};
+    bucket_inputs b = bucket("m", template_sig("tmpl", kw, "auto", two_tools()));
+    const auto a = key_dims_of(b, "tmpl", kw, "auto", two_tools());
+    EXPECT_EQ(a.model_id, "m");
+    EXPECT_EQ(a.rope, "");
+    EXPECT_EQ(a.mm.size(), 64u);
+    EXPECT_EQ(a.tools, tools_digest(two_tools()));
+    EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b, "tmpl", kw, "auto", two_tools())), "");
+
+    auto one_tool = two_tools();
+    one_tool.pop_back();
+    bucket_inputs b2 = bucket("m", template_sig("tmpl", kw, "auto", one_tool));
+    EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b2, "tmpl", kw, "auto", one_tool)),
+              "template_sig differs (tools)");
+    const std::map<std::string, std::string> kw2 = {{"enable_thinking", "true"}};
+    bucket_inputs b3 = bucket("other", template_sig("tmpl2", kw2, "auto", two_tools()));
+    EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b3, "tmpl2", kw2, "auto", two_tools())),
+              "model_id differs, template_sig differs (template, kwargs)");
+}

@@ -61,6 +61,8 @@ TEST(Config, DefaultsWithOnlyAModel) {
     EXPECT_EQ(c.log_level, "info");
     EXPECT_EQ(c.api_key, "");
     EXPECT_EQ(c.max_body_bytes, 64ull << 20);
+    EXPECT_FALSE(c.metrics);
+    EXPECT_FALSE(c.sched.cache.trace);
 }
 
 TEST(Config, FlagsSetEverySetting) {
@@ -186,6 +188,23 @@ TEST(Config, LineageFlagForms) {
         << r.output;
 }
 
+TEST(Config, MetricsAndCacheTraceSwitches) {
+    auto r = parse({"-m", "m", "--metrics", "--cache-trace"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_TRUE(r.config->metrics);
+    EXPECT_TRUE(r.config->sched.cache.trace);
+    fake_env env;
+    env.vars = {{"LINEAGE_METRICS", "1"}, {"LINEAGE_CACHE_TRACE", "1"}};
+    r = parse({"-m", "m"}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_TRUE(r.config->metrics);
+    EXPECT_TRUE(r.config->sched.cache.trace);
+    r = parse({"-m", "m", "--metrics=false", "--cache-trace=0"}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_FALSE(r.config->metrics) << "the flag wins over the variable";
+    EXPECT_FALSE(r.config->sched.cache.trace);
+}
+
 TEST(Config, MissingModelIsAnError) {
     auto r = parse({});
     EXPECT_FALSE(r.config);
@@ -279,6 +298,8 @@ TEST(Config, HelpListsEveryFlagWithItsVariableAndDefault) {
         {"--chat-template-file", "[env LINEAGE_CHAT_TEMPLATE_FILE; default (the model's template)]"},
         {"--alias", "[env LINEAGE_ALIAS; default (model file name)]"},
         {"--max-body-bytes", "[env LINEAGE_MAX_BODY_BYTES; default 64MiB]"},
+        {"--metrics", "[env LINEAGE_METRICS; default false]"},
+        {"--cache-trace", "[env LINEAGE_CACHE_TRACE; default false]"},
     };
     // CLI11 wraps long descriptions; compare with whitespace runs collapsed.
     auto squash = [](const std::string & s) {

@@ -1,0 +1,84 @@
+// scheduler::metrics: what the engine thread measures per request, for GET /metrics: requests
+// by finish reason, prompt / prefilled / completion token counters, and histograms of TTFT and
+// of each phase of a request (queue, lookup, restore, prefill, capture, commit), in seconds.
+// Owned by the scheduler, the component that does the work (STYLE.md "Metrics"); the cache's
+// own counters are in cache::stats. Engine-agnostic (no llama.h).
+// Thread safety: `metrics` may be used from any thread (one mutex, held for a few dozen
+// additions per finished request); `histogram` and `metrics_snapshot` are plain values.
+#pragma once
+
+#include "scheduler/request.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lineage::scheduler {
+
+/** A histogram with fixed upper bounds, Prometheus semantics: a value v counts in every bucket
+ *  whose bound `le` satisfies v <= le; the implicit +Inf bucket counts every value. */
+class histogram {
+public:
+    /** REQUIRES: `bounds` finite and strictly ascending. */
+    explicit histogram(std::vector<double> bounds);
+
+    void observe(double v);
+
+    const std::vector<double> & bounds() const { return bounds_; }
+    /** Cumulative counts: one per bound, then +Inf (== count()). */
+    std::vector<uint64_t> cumulative() const;
+    uint64_t count() const { return count_; }
+    double sum() const { return sum_; }
+
+private:
+    std::vector<double> bounds_;
+    std::vector<uint64_t> counts_;  // per bucket, not cumulative; bounds_.size() + 1 (last: > every bound)
+    uint64_t count_ = 0;
+    double sum_ = 0;
+};
+
+/** Bucket bounds for request phases, seconds: 1 ms to 60 s in 1-2.5-5 steps. A restore from
+ *  the device or a checkpoint capture takes milliseconds; a cold prefill of a 10k-token system
+ *  prompt takes ~20 s on a large model (seed 000 "What the log said"). */
+const std::vector<double> & phase_seconds_buckets();
+
+/** The phases a request's time is split into (request_stats), in exposition order. */
+enum class phase : uint8_t { ttft, queue, lookup, restore, prefill, capture, commit };
+inline constexpr std::array<phase, 7> all_phases = {phase::ttft,    phase::queue,   phase::lookup, phase::restore,
+                                                    phase::prefill, phase::capture, phase::commit};
+const char * to_string(phase p);
+
+/** A consistent copy of the counters. */
+struct metrics_snapshot {
+    /** Requests that ended, by finish reason: stop, length, cancelled, error (all present). */
+    std::map<std::string, uint64_t> requests;
+    uint64_t prompt_tokens = 0;            ///< prompt tokens of the requests that ended
+    uint64_t prompt_tokens_prefilled = 0;  ///< of those, computed by the engine (not restored)
+    uint64_t completion_tokens = 0;
+    /** Seconds per request, by phase (index: static_cast<size_t>(phase)). Observed for:
+     *  ttft: requests that sampled a first token; queue: every request admitted; lookup,
+     *  capture, commit: requests that used the cache; restore: requests that restored >= 1
+     *  token (hits); prefill: requests that prefilled >= 1 token. */
+    std::vector<histogram> phases;
+
+    metrics_snapshot();
+    const histogram & of(phase p) const { return phases[static_cast<size_t>(p)]; }
+};
+
+class metrics {
+public:
+    /** Records one request that ended (its done or error event); `used_cache`: it read the
+     *  cache (cache on and cache_prompt true). */
+    void record(const request_stats & st, finish_reason why, bool used_cache);
+
+    metrics_snapshot snapshot() const;
+
+private:
+    mutable std::mutex mu_;
+    metrics_snapshot m_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace lineage::scheduler

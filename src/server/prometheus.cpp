@@ -1,0 +1,189 @@
+// server::prometheus: names, HELP text and formatting of GET /metrics.
+#include "server/prometheus.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace lineage::server {
+
+namespace {
+
+std::string escape(const std::string & s, bool quote) {
+    std::string out;
+    out.reserve(s.size());
+    for (char c : s) {
+        if (c == '\\') {
+            out += "\\\\";
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '"' && quote) {
+            out += "\\\"";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string label(const std::string & name, const std::string & value) {
+    return name + "=\"" + escape(value, true) + "\"";
+}
+
+}  // namespace
+
+std::string format_value(double v) {
+    if (std::isnan(v)) {
+        return "NaN";
+    }
+    if (std::isinf(v)) {
+        return v > 0 ? "+Inf" : "-Inf";
+    }
+    if (v == std::floor(v) && std::fabs(v) < 1e15) {
+        return fmt::format("{}", static_cast<int64_t>(v));
+    }
+    return fmt::format("{}", v);
+}
+
+void exposition::header(const std::string & name, const std::string & help, const char * type) {
+    out_ += "# HELP " + name + " " + escape(help, false) + "\n";
+    out_ += "# TYPE " + name + " " + type + "\n";
+}
+
+void exposition::sample(const std::string & name, const std::string & labels, double v) {
+    out_ += name;
+    if (!labels.empty()) {
+        out_ += "{" + labels + "}";
+    }
+    out_ += " " + format_value(v) + "\n";
+}
+
+void exposition::counter(const std::string & name, const std::string & help, double v) {
+    header(name, help, "counter");
+    sample(name, "", v);
+}
+
+void exposition::gauge(const std::string & name, const std::string & help, double v) {
+    header(name, help, "gauge");
+    sample(name, "", v);
+}
+
+void exposition::counter(const std::string & name, const std::string & help, const std::string & lbl,
+                         const labelled & vs) {
+    header(name, help, "counter");
+    for (const auto & [value, v] : vs) {
+        sample(name, label(lbl, value), v);
+    }
+}
+
+void exposition::gauge(const std::string & name, const std::string & help, const std::string & lbl,
+                       const labelled & vs) {
+    header(name, help, "gauge");
+    for (const auto & [value, v] : vs) {
+        sample(name, label(lbl, value), v);
+    }
+}
+
+void exposition::info(const std::string & name, const std::string & help,
+                      const std::vector<std::pair<std::string, std::string>> & labels) {
+    header(name, help, "gauge");
+    std::string ls;
+    for (const auto & [k, v] : labels) {
+        ls += (ls.empty() ? "" : ",") + label(k, v);
+    }
+    sample(name, ls, 1);
+}
+
+void exposition::histogram(const std::string & name, const std::string & help, const scheduler::histogram & h) {
+    header(name, help, "histogram");
+    const auto cum = h.cumulative();
+    for (size_t i = 0; i < h.bounds().size(); ++i) {
+        sample(name + "_bucket", label("le", format_value(h.bounds()[i])), static_cast<double>(cum[i]));
+    }
+    sample(name + "_bucket", label("le", "+Inf"), static_cast<double>(h.count()));
+    sample(name + "_sum", "", h.sum());
+    sample(name + "_count", "", static_cast<double>(h.count()));
+}
+
+std::string render_metrics(const cache::stats & cs, const scheduler::metrics_snapshot & ms) {
+    using scheduler::phase;
+    exposition x;
+    // --- prompt cache (owner: cache::store) ---
+    x.info("lineage_prompt_cache_info",
+           "Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).",
+           {{"enabled", cs.enabled ? "true" : "false"}, {"mode", cs.mode}, {"family", cs.family}});
+    int64_t hits = 0;
+    for (const auto & [kind, n] : cs.hits) {
+        hits += n;
+    }
+    x.counter("lineage_prompt_cache_lookups_total", "Cache lookups (one per request that reads the cache).",
+              static_cast<double>(cs.lookups));
+    x.counter("lineage_prompt_cache_hits_total", "Lookups that restored at least one prompt token.",
+              static_cast<double>(hits));
+    x.counter("lineage_prompt_cache_misses_total", "Lookups that found no restore point: cold prefill.",
+              static_cast<double>(cs.misses));
+    x.counter("lineage_prompt_cache_restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
+              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence"}));
+    x.counter("lineage_prompt_cache_prefix_tokens_reused_total",
+              "Prompt tokens restored from the cache instead of prefilled.", static_cast<double>(cs.tokens_reused));
+    x.counter("lineage_prompt_cache_evictions_total",
+              "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
+              "device entry), superseded (a resend replaced its twin), anchor_cap.",
+              "reason", with_known(cs.evictions, {"lru", "ttl", "capacity", "superseded", "anchor_cap"}));
+    x.counter("lineage_prompt_cache_rejections_total",
+              "States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the "
+              "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a "
+              "request that had taken an entry failed).",
+              "cause", with_known(cs.rejections, {"too_large", "budget", "min_prefix", "disabled", "anchor_too_large",
+                                                  "abandoned"}));
+    uint64_t total_bytes = 0;
+    for (const auto & [tier, b] : cs.bytes) {
+        total_bytes += b;
+    }
+    x.gauge("lineage_prompt_cache_bytes", "Bytes held by all entries, every tier.", static_cast<double>(total_bytes));
+    x.gauge("lineage_prompt_cache_tier_bytes",
+            "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints).",
+            "tier", with_known(cs.bytes, {"device", "ram"}));
+    x.gauge("lineage_prompt_cache_ram_budget_bytes", "Byte budget of the RAM tier (--cache-ram-bytes).",
+            static_cast<double>(cs.budget_bytes));
+    x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
+            static_cast<double>(cs.entries));
+    x.gauge("lineage_prompt_cache_checkpoints", "Checkpoints held, by kind.", "kind",
+            with_known(cs.checkpoints, {"turn", "guard", "divergence"}));
+    x.gauge("lineage_prompt_cache_checkpoint_bytes", "Bytes of the checkpoints held, by kind.", "kind",
+            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence"}));
+    x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
+    x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
+            static_cast<double>(cs.anchor_bytes));
+
+    // --- requests (owner: scheduler) ---
+    x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",
+              "finish_reason", with_known(ms.requests, {"stop", "length", "cancelled", "error"}));
+    x.counter("lineage_prompt_tokens_total", "Prompt tokens of the requests that ended.",
+              static_cast<double>(ms.prompt_tokens));
+    x.counter("lineage_prompt_tokens_prefilled_total",
+              "Prompt tokens the engine computed (not restored from the cache), of the requests that ended.",
+              static_cast<double>(ms.prompt_tokens_prefilled));
+    x.counter("lineage_completion_tokens_total", "Tokens generated, of the requests that ended.",
+              static_cast<double>(ms.completion_tokens));
+    x.histogram("lineage_time_to_first_token_seconds",
+                "Seconds from the request's arrival to its first sampled token.", ms.of(phase::ttft));
+    x.histogram("lineage_request_queue_seconds", "Seconds a request waited for a free slot.", ms.of(phase::queue));
+    x.histogram("lineage_request_lookup_seconds", "Seconds to plan the restore (requests that used the cache).",
+                ms.of(phase::lookup));
+    x.histogram("lineage_request_restore_seconds", "Seconds to put the restore point in place (hits only).",
+                ms.of(phase::restore));
+    x.histogram("lineage_request_prefill_seconds",
+                "Seconds in the forward passes of the prompt's uncached tokens (batch steps shared with other "
+                "requests count in full).",
+                ms.of(phase::prefill));
+    x.histogram("lineage_request_capture_seconds",
+                "Seconds taking checkpoints and anchors during the prefill (requests that used the cache).",
+                ms.of(phase::capture));
+    x.histogram("lineage_request_commit_seconds",
+                "Seconds storing the finished sequence in the cache (requests that used the cache).",
+                ms.of(phase::commit));
+    return x.text();
+}
+
+}  // namespace lineage::server

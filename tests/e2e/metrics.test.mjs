@@ -1,0 +1,227 @@
+// The operator interface over HTTP, for the tiny hybrid (qwen35) and tiny dense (qwen3) models:
+//  - GET /metrics (--metrics) passes `promtool check metrics` (Debian package prometheus;
+//    scripts/bootstrap installs it), has the Prometheus text content type, and its counters move
+//    by exactly what the responses report: a cold turn is one miss and prefills every prompt
+//    token; a verbatim resend is one hit of the expected restore point kind that reuses exactly
+//    usage.cached_tokens; a next turn is one more hit; requests, prompt and completion token
+//    counters and the TTFT histogram count every request;
+//  - --cache-trace logs "cache-trace:" lines for each decision: the miss, the stored entry, the
+//    restore point of a hit, and "template_sig differs (tools)" for a request whose tools
+//    changed;
+//  - without --metrics, GET /metrics is a 404 in the OpenAI error shape naming the flag, and
+//    without --cache-trace no "cache-trace:" line is logged.
+//
+//   cd tests/e2e && node --test metrics.test.mjs
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, echo, usageOf, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const MAX_TOKENS = 8;
+const SERVER_ARGS = ['--parallel', '2', '--ctx-size', '4096'];
+const SYSTEM = `You are a careful software engineer working in a C++ repository.\n\n${words(120, 7)}`;
+const TOOLS = [{
+  type: 'function',
+  function: { name: 'read_file', description: 'Read a file', parameters: { type: 'object', properties: { path: { type: 'string' } } } },
+}];
+
+/** Parses the text exposition format into {samples: Map('name{labels}' -> number), types: Map(name -> type)}. */
+function parseMetrics(text) {
+  const samples = new Map();
+  const types = new Map();
+  for (const line of text.split('\n')) {
+    if (line.startsWith('# TYPE ')) {
+      const [, , name, type] = line.split(' ');
+      types.set(name, type);
+    } else if (line && !line.startsWith('#')) {
+      const i = line.lastIndexOf(' ');
+      samples.set(line.slice(0, i), Number(line.slice(i + 1)));
+    }
+  }
+  return { samples, types };
+}
+
+async function scrape(srv) {
+  const r = await srv.get('/metrics');
+  assert.equal(r.status, 200, r.text);
+  assert.match(r.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
+  return { text: r.text, ...parseMetrics(r.text) };
+}
+
+/** The value of one series; throws when the series is missing. */
+function val(m, series) {
+  assert.ok(m.samples.has(series), `series ${series} missing from /metrics`);
+  return m.samples.get(series);
+}
+
+/** after - before for every listed series. */
+function deltas(before, afterM, series) {
+  return Object.fromEntries(series.map((s) => [s, val(afterM, s) - val(before, s)]));
+}
+
+function promtool(text) {
+  const r = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  if (r.error?.code === 'ENOENT') {
+    throw new Error('promtool not found: install the Debian package prometheus (scripts/bootstrap does)');
+  }
+  return r;
+}
+
+async function chat(srv, messages, extra = {}, where = '') {
+  const res = await srv.openai.chat.completions.create({
+    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
+  });
+  assertCompletion(res, { maxTokens: MAX_TOKENS }, where);
+  return res;
+}
+
+/** Log lines printed since `mark` (a character offset into the log) that contain "cache-trace:". */
+function traceSince(srv, mark) {
+  return srv.log().slice(mark).split('\n').filter((l) => l.includes('cache-trace:'));
+}
+
+const COUNTERS = [
+  'lineage_prompt_cache_lookups_total',
+  'lineage_prompt_cache_hits_total',
+  'lineage_prompt_cache_misses_total',
+  'lineage_prompt_cache_prefix_tokens_reused_total',
+  'lineage_prompt_tokens_total',
+  'lineage_prompt_tokens_prefilled_total',
+  'lineage_completion_tokens_total',
+  'lineage_requests_total{finish_reason="stop"}',
+  'lineage_requests_total{finish_reason="length"}',
+  'lineage_time_to_first_token_seconds_count',
+];
+
+for (const arch of ARCHS) {
+  describe(`metrics and decision trace [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({
+        model: modelPath(arch), name: `metrics-${arch}`, args: [...SERVER_ARGS, '--metrics', '--cache-trace'],
+      });
+    });
+    after(async () => { await srv?.stopGracefully(); });
+
+    it('counters move by exactly what the responses report; promtool accepts the output', async () => {
+      const hybrid = (await srv.cacheStats()).family === 'hybrid';
+      const m0 = await scrape(srv);
+      for (const s of COUNTERS) assert.equal(val(m0, s), 0, `${s} on a fresh server`);
+
+      // Turn 1: cold.
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
+      let mark = srv.log().length;
+      const r1 = await chat(srv, messages, {}, 'turn 1');
+      const u1 = usageOf(r1);
+      assert.equal(u1.cached, 0);
+      const m1 = await scrape(srv);
+      assert.deepEqual(deltas(m0, m1, COUNTERS), {
+        lineage_prompt_cache_lookups_total: 1,
+        lineage_prompt_cache_hits_total: 0,
+        lineage_prompt_cache_misses_total: 1,
+        lineage_prompt_cache_prefix_tokens_reused_total: 0,
+        lineage_prompt_tokens_total: u1.prompt,
+        lineage_prompt_tokens_prefilled_total: u1.prompt,
+        lineage_completion_tokens_total: u1.completion,
+        'lineage_requests_total{finish_reason="stop"}': r1.choices[0].finish_reason === 'stop' ? 1 : 0,
+        'lineage_requests_total{finish_reason="length"}': r1.choices[0].finish_reason === 'length' ? 1 : 0,
+        lineage_time_to_first_token_seconds_count: 1,
+      });
+      let trace = traceSince(srv, mark);
+      assert.ok(trace.some((l) => new RegExp(`cache-trace: request \\d+: lookup of ${u1.prompt} tokens .*: miss$`).test(l)),
+        `no miss line in the trace:\n${trace.join('\n')}`);
+      // The entry: the prompt (hybrid), or everything decoded (dense: the last sampled token of a
+      // reply cut by max_tokens was never decoded).
+      const stored = hybrid ? u1.prompt : u1.prompt + u1.completion - (r1.choices[0].finish_reason === 'length' ? 1 : 0);
+      assert.ok(trace.some((l) => new RegExp(`stored entry \\d+: ${stored} tokens`).test(l)),
+        `no stored-entry line for ${stored} tokens in the trace:\n${trace.join('\n')}`);
+
+      // Verbatim resend: one hit, all but one token restored.
+      mark = srv.log().length;
+      const r2 = await chat(srv, messages, {}, 'resend');
+      const u2 = usageOf(r2);
+      assert.equal(u2.cached, u2.prompt - 1, 'a verbatim resend restores all but one token');
+      const m2 = await scrape(srv);
+      const kind = hybrid ? 'guard' : 'prefix';
+      const d2 = deltas(m1, m2, [...COUNTERS, `lineage_prompt_cache_restore_point_hits_total{kind="${kind}"}`,
+        'lineage_request_restore_seconds_count']);
+      assert.equal(d2.lineage_prompt_cache_hits_total, 1);
+      assert.equal(d2.lineage_prompt_cache_misses_total, 0);
+      assert.equal(d2[`lineage_prompt_cache_restore_point_hits_total{kind="${kind}"}`], 1);
+      assert.equal(d2.lineage_prompt_cache_prefix_tokens_reused_total, u2.cached);
+      assert.equal(d2.lineage_prompt_tokens_prefilled_total, u2.prompt - u2.cached);
+      assert.equal(d2.lineage_request_restore_seconds_count, 1);
+      trace = traceSince(srv, mark);
+      assert.ok(trace.some((l) => l.includes(`restore ${kind} at ${u2.cached}/${u2.prompt} from entry`)),
+        `no restore line in the trace:\n${trace.join('\n')}`);
+
+      // Next turn: one more hit, reusing exactly what usage reports.
+      messages.push(echo(r2.choices[0].message), { role: 'user', content: words(12, 12) });
+      const r3 = await chat(srv, messages, {}, 'turn 2');
+      const u3 = usageOf(r3);
+      assert.ok(u3.cached > 0, 'the next turn reuses the conversation');
+      const m3 = await scrape(srv);
+      const d3 = deltas(m2, m3, COUNTERS);
+      assert.equal(d3.lineage_prompt_cache_hits_total, 1);
+      assert.equal(d3.lineage_prompt_cache_prefix_tokens_reused_total, u3.cached);
+      assert.equal(d3.lineage_prompt_tokens_prefilled_total, u3.prompt - u3.cached);
+      let kinds = 0;
+      for (const k of ['full', 'prefix', 'turn', 'guard', 'anchor', 'divergence']) {
+        kinds += val(m3, `lineage_prompt_cache_restore_point_hits_total{kind="${k}"}`);
+      }
+      assert.equal(kinds, val(m3, 'lineage_prompt_cache_hits_total'), 'hits by kind add up to the hits');
+
+      // Gauges agree with /v1/cache/stats.
+      const stats = await srv.cacheStats();
+      const m4 = await scrape(srv);
+      assert.equal(val(m4, 'lineage_prompt_cache_entries'), stats.entries);
+      assert.equal(val(m4, 'lineage_prompt_cache_anchors'), stats.anchors);
+      assert.equal(val(m4, 'lineage_prompt_cache_tier_bytes{tier="ram"}'), stats.bytes.ram);
+      assert.equal(val(m4, 'lineage_prompt_cache_tier_bytes{tier="device"}'), stats.bytes.device);
+      assert.equal(val(m4, 'lineage_prompt_cache_bytes'), stats.bytes.ram + stats.bytes.device);
+      assert.equal(val(m4, 'lineage_prompt_cache_anchor_bytes'), stats.anchor_bytes);
+
+      // Histograms: cumulative buckets, +Inf == count.
+      for (const [name, type] of m4.types) {
+        if (type !== 'histogram') continue;
+        const buckets = [...m4.samples].filter(([s]) => s.startsWith(`${name}_bucket{`)).map(([, v]) => v);
+        assert.ok(buckets.length >= 2, name);
+        for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i] >= buckets[i - 1], `${name} buckets descend`);
+        assert.equal(val(m4, `${name}_bucket{le="+Inf"}`), val(m4, `${name}_count`), name);
+      }
+
+      const check = promtool(m4.text);
+      assert.equal(check.status, 0, `promtool check metrics failed:\n${check.stdout}${check.stderr}\n${m4.text}`);
+      assert.equal((check.stdout + check.stderr).trim(), '', `promtool lint:\n${check.stdout}${check.stderr}`);
+    });
+
+    it('the trace names the dimension of a bucket mismatch', async () => {
+      const mark = srv.log().length;
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
+      await chat(srv, messages, { tools: TOOLS }, 'with tools');
+      const trace = traceSince(srv, mark);
+      assert.ok(trace.some((l) => /in another bucket: template_sig differs \(tools\)$/.test(l)),
+        `no bucket-mismatch line in the trace:\n${trace.join('\n')}`);
+    });
+  });
+}
+
+describe('metrics and trace off', { timeout: 120_000 }, () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: modelPath(ARCHS[0]), name: `metrics-off-${ARCHS[0]}`, args: SERVER_ARGS });
+  });
+  after(async () => { await srv?.stopGracefully(); });
+
+  it('GET /metrics is a 404 in the OpenAI error shape; no trace lines', async () => {
+    const r = await srv.get('/metrics');
+    assert.equal(r.status, 404);
+    assert.equal(r.json?.error?.type, 'invalid_request_error');
+    assert.equal(r.json?.error?.code, 'not_found');
+    assert.match(r.json?.error?.message, /--metrics/);
+    await chat(srv, [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hello' }]);
+    assert.ok(!srv.log().includes('cache-trace:'), 'cache-trace lines without --cache-trace');
+  });
+});

@@ -1,0 +1,209 @@
+// Tests of server::prometheus: the exact GET /metrics text of a known cache and scheduler state
+// (names, HELP/TYPE lines, label order, zero-filled known labels, histogram lines), escaping,
+// and number formatting.
+#include "server/prometheus.h"
+
+#include <gtest/gtest.h>
+
+using namespace lineage;
+using namespace lineage::server;
+
+namespace {
+
+cache::stats known_cache_stats() {
+    cache::stats s;
+    s.enabled = true;
+    s.mode = "lineage";
+    s.family = "hybrid";
+    s.entries = 3;
+    s.anchors = 1;
+    s.anchor_bytes = 4096;
+    s.checkpoints = {{"turn", 2}, {"guard", 1}};
+    s.checkpoint_bytes = {{"turn", 200}, {"guard", 100}};
+    s.bytes = {{"device", 1000}, {"ram", 4396}};
+    s.budget_bytes = 1 << 20;
+    s.lookups = 10;
+    s.misses = 4;
+    s.hits = {{"full", 3}, {"turn", 2}, {"anchor", 1}};
+    s.tokens_reused = 1234;
+    s.tokens_prefilled = 99;
+    s.rejections = {{"min_prefix", 2}};
+    s.evictions = {{"ttl", 1}, {"superseded", 2}, {"brand_new", 7}};
+    return s;
+}
+
+scheduler::metrics_snapshot known_metrics() {
+    scheduler::metrics_snapshot m;
+    m.requests["stop"] = 5;
+    m.requests["length"] = 4;
+    m.requests["error"] = 1;
+    m.prompt_tokens = 1500;
+    m.prompt_tokens_prefilled = 266;
+    m.completion_tokens = 120;
+    // Two bounds keep the expected text short; the server uses phase_seconds_buckets().
+    m.phases.assign(scheduler::all_phases.size(), scheduler::histogram({0.1, 1}));
+    auto & ttft = m.phases[static_cast<size_t>(scheduler::phase::ttft)];
+    ttft.observe(0.05);
+    ttft.observe(0.1);  // on a bound: counts in that bucket (le is inclusive)
+    ttft.observe(2.5);
+    m.phases[static_cast<size_t>(scheduler::phase::restore)].observe(0.5);
+    return m;
+}
+
+const char * const expected_text = R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).
+# TYPE lineage_prompt_cache_info gauge
+lineage_prompt_cache_info{enabled="true",mode="lineage",family="hybrid"} 1
+# HELP lineage_prompt_cache_lookups_total Cache lookups (one per request that reads the cache).
+# TYPE lineage_prompt_cache_lookups_total counter
+lineage_prompt_cache_lookups_total 10
+# HELP lineage_prompt_cache_hits_total Lookups that restored at least one prompt token.
+# TYPE lineage_prompt_cache_hits_total counter
+lineage_prompt_cache_hits_total 6
+# HELP lineage_prompt_cache_misses_total Lookups that found no restore point: cold prefill.
+# TYPE lineage_prompt_cache_misses_total counter
+lineage_prompt_cache_misses_total 4
+# HELP lineage_prompt_cache_restore_point_hits_total Hits by kind of restore point taken.
+# TYPE lineage_prompt_cache_restore_point_hits_total counter
+lineage_prompt_cache_restore_point_hits_total{kind="full"} 3
+lineage_prompt_cache_restore_point_hits_total{kind="prefix"} 0
+lineage_prompt_cache_restore_point_hits_total{kind="turn"} 2
+lineage_prompt_cache_restore_point_hits_total{kind="guard"} 0
+lineage_prompt_cache_restore_point_hits_total{kind="anchor"} 1
+lineage_prompt_cache_restore_point_hits_total{kind="divergence"} 0
+# HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
+# TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
+lineage_prompt_cache_prefix_tokens_reused_total 1234
+# HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap.
+# TYPE lineage_prompt_cache_evictions_total counter
+lineage_prompt_cache_evictions_total{reason="lru"} 0
+lineage_prompt_cache_evictions_total{reason="ttl"} 1
+lineage_prompt_cache_evictions_total{reason="capacity"} 0
+lineage_prompt_cache_evictions_total{reason="superseded"} 2
+lineage_prompt_cache_evictions_total{reason="anchor_cap"} 0
+lineage_prompt_cache_evictions_total{reason="brand_new"} 7
+# HELP lineage_prompt_cache_rejections_total States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a request that had taken an entry failed).
+# TYPE lineage_prompt_cache_rejections_total counter
+lineage_prompt_cache_rejections_total{cause="too_large"} 0
+lineage_prompt_cache_rejections_total{cause="budget"} 0
+lineage_prompt_cache_rejections_total{cause="min_prefix"} 2
+lineage_prompt_cache_rejections_total{cause="disabled"} 0
+lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
+lineage_prompt_cache_rejections_total{cause="abandoned"} 0
+# HELP lineage_prompt_cache_bytes Bytes held by all entries, every tier.
+# TYPE lineage_prompt_cache_bytes gauge
+lineage_prompt_cache_bytes 5396
+# HELP lineage_prompt_cache_tier_bytes Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints).
+# TYPE lineage_prompt_cache_tier_bytes gauge
+lineage_prompt_cache_tier_bytes{tier="device"} 1000
+lineage_prompt_cache_tier_bytes{tier="ram"} 4396
+# HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--cache-ram-bytes).
+# TYPE lineage_prompt_cache_ram_budget_bytes gauge
+lineage_prompt_cache_ram_budget_bytes 1048576
+# HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.
+# TYPE lineage_prompt_cache_entries gauge
+lineage_prompt_cache_entries 3
+# HELP lineage_prompt_cache_checkpoints Checkpoints held, by kind.
+# TYPE lineage_prompt_cache_checkpoints gauge
+lineage_prompt_cache_checkpoints{kind="turn"} 2
+lineage_prompt_cache_checkpoints{kind="guard"} 1
+lineage_prompt_cache_checkpoints{kind="divergence"} 0
+# HELP lineage_prompt_cache_checkpoint_bytes Bytes of the checkpoints held, by kind.
+# TYPE lineage_prompt_cache_checkpoint_bytes gauge
+lineage_prompt_cache_checkpoint_bytes{kind="turn"} 200
+lineage_prompt_cache_checkpoint_bytes{kind="guard"} 100
+lineage_prompt_cache_checkpoint_bytes{kind="divergence"} 0
+# HELP lineage_prompt_cache_anchors Pinned system-prompt anchors.
+# TYPE lineage_prompt_cache_anchors gauge
+lineage_prompt_cache_anchors 1
+# HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
+# TYPE lineage_prompt_cache_anchor_bytes gauge
+lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_requests_total Requests that ended, by finish reason (stop, length, cancelled, error).
+# TYPE lineage_requests_total counter
+lineage_requests_total{finish_reason="stop"} 5
+lineage_requests_total{finish_reason="length"} 4
+lineage_requests_total{finish_reason="cancelled"} 0
+lineage_requests_total{finish_reason="error"} 1
+# HELP lineage_prompt_tokens_total Prompt tokens of the requests that ended.
+# TYPE lineage_prompt_tokens_total counter
+lineage_prompt_tokens_total 1500
+# HELP lineage_prompt_tokens_prefilled_total Prompt tokens the engine computed (not restored from the cache), of the requests that ended.
+# TYPE lineage_prompt_tokens_prefilled_total counter
+lineage_prompt_tokens_prefilled_total 266
+# HELP lineage_completion_tokens_total Tokens generated, of the requests that ended.
+# TYPE lineage_completion_tokens_total counter
+lineage_completion_tokens_total 120
+# HELP lineage_time_to_first_token_seconds Seconds from the request's arrival to its first sampled token.
+# TYPE lineage_time_to_first_token_seconds histogram
+lineage_time_to_first_token_seconds_bucket{le="0.1"} 2
+lineage_time_to_first_token_seconds_bucket{le="1"} 2
+lineage_time_to_first_token_seconds_bucket{le="+Inf"} 3
+lineage_time_to_first_token_seconds_sum 2.65
+lineage_time_to_first_token_seconds_count 3
+# HELP lineage_request_queue_seconds Seconds a request waited for a free slot.
+# TYPE lineage_request_queue_seconds histogram
+lineage_request_queue_seconds_bucket{le="0.1"} 0
+lineage_request_queue_seconds_bucket{le="1"} 0
+lineage_request_queue_seconds_bucket{le="+Inf"} 0
+lineage_request_queue_seconds_sum 0
+lineage_request_queue_seconds_count 0
+# HELP lineage_request_lookup_seconds Seconds to plan the restore (requests that used the cache).
+# TYPE lineage_request_lookup_seconds histogram
+lineage_request_lookup_seconds_bucket{le="0.1"} 0
+lineage_request_lookup_seconds_bucket{le="1"} 0
+lineage_request_lookup_seconds_bucket{le="+Inf"} 0
+lineage_request_lookup_seconds_sum 0
+lineage_request_lookup_seconds_count 0
+# HELP lineage_request_restore_seconds Seconds to put the restore point in place (hits only).
+# TYPE lineage_request_restore_seconds histogram
+lineage_request_restore_seconds_bucket{le="0.1"} 0
+lineage_request_restore_seconds_bucket{le="1"} 1
+lineage_request_restore_seconds_bucket{le="+Inf"} 1
+lineage_request_restore_seconds_sum 0.5
+lineage_request_restore_seconds_count 1
+# HELP lineage_request_prefill_seconds Seconds in the forward passes of the prompt's uncached tokens (batch steps shared with other requests count in full).
+# TYPE lineage_request_prefill_seconds histogram
+lineage_request_prefill_seconds_bucket{le="0.1"} 0
+lineage_request_prefill_seconds_bucket{le="1"} 0
+lineage_request_prefill_seconds_bucket{le="+Inf"} 0
+lineage_request_prefill_seconds_sum 0
+lineage_request_prefill_seconds_count 0
+# HELP lineage_request_capture_seconds Seconds taking checkpoints and anchors during the prefill (requests that used the cache).
+# TYPE lineage_request_capture_seconds histogram
+lineage_request_capture_seconds_bucket{le="0.1"} 0
+lineage_request_capture_seconds_bucket{le="1"} 0
+lineage_request_capture_seconds_bucket{le="+Inf"} 0
+lineage_request_capture_seconds_sum 0
+lineage_request_capture_seconds_count 0
+# HELP lineage_request_commit_seconds Seconds storing the finished sequence in the cache (requests that used the cache).
+# TYPE lineage_request_commit_seconds histogram
+lineage_request_commit_seconds_bucket{le="0.1"} 0
+lineage_request_commit_seconds_bucket{le="1"} 0
+lineage_request_commit_seconds_bucket{le="+Inf"} 0
+lineage_request_commit_seconds_sum 0
+lineage_request_commit_seconds_count 0
+)";
+
+}  // namespace
+
+TEST(Prometheus, RendersAKnownStateExactly) {
+    EXPECT_EQ(render_metrics(known_cache_stats(), known_metrics()), expected_text);
+}
+
+TEST(Prometheus, EscapesLabelValuesAndHelp) {
+    exposition x;
+    x.counter("a_total", "line one\nback\\slash \"quoted\"", "who", {{"x\"y\\z\nw", 3}});
+    EXPECT_EQ(x.text(),
+              "# HELP a_total line one\\nback\\\\slash \"quoted\"\n"
+              "# TYPE a_total counter\n"
+              "a_total{who=\"x\\\"y\\\\z\\nw\"} 3\n");
+}
+
+TEST(Prometheus, FormatsValues) {
+    EXPECT_EQ(format_value(0), "0");
+    EXPECT_EQ(format_value(42), "42");
+    EXPECT_EQ(format_value(18446744073709551615.0), "1.8446744073709552e+19");
+    EXPECT_EQ(format_value(0.0025), "0.0025");
+    EXPECT_EQ(format_value(1.0 / 0.0), "+Inf");
+    EXPECT_EQ(format_value(-1.0 / 0.0), "-Inf");
+}
