@@ -133,22 +133,22 @@ model & model::operator=(model && o) noexcept {
     return *this;
 }
 
-std::vector<token> model::tokenize(const std::string & text, bool parse_special) const {
+std::vector<token> model::tokenize(const std::string & text, bool parse_special, bool add_special) const {
     if (text.size() > static_cast<size_t>(INT32_MAX)) {
         throw std::runtime_error("text too long to tokenize");
     }
     const llama_vocab * v = vocab_of(model_);
     const auto len = static_cast<int32_t>(text.size());
-    // A token covers at least one byte (plus possible BOS/EOS, never added here).
+    // A token covers at least one byte (plus possible BOS/EOS when add_special).
     std::vector<token> out(text.size() + 2);
-    int32_t n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()),
-                               /*add_special=*/false, parse_special);
+    int32_t n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
+                               parse_special);
     if (n == INT32_MIN) {
         throw std::runtime_error("tokenization overflow");
     }
     if (n < 0) {
         out.resize(static_cast<size_t>(-n));
-        n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), false,
+        n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
                            parse_special);
         if (n < 0) {
             throw std::runtime_error("tokenization failed");

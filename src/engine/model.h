@@ -42,8 +42,9 @@ public:
     model & operator=(const model &) = delete;
 
     /** Tokenizes UTF-8 `text`; `parse_special` turns "<|im_start|>" etc. into control tokens.
-     *  Never adds BOS (chat templates carry their own). */
-    std::vector<token> tokenize(const std::string & text, bool parse_special = true) const;
+     *  Adds BOS/EOS only when `add_special` (and the vocabulary asks for them); chat templates
+     *  carry their own, so the server never does. */
+    std::vector<token> tokenize(const std::string & text, bool parse_special = true, bool add_special = false) const;
 
     /** The bytes of one token (may be a partial UTF-8 sequence). Control tokens render as
      *  their text when `special` is true, else as "". */

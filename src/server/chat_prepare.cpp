@@ -86,8 +86,7 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     return tokens;
 }
 
-std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
-                                                prepared_chat & out) const {
+engine::chat_render_inputs chat_preparer::render_inputs(const chat_request & r) const {
     engine::chat_render_inputs in;
     in.messages = r.messages;
     in.tools = r.tools;
@@ -98,14 +97,36 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         in.kwargs[k] = v;
     }
     in.add_generation_prompt = true;
+    return in;
+}
 
-    engine::chat_render_result rendered;
+std::optional<api_error> chat_preparer::render(const engine::chat_render_inputs & in,
+                                               engine::chat_render_result & out) const {
     try {
-        rendered = tmpl_.render(in);
+        out = tmpl_.render(in);
     } catch (const std::invalid_argument & e) {
         return invalid_request(std::string(e.what()) + "; check the order and roles of 'messages'", "messages");
     } catch (const std::exception & e) {
         return server_error(std::string("chat template failed: ") + e.what());
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> chat_preparer::render_prompt(const chat_request & r, std::string & prompt) const {
+    engine::chat_render_result rendered;
+    if (auto err = render(render_inputs(r), rendered)) {
+        return err;
+    }
+    prompt = std::move(rendered.prompt);
+    return std::nullopt;
+}
+
+std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
+                                                prepared_chat & out) const {
+    const engine::chat_render_inputs in = render_inputs(r);
+    engine::chat_render_result rendered;
+    if (auto err = render(in, rendered)) {
+        return err;
     }
 
     try {

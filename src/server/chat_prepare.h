@@ -56,7 +56,17 @@ public:
      *  tokens; 500 when tokenization fails. */
     std::optional<api_error> prepare(const chat_request & r, int32_t max_sequence_tokens, prepared_chat & out) const;
 
+    /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults), for
+     *  POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
+     *  it fails. */
+    std::optional<api_error> render_prompt(const chat_request & r, std::string & prompt) const;
+
 private:
+    /** The template inputs of `r`: its messages and tools, the default kwargs under its own,
+     *  with the generation prompt. */
+    engine::chat_render_inputs render_inputs(const chat_request & r) const;
+    std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
+
     /** Tokens of the leading system messages + tools rendered without a generation prompt
      *  (memoised by content); nullptr when the template cannot render them alone. */
     std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full) const;

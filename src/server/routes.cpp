@@ -6,6 +6,7 @@
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
 #include "server/chat_handler.h"
+#include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/prometheus.h"
 
@@ -14,6 +15,8 @@
 
 #include <ctime>
 #include <exception>
+#include <optional>
+#include <string>
 
 namespace lineage::server {
 
@@ -57,6 +60,32 @@ json stats_json(const cache::stats & s) {
     j["rejections"] = map_json(s.rejections);
     j["evictions"] = map_json(s.evictions);
     return j;
+}
+
+// The body of POST /tokenize as a JSON object; nullopt after sending the 400.
+std::optional<json> parse_object(const httplib::Request & req, httplib::Response & res) {
+    json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+        api_error e = invalid_request("the request body must be a JSON object");
+        e.code = "invalid_json";
+        send_error(res, e);
+        return std::nullopt;
+    }
+    return j;
+}
+
+// An optional boolean field; false after sending the 400.
+bool get_flag(const json & body, const char * name, bool & out, httplib::Response & res) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) {
+        return true;
+    }
+    if (!it->is_boolean()) {
+        send_error(res, invalid_request(std::string("'") + name + "' must be a boolean", name));
+        return false;
+    }
+    out = it->get<bool>();
+    return true;
 }
 
 bool authorized(const httplib::Request & req, const std::string & key) {
@@ -153,6 +182,47 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     srv.Get("/health", [](const httplib::Request &, httplib::Response & res) {
         json j = json::object();
         j["status"] = "ok";
+        send_json(res, j);
+    });
+
+    // llama-server's POST /tokenize: {content, add_special = false, parse_special = true} ->
+    // {tokens}. With /apply-template it gives a client the exact prompt tokens of a chat
+    // request (the benchmark's oracle needs them).
+    srv.Post("/tokenize", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        const std::optional<json> body = parse_object(req, res);
+        if (!body) {
+            return;
+        }
+        auto content = body->find("content");
+        if (content == body->end() || !content->is_string()) {
+            send_error(res, invalid_request("'content' is required and must be a string", "content"));
+            return;
+        }
+        bool add_special = false;
+        bool parse_special = true;
+        if (!get_flag(*body, "add_special", add_special, res) || !get_flag(*body, "parse_special", parse_special, res)) {
+            return;
+        }
+        json j = json::object();
+        j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
+        send_json(res, j);
+    });
+
+    // llama-server's POST /apply-template: a chat completion body -> {prompt}, the text that
+    // /v1/chat/completions would tokenize (with parse_special) for it.
+    srv.Post("/apply-template", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        chat_request r;
+        if (auto err = parse_chat_request(req.body, r)) {
+            send_error(res, *err);
+            return;
+        }
+        std::string prompt;
+        if (auto err = ctx.preparer.render_prompt(r, prompt)) {
+            send_error(res, *err);
+            return;
+        }
+        json j = json::object();
+        j["prompt"] = std::move(prompt);
         send_json(res, j);
     });
 

@@ -1,5 +1,6 @@
 // server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
-// GET /v1/models, GET /health, GET /v1/cache/stats, POST /v1/cache/reset; API-key check;
+// GET /v1/models, GET /health, GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
+// POST /apply-template (as llama-server's); API-key check;
 // OpenAI-shaped errors for everything httplib rejects on its own (404, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an

@@ -1,0 +1,183 @@
+// bench_cache: the cache core's own cost per request (cache::store plan() and commit()),
+// against the number of entries in the bucket and the prompt length, with fake states (no
+// model): what the engine thread spends deciding, before and after any prefill.
+//
+// The store is filled like an agent workload: N conversation entries that share a system
+// prompt of L/2 tokens and differ after it (lengths L .. L+6), parked on device sequences, each
+// with a turn and a guard checkpoint (hybrid), plus the pinned anchor at the end of the system
+// prompt. Benchmarks, each for hybrid (checkpoints) and dense families:
+//   BM_PlanNewSession/N/L   plan() of a new session on the known system prompt (restores the
+//                           anchor; nothing is taken, so the store is unchanged between runs);
+//   BM_NextTurn/N/L         plan() + commit() of a conversation's next turn (32 new tokens:
+//                           absorbs its entry, stores the longer one), round robin over entries;
+//   BM_Resend/N/L           plan() + commit() of a verbatim resend (regenerate) of an entry.
+//
+//   build/bin/bench_cache [--benchmark_filter=NextTurn] [--benchmark_format=json]
+#include "cache/store.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace lineage::cache;
+
+constexpr int32_t new_tokens = 32;        // tokens a next turn adds
+constexpr size_t checkpoint_bytes = 4096;  // fake recurrent state (shared, never copied)
+
+tokens iota_tokens(int32_t from, int32_t n) {
+    tokens t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+// A store filled as the header describes, and the tokens of each entry.
+struct fixture {
+    fixture(bool hybrid, int32_t n_entries, int32_t len) : hybrid_(hybrid), n_(n_entries), len_(len) { rebuild(); }
+
+    void rebuild() {
+        config c;
+        c.ram_bytes = uint64_t{1} << 40;
+        c.max_entries = 1 << 20;
+        c.ttl_s = 1e9;
+        st = std::make_unique<store>(c, hybrid_);
+        system = iota_tokens(1, len_ / 2);
+        conv.assign(static_cast<size_t>(n_), {});
+        if (!st->reserve(checkpoint_bytes)) {
+            throw std::runtime_error("reserve failed");
+        }
+        const int32_t anchor = static_cast<int32_t>(system.size()) - c.anchor_slack;
+        st->commit_anchor(key{"b", "s0"}, tokens(system.begin(), system.begin() + anchor), blob, checkpoint_bytes, 0);
+        for (int32_t i = 0; i < n_; ++i) {
+            tokens t = system;
+            const tokens tail = iota_tokens(1'000'000 * (i + 1), len_ - static_cast<int32_t>(system.size()) + i % 7);
+            t.insert(t.end(), tail.begin(), tail.end());
+            conv[static_cast<size_t>(i)] = t;
+            commit(key{"b", "s" + std::to_string(i)}, t, i, std::nullopt);
+        }
+        next_seq = n_;
+    }
+
+    // Stores `t` as an entry on sequence `seq`, with a turn and a guard checkpoint (hybrid).
+    void commit(const key & k, const tokens & t, int32_t seq, std::optional<restore_plan> absorbed) {
+        commit_input in;
+        in.k = k;
+        in.toks = t;
+        in.seq = seq;
+        in.device_bytes = 1 << 20;
+        const int32_t n = static_cast<int32_t>(t.size());
+        in.history_tokens = n - 5;
+        if (hybrid_) {
+            for (const int32_t at : {n - 5, n - 1}) {
+                if (!st->reserve(checkpoint_bytes)) {
+                    throw std::runtime_error("reserve failed");
+                }
+                in.reserved_bytes += checkpoint_bytes;
+                in.captured.push_back({at, at == n - 1 ? point_kind::guard : point_kind::turn, blob});
+            }
+            if (!st->reserve(checkpoint_bytes)) {
+                throw std::runtime_error("reserve failed");
+            }
+            in.reserved_bytes += checkpoint_bytes;
+            in.final_recurrent = blob;
+        }
+        in.absorbed = std::move(absorbed);
+        st->commit(std::move(in), 1.0);
+        st->take_released_seqs();
+    }
+
+    bool hybrid_;
+    int32_t n_;
+    int32_t len_;
+    std::unique_ptr<store> st;
+    tokens system;
+    std::vector<tokens> conv;
+    int32_t next_seq = 0;
+    blob_ptr blob = make_blob(lineage::cache::blob(checkpoint_bytes, 0xab));
+};
+
+void BM_PlanNewSession(benchmark::State & state, bool hybrid) {
+    fixture f(hybrid, static_cast<int32_t>(state.range(0)), static_cast<int32_t>(state.range(1)));
+    tokens prompt = f.system;
+    const tokens user = iota_tokens(900'000'000, 200);
+    prompt.insert(prompt.end(), user.begin(), user.end());
+    const plan_hints h{static_cast<int32_t>(f.system.size()), static_cast<int32_t>(prompt.size()) - 3};
+    const key k{"b", "new-session"};
+    for (auto _ : state) {
+        restore_plan p = f.st->plan(k, prompt, h, 1.0);
+        benchmark::DoNotOptimize(p.n_restore);
+    }
+    state.counters["entries"] = static_cast<double>(f.st->entries().size());
+}
+
+void BM_NextTurn(benchmark::State & state, bool hybrid) {
+    const auto n = static_cast<int32_t>(state.range(0));
+    fixture f(hybrid, n, static_cast<int32_t>(state.range(1)));
+    const tokens turn = iota_tokens(800'000'000, new_tokens);
+    int64_t i = 0;
+    for (auto _ : state) {
+        const auto j = static_cast<size_t>(i % n);
+        if (i > 0 && j == 0) {
+            state.PauseTiming();  // every entry has grown by one turn: start again
+            f.rebuild();
+            state.ResumeTiming();
+        }
+        ++i;
+        tokens & t = f.conv[j];
+        t.insert(t.end(), turn.begin(), turn.end());
+        const key k{"b", "s" + std::to_string(j)};
+        const plan_hints h{static_cast<int32_t>(f.system.size()), static_cast<int32_t>(t.size()) - 5};
+        restore_plan p = f.st->plan(k, t, h, 1.0);
+        if (!p.absorbs) {
+            state.SkipWithError("the next turn did not absorb its entry");
+            break;
+        }
+        const int32_t seq = p.device_seq;
+        f.commit(k, t, seq, std::move(p));
+    }
+}
+
+void BM_Resend(benchmark::State & state, bool hybrid) {
+    const auto n = static_cast<int32_t>(state.range(0));
+    fixture f(hybrid, n, static_cast<int32_t>(state.range(1)));
+    int64_t i = 0;
+    for (auto _ : state) {
+        const auto j = static_cast<size_t>(i++ % n);
+        const tokens & t = f.conv[j];
+        const key k{"b", "s" + std::to_string(j)};
+        const plan_hints h{static_cast<int32_t>(f.system.size()), static_cast<int32_t>(t.size()) - 5};
+        restore_plan p = f.st->plan(k, t, h, 1.0);
+        const int32_t seq = p.op == restore_op::take_device ? p.device_seq : f.next_seq++;
+        std::optional<restore_plan> absorbed;
+        if (p.absorbs) {
+            absorbed = std::move(p);
+        }
+        f.commit(k, t, seq, std::move(absorbed));
+    }
+}
+
+void args(benchmark::internal::Benchmark * b) {
+    for (const int64_t len : {1024, 8192, 32768}) {
+        for (const int64_t n : {1, 16, 128, 1024}) {
+            b->Args({n, len});
+        }
+    }
+    b->ArgNames({"entries", "tokens"})->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK_CAPTURE(BM_PlanNewSession, hybrid, true)->Apply(args);
+BENCHMARK_CAPTURE(BM_PlanNewSession, dense, false)->Apply(args);
+BENCHMARK_CAPTURE(BM_NextTurn, hybrid, true)->Apply(args);
+BENCHMARK_CAPTURE(BM_NextTurn, dense, false)->Apply(args);
+BENCHMARK_CAPTURE(BM_Resend, hybrid, true)->Apply(args);
+
+}  // namespace
+
+BENCHMARK_MAIN();
