@@ -287,8 +287,8 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
 void store::thin(std::vector<checkpoint> & cps) {
     while (static_cast<int32_t>(cps.size()) > cfg_.max_checkpoints) {
         const size_t i = drop_candidate(cps);
-        trace_("thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
-               cps[i].n_tokens, cfg_.max_checkpoints);
+        LINEAGE_TRACE(trace_, "thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
+                      cps[i].n_tokens, cfg_.max_checkpoints);
         cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(i));
     }
 }
@@ -296,8 +296,8 @@ void store::thin(std::vector<checkpoint> & cps) {
 bool store::reserve(uint64_t bytes, uint64_t protect) {
     if (bytes > cfg_.ram_bytes) {
         stats_.rejections["too_large"]++;
-        trace_("rejected a state of {}: larger than the whole RAM budget of {} (--cache-ram-bytes)",
-               human_bytes(bytes), human_bytes(cfg_.ram_bytes));
+        LINEAGE_TRACE(trace_, "rejected a state of {}: larger than the whole RAM budget of {} (--cache-ram-bytes)",
+                      human_bytes(bytes), human_bytes(cfg_.ram_bytes));
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("cache: a state of {} bytes is larger than the whole RAM budget of {} bytes and is not "
@@ -309,8 +309,9 @@ bool store::reserve(uint64_t bytes, uint64_t protect) {
     while (ram_bytes() + bytes > cfg_.ram_bytes) {
         if (!evict_one_lru(protect, "capacity")) {
             stats_.rejections["budget"]++;
-            trace_("rejected a state of {}: the RAM budget of {} is held by pinned, protected or reserved states",
-                   human_bytes(bytes), human_bytes(cfg_.ram_bytes));
+            LINEAGE_TRACE(
+                trace_, "rejected a state of {}: the RAM budget of {} is held by pinned, protected or reserved states",
+                human_bytes(bytes), human_bytes(cfg_.ram_bytes));
             return false;
         }
     }
@@ -335,9 +336,9 @@ void store::erase(iter it, const char * reason, std::string_view detail) {
     }
     if (reason != nullptr) {
         stats_.evictions[reason]++;
-        trace_("evicted {}entry {} ({}, {} tokens, {} checkpoints, {}): {}{}", it->anchor ? "anchor " : "", it->id,
-               to_string(it->where), it->toks.size(), it->checkpoints.size(),
-               human_bytes(it->ram_bytes() + it->device_bytes), reason, detail);
+        LINEAGE_TRACE(trace_, "evicted {}entry {} ({}, {} tokens, {} checkpoints, {}): {}{}",
+                      it->anchor ? "anchor " : "", it->id, to_string(it->where), it->toks.size(),
+                      it->checkpoints.size(), human_bytes(it->ram_bytes() + it->device_bytes), reason, detail);
         spdlog::debug("cache: evicted entry {} ({} tokens, {}, {} checkpoints): {}", it->id, it->toks.size(),
                       to_string(it->where), it->checkpoints.size(), reason);
     }
@@ -352,7 +353,8 @@ bool store::commit(commit_input in, double now_s) {
     release_pending(release);
     if (!cfg_.enabled || static_cast<int32_t>(in.toks.size()) < cfg_.min_prefix) {
         stats_.rejections[cfg_.enabled ? "min_prefix" : "disabled"]++;
-        trace_("not stored: {} tokens < min prefix {} (--prompt-cache-min-prefix)", in.toks.size(), cfg_.min_prefix);
+        LINEAGE_TRACE(trace_, "not stored: {} tokens < min prefix {} (--prompt-cache-min-prefix)", in.toks.size(),
+                      cfg_.min_prefix);
         return false;
     }
     entry e;
@@ -417,11 +419,11 @@ bool store::commit(commit_input in, double now_s) {
         for (const auto & c : e.checkpoints) {
             cps += fmt::format("{}{}@{}", cps.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
         }
-        trace_("stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}", id, e.toks.size(), e.seq,
-               human_bytes(e.device_bytes + e.ram_bytes()), cps,
-               absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points", absorbed_id,
-                                         n_inherited)
-                           : std::string());
+        LINEAGE_TRACE(trace_, "stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}", id,
+                      e.toks.size(), e.seq, human_bytes(e.device_bytes + e.ram_bytes()), cps,
+                      absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points",
+                                                absorbed_id, n_inherited)
+                                  : std::string());
     }
     entries_.push_front(std::move(e));
     // The reservations covered these bytes; what was freed since may let others in. Enforce
@@ -445,8 +447,8 @@ bool store::commit(commit_input in, double now_s) {
         // Only the new entry's own checkpoints are left to give up, oldest first.
         auto & cps = entries_.front().checkpoints;
         while (ram_bytes() > cfg_.ram_bytes && !cps.empty()) {
-            trace_("over the RAM budget: entry {} gives up its {} checkpoint at {}", id, to_string(cps.front().kind),
-                   cps.front().n_tokens);
+            LINEAGE_TRACE(trace_, "over the RAM budget: entry {} gives up its {} checkpoint at {}", id,
+                          to_string(cps.front().kind), cps.front().n_tokens);
             cps.erase(cps.begin());
         }
         entries_.front().final_recurrent.reset();
@@ -475,8 +477,8 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     };
     if (size > cfg_.max_anchor_bytes) {
         stats_.rejections["anchor_too_large"]++;
-        trace_("anchor at {} tokens not pinned: {} > the anchor cap {} (--cache-max-anchor-bytes)", toks.size(),
-               human_bytes(size), human_bytes(cfg_.max_anchor_bytes));
+        LINEAGE_TRACE(trace_, "anchor at {} tokens not pinned: {} > the anchor cap {} (--cache-max-anchor-bytes)",
+                      toks.size(), human_bytes(size), human_bytes(cfg_.max_anchor_bytes));
         return;
     }
     // Anchor caps (seed 000: 16 entries, 16 GiB): the least recently used anchor goes first.
@@ -492,7 +494,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.full = std::move(full);
     e.anchor = true;
     e.last_use = now_s;
-    trace_("pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
+    LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
     entries_.push_front(std::move(e));
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, "capacity")) {
     }
@@ -517,8 +519,8 @@ void store::demote(uint64_t id, blob_ptr full, uint64_t reserved) {
         erase(it, "capacity", " (its sequence id was needed and its state does not fit the RAM budget)");
         return;
     }
-    trace_("demoted entry {} ({} tokens) from device sequence {} to RAM ({})", it->id, it->toks.size(), it->seq,
-           human_bytes(size_of(full)));
+    LINEAGE_TRACE(trace_, "demoted entry {} ({} tokens) from device sequence {} to RAM ({})", it->id, it->toks.size(),
+                  it->seq, human_bytes(size_of(full)));
     released_.push_back(it->seq);
     it->seq = -1;
     it->where = tier::ram;
@@ -530,7 +532,7 @@ void store::abandon(const restore_plan & p, uint64_t reserved) {
     release_pending(reserved + p.inflight_bytes);
     if (p.absorbs) {
         stats_.rejections["abandoned"]++;
-        trace_("abandoned the taken entry {}: the request failed before its commit", p.source);
+        LINEAGE_TRACE(trace_, "abandoned the taken entry {}: the request failed before its commit", p.source);
     }
 }
 
@@ -556,7 +558,7 @@ reset_result store::reset() {
         }
     }
     entries_.clear();
-    trace_("reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
+    LINEAGE_TRACE(trace_, "reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
     return r;
 }
 

@@ -23,8 +23,8 @@ std::string short_digest(const std::string & hex) {
 void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p) {
     const int32_t n_prompt = static_cast<int32_t>(prompt.size());
     const int32_t limit = n_prompt - 1;
-    trace_("lookup of {} tokens (session {}, bucket {}): {}", n_prompt, quote_for_log(k.session), short_digest(k.bucket),
-           p.reason);
+    trace_("lookup of {} tokens (session {}, bucket {}): {}", n_prompt, quote_for_log(k.session),
+           short_digest(k.bucket), p.reason);
 
     // Why each other entry was not taken.
     std::vector<std::pair<int32_t, std::string>> same_bucket;  // (common prefix, line)
@@ -103,8 +103,8 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     }
     if (closest_other != nullptr) {
         trace_("  entry {} ({} tokens, session {}) shares {} tokens with the prompt but is in another bucket: {}",
-               closest_other->id, closest_other->toks.size(), quote_for_log(closest_other->k.session), closest_other_lcp,
-               closest_other_diff);
+               closest_other->id, closest_other->toks.size(), quote_for_log(closest_other->k.session),
+               closest_other_lcp, closest_other_diff);
     }
     if (!other_buckets.empty()) {
         std::string summary;

@@ -30,7 +30,8 @@ public:
     void set_context(std::string c) { context_ = std::move(c); }
     const std::string & context() const { return context_; }
 
-    /** Formats and emits one line (nothing when off; the arguments are still evaluated). */
+    /** Formats and emits one line (nothing when off; the arguments are still evaluated: on a
+     *  hot path use LINEAGE_TRACE). */
     template <typename... A>
     void operator()(fmt::format_string<A...> f, A &&... args) const {
         if (sink_) {
@@ -48,6 +49,15 @@ private:
     sink sink_;
     std::string context_;
 };
+
+/** Emits one trace line through `t` when it is on, without evaluating the arguments when it is
+ *  off (the way to trace on a hot path: the cost when off is one null check). */
+#define LINEAGE_TRACE(t, ...)        \
+    do {                             \
+        if ((t).on()) {              \
+            (t)(__VA_ARGS__);        \
+        }                            \
+    } while (false)
 
 /** Sets a tracer's context for one scope (e.g. "request 12") and restores the previous one. */
 class trace_scope {

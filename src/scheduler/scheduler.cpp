@@ -339,8 +339,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     if (!s.use_cache) {
-        store_.trace()("cache bypassed ({}); {} prompt tokens to prefill",
-                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
+        LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
+                      p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
     const auto t0 = clock::now();
     if (s.use_cache) {
@@ -362,8 +362,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (!restore(s)) {
         spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
                       cache::to_string(s.plan.kind), s.plan.n_restore);
-        store_.trace()("restoring {} at {} failed in the engine; prefilling cold", cache::to_string(s.plan.kind),
-                       s.plan.n_restore);
+        LINEAGE_TRACE(store_.trace(), "restoring {} at {} failed in the engine; prefilling cold",
+                      cache::to_string(s.plan.kind), s.plan.n_restore);
         store_.abandon(s.plan, 0);
         auto captures = s.plan.captures;
         s.plan = cache::restore_plan{};
@@ -434,8 +434,8 @@ void scheduler::impl::capture(slot & s, const cache::capture_point & c) {
     cache::trace_scope trace(store_.trace(), s.req->id);
     const size_t size = ctx_->state_size(s.seq, !whole);
     if (!store_.reserve(size)) {
-        store_.trace()("{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind), c.n_tokens,
-                       cache::human_bytes(size));
+        LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind),
+                      c.n_tokens, cache::human_bytes(size));
         s.stats.capture_s += seconds_since(t0);
         return;
     }
@@ -448,8 +448,8 @@ void scheduler::impl::capture(slot & s, const cache::capture_point & c) {
     } else {
         s.reserved_bytes += size;
         s.captured.push_back({c.n_tokens, c.kind, std::move(blob)});
-        store_.trace()("captured the {} checkpoint at {} ({})", cache::to_string(c.kind), c.n_tokens,
-                       cache::human_bytes(size));
+        LINEAGE_TRACE(store_.trace(), "captured the {} checkpoint at {} ({})", cache::to_string(c.kind), c.n_tokens,
+                      cache::human_bytes(size));
         spdlog::debug("request {}: captured {} checkpoint at {} tokens ({} bytes)", s.req->id,
                       cache::to_string(c.kind), c.n_tokens, size);
     }
@@ -640,8 +640,8 @@ void scheduler::impl::commit(slot & s) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !ctx_->set_state(s.seq, *s.prompt_end_recurrent, true) ||
             !ctx_->seq_rm(s.seq, n_keep, -1)) {
-            store_.trace()("not stored: {}", s.prompt_end_recurrent
-                                                 ? "the engine could not put the prompt-end state back"
+            LINEAGE_TRACE(store_.trace(), "not stored: {}",
+                          s.prompt_end_recurrent ? "the engine could not put the prompt-end state back"
                                                  : "the prompt-end state was not kept (no RAM for it)");
             store_.abandon(s.plan, s.reserved_bytes);
             release_seq(s.seq);

@@ -52,7 +52,8 @@ TEST(Metrics, ObservesEachPhaseOnlyForRequestsThatWentThroughIt) {
     m.record(rejected, finish_reason::error, false);
 
     const metrics_snapshot s = m.snapshot();
-    EXPECT_EQ(s.requests, (std::map<std::string, uint64_t>{{"stop", 1}, {"length", 0}, {"cancelled", 1}, {"error", 1}}));
+    EXPECT_EQ(s.requests,
+              (std::map<std::string, uint64_t>{{"stop", 1}, {"length", 0}, {"cancelled", 1}, {"error", 1}}));
     EXPECT_EQ(s.prompt_tokens, 9150u);
     EXPECT_EQ(s.prompt_tokens_prefilled, 30u);
     EXPECT_EQ(s.completion_tokens, 5u);
