@@ -173,6 +173,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.kind = chosen->kind;
         p.source = e.id;
         p.source_tokens = static_cast<int32_t>(e.toks.size());
+        p.source_history = e.history;
         p.recurrent = chosen->ckpt ? chosen->ckpt->recurrent : nullptr;
         // Absorption (seed 000 "final"): a prompt that continues a conversation entry takes it.
         p.absorbs = cfg_.lineage && e.extended_by(p.n_restore);
@@ -366,6 +367,9 @@ bool store::commit(commit_input in, double now_s) {
     e.device_bytes = in.device_bytes;
     e.last_use = now_s;
     e.history = in.history_tokens;
+    if (e.history < 0 && in.absorbed) {
+        e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
+    }
     const uint64_t absorbed_id = in.absorbed ? in.absorbed->source : 0;
     const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
     if (hybrid_ && cfg_.lineage) {

@@ -76,6 +76,7 @@ struct restore_plan {
     restore_op op = restore_op::none;
     uint64_t source = 0;                   ///< entry id restored from (0: none)
     int32_t source_tokens = 0;             ///< that entry's full length, tokens
+    int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
     int32_t device_seq = -1;               ///< take_device / share_device
     blob_ptr full;                         ///< load_ram
     blob_ptr recurrent;                    ///< checkpoint to apply after the KV (hybrid, n < full length)
@@ -97,7 +98,9 @@ struct commit_input {
     uint64_t device_bytes = 0;         ///< size of that state, bytes (accounting)
     blob_ptr final_recurrent;          ///< hybrid: recurrent state at toks.size() (may be null)
     std::vector<checkpoint> captured;  ///< checkpoints taken during this request's prefill
-    int32_t history_tokens = -1;       ///< the prompt's history boundary (plan_hints), -1 unknown
+    /** The prompt's history boundary (plan_hints), -1 when none (e.g. it ends with a tool
+     *  result): the entry then keeps the absorbed entry's boundary as its absorption threshold. */
+    int32_t history_tokens = -1;
     std::optional<restore_plan> absorbed;  ///< the plan, when it took an entry (absorption)
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
 };

@@ -163,7 +163,12 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         if (auto anchor = anchor_render(in)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
         }
-        if (!rendered.generation_prompt.empty()) {
+        // The history boundary matters where the next request can leave this prompt: after a
+        // user message. After a tool result the next request either extends the whole prompt
+        // (the loop goes on) or is a user message, which the template re-renders from the first
+        // assistant turn after the previous user message: an earlier boundary. So none here.
+        const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";
+        if (!rendered.generation_prompt.empty() && !ends_with_tool) {
             try {
                 out.cache.history_tokens = history_tokens(out.prompt, model_.tokenize(rendered.generation_prompt, true));
             } catch (const std::exception &) {

@@ -420,6 +420,25 @@ TEST_F(StoreTest, ResendCheckpointServesAllButOneToken) {
     EXPECT_EQ(p2.kind, point_kind::guard);
 }
 
+TEST_F(StoreTest, UserTurnAfterAgentLoopAbsorbsTheLoop) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // A user turn (history boundary 195), then two loop steps ending with tool results (no
+    // history boundary), then a user turn that diverges right after 197 (re-rendered loop).
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens loop1 = cat(seq(0, 200), seq(10000, 40));
+    auto p1 = run(st, k, loop1, {-1, -1}, 2.0);
+    EXPECT_TRUE(p1.absorbs);
+    const tokens loop2 = cat(loop1, seq(20000, 40));
+    auto p2 = run(st, k, loop2, {-1, -1}, 3.0);
+    EXPECT_TRUE(p2.absorbs);
+    auto p3 = run(st, k, cat(seq(0, 197), seq(30000, 60)), {-1, 250}, 4.0);
+    EXPECT_EQ(p3.n_restore, 195);
+    EXPECT_EQ(p3.kind, point_kind::turn);
+    EXPECT_TRUE(p3.absorbs) << "the loop entry kept the user turn's boundary as its threshold";
+    EXPECT_EQ(st.entries().size(), 1u);
+}
+
 TEST_F(StoreTest, ResetFreesEverything) {
     store st(small_config(), true);
     run(st, key{"b", "s"}, seq(0, 300), {120, 295});
