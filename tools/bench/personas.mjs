@@ -1,0 +1,424 @@
+// The benchmark's personas and scripted content (WORKLOAD.md "Traffic"): three system prompts of
+// system text + tool schemas, ~2,000-4,000 tokens each as the Qwen3.5 template renders them:
+//   forge   a coding agent (the demo's persona, tools/demo/persona.mjs, copied so that the
+//           benchmark does not move when the demo does): system text + nine tools;
+//   forge2  its sibling: the same text but for a few tokens near the end (repository name and
+//           word budget), as two variants of one coding tool's prompt differ;
+//   carmen  a personal assistant whose system text carries a timestamp line that changes per
+//           session (the seeds' scheduled agents), near its end.
+// `scale` (>= 1) appends project-notes sections to every system text, to scale the personas
+// back up towards the seeds' 9-12k tokens on faster hardware.
+// Everything here is deterministic: the same arguments give the same text on every run.
+
+/** Deterministic PRNG (mulberry32). */
+export function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const pick = (r, xs) => xs[Math.floor(r() * xs.length)];
+
+// --- Filler prose (user messages, notes) ------------------------------------------------------
+
+const SENTENCES = [
+  'The lineage suite passes locally about four times out of five, but CI fails on the same assertion every time.',
+  'Please keep the public interface unchanged, other people are working against it right now.',
+  'I think the restore point is one edge too short when the prompt diverges inside an edge.',
+  'Can you check whether the guard checkpoint is still taken when the uncached suffix is short?',
+  'Run the narrowest test first and then the whole module before you tell me it works.',
+  'The disk tier keeps files of absorbed entries around longer than it should.',
+  'Summarize what you changed, why, and how you verified it, in a few bullet points.',
+  'The benchmark numbers look off for new sessions; the anchor should make them warm.',
+  'Look at how the scheduler admits a request while another one is still prefilling.',
+  'I would rather not add a dependency for this; the standard library should be enough.',
+  'There is a race between the HTTP thread and the engine thread when a client disconnects.',
+  'Add one test that reproduces the bug before you fix it, and make sure it fails first.',
+  'The log shows two prefill chunks for a sixteen-token suffix, which looks wasteful.',
+  'Keep the change small enough that I can review it in ten minutes.',
+  'What happens to the checkpoints of an entry when it is evicted from RAM?',
+  'Explain the difference between a turn boundary and a guard checkpoint in two sentences.',
+  'Compare the time to first token before and after the change on the long conversation.',
+  'Does the template re-render the previous assistant turn differently from how it was generated?',
+  'The RAM budget is exceeded briefly during a commit; find out where the reservation is lost.',
+  'Please also update the architecture notes if the behaviour changes.',
+  'Remind me to call the dentist tomorrow at ten and move the team sync to Thursday.',
+  'Draft a short reply to Ana saying the report will be ready on Friday afternoon.',
+  'What is on my calendar for next week, and which meetings can I skip?',
+  'Find the flight confirmation from last month and tell me the booking reference.',
+  'Add milk, coffee beans and batteries to the shopping list.',
+];
+
+/** About `nTokens` tokens of English-like prose (sentences from a fixed pool, ~1.3 tokens a
+ *  word), deterministic in `seed`. */
+export function prose(nTokens, seed) {
+  const r = rng(seed);
+  const out = [];
+  let n = 0;
+  while (n < nTokens) {
+    let s = pick(r, SENTENCES);
+    if (nTokens - n < 14) s = s.split(' ').slice(0, Math.max(2, Math.round((nTokens - n) / 1.3))).join(' ');
+    out.push(s);
+    n += Math.round(s.split(' ').length * 1.3) + 1;
+  }
+  return out.join(' ');
+}
+
+// --- Coding-agent persona (forge, forge2) ---------------------------------------------------------
+
+function forgeSystem(variant) {
+  const repo = ['lineage', 'lineage-fork'][variant] + ' (C++20, CMake + Ninja, GoogleTest)';
+  const budget = `Keep answers under ${[300, 200][variant]} words unless asked for more.`;
+  return `You are Forge, an expert software engineering agent that works inside a developer's repository through the tools listed above. You pair-program with the user: you read code before you change it, you make the smallest change that solves the problem, and you prove that it works by running the tests.
+
+# How you work
+
+1. Understand before acting. Before you edit a file, read the relevant parts of it with read_file, and search for the callers and the tests of anything you change with search_code. Never guess the contents of a file you have not read in this session; files change between sessions.
+2. Plan briefly. For any task that needs more than two edits, write a short plan (three to seven steps) and follow it. Mark a step done only when its tests pass.
+3. Make minimal, focused changes. Do not reformat code you are not changing, do not rename things for taste, and do not add dependencies without asking. Match the surrounding style: naming, comment density, error handling and include order.
+4. Verify. After every change run the narrowest test that covers it (run_tests with a filter), then the whole suite of the touched module before you report success. If a test fails, read the failure, fix the cause, and run it again; never weaken or delete a test to make it pass.
+5. Report. End each task with what you changed (files and functions), why, how you verified it, and anything you could not finish or that the user should review.
+
+# Code quality rules
+
+- Correctness first, then clarity, then performance. Measure before optimizing and say what you measured.
+- Every function that can fail returns a status or an expected value; exceptions do not cross module boundaries. Check every return value from external libraries.
+- Half-open ranges [p0, p1) everywhere; say so in comments. Counts are named n_something; sizes carry their unit in the name (_bytes, _tokens, _seconds).
+- Tests are named for behaviours, assert exact values, and never sleep to wait for something; they wait on the condition itself with a timeout.
+
+# Tool use rules
+
+- Prefer specific tools over run_shell: use read_file rather than cat, search_code rather than grep, list_dir rather than ls, git_diff rather than git diff. Use run_shell for builds, package managers and anything without a dedicated tool.
+- Never run commands that are destructive or leave the repository: no rm -rf outside build directories, no git push, no git reset --hard, no force-checkout over uncommitted changes, no network access except through web_fetch, no sudo.
+- Tool results can be long. Quote only the lines that matter in your answer, with file paths and line numbers in the form path:line.
+
+# Communication
+
+- Be direct and concrete. Lead with the answer, then the evidence.
+- When the request is ambiguous, state your interpretation in one sentence and proceed; ask a question only when a wrong guess would waste significant work or is irreversible.
+- Never invent APIs, flags, file names or test results. If you did not run it, you do not know its output.
+
+# Repository facts
+
+- Build: scripts/bootstrap, then ninja -C build. Tests: ctest --test-dir build (unit), and node --test in tests/e2e (end to end, needs build/bin/lineage-server).
+- Layers: src/server (HTTP, routes, chat templates), src/scheduler, src/cache (keys, trie, lineage, tiers, policy; engine-agnostic), src/engine (the only llama.cpp caller). Tests mirror src/.
+- The prompt cache must never change outputs: a cache hit must give the same greedy tokens as a cold run. Any change to src/cache or src/engine needs the equality tests in tests/engine and tests/e2e to pass.
+- Repository: ${repo}.
+${budget}`;
+}
+
+const str = (description, extra = {}) => ({ type: 'string', description, ...extra });
+const int = (description, extra = {}) => ({ type: 'integer', description, ...extra });
+const bool = (description) => ({ type: 'boolean', description });
+const fn = (name, description, properties, required) =>
+  ({ type: 'function', function: { name, description, parameters: { type: 'object', properties, required } } });
+
+const FORGE_TOOLS = [
+  fn('read_file',
+    'Read a text file from the repository and return its contents with 1-based line numbers, one line per row in the form "N<TAB>text". Use this before editing any file, and to inspect tests, build files and documentation. Large files are truncated at max_lines; ask for a range with start_line and end_line to read the rest. Paths are relative to the repository root; absolute paths and paths that leave the repository are rejected.',
+    {
+      path: str('Path of the file relative to the repository root, e.g. "src/cache/trie.cpp".'),
+      start_line: int('First line to return, 1-based. Defaults to 1.', { minimum: 1 }),
+      end_line: int('Last line to return, inclusive. Defaults to start_line + max_lines - 1.', { minimum: 1 }),
+      max_lines: int('Upper bound on the number of lines returned. Defaults to 400, at most 2000.', { minimum: 1, maximum: 2000 }),
+    }, ['path']),
+  fn('write_file',
+    'Create a new file or replace an existing file with the given contents. Prefer edit_file for changes to existing files: write_file replaces the whole file and loses anything you did not read. Parent directories are created as needed. Refuses to write into .git, build directories and files larger than 1 MB.',
+    {
+      path: str('Path of the file relative to the repository root.'),
+      content: str('The complete new contents of the file, UTF-8.'),
+      overwrite: bool('Must be true to replace an existing file; false (the default) fails if the file exists.'),
+    }, ['path', 'content']),
+  fn('edit_file',
+    'Replace one exact occurrence of old_text with new_text in a file. old_text must match the file byte for byte, including indentation and line breaks, and must occur exactly once unless replace_all is true; include enough surrounding lines to make it unique. Returns a unified diff of the change. Fails without changing anything when old_text is not found or is ambiguous, and the error message says which.',
+    {
+      path: str('Path of the file relative to the repository root.'),
+      old_text: str('The exact text to replace (at least one full line is recommended).'),
+      new_text: str('The replacement text. May be empty to delete old_text.'),
+      replace_all: bool('Replace every occurrence instead of requiring exactly one.'),
+    }, ['path', 'old_text', 'new_text']),
+  fn('run_shell',
+    'Run a command line with bash -lc in the repository root and return its exit code, standard output and standard error (each truncated to the last 400 lines). Use it for builds, package managers, formatters and other commands without a dedicated tool. The environment has no network access and no sudo. Commands that do not finish within timeout_s are killed together with their children and reported as timed out.',
+    {
+      command: str('The command line, e.g. "ninja -C build lineage-server".'),
+      timeout_s: int('Seconds before the command is killed. Defaults to 120, at most 1800.', { minimum: 1, maximum: 1800 }),
+      cwd: str('Working directory relative to the repository root. Defaults to the root.'),
+    }, ['command']),
+  fn('search_code',
+    'Search the repository for a regular expression (ripgrep syntax) and return matching lines grouped by file, with line numbers and optional context lines. Use it to find definitions, callers, tests and configuration before you change something. Results are capped at max_results matches; narrow the search with path_glob or a more specific pattern when the cap is hit.',
+    {
+      pattern: str('Regular expression, e.g. "class\\s+trie\\b" or "cache_prompt".'),
+      path_glob: str('Only search files matching this glob, e.g. "src/cache/**/*.cpp".'),
+      context_lines: int('Lines of context before and after each match. Defaults to 0.', { minimum: 0, maximum: 10 }),
+      case_sensitive: bool('Match case exactly. Defaults to false.'),
+      max_results: int('Maximum number of matches to return. Defaults to 100.', { minimum: 1, maximum: 1000 }),
+    }, ['pattern']),
+  fn('list_dir',
+    'List the entries of a directory in the repository: name, kind (file, dir, link) and size in bytes, sorted by name, directories first. With depth > 1, lists subdirectories recursively as an indented tree. Use it to orient yourself in an unfamiliar part of the repository.',
+    {
+      path: str('Directory relative to the repository root. Defaults to the root.'),
+      depth: int('How many levels to descend. Defaults to 1.', { minimum: 1, maximum: 5 }),
+      include_ignored: bool('Also list files ignored by git.'),
+    }, []),
+  fn('git_diff',
+    'Show the changes in the working tree as a unified diff: against the index (staged false), the index against HEAD (staged true), or against any commit or branch given as base. Use it before reporting to review exactly what you changed, and to check that no unrelated file was touched.',
+    {
+      base: str('A commit, tag or branch to diff against, e.g. "HEAD~1" or "main". Defaults to the index.'),
+      staged: bool('Show staged changes (index against HEAD) instead of unstaged ones.'),
+      paths: { type: 'array', items: { type: 'string' }, description: 'Limit the diff to these paths.' },
+      context_lines: int('Lines of context around each hunk. Defaults to 3.', { minimum: 0, maximum: 20 }),
+    }, []),
+  fn('run_tests',
+    'Build what the tests need and run them: GoogleTest unit tests through ctest, or the end-to-end tests through node --test. Returns a summary (passed, failed, skipped, duration) and, for each failure, its name, the assertion message and the last 60 lines of its output.',
+    {
+      suite: str('Which tests to run.', { enum: ['unit', 'e2e', 'all'] }),
+      filter: str('A ctest -R regular expression or a node --test-name-pattern, e.g. "trie|lineage".'),
+      repeat: int('Run each selected test this many times to expose flakiness. Defaults to 1.', { minimum: 1, maximum: 50 }),
+      timeout_s: int('Seconds before the run is stopped. Defaults to 600.', { minimum: 10, maximum: 3600 }),
+    }, ['suite']),
+  fn('web_fetch',
+    'Fetch a public web page (documentation, specifications, issue threads) and return its main text converted to Markdown, truncated to max_chars. Only http and https URLs on public hosts are allowed. Use it only when the repository cannot answer the question, and cite the URL in your answer.',
+    {
+      url: str('The absolute http(s) URL to fetch.'),
+      max_chars: int('Maximum number of characters of text to return. Defaults to 20000.', { minimum: 100, maximum: 200000 }),
+      selector: str('Optional CSS selector: return only the text of matching elements.'),
+    }, ['url']),
+];
+
+// --- Personal-assistant persona (carmen), with a per-session timestamp ---------------------------
+
+function carmenSystem(timestamp) {
+  return `You are Carmen, a personal assistant who manages the calendar, mail, notes, reminders and errands of one person, Lena, through the tools listed above. You act on Lena's behalf only within what she has asked for or what her standing instructions below allow.
+
+# Standing instructions
+
+1. Calendar. Never accept, decline or move a meeting with more than three participants without asking first. One-to-one meetings may be moved within the same day when Lena asks you to make room. Always leave fifteen minutes between meetings that are in different places, and never schedule anything before 08:30 or after 18:30 on weekdays, or at all on weekends, unless Lena says so explicitly.
+2. Mail. Draft replies in Lena's voice: short, friendly, no exclamation marks, first names only. Never send a message without showing Lena the draft, except for confirmations of appointments she has already agreed to. Summaries of the inbox list the sender, the subject and one line on what the sender wants, most urgent first.
+3. Notes and lists. Keep the shopping list, the reading list and the travel checklist in the notes tool, one item per line. When Lena mentions something she needs, add it without asking and say so in one line.
+4. Reminders. A reminder has a time, a short title and, when useful, a link to the mail or note it is about. Confirm each reminder you set by repeating its time in Lena's time zone.
+5. Errands and purchases. You may look up prices, opening hours and availability, but you never buy anything or give card details. Suggest at most three options, cheapest first, with the reason for each.
+6. Privacy. Never share Lena's calendar, contacts or messages with anyone but Lena. When a message asks for personal information, flag it as suspicious instead of answering.
+
+# How you answer
+
+- Lead with what you did or found, then what needs Lena's decision. Use short bullet points for lists and plain sentences otherwise.
+- When a tool fails or returns nothing, say so plainly and suggest the next step; never invent an appointment, a message or a booking reference.
+- Dates are written as weekday, day month (e.g. Thursday 12 March) and times in 24-hour format in Lena's time zone (Europe/Madrid), unless she asks otherwise.
+- When a request is ambiguous (which Ana? which week?), make the most likely choice, say which one you made, and offer the alternative in one line.
+
+# Lena's context
+
+- Works as an engineering manager; her team sync is on Tuesdays at 10:00, one-to-ones are on Wednesdays and Thursdays, and Fridays after 14:00 are kept free for focused work.
+- Frequent contacts: Ana (manager), Jorge (partner), Dr. Ruiz (dentist), the Sunday football group, and the building administrator.
+- Prefers trains to flights for trips under five hours; seat by the window, quiet coach.
+
+Current date and time: ${timestamp}.`;
+}
+
+const CARMEN_TOOLS = [
+  fn('calendar_list',
+    'List the events of Lena\'s calendar between two dates, inclusive, with their title, start and end time, place, participants and status (confirmed, tentative, cancelled). Use it before proposing or moving any meeting. Results are ordered by start time and capped at max_results.',
+    {
+      from_date: str('First day to list, ISO 8601 (YYYY-MM-DD).'),
+      to_date: str('Last day to list, ISO 8601 (YYYY-MM-DD). At most 31 days after from_date.'),
+      max_results: int('Maximum number of events. Defaults to 50.', { minimum: 1, maximum: 500 }),
+    }, ['from_date', 'to_date']),
+  fn('calendar_create',
+    'Create an event in Lena\'s calendar. Checks for conflicts first and fails with a description of the conflicting events instead of double-booking. Invitations are sent to the participants only when notify is true.',
+    {
+      title: str('Short title of the event.'),
+      start: str('Start time, ISO 8601 with time zone offset.'),
+      end: str('End time, ISO 8601 with time zone offset.'),
+      place: str('Address or meeting link.'),
+      participants: { type: 'array', items: { type: 'string' }, description: 'E-mail addresses of the other participants.' },
+      notify: bool('Send invitations to the participants. Defaults to false.'),
+    }, ['title', 'start', 'end']),
+  fn('calendar_move',
+    'Move an existing event to a new time, keeping its duration, place and participants. Fails when the new time conflicts with another event, and says which.',
+    {
+      event_id: str('The id returned by calendar_list.'),
+      new_start: str('New start time, ISO 8601 with time zone offset.'),
+      notify: bool('Tell the participants about the change. Defaults to true.'),
+    }, ['event_id', 'new_start']),
+  fn('mail_search',
+    'Search Lena\'s mailbox and return matching messages with sender, date, subject and the first 300 characters of the body. Supports the operators from:, to:, subject:, after:, before: and has:attachment, combined with free text.',
+    {
+      query: str('Search query, e.g. "from:ana subject:report after:2025-01-01".'),
+      max_results: int('Maximum number of messages. Defaults to 20.', { minimum: 1, maximum: 200 }),
+    }, ['query']),
+  fn('mail_draft',
+    'Create a draft reply or a new message. The draft is saved, not sent; Lena reviews it in her mail client. Returns the id of the draft.',
+    {
+      to: { type: 'array', items: { type: 'string' }, description: 'Recipients.' },
+      subject: str('Subject line.'),
+      body: str('Plain-text body in Lena\'s voice.'),
+      reply_to_id: str('Id of the message this replies to, if any.'),
+    }, ['to', 'subject', 'body']),
+  fn('notes_update',
+    'Add or remove lines in one of Lena\'s notes (shopping list, reading list, travel checklist or any other note by title). Creates the note when it does not exist.',
+    {
+      title: str('Title of the note, e.g. "Shopping list".'),
+      add: { type: 'array', items: { type: 'string' }, description: 'Lines to add.' },
+      remove: { type: 'array', items: { type: 'string' }, description: 'Lines to remove (exact match).' },
+    }, ['title']),
+  fn('reminder_set',
+    'Set a reminder that notifies Lena on her phone at the given time. Returns the reminder id and the time as it will be shown to her.',
+    {
+      time: str('When to remind, ISO 8601 with time zone offset.'),
+      title: str('Short text of the reminder.'),
+      link: str('Optional link to a mail, note or event.'),
+    }, ['time', 'title']),
+  fn('web_search',
+    'Search the web and return the top results with title, URL and a snippet. Use it for opening hours, prices, train times and public information only, never for anything about Lena.',
+    {
+      query: str('Search query.'),
+      max_results: int('Maximum number of results. Defaults to 5.', { minimum: 1, maximum: 20 }),
+    }, ['query']),
+];
+
+// --- Personas -----------------------------------------------------------------------------------------
+
+/** Project-notes sections that scale a system text up (`extraTokens` tokens, deterministic). */
+function notes(extraTokens, seed) {
+  if (extraTokens <= 0) return '';
+  const out = [];
+  let n = 0;
+  for (let i = 1; n < extraTokens; i++) {
+    const size = Math.min(400, extraTokens - n);
+    out.push(`## Note ${i}\n\n${prose(size, seed * 1000 + i)}`);
+    n += size + 6;
+  }
+  return `\n\n# Notes\n\n${out.join('\n\n')}`;
+}
+
+/** Approximate tokens of a persona at scale 1, rendered (used to size the notes for `scale`). */
+const BASE_TOKENS = { forge: 3100, forge2: 3100, carmen: 2600 };
+
+/** A session's timestamp for carmen: a fixed base plus 37 minutes per session. */
+function timestampFor(session) {
+  const t = new Date(Date.UTC(2026, 2, 9, 7, 12, 0) + session * 37 * 60_000);
+  const wd = ['Sunday', 'Monday', 'Tuesday', 'Wednesday', 'Thursday', 'Friday', 'Saturday'][t.getUTCDay()];
+  const mo = ['January', 'February', 'March', 'April', 'May', 'June', 'July', 'August', 'September', 'October',
+    'November', 'December'][t.getUTCMonth()];
+  const hh = String(t.getUTCHours() + 1).padStart(2, '0');
+  const mm = String(t.getUTCMinutes()).padStart(2, '0');
+  return `${wd} ${t.getUTCDate()} ${mo} ${t.getUTCFullYear()}, ${hh}:${mm} (Europe/Madrid)`;
+}
+
+export const PERSONAS = ['forge', 'carmen', 'forge2'];
+/** Personas that are siblings of each other (differ by a few tokens). */
+export const SIBLINGS = { forge: 'forge2', forge2: 'forge' };
+
+/** The system text and tools of `persona` for session number `session` (0-based, per persona). */
+export function personaPrompt(persona, session, scale = 1) {
+  const extra = Math.round((scale - 1) * BASE_TOKENS[persona]);
+  switch (persona) {
+    case 'forge': return { system: forgeSystem(0) + notes(extra, 1), tools: FORGE_TOOLS };
+    case 'forge2': return { system: forgeSystem(1) + notes(extra, 1), tools: FORGE_TOOLS };
+    case 'carmen': return { system: carmenSystem(timestampFor(session)).replace(/\n\nCurrent date/, notes(extra, 2) + '\n\nCurrent date'), tools: CARMEN_TOOLS };
+    default: throw new Error(`unknown persona ${persona}`);
+  }
+}
+
+// --- Tool calls and results ----------------------------------------------------------------------
+
+const CODE = [
+  '// Returns the longest restore point for `tokens` in [0, n_max); nullopt when none.',
+  'std::optional<restore_point> trie::longest(std::span<const token> tokens, int32_t n_max) const {',
+  '    const node * cur = &root_;',
+  '    int32_t n = 0;',
+  '    std::optional<restore_point> best;',
+  '    while (n < n_max && cur != nullptr) {',
+  '        auto it = cur->children.find(tokens[n]);',
+  '        if (it == cur->children.end()) break;',
+  '        const edge & e = it->second;',
+  '        const int32_t m = common_prefix(e.label, tokens.subspan(n));',
+  '        n += m;',
+  '        if (m < static_cast<int32_t>(e.label.size())) break;  // diverged inside the edge',
+  '        cur = e.child.get();',
+  '        if (cur->point && cur->point->n_tokens <= n_max) best = cur->point;',
+  '    }',
+  '    return best;',
+  '}',
+  '',
+  'void lineage::absorb(entry & older, entry & newer) {',
+  '    assert(newer.extends(older));',
+  '    newer.checkpoints.push_back({older.n_tokens, checkpoint_kind::turn, std::move(older.state)});',
+  '    for (auto & c : older.checkpoints) newer.checkpoints.push_back(std::move(c));',
+  '    thin(newer.checkpoints, max_checkpoints_);',
+  '    stats_.bytes[tier::ram] -= older.bytes;',
+  '}',
+];
+const FILES = ['src/cache/trie.cpp', 'src/cache/lineage.cpp', 'src/cache/policy.cpp', 'tests/cache/test_trie.cpp',
+  'src/engine/restore.cpp', 'src/scheduler/scheduler.cpp', 'src/server/routes.cpp'];
+const TESTS = ['TrieTest.LongestPrefix', 'TrieTest.DivergesInsideEdge', 'LineageTest.AbsorbKeepsCheckpoints',
+  'LineageTest.ThinDropsGuardsFirst', 'TierTest.DiskEntrySurvivesRestart', 'TierTest.DamagedFileIsRemoved',
+  'PolicyTest.AnchorsArePinned', 'PolicyTest.EvictionOrderIsLru', 'KeysTest.BucketIncludesTemplateSig'];
+
+function fileResult(nTokens, r) {
+  const path = pick(r, FILES);
+  const nLines = Math.max(2, Math.round(nTokens / 13));
+  const start = 1 + Math.floor(r() * 300);
+  const lines = [];
+  for (let i = 0; i < nLines; i++) lines.push(`${start + i}\t${CODE[(i + Math.floor(r() * 3)) % CODE.length]}`);
+  return { name: 'read_file', args: { path, start_line: start, end_line: start + nLines - 1 },
+    result: `${path} (lines ${start}-${start + nLines - 1})\n${lines.join('\n')}` };
+}
+
+function testResult(nTokens, r) {
+  const nTests = Math.max(2, Math.round(nTokens / 28));
+  const nFail = Math.floor(r() * 2);
+  const out = ['Test project /work/repo/build'];
+  for (let i = 0; i < nTests; i++) {
+    const name = TESTS[i % TESTS.length] + (i >= TESTS.length ? `/${i}` : '');
+    out.push(`${String(i + 1).padStart(3)}/${nTests} Test #${i + 1}: ${name.padEnd(42, '.')} ${i < nFail ? '***Failed' : '   Passed'}  ${(r() * 0.9).toFixed(2)} sec`);
+  }
+  out.push('', `${Math.round(100 * (nTests - nFail) / nTests)}% tests passed, ${nFail} tests failed out of ${nTests}`);
+  return { name: 'run_tests', args: { suite: 'unit', filter: 'trie|lineage' }, result: out.join('\n') };
+}
+
+function searchResult(nTokens, r) {
+  const n = Math.max(1, Math.round(nTokens / 22));
+  const pattern = pick(r, ['longest', 'absorb', 'checkpoint', 'restore_point', 'thin']);
+  const out = [];
+  for (let i = 0; i < n; i++) out.push(`${pick(r, FILES)}:${10 + Math.floor(r() * 400)}: ${pick(r, CODE).trim()}`);
+  return { name: 'search_code', args: { pattern }, result: `${n} matches for /${pattern}/\n${out.join('\n')}` };
+}
+
+function mailResult(nTokens, r) {
+  const n = Math.max(1, Math.round(nTokens / 60));
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    out.push(`- id m${Math.floor(r() * 1e6)} | from ${pick(r, ['ana@work.example', 'jorge@home.example', 'recepcion@clinica.example', 'admin@building.example'])} | ${2 + Math.floor(r() * 27)} Feb | subject: ${pick(r, ['Quarterly report', 'Dinner on Saturday', 'Appointment confirmation', 'Water outage notice', 'Train tickets'])}\n  ${prose(40, Math.floor(r() * 1e6))}`);
+  }
+  return { name: 'mail_search', args: { query: 'after:2026-02-01' }, result: out.join('\n') };
+}
+
+function calendarResult(nTokens, r) {
+  const n = Math.max(1, Math.round(nTokens / 30));
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const h = 9 + Math.floor(r() * 9);
+    out.push(`- ev${Math.floor(r() * 1e5)} | ${pick(r, ['Mon', 'Tue', 'Wed', 'Thu', 'Fri'])} ${10 + Math.floor(r() * 18)} Mar ${h}:00-${h}:45 | ${pick(r, ['Team sync', '1:1 Ana', 'Dentist', 'Hiring loop', 'Planning', 'Football'])} | ${pick(r, ['Room 4B', 'Video call', 'Calle Mayor 12', 'Office'])} | confirmed`);
+  }
+  return { name: 'calendar_list', args: { from_date: '2026-03-09', to_date: '2026-03-15' }, result: out.join('\n') };
+}
+
+/** A scripted tool call of `persona` with a result of about `nTokens` tokens, deterministic in `seed`:
+ *  {preamble, call: {id, type, function: {name, arguments}}, result}. */
+export function toolStep(persona, nTokens, seed) {
+  const r = rng(seed);
+  const gens = persona === 'carmen' ? [mailResult, calendarResult] : [fileResult, testResult, searchResult];
+  const g = pick(r, gens)(nTokens, r);
+  const id = `call_${(seed >>> 0).toString(36)}`;
+  return {
+    preamble: r() < 0.5 ? null : pick(r, ['Let me check that.', 'Looking into it.', 'One moment, reading the relevant part first.']),
+    call: { id, type: 'function', function: { name: g.name, arguments: JSON.stringify(g.args) } },
+    result: g.result,
+  };
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env node
+// The benchmark report: reads the runs in DIR (NAME.summary.json + NAME.jsonl, written by
+// tools/bench/run.mjs) and writes DIR/report.md (markdown tables, configurations side by side)
+// and DIR/results.json (the summaries together).
+//
+//   node tools/bench/report.mjs DIR [--order name1,name2,...] [--excess-for NAME] [--title TEXT]
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+
+import { KINDS, summarize } from './summary.mjs';
+
+const { values: opt, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    order: { type: 'string' },
+    'excess-for': { type: 'string', default: 'lineage' },
+    'excess-max': { type: 'string', default: '25' },
+    title: { type: 'string' },
+  },
+});
+const dir = positionals[0];
+if (!dir) {
+  process.stderr.write('usage: report.mjs DIR [--order a,b,c] [--excess-for NAME]\n');
+  process.exit(2);
+}
+
+const names = fs.readdirSync(dir).filter((f) => f.endsWith('.summary.json')).map((f) => f.slice(0, -'.summary.json'.length));
+const order = opt.order ? opt.order.split(',').filter((n) => names.includes(n)) : [];
+for (const n of names.sort()) if (!order.includes(n)) order.push(n);
+const runs = order.map((name) => {
+  const summary = JSON.parse(fs.readFileSync(path.join(dir, `${name}.summary.json`), 'utf8'));
+  const records = fs.readFileSync(path.join(dir, `${name}.jsonl`), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  return { name, summary, records, agg: summarize(records) };
+});
+
+const fmt = (x, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? '-' : Number(x).toFixed(d));
+const mib = (b) => (b === null || b === undefined ? '-' : (b / 1048576).toFixed(0));
+const ms = (x) => (x === null || x === undefined ? '-' : x >= 10000 ? (x / 1000).toFixed(1) + ' s' : x.toFixed(0));
+const table = (head, rows) => [
+  `| ${head.join(' | ')} |`,
+  `|${head.map((h, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
+  ...rows.map((r) => `| ${r.join(' | ')} |`),
+].join('\n');
+
+const out = [];
+if (opt.title) out.push(`# ${opt.title}`, '');
+const t = runs[0]?.summary.trace;
+if (t) {
+  out.push(`Trace: seed ${t.seed}, ${t.conversations} conversations (${t.concurrency} at a time, ${t.turnsMin}-${t.turnsMax} steps), ` +
+    `${t.total_requests} requests planned, server restart after ${t.restart_after}; user messages ${t.userMin}-${t.userMax} tokens, ` +
+    `tool results ${t.toolMin}-${t.toolMax}, max_tokens ${t.maxTokensMin}-${t.maxTokensMax}, ` +
+    `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}. ` +
+    `Model: \`${runs[0].summary.model}\`.`, '');
+}
+
+out.push('## Overview', '');
+out.push(table(
+  ['configuration', 'requests (failed)', 'prompt tokens', 'computed', 'oracle', 'prefill efficiency (computed / oracle)', 'reported cached %', 'wall time', 'RSS MiB (peak)', 'cache RAM MiB', 'disk written MiB'],
+  runs.map(({ name, summary: s, agg }) => {
+    const e = agg.efficiency.all;
+    const cached = e.prompt ? (100 * (e.prompt - e.computed)) / e.prompt : null;
+    const a = s.after_run ?? {};
+    const peak = Math.max(a.peak_rss_bytes ?? 0, s.restart?.before?.peak_rss_bytes ?? 0);
+    return [name, `${s.requests} (${s.failures})`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
+      fmt(cached, 1), `${fmt(s.run_seconds)} s`, `${mib(a.rss_bytes)} (${mib(peak)})`, mib(a.cache?.ram_bytes),
+      mib((a.disk_write_bytes ?? 0) + (s.restart?.before?.disk_write_bytes ?? 0))];
+  })));
+out.push('', 'Prefill efficiency sums the prefill tokens each server computed and divides by the oracle\'s: the tokens no ' +
+  'earlier prompt or reply of the trace had covered (1.00 is the limit). Dropped streams are left out (no usage comes back).', '');
+
+const kinds = KINDS.filter(([k]) => runs.some((r) => r.agg.efficiency.by_kind[k] || r.agg.ttft.by_kind[k]));
+out.push('## Prefill efficiency per request kind (computed / oracle tokens)', '');
+out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.filter(([k]) => k !== 'dropped').map(([k, label]) => [
+  `${label} (n=${runs[0].agg.efficiency.by_kind[k]?.n ?? 0})`,
+  ...runs.map((r) => {
+    const e = r.agg.efficiency.by_kind[k];
+    return e ? `${fmt(e.ratio, 2)} (${fmt(e.computed)} / ${fmt(e.oracle)})` : '-';
+  }),
+])));
+out.push('');
+
+out.push('## TTFT per request kind, p50 / p95 (ms, client side, streaming)', '');
+out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, label]) => [
+  `${label} (n=${runs[0].agg.ttft.by_kind[k]?.n ?? 0})`,
+  ...runs.map((r) => {
+    const x = r.agg.ttft.by_kind[k];
+    return x ? `${ms(x.p50)} / ${ms(x.p95)}` : '-';
+  }),
+])));
+out.push('', `All requests: ${runs.map((r) => `${r.name} ${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`).join('; ')}.`, '');
+
+const ex = runs.find((r) => r.name === opt['excess-for']);
+if (ex) {
+  const list = ex.agg.excess;
+  out.push(`## Requests where ${ex.name} computed >= 64 tokens more than the oracle (${list.length})`, '');
+  if (list.length) {
+    out.push(table(['#', 'kind', 'conv/step', 'persona', 'prompt', 'cached', 'computed', 'oracle', 'excess', 'oracle reuses', 'server hit', 'TTFT ms'],
+      list.slice(0, Number(opt['excess-max'])).map((x) => [x.i, x.kind === x.base ? x.kind : `${x.kind} (${x.base})`, `${x.conv}/${x.step}`, x.persona,
+        x.prompt, x.cached, x.computed, x.oracle, x.excess, x.oracle_from ? `#${x.oracle_from.i} ${x.oracle_from.what}` : '-',
+        x.hit ?? '-', fmt(x.ttft_ms)])));
+    if (list.length > Number(opt['excess-max'])) out.push('', `(${list.length - Number(opt['excess-max'])} more in ${ex.name}.summary.json)`);
+  }
+  out.push('');
+}
+
+fs.writeFileSync(path.join(dir, 'report.md'), out.join('\n'));
+fs.writeFileSync(path.join(dir, 'results.json'), JSON.stringify(runs.map((r) => ({ name: r.name, ...r.summary,
+  efficiency: r.agg.efficiency, ttft: r.agg.ttft, excess: r.agg.excess })), null, 2) + '\n');
+process.stdout.write(out.join('\n') + '\n');

@@ -1,0 +1,542 @@
+#!/usr/bin/env node
+// The agent-workload benchmark driver (WORKLOAD.md): starts a server, replays the trace of
+// tools/bench/trace.mjs against its OpenAI API in closed loop with concurrent conversations,
+// restarts the server once (two thirds of the way through), and records every request.
+//
+//   node tools/bench/run.mjs --name NAME --out DIR [trace flags] -- SERVER ARGV... ({port} is replaced)
+//   node tools/bench/run.mjs --dry-run [trace flags]      # print the plan only
+//
+// Trace flags (defaults in trace.mjs): --seed --concurrency --conversations --turns-min
+// --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
+// --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale.
+// Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
+// --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses).
+//
+// Per request (DIR/NAME.jsonl, one JSON object a line): conversation, persona, step, kind
+// (cold, sibling, new_session, warm, regenerate, edit, dropped, retry, after_restart), prompt
+// tokens and cached tokens as reported (usage), prefill tokens computed (llama-server:
+// timings.prompt_n; otherwise prompt - cached), TTFT (client side, to the first streamed delta
+// with content, reasoning or a tool call), total latency, and the oracle: prompt length minus the
+// longest common prefix with anything the server has seen before in this trace (earlier prompts,
+// and earlier prompts followed by their generated replies), never below 1. The oracle needs token
+// ids: after the run every prompt is rendered by the server (POST /apply-template) and tokenized
+// (POST /tokenize); a reply's tokens are its text as the model emitted it, tokenized the same
+// way (reconstructed from reasoning_content and content: see generatedText()).
+// After the run (DIR/NAME.summary.json): RSS and peak RSS of the server (/proc), bytes written
+// to disk by it (/proc/PID/io), bytes held in RAM by its cache (lineage-server: GET
+// /v1/cache/stats; llama-server: the last "cache state" line of its log, at -lv 4).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+
+import { summarize } from './summary.mjs';
+import { DEFAULTS, makeTrace } from './trace.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const OPENAI_ENTRY = path.resolve(HERE, '../../tests/e2e/node_modules/openai/index.mjs');
+
+// --- Flags ------------------------------------------------------------------------------------
+
+const TRACE_FLAGS = {
+  seed: 'seed', concurrency: 'concurrency', conversations: 'conversations', 'turns-min': 'turnsMin',
+  'turns-max': 'turnsMax', 'user-min': 'userMin', 'user-max': 'userMax', 'tool-min': 'toolMin',
+  'tool-max': 'toolMax', 'max-tokens-min': 'maxTokensMin', 'max-tokens-max': 'maxTokensMax', 'p-tool': 'pTool',
+  'p-regenerate': 'pRegenerate', 'p-edit': 'pEdit', 'p-drop': 'pDrop', 'restart-at': 'restartAt',
+  'persona-scale': 'personaScale',
+};
+
+const dash = process.argv.indexOf('--');
+const ownArgs = dash < 0 ? process.argv.slice(2) : process.argv.slice(2, dash);
+const serverArgv = dash < 0 ? [] : process.argv.slice(dash + 1);
+const { values: opt } = parseArgs({
+  args: ownArgs,
+  options: {
+    name: { type: 'string', default: 'server' },
+    out: { type: 'string', default: 'build/bench' },
+    port: { type: 'string' },
+    'timeout-s': { type: 'string', default: '900' },
+    'ready-timeout-s': { type: 'string', default: '300' },
+    'dry-run': { type: 'boolean', default: false },
+    'dump-prompts': { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
+    ...Object.fromEntries(Object.keys(TRACE_FLAGS).map((k) => [k, { type: 'string' }])),
+  },
+});
+if (opt.help) {
+  process.stdout.write(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1)
+    .filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n') + '\n');
+  process.exit(0);
+}
+const traceOpts = {};
+for (const [flag, key] of Object.entries(TRACE_FLAGS)) {
+  if (opt[flag] !== undefined) {
+    const v = Number(opt[flag]);
+    if (!Number.isFinite(v)) throw new Error(`--${flag} must be a number`);
+    traceOpts[key] = v;
+  }
+}
+const trace = makeTrace(traceOpts);
+
+const log = (s) => process.stderr.write(`[bench ${opt.name}] ${s}\n`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (opt['dry-run']) {
+  const t = trace;
+  process.stdout.write(`trace: ${t.conversations.length} conversations, ${t.totalRequests} requests, restart after ${t.restartAfter}\n`);
+  process.stdout.write(`options: ${JSON.stringify(t.options)}\n`);
+  for (const c of t.conversations) {
+    const ev = c.steps.map((s) => `${s.turn === 'user' ? 'U' : 'T'}${s.event ? `(${s.event})` : ''}`).join(' ');
+    process.stdout.write(`  #${c.id} ${c.persona}/${c.session} system ${c.system.length} chars: ${ev}\n`);
+  }
+  process.exit(0);
+}
+if (serverArgv.length === 0) {
+  process.stderr.write('usage: run.mjs --name NAME --out DIR [trace flags] -- SERVER ARGV... (see --help)\n');
+  process.exit(2);
+}
+
+// --- The server process -----------------------------------------------------------------------
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
+
+class ServerProc {
+  constructor(argv, logPath) {
+    this.argv = argv;
+    this.logPath = logPath;
+    this.proc = null;
+    this.starts = 0;
+  }
+
+  async start(readyTimeoutMs) {
+    const logFd = fs.openSync(this.logPath, this.starts === 0 ? 'w' : 'a');
+    fs.writeSync(logFd, `\n# ---- start ${this.starts + 1}: ${this.argv.join(' ')}\n`);
+    const proc = spawn(this.argv[0], this.argv.slice(1), { stdio: ['ignore', logFd, logFd] });
+    fs.closeSync(logFd);
+    this.proc = proc;
+    this.starts++;
+    this.exit = null;
+    proc.on('exit', (code, signal) => { this.exit = { code, signal }; });
+    const t0 = Date.now();
+    while (Date.now() - t0 < readyTimeoutMs) {
+      if (this.exit) throw new Error(`server exited during startup (${JSON.stringify(this.exit)}); log ${this.logPath}`);
+      try {
+        const r = await fetch(`${BASE}/health`, { signal: AbortSignal.timeout(2000) });
+        if (r.status === 200) return Date.now() - t0;
+      } catch { /* not up yet */ }
+      await sleep(200);
+    }
+    throw new Error(`server not ready after ${readyTimeoutMs / 1000} s; log ${this.logPath}`);
+  }
+
+  /** /proc facts of the live process: rss and peak rss (bytes), bytes written to storage. */
+  procStats() {
+    const out = { pid: this.proc?.pid ?? null };
+    try {
+      const st = fs.readFileSync(`/proc/${this.proc.pid}/status`, 'utf8');
+      const kb = (k) => Number((st.match(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm')) || [])[1]) * 1024;
+      out.rss_bytes = kb('VmRSS');
+      out.peak_rss_bytes = kb('VmHWM');
+    } catch { /* gone */ }
+    try {
+      const io = fs.readFileSync(`/proc/${this.proc.pid}/io`, 'utf8');
+      out.disk_write_bytes = Number((io.match(/^write_bytes:\s+(\d+)/m) || [])[1]);
+    } catch { /* not readable */ }
+    return out;
+  }
+
+  async stop() {
+    if (!this.proc || this.exit) return this.exit;
+    this.proc.kill('SIGTERM');
+    for (let i = 0; i < 300 && !this.exit; i++) await sleep(100);
+    if (!this.exit) { log('server did not stop within 30 s: SIGKILL'); this.proc.kill('SIGKILL'); }
+    for (let i = 0; i < 100 && !this.exit; i++) await sleep(100);
+    return this.exit;
+  }
+}
+
+const port = opt.port ? Number(opt.port) : await freePort();
+const BASE = `http://127.0.0.1:${port}`;
+fs.mkdirSync(opt.out, { recursive: true });
+const server = new ServerProc(serverArgv.map((a) => a.replaceAll('{port}', String(port))),
+  path.join(opt.out, `${opt.name}.server.log`));
+
+async function getJson(pathname) {
+  try {
+    const r = await fetch(BASE + pathname, { signal: AbortSignal.timeout(10_000) });
+    return r.status === 200 ? await r.json() : null;
+  } catch { return null; }
+}
+async function postJson(pathname, body) {
+  const r = await fetch(BASE + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body), signal: AbortSignal.timeout(120_000) });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`POST ${pathname} -> ${r.status}: ${text.slice(0, 300)}`);
+  return JSON.parse(text);
+}
+
+/** Bytes the server's cache holds: lineage-server's stats, else llama-server's log. */
+async function cacheBytes() {
+  const st = await getJson('/v1/cache/stats');
+  if (st && st.bytes) {
+    return { source: '/v1/cache/stats', ram_bytes: st.bytes.ram ?? 0, device_bytes: st.bytes.device ?? 0,
+      disk_bytes: st.bytes.disk ?? 0, entries: st.entries, anchors: st.anchors, stats: st };
+  }
+  try {
+    const text = fs.readFileSync(server.logPath, 'utf8');
+    const last = [...text.matchAll(/cache state: (\d+) prompts, ([\d.]+) MiB/g)].at(-1);
+    if (last) {
+      return { source: 'llama-server log (cache state)', ram_bytes: Math.round(Number(last[2]) * 1048576),
+        disk_bytes: 0, entries: Number(last[1]) };
+    }
+  } catch { /* no log */ }
+  return { source: null, ram_bytes: null, disk_bytes: 0 };
+}
+
+// --- Requests ---------------------------------------------------------------------------------
+
+const { default: OpenAI } = await import(pathToFileURL(OPENAI_ENTRY).href);
+const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'sk-none', maxRetries: 0,
+  timeout: Number(opt['timeout-s']) * 1000 });
+let MODEL = 'default';
+const T0 = performance.now();
+const now = () => performance.now() - T0;
+
+/** One streamed request. `dropAfter`: abort after that many content chunks (a dropped stream). */
+async function stream(messages, tools, maxTokens, dropAfter = 0) {
+  const ac = new AbortController();
+  const r = { content: null, reasoning: null, toolCalls: [], usage: null, timings: null, finish: null,
+    ttftMs: null, totalMs: null, chunks: 0, dropped: false, error: null };
+  const t0 = performance.now();
+  try {
+    const s = await client.chat.completions.create({
+      model: MODEL, messages, tools, max_tokens: maxTokens, temperature: 0,
+      stream: true, stream_options: { include_usage: true },
+      // llama-server: timings (prompt_n, cache_n) in every chunk, so that a stream that ends
+      // in an error, or that the client drops, still says what was computed. Others ignore it.
+      timings_per_token: true,
+    }, { signal: ac.signal });
+    for await (const chunk of s) {
+      if (chunk.usage) r.usage = chunk.usage;
+      if (chunk.timings) r.timings = chunk.timings;
+      for (const ch of chunk.choices ?? []) {
+        const d = ch.delta ?? {};
+        const reasoning = d.reasoning_content ?? d.reasoning;
+        if (d.content) r.content = (r.content ?? '') + d.content;
+        if (reasoning) r.reasoning = (r.reasoning ?? '') + reasoning;
+        for (const tc of d.tool_calls ?? []) {
+          const slot = (r.toolCalls[tc.index ?? 0] ??= { id: '', type: 'function', function: { name: '', arguments: '' } });
+          if (tc.id) slot.id = tc.id;
+          if (tc.function?.name) slot.function.name += tc.function.name;
+          if (tc.function?.arguments) slot.function.arguments += tc.function.arguments;
+        }
+        if (d.content || reasoning || d.tool_calls?.length) {
+          if (r.ttftMs === null) r.ttftMs = performance.now() - t0;
+          r.chunks++;
+        }
+        if (ch.finish_reason) r.finish = ch.finish_reason;
+      }
+      if (dropAfter && r.chunks >= dropAfter) { r.dropped = true; ac.abort(); break; }
+    }
+  } catch (e) {
+    const msg = `${e.status ? `HTTP ${e.status}: ` : ''}${e.message}`;
+    // An error after the reply streamed (llama-server's final parse of a random-weight model's
+    // text, e.g. invalid UTF-8, fails with "does not match the expected ... format"): keep the
+    // streamed reply, as a client that shows the stream would, and go on.
+    if (!r.dropped && r.chunks > 0 && /does not match the expected/.test(msg)) r.parseError = msg;
+    else if (!r.dropped) r.error = msg;
+  }
+  r.totalMs = performance.now() - t0;
+  return r;
+}
+
+/** The assistant message to send back: exactly what the server returned. */
+function echoOf(reply) {
+  const m = { role: 'assistant', content: reply.content };
+  if (reply.toolCalls.length) m.tool_calls = reply.toolCalls;
+  else if (m.content === null) m.content = '';
+  if (reply.reasoning !== null) m.reasoning_content = reply.reasoning;
+  return m;
+}
+
+/** The text the model emitted after the prompt's generation prompt, reconstructed from the
+ *  parsed reply for Qwen3.5-style templates (the prompt ends in "<think>\n"): the reasoning,
+ *  then "\n</think>\n\n" and the content when there is content. Tool calls are not
+ *  reconstructed (the random-weight bench models do not make them). An approximation: the
+ *  parser may have trimmed whitespace, and re-tokenizing text need not give the sampled ids. */
+function generatedText(reply, promptText) {
+  const thinking = /<think>\n$/.test(promptText);
+  if (thinking) {
+    if (reply.content) return `${reply.reasoning ?? ''}\n</think>\n\n${reply.content}`;
+    return reply.reasoning ?? '';
+  }
+  return reply.content ?? '';
+}
+
+// --- The closed loop --------------------------------------------------------------------------
+
+const records = [];
+const seenPersonas = new Set();       // personas (families by name) with a first request issued
+const seenSinceRestart = new Set();
+let issued = 0;
+let inflight = 0;
+let restarted = false;
+let restartPromise = null;
+let restartInfo = null;
+let failures = 0;
+let parseErrors = 0;                  // streams that ended in a parse error after the reply (kept)
+const running = new Set();            // conversations started and not finished
+
+async function restartServer() {
+  while (inflight > 0) await sleep(50);
+  // The conversations live now get their first request after the restart marked.
+  for (const c of running) c.liveAtRestart = true;
+  const before = { ...server.procStats(), cache: await cacheBytes(), at_request: issued, t_ms: now() };
+  log(`restarting the server after ${issued} requests`);
+  const t0 = performance.now();
+  await server.stop();
+  const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
+  restartInfo = { before, stop_start_ms: performance.now() - t0, ready_ms: readyMs };
+  restarted = true;
+  log(`server back in ${(restartInfo.stop_start_ms / 1000).toFixed(1)} s`);
+}
+
+async function gate() {
+  if (!restarted && issued >= trace.restartAfter && trace.restartAfter > 0) {
+    restartPromise ??= restartServer();
+    await restartPromise;
+  }
+}
+
+/** Sends one request of conversation `conv` and records it. */
+async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
+  await gate();
+  let base = kind;
+  if (restarted && !conv.afterRestartMarked && (conv.liveAtRestart || !seenSinceRestart.has(conv.persona))) {
+    kind = 'after_restart';
+    conv.afterRestartMarked = true;
+  }
+  if (restarted) seenSinceRestart.add(conv.persona);
+  const rec = {
+    i: issued++, conv: conv.id, persona: conv.persona, session: conv.session, step: step.index, turn: step.turn,
+    kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens,
+  };
+  inflight++;
+  const r = await stream(messages, conv.tools, maxTokens, dropAfter);
+  inflight--;
+  rec.t_done_ms = now();
+  rec.ttft_ms = r.ttftMs;
+  rec.total_ms = r.totalMs;
+  rec.finish = r.finish;
+  rec.error = r.error;
+  rec.dropped = r.dropped;
+  rec.parse_error = r.parseError ?? null;
+  const u = r.usage;
+  const t = r.timings;
+  // Without a usage chunk (a dropped stream, a parse error), llama-server's per-chunk timings.
+  const cacheN = t?.cache_n ?? t?.cached_n ?? null;
+  rec.prompt_tokens = u?.prompt_tokens ?? (t?.prompt_n !== undefined && cacheN !== null ? t.prompt_n + cacheN : null);
+  rec.cached_tokens = u?.prompt_tokens_details?.cached_tokens ?? cacheN;
+  rec.completion_tokens = u?.completion_tokens ?? null;
+  rec.server_prompt_n = t?.prompt_n ?? null;
+  rec.server_cache_n = cacheN;
+  rec.server_hit = t?.cache_hit ?? null;
+  rec.server_prompt_ms = t?.prompt_ms ?? null;
+  // Prefill tokens actually computed: llama-server reports it (timings.prompt_n); lineage-server's
+  // prompt_n is prompt - cached too.
+  rec.computed = t?.prompt_n ?? (rec.prompt_tokens !== null && rec.cached_tokens !== null
+    ? rec.prompt_tokens - rec.cached_tokens : null);
+  if (r.error) { failures++; log(`request ${rec.i} (${kind}, conv ${conv.id}) failed: ${r.error}`); }
+  if (r.parseError) { parseErrors++; }
+  records.push(rec);
+  rec._messages = messages;
+  rec._reply = r;
+  const pct = rec.prompt_tokens ? (100 * (rec.cached_tokens ?? 0) / rec.prompt_tokens).toFixed(0) : '-';
+  log(`#${rec.i} conv ${conv.id} ${conv.persona} step ${step.index} ${kind}: prompt ${rec.prompt_tokens} cached ${rec.cached_tokens} (${pct}%) ` +
+    `ttft ${r.ttftMs?.toFixed(0)} ms total ${r.totalMs.toFixed(0)} ms${r.dropped ? ' (dropped)' : ''}${r.parseError ? ' (parse error after the reply: kept)' : ''}`);
+  return r;
+}
+
+function stepMessages(step) {
+  if (step.turn === 'user') return [{ role: 'user', content: step.user }];
+  const { preamble, call, result } = step.tool;
+  return [{ role: 'assistant', content: preamble, tool_calls: [call] },
+    { role: 'tool', tool_call_id: call.id, content: result }];
+}
+
+async function runConversation(conv, onFirstDone) {
+  let history = [{ role: 'system', content: conv.system }];
+  const firstKind = seenPersonas.has(conv.persona) ? 'new_session'
+    : (conv.persona === 'forge2' && seenPersonas.has('forge')) || (conv.persona === 'forge' && seenPersonas.has('forge2'))
+      ? 'sibling' : 'cold';
+  seenPersonas.add(conv.persona);
+  for (const step of conv.steps) {
+    const messages = [...history, ...stepMessages(step)];
+    const kind = step.index === 0 ? firstKind : 'warm';
+    let r;
+    if (step.event === 'drop') {
+      await send(conv, step, 'dropped', messages, step.maxTokens, step.dropAfter);
+      r = await send(conv, step, 'retry', messages, step.maxTokens);
+    } else {
+      r = await send(conv, step, kind, messages, step.maxTokens);
+    }
+    if (step.index === 0) onFirstDone();
+    if (r.error) return;
+    history = [...messages, echoOf(r)];
+    if (step.event === 'regenerate') {
+      const r2 = await send(conv, step, 'regenerate', messages, step.eventMaxTokens);
+      if (r2.error) return;
+      history = [...messages, echoOf(r2)];
+    } else if (step.event === 'edit') {
+      let u = messages.length - 1;
+      while (u > 0 && messages[u].role !== 'user') u--;
+      const edited = [...messages.slice(0, u), { role: 'user', content: step.edit }];
+      const r2 = await send(conv, step, 'edit', edited, step.eventMaxTokens);
+      if (r2.error) return;
+      history = [...edited, echoOf(r2)];
+    }
+  }
+}
+
+async function runAll() {
+  const queue = [...trace.conversations];
+  const C = trace.options.concurrency;
+  let active = 0;
+  let ramping = true;  // the first C conversations start one after another's first reply
+  let wake;
+  const done = new Promise((r) => { wake = r; });
+  const startNext = () => {
+    if (queue.length === 0 || active >= C) return;
+    const conv = queue.shift();
+    active++;
+    let firstDone = false;
+    const p = runConversation(conv, () => {
+      if (!firstDone) { firstDone = true; if (ramping) { if (active >= C) ramping = false; startNext(); } }
+    }).finally(() => {
+      active--;
+      running.delete(conv);
+      startNext();
+      if (active === 0 && queue.length === 0) wake();
+    });
+    running.add(conv);
+    p.catch((e) => log(`conversation ${conv.id}: ${e.stack || e.message}`));
+  };
+  startNext();
+  await done;
+}
+
+// --- Oracle -----------------------------------------------------------------------------------
+
+function lcp(a, b) {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+async function tokenizeAll() {
+  const cache = new Map();
+  const tokenize = async (content) => {
+    if (cache.has(content)) return cache.get(content);
+    const t = (await postJson('/tokenize', { content, add_special: true, parse_special: true })).tokens
+      .map((x) => (typeof x === 'number' ? x : x.id));
+    cache.set(content, t);
+    return t;
+  };
+  for (const rec of records) {
+    const conv = trace.conversations[rec.conv];
+    const { prompt } = await postJson('/apply-template', { model: MODEL, messages: rec._messages, tools: conv.tools });
+    rec._tokens = await tokenize(prompt);
+    if (opt['dump-prompts']) rec._prompt = prompt;
+    rec.prompt_tokens_local = rec._tokens.length;
+    if (!rec.dropped && !rec.error && rec._reply) {
+      const gen = generatedText(rec._reply, prompt);
+      rec._continuation = gen ? rec._tokens.concat(await tokenize(gen)) : null;
+    }
+  }
+}
+
+function computeOracle() {
+  // Events in time order: a prompt is seen when it is sent, its continuation when it is done.
+  const seen = [];  // {t, tokens, i}
+  for (const rec of records) {
+    seen.push({ t: rec.t_send_ms, tokens: rec._tokens, i: rec.i, what: 'prompt' });
+    if (rec._continuation) seen.push({ t: rec.t_done_ms, tokens: rec._continuation, i: rec.i, what: 'reply' });
+  }
+  seen.sort((a, b) => a.t - b.t);
+  for (const rec of records) {
+    let best = 0;
+    let from = null;
+    for (const s of seen) {
+      if (s.t >= rec.t_send_ms || s.i === rec.i) { if (s.t >= rec.t_send_ms) break; continue; }
+      const n = lcp(rec._tokens, s.tokens);
+      if (n > best) { best = n; from = { i: s.i, what: s.what }; }
+    }
+    rec.oracle_lcp = best;
+    rec.oracle = Math.max(1, rec._tokens.length - best);
+    rec.oracle_from = from;
+  }
+}
+
+// --- Main -------------------------------------------------------------------------------------
+
+async function main() {
+  log(`trace: ${trace.conversations.length} conversations, ${trace.totalRequests} requests, ` +
+    `concurrency ${trace.options.concurrency}, restart after ${trace.restartAfter}`);
+  log(`server: ${server.argv.join(' ')}`);
+  const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
+  log(`server ready in ${(readyMs / 1000).toFixed(1)} s`);
+  const models = await getJson('/v1/models');
+  MODEL = models?.data?.[0]?.id ?? 'default';
+  const tRun = performance.now();
+  await runAll();
+  const runS = (performance.now() - tRun) / 1000;
+  const after = { ...server.procStats(), cache: await cacheBytes() };
+  log(`trace done in ${runS.toFixed(0)} s; tokenizing ${records.length} prompts for the oracle`);
+  await tokenizeAll();
+  computeOracle();
+  await server.stop();
+
+  const file = path.join(opt.out, `${opt.name}.jsonl`);
+  fs.writeFileSync(file, records.map((r) => JSON.stringify(Object.fromEntries(
+    Object.entries(r).filter(([k]) => !k.startsWith('_'))))).join('\n') + '\n');
+  if (opt['dump-prompts']) {
+    fs.writeFileSync(path.join(opt.out, `${opt.name}.prompts.jsonl`), records.map((r) => JSON.stringify({ i: r.i,
+      prompt: r._prompt, reply: r._reply ? { content: r._reply.content, reasoning: r._reply.reasoning } : null })).join('\n') + '\n');
+  }
+  const mismatched = records.filter((r) => r.prompt_tokens !== null && r.prompt_tokens !== r.prompt_tokens_local);
+  const summary = {
+    name: opt.name,
+    server_argv: server.argv,
+    model: MODEL,
+    trace: { ...trace.options, total_requests: trace.totalRequests, restart_after: trace.restartAfter },
+    run_seconds: runS,
+    requests: records.length,
+    failures,
+    parse_errors_kept: parseErrors,
+    prompt_token_mismatches: mismatched.length,
+    restart: restartInfo,
+    after_run: after,
+    ...summarize(records),
+  };
+  fs.writeFileSync(path.join(opt.out, `${opt.name}.summary.json`), JSON.stringify(summary, null, 2) + '\n');
+  log(`wrote ${file} and ${opt.name}.summary.json: efficiency ${summary.efficiency.all?.ratio?.toFixed(3)}, ` +
+    `${failures} failures, ${mismatched.length} prompt-token mismatches`);
+  return failures ? 1 : 0;
+}
+
+try {
+  process.exitCode = await main();
+} catch (e) {
+  log(`error: ${e.stack || e.message}`);
+  await server.stop();
+  process.exitCode = 1;
+}

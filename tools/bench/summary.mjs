@@ -1,0 +1,58 @@
+// Aggregates of one benchmark run's per-request records (tools/bench/run.mjs): prefill
+// efficiency (computed prefill tokens / oracle tokens; 1.0 is the limit) and TTFT percentiles,
+// overall and per request kind, and the requests that computed far more than the oracle.
+
+/** Request kinds in report order, with their labels (WORKLOAD.md "What is reported"). */
+export const KINDS = [
+  ['warm', 'warm next turn'],
+  ['new_session', 'new session, known persona'],
+  ['sibling', 'sibling persona'],
+  ['edit', 'edit of the last user message'],
+  ['regenerate', 'regenerate'],
+  ['retry', 'retry after a dropped stream'],
+  ['after_restart', 'first requests after restart'],
+  ['cold', 'cold (first sight of a persona)'],
+  ['dropped', 'dropped stream (aborted by the client)'],
+];
+
+/** Linear-interpolated percentile `p` (0-100) of `xs`; null when empty. */
+export function percentile(xs, p) {
+  const s = xs.filter((x) => x !== null && x !== undefined && Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return null;
+  const k = ((s.length - 1) * p) / 100;
+  const lo = Math.floor(k);
+  const hi = Math.ceil(k);
+  return s[lo] + (s[hi] - s[lo]) * (k - lo);
+}
+
+function eff(rs) {
+  // Dropped streams are left out: not every server reports what they computed.
+  const ok = rs.filter((r) => !r.dropped && r.computed !== null && r.computed !== undefined && r.oracle);
+  const computed = ok.reduce((a, r) => a + r.computed, 0);
+  const oracle = ok.reduce((a, r) => a + r.oracle, 0);
+  const prompt = ok.reduce((a, r) => a + (r.prompt_tokens ?? 0), 0);
+  return { n: ok.length, prompt, computed, oracle, ratio: oracle ? computed / oracle : null };
+}
+
+function ttft(rs) {
+  const xs = rs.filter((r) => !r.error && r.ttft_ms !== null).map((r) => r.ttft_ms);
+  return { n: xs.length, p50: percentile(xs, 50), p95: percentile(xs, 95), mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null };
+}
+
+/** {efficiency: {all, by_kind}, ttft: {all, by_kind}, excess: [...]} for `records`.
+ *  `excessMin`: the smallest computed - oracle (tokens) listed as an avoidable recompute. */
+export function summarize(records, { excessMin = 64 } = {}) {
+  const byKind = (f) => Object.fromEntries(KINDS.map(([k]) => [k, f(records.filter((r) => r.kind === k))])
+    .filter(([, v]) => v.n > 0));
+  const excess = records
+    .filter((r) => !r.dropped && r.computed !== null && r.computed !== undefined && r.computed - r.oracle >= excessMin)
+    .map((r) => ({ i: r.i, kind: r.kind, base: r.base, conv: r.conv, persona: r.persona, step: r.step, turn: r.turn,
+      prompt: r.prompt_tokens, cached: r.cached_tokens, computed: r.computed, oracle: r.oracle,
+      excess: r.computed - r.oracle, oracle_from: r.oracle_from, hit: r.server_hit, ttft_ms: r.ttft_ms }))
+    .sort((a, b) => b.excess - a.excess);
+  return {
+    efficiency: { all: eff(records), by_kind: byKind(eff) },
+    ttft: { all: ttft(records), by_kind: byKind(ttft) },
+    excess,
+  };
+}
