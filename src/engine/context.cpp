@@ -24,7 +24,8 @@ llama_state_seq_flags flags_for(bool recurrent_only) {
 
 }  // namespace
 
-context::context(const model & m, const context_params & p) : model_(m), n_seq_(p.n_seq), n_batch_(p.n_batch) {
+context::context(const model & m, const context_params & p)
+    : model_(m), n_seq_(p.n_seq), n_batch_(p.n_batch), unified_(p.kv_unified) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = static_cast<uint32_t>(p.n_ctx);
     cp.n_batch = static_cast<uint32_t>(p.n_batch);
@@ -33,8 +34,7 @@ context::context(const model & m, const context_params & p) : model_(m), n_seq_(
     const int32_t threads = p.n_threads > 0 ? p.n_threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
-    // One KV pool for all sequences: parked and live sequences share cells through seq_cp.
-    cp.kv_unified = true;
+    cp.kv_unified = p.kv_unified;
     cp.no_perf = true;
     cp.abort_callback = abort_callback;
     cp.abort_callback_data = nullptr;
@@ -100,7 +100,11 @@ bool context::seq_rm(seq_id s, int32_t p0, int32_t p1) {
 }
 
 void context::seq_cp(seq_id src, seq_id dst, int32_t p1) {
-    llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, p1);
+    if (unified_) {
+        llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, p1);
+    } else {
+        llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
+    }
 }
 
 int32_t context::seq_pos_max(seq_id s) const {

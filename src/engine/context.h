@@ -26,6 +26,12 @@ struct context_params {
     int32_t n_batch = 512;    ///< max tokens per decode()
     int32_t n_ubatch = 512;
     int32_t n_threads = 0;    ///< 0 = hardware concurrency
+    /** One KV pool for all sequences (cells shared through seq_cp, no copies) instead of one
+     *  buffer per sequence. Off by default: in a shared pool a sequence's attention runs over
+     *  a view whose layout depends on the other sequences held, so its logits can differ in
+     *  the low bits from a run on an empty server (greedy near-ties flip); per-sequence
+     *  buffers make a restored sequence compute exactly as a cold one. */
+    bool kv_unified = false;
 };
 
 /** One token of a batch: `logits` asks for its output distribution. */
@@ -66,7 +72,10 @@ public:
     /** Removes positions [p0, p1) of `s` (p1 < 0: to the end). Returns false when refused
      *  (recurrent memory cannot drop a partial range it has already absorbed). */
     bool seq_rm(seq_id s, int32_t p0, int32_t p1 = -1);
-    /** Makes `dst` share src's KV cells [0, p1) and recurrent state (no data copy). */
+    /** Gives `dst` src's KV for positions [0, p1) and src's recurrent state. Unified pool:
+     *  shares the cells (metadata only). Per-sequence buffers: copies src's whole buffer on
+     *  the device (llama.cpp copies only whole streams); the caller trims [p1, end) after
+     *  putting the recurrent state of p1 in place. */
     void seq_cp(seq_id src, seq_id dst, int32_t p1);
     /** Last position held by `s`, -1 when empty. */
     int32_t seq_pos_max(seq_id s) const;
@@ -86,6 +95,7 @@ private:
     llama_context * ctx_ = nullptr;
     int32_t n_seq_ = 1;
     int32_t n_batch_ = 512;
+    bool unified_ = false;
     std::atomic<bool> * abort_ = nullptr;
 };
 

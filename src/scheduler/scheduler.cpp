@@ -32,7 +32,7 @@ double seconds_since(clock::time_point t) {
 /** Default pool: the model's trained context, capped so that a laptop can hold it. */
 int32_t default_n_ctx(const engine::model & m) {
     const int32_t train = m.n_ctx_train() > 0 ? m.n_ctx_train() : 4096;
-    return std::min(train, 32768);
+    return std::min(train, 16384);
 }
 
 /** Fills the model-aware defaults of the cache settings. RAM budget: a quarter of physical
@@ -135,8 +135,11 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     }
     max_seq_tokens_ = m.n_ctx_train() > 0 ? std::min(p_.n_ctx, m.n_ctx_train()) : p_.n_ctx;
     engine::context_params cp;
-    cp.n_ctx = p_.n_ctx;
     cp.n_seq = p_.n_parallel + std::max(0, p_.cache.device_slots);
+    // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
+    // the pool evenly; a unified pool of the same size lets one sequence take more.
+    cp.n_ctx = max_seq_tokens_ * cp.n_seq;
+    cp.kv_unified = p_.kv_unified;
     cp.n_batch = p_.n_batch;
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
@@ -148,9 +151,11 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     for (int32_t s = cp.n_seq - 1; s >= 0; --s) {
         free_seqs_.push_back(s);
     }
-    spdlog::info("scheduler: {} parallel sequences, {} parked on the device, KV pool {} tokens, batch {}, "
+    spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
+                 "of {} tokens), batch {}, "
                  "cache {} ({} mode, {} family, RAM budget {:.1f} MiB)",
-                 p_.n_parallel, p_.cache.device_slots, ctx_->n_ctx(), p_.n_batch,
+                 p_.n_parallel, p_.cache.device_slots, max_seq_tokens_, p_.kv_unified ? "one unified" : "per-sequence",
+                 ctx_->n_ctx(), p_.n_batch,
                  p_.cache.enabled ? "on" : "off", p_.cache.lineage ? "lineage" : "exact",
                  hybrid_ ? "hybrid" : "dense", static_cast<double>(p_.cache.ram_bytes) / (1 << 20));
     thread_ = std::thread([this] { loop(); });
@@ -402,10 +407,13 @@ bool scheduler::impl::restore(slot & s) {
             }
             return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;
         case cache::restore_op::share_device:
-            // Share the KV cells [0, n) (metadata only in the unified pool), then put the
-            // recurrent state of the restore point in place (hybrid checkpoints).
+            // The parked entry's KV [0, n) (shared cells in a unified pool, a device copy with
+            // per-sequence buffers), then the restore point's recurrent state, then the trim.
             ctx_->seq_cp(p.device_seq, s.seq, p.n_restore);
             if (p.recurrent && !ctx_->set_state(s.seq, *p.recurrent, true)) {
+                return false;
+            }
+            if (p.n_restore < p.source_tokens && !ctx_->seq_rm(s.seq, p.n_restore, -1)) {
                 return false;
             }
             return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;

@@ -23,7 +23,8 @@ namespace lineage::scheduler {
 
 struct params {
     int32_t n_parallel = 4;     ///< sequences decoded together (--parallel)
-    int32_t n_ctx = 0;          ///< KV cells shared by all sequences; 0 = n_ctx_train capped at 65536 (--ctx-size)
+    int32_t n_ctx = 0;          ///< tokens one sequence may hold; 0 = n_ctx_train capped at 16384 (--ctx-size)
+    bool kv_unified = false;    ///< one KV pool shared by all sequences (--kv-unified); see engine::context_params
     int32_t n_batch = 512;      ///< tokens per llama_decode call = prefill chunk size (--batch-size)
     int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
     int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)

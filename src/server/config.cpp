@@ -245,8 +245,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
         "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
     add("-c,--ctx-size", "LINEAGE_CTX_SIZE", "TOKENS", "0",
-        "KV cells shared by all sequences (and the longest one sequence may be); 0 = the model's training context, capped at 32768",
+        "tokens one sequence (prompt + completion) may hold; the KV pool holds this many for each of the "
+        "--parallel + --cache-device-slots sequences; 0 = the model's training context, capped at 16384",
         int_min(c.sched.n_ctx, 0));
+    add("--kv-unified", "LINEAGE_KV_UNIFIED", "[=BOOL]", "false",
+        "one KV pool shared by all sequences: sequences with a common prefix share cells instead of copies, "
+        "but a request's logits then depend in the low bits on the other sequences held (greedy near-ties "
+        "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run",
+        boolean(c.sched.kv_unified), true);
     add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
         "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
     add("--ubatch-size", "LINEAGE_UBATCH_SIZE", "TOKENS", std::to_string(d.sched.n_ubatch),

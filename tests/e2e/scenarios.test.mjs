@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import { echo, words } from './lib/chat.mjs';
 import {
   FAMILY, SCENARIO_ARCHS, GEN, RERENDER_SHARED, ANCHOR_SLACK, SERVER_ARGS, TOOLS, SYSTEM, sys, replyOf,
-  user, Scenario, detail, expectHit, expectCaptures, ownCaptures, expectSame, expectTally,
+  user, Scenario, detail, expectHit, expectCaptures, ownCaptures, loopStepCaptures, expectSame, expectTally,
   scenarioB3,
 } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
@@ -122,18 +122,19 @@ for (const arch of SCENARIO_ARCHS) {
       const r2 = await sc.ask('agent turn 2', t2, { tools: TOOLS });
       // The whole turn-1 prompt: the entry itself (hybrid), or that prefix of its KV (dense).
       expectHit(r2, p1, sc.hybrid ? 'full' : 'prefix', tally);
-      expectCaptures(r2, sc.hybrid ? ownCaptures(r2) : []);
+      expectCaptures(r2, sc.hybrid ? loopStepCaptures(r2) : []);
       const p2 = r2.u.prompt;
       const held = (s) => [s.entries, s.anchors, s.checkpoints];
-      // Turn 2 absorbed turn 1: its checkpoints (p1 - 6, p1 - 1) and its final state at p1 (a
-      // turn checkpoint) joined turn 2's own (p2 - 6, p2 - 1); thinning drops the old guard.
-      assert.deepEqual(held(await sc.stats()), [1, 1, sc.hybrid ? { turn: 3, guard: 1 } : {}], 'after turn 2');
+      // Turn 2 absorbed turn 1: its checkpoints (p1 - 6 turn, p1 - 1 guard) and its final state
+      // at p1 (a turn checkpoint) joined turn 2's own guard (p2 - 1): four, nothing thinned.
+      assert.deepEqual(held(await sc.stats()), [1, 1, sc.hybrid ? { turn: 2, guard: 2 } : {}], 'after turn 2');
       const t3 = (result) => [...t2,
         { role: 'assistant', content: '', reasoning_content: 'The test output names the failing case.', tool_calls: [call('call_2', 'ctest -R cache --output-on-failure')] },
         { role: 'tool', tool_call_id: 'call_2', content: result }];
       const r3 = await sc.ask('agent turn 3', t3(`exit 1\n${words(40, 123)}`), { tools: TOOLS });
       expectHit(r3, p2, sc.hybrid ? 'full' : 'prefix', tally);
-      // Thinning (max 4): the old guard, then the oldest turn boundaries go.
+      // Six candidates (+ p2 final as a turn, + p3 - 1 guard); thinning (max 4) drops the old
+      // guards first: p1 - 6, p1 and p2 (turns) and p3 - 1 (guard) remain.
       assert.deepEqual(held(await sc.stats()), [1, 1, sc.hybrid ? { turn: 3, guard: 1 } : {}], 'after turn 3');
       // The same tool call retried with another result: turn 2's final state (hybrid).
       const r3b = await sc.ask('agent turn 3, tool retried', t3(`exit 0\n${words(40, 124)}`), { tools: TOOLS });

@@ -45,8 +45,9 @@ class ContextTest : public ::testing::TestWithParam<std::string> {
 protected:
     ContextTest() : m_(model_params{model_path(GetParam()), 0}) {}
 
-    std::unique_ptr<context> make_context(int32_t n_seq) {
+    std::unique_ptr<context> make_context(int32_t n_seq, bool unified = false) {
         context_params cp;
+        cp.kv_unified = unified;
         cp.n_ctx = 1024;
         cp.n_seq = n_seq;
         cp.n_batch = 512;
@@ -84,36 +85,46 @@ TEST_P(ContextTest, CheckpointRestoreEqualsColdRunWithoutDrift) {
     }
 }
 
-TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
-    auto owned = make_context(3);
-    context & ctx = *owned;
-    const auto t = prompt_tokens(m_, 300);
-    const int32_t c = 160;
+// A parked entry on seq 1 at 300 tokens; seq 2 restores its point at c through seq_cp, the
+// checkpoint's recurrent state and a trim, as the scheduler's share_device restore does.
+// Returns max |cold - warm| over the last logits.
+float shared_prefix_diff(context & ctx, const model & m, bool hybrid, int32_t c) {
+    const auto t = prompt_tokens(m, 300);
     prefill(ctx, t, 0, 0, c);
     const auto cold = prefill(ctx, t, 0, c, 300);
     ctx.seq_rm(0, -1, -1);
 
-    const bool hybrid = this->hybrid();
     prefill(ctx, t, 1, 0, c);
     const bytes ckpt = ctx.get_state(1, true);
-    prefill(ctx, t, 1, c, 300);  // the parked "entry" on seq 1 at 300 tokens
-    ctx.seq_cp(1, 2, c);         // share its KV cells [0, c) with seq 2
+    prefill(ctx, t, 1, c, 300);
+    ctx.seq_cp(1, 2, c);
     if (hybrid) {
-        ASSERT_TRUE(ctx.set_state(2, ckpt, true));
+        EXPECT_TRUE(ctx.set_state(2, ckpt, true));
     }
-    ASSERT_EQ(ctx.seq_pos_max(2), c - 1);
+    EXPECT_TRUE(ctx.seq_rm(2, c, -1));
+    EXPECT_EQ(ctx.seq_pos_max(2), c - 1);
     const auto warm = prefill(ctx, t, 2, c, 300);
-    // The shared cells sit beside the entry's own later cells, so attention sees a wider,
-    // masked KV view than in the cold run: the sum order of the attention kernels may differ
-    // in the low bits (measured on qwen3 tiny: 9e-4 on logits of magnitude 4.6; SCENARIOS.md:
-    // "logits within a tight tolerance").
-    float max_diff = 0, max_abs = 0;
+    EXPECT_EQ(ctx.seq_pos_max(1), 299) << "the shared entry is untouched";
+    float max_diff = 0;
     for (size_t i = 0; i < cold.size(); ++i) {
         max_diff = std::max(max_diff, std::abs(cold[i] - warm[i]));
-        max_abs = std::max(max_abs, std::abs(cold[i]));
     }
-    EXPECT_LE(max_diff, 2e-3f * std::max(1.0f, max_abs)) << "max |cold - warm| = " << max_diff;
-    EXPECT_EQ(ctx.seq_pos_max(1), 299) << "the shared entry is untouched";
+    return max_diff;
+}
+
+TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
+    // Per-sequence KV buffers (the default): bit for bit.
+    auto owned = make_context(3);
+    EXPECT_EQ(shared_prefix_diff(*owned, m_, hybrid(), 160), 0.0f);
+}
+
+TEST_P(ContextTest, SharedCellsInUnifiedPoolStayWithinTolerance) {
+    // One unified pool: the shared cells sit beside the entry's own later cells, so attention
+    // sees a wider, masked view than a cold run and the kernels' sum order may differ in the
+    // low bits (measured on qwen3 tiny: 9e-4 on logits of magnitude 4.6; SCENARIOS.md "logits
+    // within a tight tolerance"). This is why --kv-unified is off by default.
+    auto owned = make_context(3, /*unified=*/true);
+    EXPECT_LE(shared_prefix_diff(*owned, m_, hybrid(), 160), 1e-2f);
 }
 
 TEST_P(ContextTest, WholeStateRoundTripThroughRam) {

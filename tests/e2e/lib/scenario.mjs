@@ -157,6 +157,9 @@ export function expectCaptures(r, want, anchors = []) {
 
 /** A new hybrid request's own captures in lineage mode: its history boundary and prompt - 1. */
 export const ownCaptures = (r) => [{ kind: 'turn', n: r.u.prompt - GEN }, { kind: 'guard', n: r.u.prompt - 1 }];
+/** A prompt that ends with a tool result takes no history-boundary checkpoint (the next request
+ *  either extends it whole or re-renders from an earlier boundary): only the resend guard. */
+export const loopStepCaptures = (r) => [{ kind: 'guard', n: r.u.prompt - 1 }];
 
 export function expectSame(a, b, what) {
   assert.deepEqual(replyOf(a.res), replyOf(b.res),
