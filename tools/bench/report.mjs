@@ -56,15 +56,15 @@ if (t) {
 
 out.push('## Overview', '');
 out.push(table(
-  ['configuration', 'requests (failed)', 'prompt tokens', 'computed', 'oracle', 'prefill efficiency (computed / oracle)', 'reported cached %', 'wall time', 'RSS MiB (peak)', 'cache RAM MiB', 'disk written MiB'],
+  ['configuration', 'requests (failed)', 'prompt tokens', 'computed', 'oracle', 'prefill efficiency (computed / oracle)', 'reported cached %', 'wall time (load avg)', 'RSS MiB (peak)', 'cache RAM MiB', 'disk written MiB (log excluded)'],
   runs.map(({ name, summary: s, agg }) => {
     const e = agg.efficiency.all;
     const cached = e.prompt ? (100 * (e.prompt - e.computed)) / e.prompt : null;
     const a = s.after_run ?? {};
     const peak = Math.max(a.peak_rss_bytes ?? 0, s.restart?.before?.peak_rss_bytes ?? 0);
     return [name, `${s.requests} (${s.failures})`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
-      fmt(cached, 1), `${fmt(s.run_seconds)} s`, `${mib(a.rss_bytes)} (${mib(peak)})`, mib(a.cache?.ram_bytes),
-      mib((a.disk_write_bytes ?? 0) + (s.restart?.before?.disk_write_bytes ?? 0))];
+      fmt(cached, 1), `${fmt(s.run_seconds)} s (${fmt(s.load1_mean, 1)})`, `${mib(a.rss_bytes)} (${mib(peak)})`, mib(a.cache?.ram_bytes),
+      (Math.max(0, (a.disk_write_bytes ?? 0) + (s.restart?.before?.disk_write_bytes ?? 0) - (s.server_log_bytes ?? 0)) / 1048576).toFixed(1)];
   })));
 out.push('', 'Prefill efficiency sums the prefill tokens each server computed and divides by the oracle\'s: the tokens no ' +
   'earlier prompt or reply of the trace had covered (1.00 is the limit). Dropped streams are left out (no usage comes back).', '');

@@ -251,7 +251,7 @@ async function stream(messages, tools, maxTokens, dropAfter = 0) {
     // An error after the reply streamed (llama-server's final parse of a random-weight model's
     // text, e.g. invalid UTF-8, fails with "does not match the expected ... format"): keep the
     // streamed reply, as a client that shows the stream would, and go on.
-    if (!r.dropped && r.chunks > 0 && /does not match the expected/.test(msg)) r.parseError = msg;
+    if (!r.dropped && /does not match the expected/.test(msg)) r.parseError = msg;
     else if (!r.dropped) r.error = msg;
   }
   r.totalMs = performance.now() - t0;
@@ -316,6 +316,11 @@ async function gate() {
   }
 }
 
+/** The 1-minute load average of the machine (other work competes for the same cores). */
+function loadavg() {
+  try { return Number(fs.readFileSync('/proc/loadavg', 'utf8').split(' ')[0]); } catch { return null; }
+}
+
 /** Sends one request of conversation `conv` and records it. */
 async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   await gate();
@@ -327,7 +332,7 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   if (restarted) seenSinceRestart.add(conv.persona);
   const rec = {
     i: issued++, conv: conv.id, persona: conv.persona, session: conv.session, step: step.index, turn: step.turn,
-    kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens,
+    kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens, load1: loadavg(),
   };
   inflight++;
   const r = await stream(messages, conv.tools, maxTokens, dropAfter);
@@ -519,6 +524,8 @@ async function main() {
     model: MODEL,
     trace: { ...trace.options, total_requests: trace.totalRequests, restart_after: trace.restartAfter },
     run_seconds: runS,
+    load1_mean: records.reduce((a, r) => a + (r.load1 ?? 0), 0) / Math.max(1, records.length),
+    server_log_bytes: (() => { try { return fs.statSync(server.logPath).size; } catch { return null; } })(),
     requests: records.length,
     failures,
     parse_errors_kept: parseErrors,
