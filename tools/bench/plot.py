@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots of a benchmark directory (tools/bench/run.mjs output), one panel per configuration:
   DIR/ttft.png               TTFT of every request over the trace (send order), by request kind
-  DIR/prefill_vs_oracle.png  prefill tokens computed against the oracle's, by request kind
+  DIR/prefill_vs_oracle.png  prefill tokens computed against the oracle's, by request kind (dropped
+                             streams left out, as in the report)
 
   python3 tools/bench/plot.py DIR [--order name1,name2,...]
 Needs matplotlib (Debian: python3-matplotlib)."""
@@ -77,12 +78,13 @@ def plot_prefill(runs, path):
     hi = max((max(r.get("computed") or 1, r.get("oracle") or 1) for _, recs in runs for r in recs), default=10)
     for ax, (name, recs) in zip(axes.flat, runs):
         for kind, label, color in KINDS:
-            sel = [r for r in recs if r["kind"] == kind and r.get("computed") is not None and r.get("oracle")]
+            sel = [r for r in recs if r["kind"] == kind and not r.get("dropped") and r.get("computed") is not None
+                   and r.get("oracle")]
             if sel:
                 ax.scatter([r["oracle"] for r in sel], [max(r["computed"], 1) for r in sel], s=14, color=color,
                            label=label, alpha=0.85)
         ax.plot([1, hi * 1.2], [1, hi * 1.2], color="black", linewidth=0.8, linestyle=":")
-        ok = [r for r in recs if r.get("computed") is not None and r.get("oracle")]
+        ok = [r for r in recs if not r.get("dropped") and r.get("computed") is not None and r.get("oracle")]
         c = sum(r["computed"] for r in ok)
         o = sum(r["oracle"] for r in ok)
         ax.set_title(f"{name}: computed / oracle = {c / o:.2f}" if o else name)
