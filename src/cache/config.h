@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace lineage::cache {
 
@@ -27,6 +28,17 @@ struct config {
     /** Decision trace: one INFO line "cache-trace: ..." per cache decision (seed 001
      *  "Session Snapshots"; --cache-trace, env LINEAGE_CACHE_TRACE). Off: costs a null check. */
     bool trace = false;
+
+    // --- tier 2, disk (DESIGN.md "Tiers"; issue 6) ---
+    /** Directory of the tier-2 files and their index; "" = no disk tier (--cache-dir; default
+     *  $XDG_CACHE_HOME/lineage/prompt-cache, else ~/.cache/lineage/prompt-cache). */
+    std::string disk_dir;
+    /** Byte cap of the tier-2 files (--cache-disk-capacity-bytes; seed 000 ran with 1 TB; the
+     *  default suits a laptop disk). */
+    uint64_t disk_capacity_bytes = 16ull << 30;
+    /** Write-behind: an entry unused for this many seconds is written to disk
+     *  (--cache-disk-idle-s). Besides, entries are written when they leave RAM and at shutdown. */
+    double disk_idle_s = 30;
 
     // --- lineage rules (seed 000; DESIGN.md "Lineage rules") ---
     /** Guard checkpoint distance from the prompt end, tokens (seed 000: 16). */

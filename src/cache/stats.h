@@ -8,6 +8,28 @@
 
 namespace lineage::cache {
 
+/** Tier 2 (disk) counters and gauges (DESIGN.md "Tiers"; issue 6). */
+struct disk_stats {
+    bool enabled = false;
+    std::string dir;                  ///< --cache-dir
+    uint64_t capacity_bytes = 0;      ///< --cache-disk-capacity-bytes
+    int64_t files = 0;                ///< files of this model in the index
+    uint64_t bytes = 0;               ///< their size on disk, bytes (<= capacity_bytes)
+    int64_t anchor_files = 0;
+    int64_t writes = 0;               ///< files written
+    uint64_t bytes_written = 0;       ///< bytes written since start
+    int64_t write_failures = 0;       ///< writes that failed (I/O error, or larger than the cap)
+    int64_t loads = 0;                ///< files read for a restore
+    uint64_t bytes_read = 0;
+    int64_t damaged = 0;              ///< files that failed their checks on load (deleted)
+    int64_t superseded = 0;           ///< files deleted once their successor was durable
+    int64_t evictions = 0;            ///< files deleted to stay under the cap (LRU)
+    int64_t ignored_other_model = 0;  ///< files of another model found at startup (left alone)
+    int64_t ignored_other_format = 0; ///< files of another format version found at startup (left alone)
+    int64_t removed_at_startup = 0;   ///< temporary, orphaned or missing files cleaned up at startup
+    int64_t queued = 0;               ///< jobs waiting for the disk thread
+};
+
 struct stats {
     bool enabled = true;
     std::string mode;                 ///< "lineage" or "exact"
@@ -26,11 +48,16 @@ struct stats {
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
+    int64_t disk_hits = 0;            ///< restores served from a tier-2 file
+    int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
+    disk_stats disk;
 };
 
 struct reset_result {
     int64_t entries_freed = 0;
     uint64_t bytes_freed = 0;
+    int64_t disk_files_freed = 0;     ///< tier-2 files deleted
+    uint64_t disk_bytes_freed = 0;
 };
 
 }  // namespace lineage::cache

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <stdexcept>
 
@@ -22,7 +23,12 @@ std::string_view to_string(point_kind k) {
 }
 
 std::string_view to_string(tier t) {
-    return t == tier::device ? "device" : "ram";
+    switch (t) {
+        case tier::device: return "device";
+        case tier::ram: return "ram";
+        case tier::disk: return "disk";
+    }
+    return "?";
 }
 
 int32_t common_prefix(const tokens & a, const tokens & b) {
@@ -165,8 +171,34 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     if (cross && (!chosen || cross->n > chosen->n)) {
         chosen = cross;
     }
+    // Tier 2 only for something longer than the best device/RAM restore point.
+    std::optional<disk_candidate> on_disk;
+    if (disk_ != nullptr && cfg_.enabled) {
+        on_disk = disk_->best(k.bucket, k.session, prompt, std::max(chosen ? chosen->n : 0, cfg_.min_prefix - 1));
+    }
 
-    if (chosen) {
+    if (on_disk) {
+        p.n_restore = on_disk->n;
+        p.kind = on_disk->kind;
+        p.op = restore_op::load_disk;
+        p.disk_file = on_disk->id;
+        p.source_tokens = on_disk->source_tokens;
+        p.source_history = on_disk->history;
+        const int32_t len = on_disk->source_tokens;
+        p.absorbs = cfg_.lineage && !on_disk->anchor &&
+                    p.n_restore >= (on_disk->history >= 0 ? std::min(on_disk->history, len) : len);
+        if (p.absorbs) {
+            p.disk_ancestors.push_back(on_disk->id);
+        }
+        stats_.hits[std::string(to_string(p.kind))]++;
+        stats_.disk_hits++;
+        stats_.tokens_reused += p.n_restore;
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + " from disk file " + std::to_string(on_disk->id) + " (" +
+                   std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
+                   (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
+                   (p.absorbs ? ", superseding it" : "");
+    } else if (chosen) {
         entry & e = *chosen->it;
         e.last_use = now_s;
         p.n_restore = chosen->n;
@@ -204,6 +236,11 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             }
             p.inflight_bytes = e.ram_bytes();
             pending_bytes_ += p.inflight_bytes;
+            p.disk_ancestors = std::move(e.ancestors);
+            if (e.disk_file != 0) {
+                p.disk_ancestors.push_back(e.disk_file);
+            }
+            p.pending_write_of = e.writing ? e.id : 0;
             entries_.erase(chosen->it);
         } else {
             entries_.splice(entries_.begin(), entries_, chosen->it);
@@ -331,7 +368,33 @@ bool store::evict_one_lru(uint64_t protect_id, const char * reason) {
     return false;
 }
 
+disk_job store::job_of(entry & e) {
+    disk_job j;
+    j.entry_id = e.id;
+    j.k = e.k;
+    j.toks = e.toks;
+    j.history = e.history;
+    j.anchor = e.anchor;
+    j.full = e.full;
+    j.seq = e.where == tier::device ? e.seq : -1;
+    j.checkpoints = e.checkpoints;
+    j.ancestors = std::move(e.ancestors);
+    e.ancestors.clear();
+    e.writing = true;
+    return j;
+}
+
 void store::erase(iter it, const char * reason, std::string_view detail) {
+    // Write-behind "when it leaves RAM": an entry pushed out for room or by TTL goes to disk.
+    const bool spill = disk_ != nullptr && reason != nullptr && it->disk_file == 0 && !it->writing &&
+                       !it->write_failed &&
+                       (std::strcmp(reason, "capacity") == 0 || std::strcmp(reason, "lru") == 0 ||
+                        std::strcmp(reason, "ttl") == 0 || std::strcmp(reason, "anchor_cap") == 0);
+    if (spill) {
+        LINEAGE_TRACE(trace_, "entry {} ({} tokens) leaves memory ({}): written to disk", it->id, it->toks.size(),
+                      reason);
+        spills_.push_back(job_of(*it));
+    }
     if (it->where == tier::device) {
         released_.push_back(it->seq);
     }
@@ -347,6 +410,7 @@ void store::erase(iter it, const char * reason, std::string_view detail) {
 }
 
 bool store::commit(commit_input in, double now_s) {
+    stats_.requests_committed++;
     uint64_t release = in.reserved_bytes;
     if (in.absorbed) {
         release += in.absorbed->inflight_bytes;
@@ -369,6 +433,12 @@ bool store::commit(commit_input in, double now_s) {
     e.history = in.history_tokens;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
+    }
+    if (in.absorbed) {
+        e.ancestors = std::move(in.absorbed->disk_ancestors);
+        if (in.absorbed->pending_write_of != 0) {
+            successor_[in.absorbed->pending_write_of] = e.id;
+        }
     }
     const uint64_t absorbed_id = in.absorbed ? in.absorbed->source : 0;
     const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
@@ -410,6 +480,15 @@ bool store::commit(commit_input in, double now_s) {
                 }
             }
             it->checkpoints.clear();
+            for (file_id f : it->ancestors) {
+                e.ancestors.push_back(f);
+            }
+            if (it->disk_file != 0) {
+                e.ancestors.push_back(it->disk_file);
+            }
+            if (it->writing) {
+                successor_[it->id] = e.id;
+            }
             erase(it, "superseded", " (same tokens as the new entry)");
         }
         it = next;
@@ -460,7 +539,19 @@ bool store::commit(commit_input in, double now_s) {
     return true;
 }
 
-void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s) {
+void store::disk_load_failed(const restore_plan & p) {
+    auto & h = stats_.hits[std::string(to_string(p.kind))];
+    h = std::max<int64_t>(0, h - 1);
+    stats_.disk_hits = std::max<int64_t>(0, stats_.disk_hits - 1);
+    stats_.tokens_reused -= p.n_restore;
+    stats_.tokens_prefilled += p.n_restore;
+    stats_.misses++;
+    stats_.rejections["disk_damaged"]++;
+    LINEAGE_TRACE(trace_, "disk file {} could not be loaded: counted as a miss, prefilling cold", p.disk_file);
+}
+
+void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
+                          file_id disk_file) {
     release_pending(reserved);
     const uint64_t size = size_of(full);
     for (const auto & e : entries_) {
@@ -498,6 +589,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.full = std::move(full);
     e.anchor = true;
     e.last_use = now_s;
+    e.disk_file = disk_file;
     LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
     entries_.push_front(std::move(e));
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, "capacity")) {
@@ -562,8 +654,53 @@ reset_result store::reset() {
         }
     }
     entries_.clear();
+    successor_.clear();
     LINEAGE_TRACE(trace_, "reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
     return r;
+}
+
+std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
+    std::vector<disk_job> out;
+    if (disk_ == nullptr) {
+        return out;
+    }
+    for (auto & e : entries_) {
+        if (e.disk_file == 0 && !e.writing && !e.write_failed && (idle_s < 0 || now_s - e.last_use >= idle_s)) {
+            LINEAGE_TRACE(trace_, "entry {} ({} tokens) {}: written to disk", e.id, e.toks.size(),
+                          idle_s < 0 ? "at shutdown" : fmt::format("idle for {:.0f} s", now_s - e.last_use));
+            out.push_back(job_of(e));
+        }
+    }
+    return out;
+}
+
+std::vector<disk_job> store::take_spills() {
+    std::vector<disk_job> out;
+    out.swap(spills_);
+    return out;
+}
+
+void store::disk_written(uint64_t entry_id, file_id f) {
+    uint64_t id = entry_id;
+    for (int hops = 0; hops < 1 << 16; ++hops) {
+        auto it = std::find_if(entries_.begin(), entries_.end(), [id](const entry & e) { return e.id == id; });
+        if (it != entries_.end()) {
+            if (id == entry_id) {
+                it->writing = false;
+                it->disk_file = f;
+                it->write_failed = f == 0;
+            } else if (f != 0) {
+                it->ancestors.push_back(f);  // absorbed while written: its successor supersedes the file
+            }
+            return;
+        }
+        auto s = successor_.find(id);
+        if (s == successor_.end()) {
+            return;  // left the store (spilled, evicted or reset): the file stands on its own
+        }
+        id = s->second;
+        successor_.erase(s);
+    }
 }
 
 std::vector<int32_t> store::take_released_seqs() {
@@ -584,6 +721,8 @@ entry_view store::view(const entry & e) const {
         v.checkpoints.emplace_back(c.n_tokens, c.kind);
     }
     v.bytes = e.ram_bytes() + e.device_bytes;
+    v.disk_file = e.disk_file;
+    v.disk_ancestors = e.ancestors;
     return v;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "cache/config.h"
+#include "cache/disk_tier.h"
 #include "cache/key.h"
 #include "cache/stats.h"
 #include "cache/trace.h"
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -40,13 +42,6 @@ struct key {
     std::string bucket;
     std::string session;
     key_dims dims;  ///< the bucket's dimensions, for the decision trace only (may be empty)
-};
-
-/** A recurrent-only state at an earlier length of its entry (hybrid families). */
-struct checkpoint {
-    int32_t n_tokens = 0;
-    point_kind kind = point_kind::turn;
-    blob_ptr recurrent;
 };
 
 /** Request facts the plan needs besides its tokens. */
@@ -67,6 +62,7 @@ enum class restore_op {
     take_device,   ///< continue the parked sequence `device_seq` itself (zero copies)
     share_device,  ///< seq_cp(device_seq -> new, [0, n)) then load `recurrent` if set
     load_ram,      ///< load `full` (whole state), then `recurrent` if set, then trim to n
+    load_disk,     ///< read tier-2 file `disk_file` (disk thread), then as load_ram with its blobs
 };
 
 /** What cache.plan() decided for one request. */
@@ -86,6 +82,13 @@ struct restore_plan {
      *  (hybrid), carried over to the request's new entry (seed 000 "final"). */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
+    file_id disk_file = 0;                 ///< load_disk: the file to read
+    /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
+     *  its unfinished deletions); deleted once the new entry's file is durable. */
+    std::vector<file_id> disk_ancestors;
+    /** absorbs: the taken entry's id when its write was still in flight (its file then
+     *  becomes an ancestor of the new entry when it completes). */
+    uint64_t pending_write_of = 0;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
     std::string reason;                    ///< one line for the decision log
 };
@@ -105,6 +108,21 @@ struct commit_input {
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
 };
 
+/** An entry to write to tier 2 (write-behind; issue 6): what the scheduler hands to the disk
+ *  tier once it has the whole state (RAM entries carry it; device entries name their
+ *  sequence, read before the sequence is released). */
+struct disk_job {
+    uint64_t entry_id = 0;
+    key k;
+    tokens toks;
+    int32_t history = -1;
+    bool anchor = false;
+    blob_ptr full;                      ///< RAM entries
+    int32_t seq = -1;                   ///< device entries
+    std::vector<checkpoint> checkpoints;
+    std::vector<file_id> ancestors;     ///< files to delete once this one is durable
+};
+
 /** Summary of an entry, for tests and the decision log. */
 struct entry_view {
     uint64_t id = 0;
@@ -115,6 +133,8 @@ struct entry_view {
     bool anchor = false;
     std::vector<std::pair<int32_t, point_kind>> checkpoints;
     uint64_t bytes = 0;
+    file_id disk_file = 0;     ///< its tier-2 copy (0: none yet)
+    std::vector<file_id> disk_ancestors;
 };
 
 class store {
@@ -141,7 +161,12 @@ public:
 
     /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM.
      *  `reserved`: the bytes reserve()d for `full`. */
-    void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s);
+    void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
+                       file_id disk_file = 0);
+
+    /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
+     *  (rejections["disk_damaged"]); the request prefills cold. */
+    void disk_load_failed(const restore_plan & p);
 
     /** The least recently used parked device entry (to demote when a sequence id is
      *  needed), or nullopt when none is parked. */
@@ -160,6 +185,25 @@ public:
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
     reset_result reset();
+
+    /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
+     *  (DESIGN.md "Tiers"); nullptr detaches. `d` must outlive the store's use of it. */
+    void attach_disk(const disk_lookup * d) { disk_ = d; }
+
+    /** Write-behind (issue 6): entries without a tier-2 copy whose last use is at least
+     *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
+     *  is marked as being written. */
+    std::vector<disk_job> take_idle_writes(double now_s, double idle_s);
+
+    /** Entries without a tier-2 copy that left the store for lack of room or by TTL since the
+     *  last call (write-behind "when it leaves RAM"). Device ones name their sequence: the
+     *  scheduler must read it before releasing the sequences of take_released_seqs(). */
+    std::vector<disk_job> take_spills();
+
+    /** A write finished: entry `entry_id` now has tier-2 copy `f` (0: the write failed; the
+     *  entry is not offered again). When the entry was absorbed meanwhile, `f` becomes an
+     *  ancestor of its successor. */
+    void disk_written(uint64_t entry_id, file_id f);
 
     /** Device sequences the store let go of since the last call (the scheduler seq_rm's them). */
     std::vector<int32_t> take_released_seqs();
@@ -197,6 +241,10 @@ private:
         bool anchor = false;
         int32_t history = -1;  // history boundary of the prompt that made it (-1: unknown)
         double last_use = 0;
+        file_id disk_file = 0;             // its tier-2 copy (0: none)
+        bool writing = false;              // a write of it is in flight
+        bool write_failed = false;         // not offered to the disk tier again
+        std::vector<file_id> ancestors;    // tier-2 files it supersedes
         uint64_t ram_bytes() const;
         /** Restoring at n continues this conversation (seed 000 "a prompt that extends an
          *  entry"): n reaches the entry's history boundary, or its whole length. */
@@ -232,6 +280,10 @@ private:
     uint64_t next_id_ = 1;
     uint64_t pending_bytes_ = 0;    // reserved for states in flight
     std::vector<int32_t> released_;
+    const disk_lookup * disk_ = nullptr;
+    std::vector<disk_job> spills_;
+    std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor
+    disk_job job_of(entry & e);
     bool warned_too_large_ = false;
     stats stats_;
     tracer trace_;

@@ -30,13 +30,23 @@ enum class point_kind : uint8_t {
 
 std::string_view to_string(point_kind k);
 
-/** Tiers (DESIGN.md "Tiers"): T0 device (parked sequence), T1 host RAM (blob). */
-enum class tier : uint8_t { device, ram };
+/** Tiers (DESIGN.md "Tiers"): T0 device (parked sequence), T1 host RAM (blob), T2 disk (file). */
+enum class tier : uint8_t { device, ram, disk };
 
 std::string_view to_string(tier t);
 
 /** Length of the longest common prefix of a and b, tokens. */
 int32_t common_prefix(const tokens & a, const tokens & b);
+
+/** A recurrent-only state at an earlier length of its entry (hybrid families). */
+struct checkpoint {
+    int32_t n_tokens = 0;
+    point_kind kind = point_kind::turn;
+    blob_ptr recurrent;
+};
+
+/** Tier-2 file id (a row of the disk index); 0 = none. */
+using file_id = uint64_t;
 
 inline blob_ptr make_blob(blob b) { return std::make_shared<const blob>(std::move(b)); }
 

@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.h"
 
+#include "cache/disk_tier.h"
 #include "cache/store.h"
 #include "engine/context.h"
 #include "engine/model.h"
@@ -9,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -94,6 +97,12 @@ struct scheduler::impl {
     void drain_released();
     bool demote_one(uint64_t protect);
     bool restore(slot & s);
+    void start_prefill(slot & s);
+    void poll_loads();
+    void complete_load(slot & s);
+    void write_to_disk(cache::disk_job j);
+    void disk_housekeeping(bool idle);
+    void flush_to_disk();
     void capture(slot & s, const cache::capture_point & c);
     void step();
     void after_prefill_chunk(slot & s);
@@ -111,6 +120,8 @@ struct scheduler::impl {
     int32_t max_seq_tokens_;
     std::unique_ptr<engine::context> ctx_;
     cache::store store_;
+    std::unique_ptr<cache::disk_tier> disk_;
+    std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
     metrics metrics_;
     std::vector<slot> slots_;
     std::vector<int32_t> free_seqs_;
@@ -150,6 +161,19 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     }
     for (int32_t s = cp.n_seq - 1; s >= 0; --s) {
         free_seqs_.push_back(s);
+    }
+    if (p_.cache.enabled && !p_.cache.disk_dir.empty()) {
+        try {
+            cache::disk_config dc;
+            dc.dir = p_.cache.disk_dir;
+            dc.capacity_bytes = p_.cache.disk_capacity_bytes;
+            dc.model = cache::model_fingerprint(m.path());
+            dc.hybrid = hybrid_;
+            disk_ = std::make_unique<cache::disk_tier>(dc);
+            store_.attach_disk(disk_.get());
+        } catch (const std::exception & e) {
+            spdlog::warn("disk tier off: {}", e.what());
+        }
     }
     spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
                  "of {} tokens), batch {}, "
@@ -218,10 +242,15 @@ void scheduler::impl::loop() {
         std::deque<std::shared_ptr<generation_request>> admitted;
         {
             std::unique_lock<std::mutex> lk(mu_);
-            const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
-            if (!busy) {
-                cv_.wait_for(lk, std::chrono::seconds(1),
-                             [this] { return stopping_ || !queue_.empty() || !tasks_.empty(); });
+            const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
+                return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
+            });
+            const bool loading = std::any_of(slots_.begin(), slots_.end(),
+                                             [](const slot & s) { return s.ph == slot::phase::loading; });
+            if (!computing) {
+                cv_.wait_for(lk, loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000), [this] {
+                    return stopping_ || !queue_.empty() || !tasks_.empty() || load_ready_.load();
+                });
             }
             if (stopping_) {
                 break;
@@ -241,13 +270,18 @@ void scheduler::impl::loop() {
         for (auto & r : admitted) {
             admit(std::move(r));
         }
+        poll_loads();
+        const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
+            return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
+        });
         const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
-        if (busy) {
+        if (computing) {
             step();
-        } else {
+        } else if (!busy) {
             store_.expire(now_s());
             drain_released();
         }
+        disk_housekeeping(!busy);
     }
     // Shutdown: everything in flight or queued gets an error.
     for (auto & s : slots_) {
@@ -269,6 +303,66 @@ void scheduler::impl::loop() {
         t();
     }
     tasks_.clear();
+    flush_to_disk();
+}
+
+void scheduler::impl::write_to_disk(cache::disk_job j) {
+    if (!disk_) {
+        return;
+    }
+    cache::disk_write w;
+    w.entry_id = j.entry_id;
+    w.rec.bucket = j.k.bucket;
+    w.rec.session = j.k.session;
+    w.rec.toks = std::move(j.toks);
+    w.rec.history = j.history;
+    w.rec.anchor = j.anchor;
+    // A parked sequence's state is read here, on the engine thread, before it is released.
+    w.rec.full = j.seq >= 0 ? cache::make_blob(ctx_->get_state(j.seq, false)) : std::move(j.full);
+    w.rec.checkpoints = std::move(j.checkpoints);
+    w.ancestors = std::move(j.ancestors);
+    w.last_use = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    disk_->write(std::move(w));
+}
+
+void scheduler::impl::disk_housekeeping(bool idle) {
+    if (!disk_) {
+        return;
+    }
+    for (const auto & c : disk_->take_completions()) {
+        store_.disk_written(c.entry_id, c.file);
+    }
+    if (idle) {
+        for (auto & j : store_.take_idle_writes(now_s(), p_.cache.disk_idle_s)) {
+            write_to_disk(std::move(j));
+        }
+    }
+}
+
+void scheduler::impl::flush_to_disk() {
+    if (!disk_) {
+        return;
+    }
+    const auto t0 = clock::now();
+    drain_released();
+    auto jobs = store_.take_idle_writes(now_s(), -1);
+    uint64_t bytes = 0;
+    for (auto & j : jobs) {
+        bytes += j.full ? j.full->size() : 0;
+        write_to_disk(std::move(j));
+    }
+    const auto st = disk_->get_stats();
+    if (st.queued > 0) {
+        spdlog::info("disk tier: writing {} cache entries to {} before exit ({} jobs queued)...", jobs.size(),
+                     p_.cache.disk_dir, st.queued);
+    }
+    disk_->drain();
+    const auto done = disk_->get_stats();
+    spdlog::info("disk tier: {} files ({:.1f} MiB) in {} at exit; {} written this run ({:.1f} MiB) in {:.2f} s at "
+                 "shutdown",
+                 done.files, static_cast<double>(done.bytes) / (1 << 20), p_.cache.disk_dir, done.writes,
+                 static_cast<double>(done.bytes_written) / (1 << 20), seconds_since(t0));
+    (void)bytes;
 }
 
 void scheduler::impl::release_seq(int32_t seq) {
@@ -277,6 +371,11 @@ void scheduler::impl::release_seq(int32_t seq) {
 }
 
 void scheduler::impl::drain_released() {
+    // Entries that left the store for lack of room are written to disk first: a parked one's
+    // state is read before its sequence is released.
+    for (auto & j : store_.take_spills()) {
+        write_to_disk(std::move(j));
+    }
     for (int32_t seq : store_.take_released_seqs()) {
         release_seq(seq);
     }
@@ -363,7 +462,74 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
                                                      : static_cast<uint32_t>(std::random_device{}());
     s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.temperature, s.req->sampling.top_p, seed);
-    const auto t1 = clock::now();
+    s.restore_started = clock::now();
+    if (s.plan.op == cache::restore_op::load_disk) {
+        // The disk thread reads the file; the other slots keep computing meanwhile.
+        s.ph = slot::phase::loading;
+        s.load = disk_->load(s.plan.disk_file, [this] {
+            load_ready_ = true;
+            cv_.notify_one();
+        });
+        return;
+    }
+    start_prefill(s);
+}
+
+void scheduler::impl::poll_loads() {
+    load_ready_ = false;
+    for (auto & s : slots_) {
+        if (s.ph == slot::phase::loading && s.load.valid() &&
+            s.load.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            complete_load(s);
+        }
+    }
+}
+
+void scheduler::impl::complete_load(slot & s) {
+    cache::disk_load_result r = s.load.get();
+    cache::trace_scope trace(store_.trace(), s.req->id);
+    auto & p = s.plan;
+    if (r.error != cache::disk_load_error::none || !r.record) {
+        spdlog::info("request {}: disk file {} not loaded ({}: {}); prefilling cold", s.req->id, p.disk_file,
+                     cache::to_string(r.error), r.detail);
+        store_.disk_load_failed(p);
+        auto captures = p.captures;
+        p = cache::restore_plan{};
+        for (auto & c : captures) {
+            if (c.kind == cache::point_kind::anchor) {
+                p.captures.push_back(c);
+            }
+        }
+        start_prefill(s);
+        return;
+    }
+    cache::disk_record & rec = *r.record;
+    p.full = rec.full;
+    for (const auto & c : rec.checkpoints) {
+        if (c.n_tokens == p.n_restore && p.kind == c.kind) {
+            p.recurrent = c.recurrent;
+        }
+    }
+    if (p.absorbs) {
+        // Absorption from disk: the file's restore points up to the restore point return with
+        // the request's commit, as from a RAM entry (RAM reserved for them).
+        for (auto & c : rec.checkpoints) {
+            const uint64_t size = c.recurrent ? c.recurrent->size() : 0;
+            if (c.n_tokens <= p.n_restore && store_.reserve(size)) {
+                p.inflight_bytes += size;
+                p.inherited.push_back(std::move(c));
+            }
+        }
+    } else if (p.kind == cache::point_kind::anchor && store_.reserve(rec.full->size())) {
+        // A system prompt seen before the restart: pinned in RAM again (its file stays).
+        store_.commit_anchor(s.key, rec.toks, rec.full, rec.full->size(), now_s(), p.disk_file);
+        drain_released();
+    }
+    start_prefill(s);
+}
+
+void scheduler::impl::start_prefill(slot & s) {
+    const auto t1 = s.restore_started;
     if (!restore(s)) {
         spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
                       cache::to_string(s.plan.kind), s.plan.n_restore);
@@ -384,6 +550,16 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.stats.cached_tokens = s.plan.n_restore;
     s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
     s.ph = slot::phase::prefill;
+    if (s.plan.op == cache::restore_op::load_disk && s.plan.absorbs && hybrid_ && s.plan.n_restore == s.plan.source_tokens) {
+        // The file's final state becomes a turn checkpoint of the new entry (seed 000 "final").
+        const size_t size = ctx_->state_size(s.seq, true);
+        if (store_.reserve(size)) {
+            s.plan.inflight_bytes += size;
+            s.plan.inherited.push_back(
+                {s.plan.source_tokens, cache::point_kind::turn, cache::make_blob(ctx_->get_state(s.seq, true))});
+        }
+    }
+    s.plan.full.reset();  // the loaded state is in the sequence now
     spdlog::debug("request {}: {}", s.req->id, s.use_cache ? s.plan.reason : "cache bypassed (cache_prompt=false)");
     // A capture exactly at the restore point (an anchor restored through a sibling) is taken now.
     while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
@@ -418,6 +594,7 @@ bool scheduler::impl::restore(slot & s) {
             }
             return ctx_->seq_pos_max(s.seq) + 1 == p.n_restore;
         case cache::restore_op::load_ram:
+        case cache::restore_op::load_disk:
             // Whole state at the entry's length, then the checkpoint, then trim the KV.
             if (!ctx_->set_state(s.seq, *p.full, false)) {
                 return false;
@@ -718,7 +895,14 @@ int32_t scheduler::max_sequence_tokens() const {
 }
 
 cache::stats scheduler::snapshot_stats() {
-    return impl_->run_on_engine([this] { return impl_->store_.get_stats(); });
+    return impl_->run_on_engine([this] {
+        cache::stats s = impl_->store_.get_stats();
+        if (impl_->disk_) {
+            s.disk = impl_->disk_->get_stats();
+            s.bytes["disk"] = s.disk.bytes;
+        }
+        return s;
+    });
 }
 
 metrics_snapshot scheduler::snapshot_metrics() const {
@@ -729,6 +913,10 @@ cache::reset_result scheduler::reset_cache() {
     return impl_->run_on_engine([this] {
         auto r = impl_->store_.reset();
         impl_->drain_released();
+        if (impl_->disk_) {
+            std::tie(r.disk_files_freed, r.disk_bytes_freed) = impl_->disk_->reset();
+            impl_->disk_->take_completions();  // writes finished before the reset: their files are gone
+        }
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
         return r;
     });

@@ -8,13 +8,15 @@
 #include "scheduler/request.h"
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <vector>
 
 namespace lineage::scheduler {
 
 struct slot {
-    enum class phase { idle, prefill, decode };
+    /** loading: waiting for the disk thread to read the plan's tier-2 file. */
+    enum class phase { idle, loading, prefill, decode };
 
     std::shared_ptr<generation_request> req;
     phase ph = phase::idle;
@@ -23,6 +25,8 @@ struct slot {
     bool use_cache = false;           ///< cache on and cache_prompt true
     cache::key key;
     cache::restore_plan plan;
+    std::future<cache::disk_load_result> load;  ///< phase loading: the tier-2 read in flight
+    std::chrono::steady_clock::time_point restore_started;
     size_t next_capture = 0;          ///< index into plan.captures
     std::vector<cache::checkpoint> captured;
     cache::blob_ptr prompt_end_recurrent;  ///< hybrid: recurrent state after the whole prompt

@@ -305,6 +305,22 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
         format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
         bytes_min(cc.max_anchor_bytes, 0));
+    // --- disk tier (T2) ---
+    add("--cache-disk", "LINEAGE_CACHE_DISK", "[=BOOL]", "true",
+        "keep a disk tier of the prompt cache in --cache-dir, so the first requests after a restart restore "
+        "from disk instead of a cold prefill",
+        boolean(c.cache_disk), true);
+    add("--cache-dir", "LINEAGE_CACHE_DIR", "PATH", "$XDG_CACHE_HOME/lineage/prompt-cache, else ~/.cache/lineage/prompt-cache",
+        "directory of the disk tier: one blob file per entry and a SQLite index; one server per directory",
+        text(cc.disk_dir, false));
+    add("--cache-disk-capacity-bytes", "LINEAGE_CACHE_DISK_CAPACITY_BYTES", "BYTES",
+        format_bytes_default(dc.disk_capacity_bytes),
+        "byte cap of the disk tier's files; least recently used files are deleted first, anchors last",
+        bytes_min(cc.disk_capacity_bytes, 0));
+    add("--cache-disk-idle-s", "LINEAGE_CACHE_DISK_IDLE_S", "SECONDS", fmt_double(dc.disk_idle_s),
+        "write an entry to disk once it has been unused this long (entries are also written when they leave "
+        "RAM and at shutdown)",
+        seconds(cc.disk_idle_s));
     return s;
 }
 
@@ -409,6 +425,16 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                                      "' (environment): expected a boolean or a non-negative integer");
                 }
             }
+        }
+    }
+    if (!c.cache_disk) {
+        c.sched.cache.disk_dir.clear();
+    } else if (c.sched.cache.disk_dir.empty()) {
+        // Per-user default (XDG Base Directory specification: $XDG_CACHE_HOME, else ~/.cache).
+        if (auto x = lookup("XDG_CACHE_HOME"); x && !x->empty()) {
+            c.sched.cache.disk_dir = *x + "/lineage/prompt-cache";
+        } else if (auto h = lookup("HOME"); h && !h->empty()) {
+            c.sched.cache.disk_dir = *h + "/.cache/lineage/prompt-cache";
         }
     }
     if (errors.empty() && c.model_path.empty()) {

@@ -26,6 +26,7 @@ struct server_config {
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
+    bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
 };
 
 /** Reads an environment variable; nullptr when unset. */

@@ -59,6 +59,30 @@ json stats_json(const cache::stats & s) {
     j["tokens_prefilled"] = s.tokens_prefilled;
     j["rejections"] = map_json(s.rejections);
     j["evictions"] = map_json(s.evictions);
+    j["disk_hits"] = s.disk_hits;
+    j["requests_committed"] = s.requests_committed;
+    const auto & d = s.disk;
+    json dj = {{"enabled", d.enabled},
+               {"dir", d.dir},
+               {"capacity_bytes", d.capacity_bytes},
+               {"files", d.files},
+               {"bytes", d.bytes},
+               {"anchor_files", d.anchor_files},
+               {"writes", d.writes},
+               {"bytes_written", d.bytes_written},
+               {"bytes_written_per_request",
+                s.requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(s.requests_committed) : 0},
+               {"write_failures", d.write_failures},
+               {"loads", d.loads},
+               {"bytes_read", d.bytes_read},
+               {"damaged", d.damaged},
+               {"superseded", d.superseded},
+               {"evictions", d.evictions},
+               {"ignored_other_model", d.ignored_other_model},
+               {"ignored_other_format", d.ignored_other_format},
+               {"removed_at_startup", d.removed_at_startup},
+               {"queued", d.queued}};
+    j["disk"] = dj;
     return j;
 }
 
@@ -251,6 +275,8 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         json j = json::object();
         j["entries_freed"] = r.entries_freed;
         j["bytes_freed"] = r.bytes_freed;
+        j["disk_files_freed"] = r.disk_files_freed;
+        j["disk_bytes_freed"] = r.disk_bytes_freed;
         send_json(res, j);
     });
 }

@@ -1,0 +1,67 @@
+// cache::disk_format: the tier-2 (disk) blob file of one cache entry (DESIGN.md "Tiers"):
+// a header (magic, format version, model fingerprint, key digest, token count, section sizes),
+// the sections (tokens, whole state, checkpoints) and an XXH3-64 checksum of everything before
+// it. A file is written under a temporary name, fsync'd and renamed, so a crash leaves either
+// the old file, no file, or a *.tmp the disk tier deletes at startup.
+// Thread safety: pure functions on their arguments (the disk thread calls them).
+#pragma once
+
+#include "cache/types.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lineage::cache {
+
+/** File magic, 8 bytes. */
+inline constexpr char disk_magic[8] = {'L', 'N', 'G', 'C', 'A', 'C', 'H', 'E'};
+/** Format version of the file layout and of the engine's state blobs inside it (the engine
+ *  pin: llama.cpp 80fb11ac). Bump it when either changes: older files are then ignored. */
+inline constexpr uint32_t disk_format_version = 1;
+
+/** One entry as stored on disk. */
+struct disk_record {
+    std::string model;          ///< model fingerprint (model_fingerprint())
+    std::string bucket;         ///< the key's bucket digest (hex)
+    std::string session;        ///< the key's session ("" = anonymous)
+    tokens toks;                ///< the tokens whose state `full` holds
+    int32_t history = -1;       ///< history boundary of the prompt that made it (-1: unknown)
+    bool anchor = false;        ///< a pinned anchor (system prompt + tools)
+    blob_ptr full;              ///< whole sequence state at toks.size() (KV + recurrent)
+    std::vector<checkpoint> checkpoints;  ///< recurrent-only states at earlier lengths, ascending
+};
+
+/** Bytes the file of `r` takes: header + sections + 8-byte checksum. */
+uint64_t disk_file_size(const disk_record & r);
+
+/** Writes `r` to `path` (creating or truncating it) and fsyncs it. Returns "" on success,
+ *  else the reason (errno text). Partial files are left for the caller to remove. */
+std::string write_disk_file(const std::string & path, const disk_record & r);
+
+/** Why a file was not loaded. */
+enum class disk_load_error { none, missing, truncated, bad_magic, other_format, other_model, corrupt, io };
+
+const char * to_string(disk_load_error e);
+
+struct disk_load_result {
+    disk_load_error error = disk_load_error::none;
+    std::string detail;              ///< one line for the log
+    std::optional<disk_record> record;
+};
+
+/** Reads and verifies the file at `path`: magic, format version, model fingerprint equal to
+ *  `model`, section sizes equal to the file's size, the checksum. On any failure `record` is
+ *  empty and `error` says why. */
+disk_load_result read_disk_file(const std::string & path, const std::string & model);
+
+/** Reads the header only (magic, version, model), for the startup scan. */
+disk_load_result read_disk_header(const std::string & path);
+
+/** Fingerprint of a model file: XXH3-128 over its size and its first and last 16 MiB, hex
+ *  (32 characters). Cheap on multi-GiB files; a different GGUF (weights, vocab, metadata)
+ *  changes it. Throws std::runtime_error when the file cannot be read. */
+std::string model_fingerprint(const std::string & path);
+
+}  // namespace lineage::cache

@@ -1,0 +1,171 @@
+// cache::disk_tier: tier T2 (DESIGN.md "Tiers"; issue 6). Entries written by the engine
+// thread's write-behind (idle, leaving RAM, shutdown) become blob files (disk_format.h) in
+// --cache-dir with a SQLite index (WAL) of their key, tokens, restore points, sizes and last use,
+// so that the first requests after a restart restore from disk instead of a cold prefill.
+//
+// Threads: the disk thread owns the files and the SQLite connection; the engine thread calls
+// best() (an in-memory catalog under a mutex), queues write/load/remove jobs and takes
+// completions (DESIGN.md "Threads and ownership": queues between them). Loads jump the queue.
+//
+// Rules:
+// - a write goes to <id>.tmp, is fsync'd, renamed to <id>.lcache (directory fsync'd), then
+//   indexed; only then are the files it supersedes (its ancestors) deleted;
+// - usage stays <= capacity_bytes at all times: before a write, least recently used files are
+//   deleted, anchors last (seed 000: "the last candidates, not exempt"); a write larger than
+//   the cap is skipped (WARN once); a write never evicts itself;
+// - a file that fails its checks on load is a counted miss, deleted and logged once;
+// - at startup: *.tmp and unindexed files are deleted, index rows without a file dropped; rows
+//   of another model or format version are left alone and not used (one INFO line, counts);
+// - one server per directory: an flock on <dir>/lock; a second server fails to open it.
+#pragma once
+
+#include "cache/disk_format.h"
+#include "cache/stats.h"
+#include "cache/types.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct sqlite3;
+
+namespace lineage::cache {
+
+struct disk_config {
+    std::string dir;                    ///< created if missing
+    uint64_t capacity_bytes = 16ull << 30;
+    std::string model;                  ///< model_fingerprint() of the served model
+    bool hybrid = false;                ///< restore points inside a file are its checkpoints only
+};
+
+/** The best restore point a tier-2 file offers a prompt. */
+struct disk_candidate {
+    file_id id = 0;
+    int32_t n = 0;                       ///< prompt tokens restored
+    point_kind kind = point_kind::none;  ///< full, prefix (dense), a checkpoint kind, or anchor
+    int32_t source_tokens = 0;           ///< the file's whole length, tokens
+    int32_t history = -1;                ///< its history boundary
+    bool anchor = false;
+    bool same_session = false;
+};
+
+/** What the store consults for something longer than its best device/RAM restore point. */
+class disk_lookup {
+public:
+    virtual ~disk_lookup() = default;
+    /** Longest restore point of a file in `bucket` for `prompt`, strictly longer than
+     *  `longer_than` tokens and at most |prompt| - 1; in-session files first, another
+     *  session's only when strictly longer (seed 001 two-tier lookup). */
+    virtual std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+                                               const tokens & prompt, int32_t longer_than) const = 0;
+};
+
+/** A write the engine thread hands over: the entry's record and the files it supersedes. */
+struct disk_write {
+    uint64_t entry_id = 0;            ///< store entry id (for the completion)
+    disk_record rec;                  ///< rec.model is filled by the tier
+    std::vector<file_id> ancestors;   ///< deleted once rec is durable
+    double last_use = 0;              ///< wall-clock seconds (LRU order across restarts)
+};
+
+struct disk_completion {
+    uint64_t entry_id = 0;
+    file_id file = 0;                 ///< 0: not written (see error)
+    std::string error;
+};
+
+class disk_tier : public disk_lookup {
+public:
+    /** Opens (creating) cfg.dir and its index, cleans up after a crash, loads the catalog of
+     *  this model and starts the disk thread. Throws std::runtime_error with the reason when
+     *  the directory or index cannot be opened or another server holds the directory. */
+    explicit disk_tier(disk_config cfg);
+    /** Finishes the queued jobs (writes included) and joins the disk thread. */
+    ~disk_tier() override;
+    disk_tier(const disk_tier &) = delete;
+    disk_tier & operator=(const disk_tier &) = delete;
+
+    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+                                       const tokens & prompt, int32_t longer_than) const override;
+
+    /** Queues a write (write-behind). */
+    void write(disk_write w);
+    /** Queues a load ahead of writes; `on_done` runs on the disk thread after the future is
+     *  ready (to wake the engine thread). A damaged or missing file comes back as an error
+     *  and is deleted; the request then prefills cold. Marks the file used (LRU). */
+    std::future<disk_load_result> load(file_id id, std::function<void()> on_done = {});
+    /** Queues the deletion of files (e.g. superseded ones). */
+    void remove(std::vector<file_id> ids);
+    /** Writes done or failed since the last call. */
+    std::vector<disk_completion> take_completions();
+    /** Blocks until every queued job is done. */
+    void drain();
+    /** Deletes every file of this model (POST /v1/cache/reset); returns files and bytes freed. */
+    std::pair<int64_t, uint64_t> reset();
+
+    disk_stats get_stats() const;
+    const disk_config & cfg() const { return cfg_; }
+
+private:
+    struct entry {
+        file_id id = 0;
+        std::string bucket, session;
+        tokens toks;
+        std::vector<std::pair<int32_t, point_kind>> checkpoints;
+        int32_t history = -1;
+        bool anchor = false;
+        uint64_t bytes = 0;
+        double last_use = 0;
+    };
+    struct job {
+        enum class kind { write, load, remove, reset, barrier } k = kind::barrier;
+        disk_write w;
+        file_id id = 0;
+        std::vector<file_id> ids;
+        std::shared_ptr<std::promise<disk_load_result>> load_done;
+        std::function<void()> on_done;
+        std::shared_ptr<std::promise<std::pair<int64_t, uint64_t>>> reset_done;
+        std::shared_ptr<std::promise<void>> barrier;
+    };
+
+    void open_index();
+    void startup_scan();
+    void run();
+    void do_write(job & j);
+    void do_load(job & j);
+    void delete_file(file_id id, const char * why);
+    bool make_room(uint64_t bytes);
+    std::string path_of(file_id id, const char * ext = ".lcache") const;
+    void exec(const char * sql);
+    void push(job j, bool front);
+
+    disk_config cfg_;
+    int lock_fd_ = -1;
+    sqlite3 * db_ = nullptr;  // disk thread only (and the constructor)
+
+    mutable std::mutex mu_;
+    std::map<file_id, entry> catalog_;  // GUARDED_BY(mu_)
+    disk_stats stats_;                  // GUARDED_BY(mu_)
+    std::vector<disk_completion> completions_;  // GUARDED_BY(mu_)
+    file_id next_id_ = 1;               // disk thread
+    bool warned_too_large_ = false;     // disk thread
+
+    mutable std::mutex qmu_;
+    std::condition_variable qcv_;
+    std::deque<job> queue_;             // GUARDED_BY(qmu_)
+    bool busy_ = false;                 // GUARDED_BY(qmu_): a job is running
+    bool stopping_ = false;             // GUARDED_BY(qmu_)
+    std::condition_variable idle_cv_;
+    std::thread thread_;
+};
+
+}  // namespace lineage::cache
