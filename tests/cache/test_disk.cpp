@@ -1,0 +1,505 @@
+// Unit tests of tier 2 (issue 6) with fake states, no model: the blob file format (round trip,
+// every check on load), the disk tier (index across restarts, crash leftovers, capacity LRU
+// with anchors last, damaged files, another model's files, superseded deletion, lookup rules)
+// and the store's write-behind hooks (idle writes, spills, ancestors, absorption from disk).
+#include "cache/disk_format.h"
+#include "cache/disk_tier.h"
+#include "cache/store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+namespace lineage::cache {
+namespace {
+
+namespace fs = std::filesystem;
+
+tokens seq(int32_t from, int32_t n) {
+    tokens t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+blob_ptr fake(size_t bytes, uint8_t v = 0xab) {
+    return make_blob(blob(bytes, v));
+}
+
+disk_record record(tokens toks, size_t full_bytes = 1000, std::vector<checkpoint> cps = {}) {
+    disk_record r;
+    r.model = "model-a";
+    r.bucket = "bucket-1";
+    r.session = "s1";
+    r.toks = std::move(toks);
+    r.history = static_cast<int32_t>(r.toks.size()) - 2;
+    r.full = fake(full_bytes);
+    r.checkpoints = std::move(cps);
+    return r;
+}
+
+class TempDir : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = fs::temp_directory_path() /
+               ("lineage-disk-test-" + std::to_string(::getpid()) + "-" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+    std::string path(const std::string & name) const { return (dir_ / name).string(); }
+
+    disk_config cfg(uint64_t cap = 1 << 20, bool hybrid = true) const {
+        disk_config c;
+        c.dir = dir_.string();
+        c.capacity_bytes = cap;
+        c.model = "model-a";
+        c.hybrid = hybrid;
+        return c;
+    }
+
+    /** Writes `r` through the tier and waits; returns its file id (0 when not written). */
+    static file_id put(disk_tier & t, disk_record r, std::vector<file_id> ancestors = {}, double last_use = 1) {
+        disk_write w;
+        w.entry_id = 7;
+        w.rec = std::move(r);
+        w.ancestors = std::move(ancestors);
+        w.last_use = last_use;
+        t.write(std::move(w));
+        t.drain();
+        auto done = t.take_completions();
+        EXPECT_EQ(done.size(), 1u);
+        return done.empty() ? 0 : done[0].file;
+    }
+
+    fs::path dir_;
+};
+
+// --- file format -------------------------------------------------------------------------------
+
+using DiskFormat = TempDir;
+
+TEST_F(DiskFormat, RoundTripKeepsEverySection) {
+    auto r = record(seq(10, 50), 777, {{20, point_kind::turn, fake(64, 1)}, {49, point_kind::guard, fake(32, 2)}});
+    r.anchor = true;
+    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    EXPECT_EQ(fs::file_size(path("a")), disk_file_size(r));
+    auto got = read_disk_file(path("a"), "model-a");
+    ASSERT_EQ(got.error, disk_load_error::none) << got.detail;
+    const disk_record & g = *got.record;
+    EXPECT_EQ(g.toks, r.toks);
+    EXPECT_EQ(g.bucket, "bucket-1");
+    EXPECT_EQ(g.session, "s1");
+    EXPECT_EQ(g.history, 48);
+    EXPECT_TRUE(g.anchor);
+    EXPECT_EQ(*g.full, *r.full);
+    ASSERT_EQ(g.checkpoints.size(), 2u);
+    EXPECT_EQ(g.checkpoints[0].n_tokens, 20);
+    EXPECT_EQ(g.checkpoints[0].kind, point_kind::turn);
+    EXPECT_EQ(*g.checkpoints[0].recurrent, blob(64, 1));
+    EXPECT_EQ(g.checkpoints[1].n_tokens, 49);
+    EXPECT_EQ(*g.checkpoints[1].recurrent, blob(32, 2));
+}
+
+TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
+    auto r = record(seq(0, 8), 16, {{4, point_kind::turn, fake(8)}});
+    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    const auto size = fs::file_size(path("a"));
+    std::ifstream in(path("a"), std::ios::binary);
+    const std::string orig((std::istreambuf_iterator<char>(in)), {});
+    for (size_t i = 0; i < size; ++i) {
+        std::string bad = orig;
+        bad[i] = static_cast<char>(bad[i] ^ 0x10);
+        std::ofstream(path("b"), std::ios::binary | std::ios::trunc) << bad;
+        auto got = read_disk_file(path("b"), "model-a");
+        EXPECT_NE(got.error, disk_load_error::none) << "byte " << i << " flipped went unnoticed";
+        EXPECT_FALSE(got.record.has_value());
+    }
+}
+
+TEST_F(DiskFormat, TruncatedMissingForeignAndOtherFormat) {
+    auto r = record(seq(0, 20), 200);
+    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    fs::resize_file(path("a"), fs::file_size(path("a")) - 9);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
+    fs::resize_file(path("a"), 10);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
+    EXPECT_EQ(read_disk_file(path("nope"), "model-a").error, disk_load_error::missing);
+    ASSERT_EQ(write_disk_file(path("c"), r), "");
+    EXPECT_EQ(read_disk_file(path("c"), "model-b").error, disk_load_error::other_model);
+    // Version field (bytes 8-11) of a later format.
+    std::fstream f(path("c"), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8);
+    const uint32_t v = disk_format_version + 1;
+    f.write(reinterpret_cast<const char *>(&v), sizeof v);
+    f.close();
+    EXPECT_EQ(read_disk_file(path("c"), "model-a").error, disk_load_error::other_format);
+    std::ofstream(path("d"), std::ios::binary) << "definitely not a cache file at all";
+    EXPECT_EQ(read_disk_file(path("d"), "model-a").error, disk_load_error::bad_magic);
+}
+
+TEST_F(DiskFormat, ModelFingerprintDependsOnContent) {
+    std::ofstream(path("m1"), std::ios::binary) << std::string(1000, 'x');
+    std::ofstream(path("m2"), std::ios::binary) << std::string(999, 'x') << 'y';
+    const std::string a = model_fingerprint(path("m1"));
+    EXPECT_EQ(a.size(), 32u);
+    EXPECT_EQ(a, model_fingerprint(path("m1")));
+    EXPECT_NE(a, model_fingerprint(path("m2")));
+    EXPECT_THROW(model_fingerprint(path("absent")), std::runtime_error);
+}
+
+// --- disk tier ---------------------------------------------------------------------------------
+
+using DiskTier = TempDir;
+
+TEST_F(DiskTier, SurvivesRestartAndLoads) {
+    file_id id = 0;
+    {
+        disk_tier t(cfg());
+        id = put(t, record(seq(0, 40), 500, {{30, point_kind::turn, fake(50)}}));
+        ASSERT_NE(id, 0u);
+        EXPECT_EQ(t.get_stats().files, 1);
+        EXPECT_EQ(t.get_stats().writes, 1);
+    }
+    disk_tier t(cfg());
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.bytes, fs::file_size(path(std::to_string(id) + ".lcache")));
+    // Whole file is a prefix of the prompt: full restore at 40.
+    auto c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, id);
+    EXPECT_EQ(c->n, 40);
+    EXPECT_EQ(c->kind, point_kind::full);
+    auto r = t.load(id).get();
+    ASSERT_EQ(r.error, disk_load_error::none);
+    EXPECT_EQ(r.record->toks, seq(0, 40));
+    EXPECT_EQ(t.get_stats().loads, 1);
+}
+
+TEST_F(DiskTier, LookupRules) {
+    disk_tier t(cfg(1 << 20, /*hybrid=*/true));
+    const file_id a = put(t, record(seq(0, 40), 100, {{10, point_kind::turn, fake(8)}, {30, point_kind::turn, fake(8)}}));
+    tokens diverged = seq(0, 35);
+    diverged.push_back(-5);
+    diverged.push_back(-6);
+    // Hybrid: a prompt that leaves the file at 35 restores the checkpoint at 30, not 35.
+    auto c = t.best("bucket-1", "s1", diverged, 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);
+    EXPECT_EQ(c->n, 30);
+    EXPECT_EQ(c->kind, point_kind::turn);
+    // Only something longer than what memory offers.
+    EXPECT_FALSE(t.best("bucket-1", "s1", diverged, 30));
+    // Another bucket never matches.
+    EXPECT_FALSE(t.best("bucket-2", "s1", diverged, 0));
+    // A verbatim resend: at most |prompt| - 1, so the checkpoint at 30.
+    c = t.best("bucket-1", "s1", seq(0, 40), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->n, 30);
+    // Session precedence: another session's file only when strictly longer.
+    auto other = record(seq(0, 45), 100);
+    other.session = "s2";
+    const file_id b = put(t, other);
+    c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, b);  // 45 > 40
+    EXPECT_FALSE(c->same_session);
+    auto shorter = record(seq(0, 40), 100);
+    shorter.session = "s3";
+    put(t, shorter);
+    c = t.best("bucket-1", "s1", seq(0, 42), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);  // equal length: in-session wins over s3's file
+}
+
+TEST_F(DiskTier, DenseRestoresAnyPrefix) {
+    disk_tier t(cfg(1 << 20, /*hybrid=*/false));
+    put(t, record(seq(0, 40), 100));
+    tokens p = seq(0, 25);
+    p.push_back(-1);
+    auto c = t.best("bucket-1", "s1", p, 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->n, 25);
+    EXPECT_EQ(c->kind, point_kind::prefix);
+}
+
+TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
+    const uint64_t one = disk_file_size(record(seq(0, 10), 1000));
+    disk_tier t(cfg(3 * one));
+    auto anchor = record(seq(0, 10), 1000);
+    anchor.anchor = true;
+    const file_id f_anchor = put(t, anchor, {}, /*last_use=*/1);
+    const file_id f2 = put(t, record(seq(100, 10), 1000), {}, 2);
+    const file_id f3 = put(t, record(seq(200, 10), 1000), {}, 3);
+    EXPECT_EQ(t.get_stats().bytes, 3 * one);
+    // A fourth file: the oldest non-anchor goes (f2), not the older anchor.
+    const file_id f4 = put(t, record(seq(300, 10), 1000), {}, 4);
+    ASSERT_NE(f4, 0u);
+    auto st = t.get_stats();
+    EXPECT_EQ(st.files, 3);
+    EXPECT_EQ(st.evictions, 1);
+    EXPECT_LE(st.bytes, 3 * one);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f2) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    // Two more: f3, then f4 go; then only the anchor is left to evict (last, not exempt).
+    put(t, record(seq(400, 10), 1000), {}, 5);
+    put(t, record(seq(500, 10), 1000), {}, 6);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f3) + ".lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(f4) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    // A file that needs the whole cap: the two newer non-anchors go first, the anchor last.
+    const file_id big = put(t, record(seq(600, 10), 1000 + 2 * one - 50), {}, 7);
+    ASSERT_NE(big, 0u);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.evictions, 6);
+    EXPECT_EQ(st.anchor_files, 0);
+    EXPECT_EQ(st.bytes, 3 * one - 50);
+    // Larger than the whole cap: not written, nothing evicted for it.
+    EXPECT_EQ(put(t, record(seq(0, 10), 4 * one)), 0u);
+    EXPECT_EQ(t.get_stats().files, 1);
+    EXPECT_EQ(t.get_stats().write_failures, 1);
+}
+
+TEST_F(DiskTier, SupersededFilesGoOnlyAfterTheSuccessorIsWritten) {
+    disk_tier t(cfg());
+    const file_id old1 = put(t, record(seq(0, 20), 100));
+    const file_id old2 = put(t, record(seq(0, 30), 100));
+    const file_id next = put(t, record(seq(0, 40), 100), {old1, old2});
+    ASSERT_NE(next, 0u);
+    EXPECT_FALSE(fs::exists(path(std::to_string(old1) + ".lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(old2) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(next) + ".lcache")));
+    EXPECT_EQ(t.get_stats().superseded, 2);
+    // A successor that cannot be written keeps its ancestors.
+    const file_id keep = put(t, record(seq(0, 50), 100));
+    EXPECT_EQ(put(t, record(seq(0, 60), 10 << 20), {keep}), 0u);
+    EXPECT_TRUE(fs::exists(path(std::to_string(keep) + ".lcache")));
+}
+
+TEST_F(DiskTier, DamagedFileIsAMissDeletedOnce) {
+    disk_tier t(cfg());
+    const file_id id = put(t, record(seq(0, 40), 500));
+    {
+        std::fstream f(path(std::to_string(id) + ".lcache"), std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(200);
+        f.put('\x5a');
+    }
+    auto r = t.load(id).get();
+    EXPECT_EQ(r.error, disk_load_error::corrupt);
+    EXPECT_FALSE(r.record);
+    EXPECT_FALSE(fs::exists(path(std::to_string(id) + ".lcache")));
+    EXPECT_EQ(t.get_stats().damaged, 1);
+    EXPECT_EQ(t.get_stats().files, 0);
+    EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
+    // Loading it again: gone, not damaged twice.
+    EXPECT_EQ(t.load(id).get().error, disk_load_error::missing);
+    EXPECT_EQ(t.get_stats().damaged, 1);
+}
+
+TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
+    file_id kept = 0, cut = 0;
+    {
+        disk_tier t(cfg());
+        kept = put(t, record(seq(0, 40), 500));
+        cut = put(t, record(seq(100, 40), 500));
+    }
+    {
+        disk_config other = cfg();
+        other.model = "model-b";
+        disk_tier t(other);
+        EXPECT_EQ(t.get_stats().ignored_other_model, 2);
+        EXPECT_EQ(t.get_stats().files, 0);
+        EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
+        put(t, record(seq(0, 40), 500));  // model-b's own file
+    }
+    // Crash leftovers: a write cut short, an unindexed file, an indexed file cut short.
+    std::ofstream(path("99.tmp")) << "half a file";
+    std::ofstream(path("98.lcache")) << "renamed but never indexed";
+    fs::resize_file(path(std::to_string(cut) + ".lcache"), 100);
+    disk_tier t(cfg());
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.ignored_other_model, 1);
+    EXPECT_EQ(st.removed_at_startup, 3);
+    EXPECT_FALSE(fs::exists(path("99.tmp")));
+    EXPECT_FALSE(fs::exists(path("98.lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(kept) + ".lcache")));
+    // New ids never reuse an old file name.
+    EXPECT_GT(put(t, record(seq(0, 50), 10)), 98u);
+}
+
+TEST_F(DiskTier, OneServerPerDirectory) {
+    disk_tier t(cfg());
+    EXPECT_THROW(disk_tier second(cfg()), std::runtime_error);
+}
+
+TEST_F(DiskTier, ResetDeletesThisModelsFiles) {
+    disk_tier t(cfg());
+    put(t, record(seq(0, 40), 500));
+    put(t, record(seq(50, 40), 500));
+    const uint64_t bytes = t.get_stats().bytes;
+    const auto [files, freed] = t.reset();
+    EXPECT_EQ(files, 2);
+    EXPECT_EQ(freed, bytes);
+    EXPECT_EQ(t.get_stats().files, 0);
+    EXPECT_EQ(t.get_stats().bytes, 0u);
+}
+
+// --- store hooks -------------------------------------------------------------------------------
+
+/** A disk_lookup that offers one fixed candidate for prompts it covers. */
+class fake_disk : public disk_lookup {
+public:
+    std::optional<disk_candidate> offer;
+    mutable int32_t asked_longer_than = -1;
+    std::optional<disk_candidate> best(const std::string &, const std::string &, const tokens &,
+                                       int32_t longer_than) const override {
+        asked_longer_than = longer_than;
+        if (offer && offer->n > longer_than) {
+            return offer;
+        }
+        return std::nullopt;
+    }
+};
+
+config hybrid_config() {
+    config c;
+    c.ram_bytes = 1 << 20;
+    c.min_prefix = 4;
+    c.resend_checkpoint = false;
+    c.guard_min_suffix = 1 << 20;
+    c.divergence_min_gain = 1 << 20;
+    return c;
+}
+
+TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 40);
+    in.seq = 3;
+    in.device_bytes = 1000;
+    ASSERT_TRUE(st.commit(in, 10.0));
+    EXPECT_TRUE(st.take_idle_writes(15.0, 30).empty());  // used 5 s ago
+    auto jobs = st.take_idle_writes(41.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(jobs[0].seq, 3);  // parked: the scheduler reads the sequence
+    EXPECT_EQ(jobs[0].toks, seq(0, 40));
+    EXPECT_TRUE(st.take_idle_writes(100.0, 30).empty());  // being written
+    st.disk_written(jobs[0].entry_id, 11);
+    EXPECT_EQ(st.entries()[0].disk_file, 11u);
+    EXPECT_TRUE(st.take_idle_writes(100.0, -1).empty());  // has its copy
+    // The next turn absorbs it: the new entry supersedes file 11.
+    auto p = st.plan(k, seq(0, 50), {}, 101.0);
+    EXPECT_TRUE(p.absorbs);
+    EXPECT_EQ(p.disk_ancestors, std::vector<file_id>{11});
+    commit_input next;
+    next.k = k;
+    next.toks = seq(0, 50);
+    next.seq = 3;
+    next.absorbed = p;
+    ASSERT_TRUE(st.commit(next, 101.0));
+    auto shut = st.take_idle_writes(102.0, -1);
+    ASSERT_EQ(shut.size(), 1u);
+    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{11});
+    st.check_invariants();
+}
+
+TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 40);
+    in.seq = 1;
+    ASSERT_TRUE(st.commit(in, 1.0));
+    auto jobs = st.take_idle_writes(100.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    auto p = st.plan(k, seq(0, 50), {}, 101.0);
+    ASSERT_TRUE(p.absorbs);
+    EXPECT_EQ(p.pending_write_of, jobs[0].entry_id);
+    commit_input next;
+    next.k = k;
+    next.toks = seq(0, 50);
+    next.seq = 1;
+    next.absorbed = p;
+    ASSERT_TRUE(st.commit(next, 101.0));
+    st.disk_written(jobs[0].entry_id, 21);  // the old entry's write lands after it was absorbed
+    auto shut = st.take_idle_writes(102.0, -1);
+    ASSERT_EQ(shut.size(), 1u);
+    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{21});
+}
+
+TEST(StoreDisk, LeavingRamSpillsToDisk) {
+    config c = hybrid_config();
+    c.max_entries = 1;
+    store st(c, true);
+    fake_disk d;
+    st.attach_disk(&d);
+    commit_input a;
+    a.k = {"b", "s"};
+    a.toks = seq(0, 40);
+    a.seq = 1;
+    ASSERT_TRUE(st.commit(a, 1.0));
+    commit_input b;
+    b.k = {"b", "s"};
+    b.toks = seq(100, 40);
+    b.seq = 2;
+    ASSERT_TRUE(st.commit(b, 2.0));  // entry cap 1: the first leaves (lru)
+    auto spills = st.take_spills();
+    ASSERT_EQ(spills.size(), 1u);
+    EXPECT_EQ(spills[0].toks, seq(0, 40));
+    EXPECT_EQ(spills[0].seq, 1);  // read before take_released_seqs() frees it
+    EXPECT_EQ(st.take_released_seqs(), std::vector<int32_t>{1});
+    // Without a disk tier nothing is spilled.
+    store plain(c, true);
+    ASSERT_TRUE(plain.commit(a, 1.0));
+    ASSERT_TRUE(plain.commit(b, 2.0));
+    EXPECT_TRUE(plain.take_spills().empty());
+}
+
+TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 40);
+    in.seq = 1;
+    ASSERT_TRUE(st.commit(in, 1.0));
+    d.offer = disk_candidate{5, 30, point_kind::turn, 60, 55, false, true};
+    auto p = st.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
+    EXPECT_EQ(p.op, restore_op::take_device);
+    EXPECT_EQ(p.n_restore, 40);
+    // A longer file wins: load_disk, absorbing it when it reaches the file's history boundary.
+    store st2(hybrid_config(), true);
+    st2.attach_disk(&d);
+    d.offer = disk_candidate{5, 58, point_kind::turn, 60, 55, false, true};
+    auto q = st2.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(d.asked_longer_than, 3);  // min prefix 4
+    EXPECT_EQ(q.op, restore_op::load_disk);
+    EXPECT_EQ(q.disk_file, 5u);
+    EXPECT_EQ(q.n_restore, 58);
+    EXPECT_TRUE(q.absorbs);
+    EXPECT_EQ(q.disk_ancestors, std::vector<file_id>{5});
+    EXPECT_EQ(st2.get_stats().disk_hits, 1);
+    st2.disk_load_failed(q);
+    EXPECT_EQ(st2.get_stats().disk_hits, 0);
+    EXPECT_EQ(st2.get_stats().misses, 1);
+    EXPECT_EQ(st2.get_stats().rejections.at("disk_damaged"), 1);
+}
+
+}  // namespace
+}  // namespace lineage::cache
