@@ -135,15 +135,16 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a "
               "request that had taken an entry failed).",
               "cause", with_known(cs.rejections, {"too_large", "budget", "min_prefix", "disabled", "anchor_too_large",
-                                                  "abandoned"}));
+                                                  "abandoned", "disk_damaged"}));
     uint64_t total_bytes = 0;
     for (const auto & [tier, b] : cs.bytes) {
         total_bytes += b;
     }
     x.gauge("lineage_prompt_cache_bytes", "Bytes held by all entries, every tier.", static_cast<double>(total_bytes));
     x.gauge("lineage_prompt_cache_tier_bytes",
-            "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints).",
-            "tier", with_known(cs.bytes, {"device", "ram"}));
+            "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk "
+            "(tier-2 files).",
+            "tier", with_known(cs.bytes, {"device", "ram", "disk"}));
     x.gauge("lineage_prompt_cache_ram_budget_bytes", "Byte budget of the RAM tier (--cache-ram-bytes).",
             static_cast<double>(cs.budget_bytes));
     x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
@@ -155,6 +156,26 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
     x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
             static_cast<double>(cs.anchor_bytes));
+
+    // --- disk tier (owner: cache::disk_tier) ---
+    const auto & d = cs.disk;
+    x.counter("lineage_prompt_cache_disk_hits_total", "Restores served from a tier-2 file.",
+              static_cast<double>(cs.disk_hits));
+    x.gauge("lineage_prompt_cache_disk_files", "Tier-2 files of this model.", static_cast<double>(d.files));
+    x.gauge("lineage_prompt_cache_disk_capacity_bytes", "Byte cap of the tier-2 files (--cache-disk-capacity-bytes).",
+            static_cast<double>(d.enabled ? d.capacity_bytes : 0));
+    x.counter("lineage_prompt_cache_disk_writes_total", "Tier-2 files written.", static_cast<double>(d.writes));
+    x.counter("lineage_prompt_cache_disk_written_bytes_total", "Bytes written to tier-2 files.",
+              static_cast<double>(d.bytes_written));
+    x.counter("lineage_prompt_cache_disk_loads_total", "Tier-2 files read for a restore.", static_cast<double>(d.loads));
+    x.counter("lineage_prompt_cache_disk_damaged_total",
+              "Tier-2 files that failed their checks on load (deleted; the request prefilled cold).",
+              static_cast<double>(d.damaged));
+    x.counter("lineage_prompt_cache_disk_evictions_total",
+              "Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was written).",
+              "reason",
+              exposition::labelled{{"capacity", static_cast<double>(d.evictions)},
+                                   {"superseded", static_cast<double>(d.superseded)}});
 
     // --- requests (owner: scheduler) ---
     x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",

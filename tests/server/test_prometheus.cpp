@@ -20,7 +20,7 @@ cache::stats known_cache_stats() {
     s.anchor_bytes = 4096;
     s.checkpoints = {{"turn", 2}, {"guard", 1}};
     s.checkpoint_bytes = {{"turn", 200}, {"guard", 100}};
-    s.bytes = {{"device", 1000}, {"ram", 4396}};
+    s.bytes = {{"device", 1000}, {"ram", 4396}, {"disk", 3000}};
     s.budget_bytes = 1 << 20;
     s.lookups = 10;
     s.misses = 4;
@@ -29,6 +29,16 @@ cache::stats known_cache_stats() {
     s.tokens_prefilled = 99;
     s.rejections = {{"min_prefix", 2}};
     s.evictions = {{"ttl", 1}, {"superseded", 2}, {"brand_new", 7}};
+    s.disk_hits = 1;
+    s.disk.enabled = true;
+    s.disk.capacity_bytes = 1 << 30;
+    s.disk.files = 2;
+    s.disk.bytes = 3000;
+    s.disk.writes = 3;
+    s.disk.bytes_written = 4500;
+    s.disk.loads = 2;
+    s.disk.damaged = 1;
+    s.disk.superseded = 1;
     return s;
 }
 
@@ -89,13 +99,15 @@ lineage_prompt_cache_rejections_total{cause="min_prefix"} 2
 lineage_prompt_cache_rejections_total{cause="disabled"} 0
 lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
 lineage_prompt_cache_rejections_total{cause="abandoned"} 0
+lineage_prompt_cache_rejections_total{cause="disk_damaged"} 0
 # HELP lineage_prompt_cache_bytes Bytes held by all entries, every tier.
 # TYPE lineage_prompt_cache_bytes gauge
-lineage_prompt_cache_bytes 5396
-# HELP lineage_prompt_cache_tier_bytes Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints).
+lineage_prompt_cache_bytes 8396
+# HELP lineage_prompt_cache_tier_bytes Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk (tier-2 files).
 # TYPE lineage_prompt_cache_tier_bytes gauge
 lineage_prompt_cache_tier_bytes{tier="device"} 1000
 lineage_prompt_cache_tier_bytes{tier="ram"} 4396
+lineage_prompt_cache_tier_bytes{tier="disk"} 3000
 # HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--cache-ram-bytes).
 # TYPE lineage_prompt_cache_ram_budget_bytes gauge
 lineage_prompt_cache_ram_budget_bytes 1048576
@@ -118,6 +130,31 @@ lineage_prompt_cache_anchors 1
 # HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
 # TYPE lineage_prompt_cache_anchor_bytes gauge
 lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_prompt_cache_disk_hits_total Restores served from a tier-2 file.
+# TYPE lineage_prompt_cache_disk_hits_total counter
+lineage_prompt_cache_disk_hits_total 1
+# HELP lineage_prompt_cache_disk_files Tier-2 files of this model.
+# TYPE lineage_prompt_cache_disk_files gauge
+lineage_prompt_cache_disk_files 2
+# HELP lineage_prompt_cache_disk_capacity_bytes Byte cap of the tier-2 files (--cache-disk-capacity-bytes).
+# TYPE lineage_prompt_cache_disk_capacity_bytes gauge
+lineage_prompt_cache_disk_capacity_bytes 1073741824
+# HELP lineage_prompt_cache_disk_writes_total Tier-2 files written.
+# TYPE lineage_prompt_cache_disk_writes_total counter
+lineage_prompt_cache_disk_writes_total 3
+# HELP lineage_prompt_cache_disk_written_bytes_total Bytes written to tier-2 files.
+# TYPE lineage_prompt_cache_disk_written_bytes_total counter
+lineage_prompt_cache_disk_written_bytes_total 4500
+# HELP lineage_prompt_cache_disk_loads_total Tier-2 files read for a restore.
+# TYPE lineage_prompt_cache_disk_loads_total counter
+lineage_prompt_cache_disk_loads_total 2
+# HELP lineage_prompt_cache_disk_damaged_total Tier-2 files that failed their checks on load (deleted; the request prefilled cold).
+# TYPE lineage_prompt_cache_disk_damaged_total counter
+lineage_prompt_cache_disk_damaged_total 1
+# HELP lineage_prompt_cache_disk_evictions_total Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was written).
+# TYPE lineage_prompt_cache_disk_evictions_total counter
+lineage_prompt_cache_disk_evictions_total{reason="capacity"} 0
+lineage_prompt_cache_disk_evictions_total{reason="superseded"} 1
 # HELP lineage_requests_total Requests that ended, by finish reason (stop, length, cancelled, error).
 # TYPE lineage_requests_total counter
 lineage_requests_total{finish_reason="stop"} 5
