@@ -26,6 +26,11 @@ struct stats {
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
+    // APC (seed 001 "APC observability")
+    bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)
+    int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths
+    int64_t unique_block_hashes = 0;  ///< distinct block hashes over all entries
+    int64_t apc_active_entries = 0;   ///< entries carrying a non-empty chain
 };
 
 struct reset_result {

@@ -107,7 +107,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       preparer(m, t,
                prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
                                .cache_enabled = c.sched.cache.enabled,
-                               .cache_trace = c.sched.cache.trace}) {}
+                               .cache_trace = c.sched.cache.trace,
+                               .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
+                               .key_hash = c.sched.cache.key_hash}) {}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
