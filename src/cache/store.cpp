@@ -90,6 +90,11 @@ store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid) {
     }
 }
 
+void store::set_budget(uint64_t bytes) {
+    cfg_.ram_bytes = bytes;
+    stats_.budget_bytes = bytes;
+}
+
 int64_t store::apc_num_blocks() const {
     return cfg_.apc_num_blocks > 0 ? cfg_.apc_num_blocks : int64_t{cfg_.max_entries} * 512;
 }

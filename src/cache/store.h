@@ -178,6 +178,9 @@ public:
     /** RAM bytes held by entries plus outstanding reservations. */
     uint64_t ram_bytes() const { return held_bytes() + pending_bytes_; }
     uint64_t budget() const { return cfg_.ram_bytes; }
+    /** Sets the RAM byte budget (the scheduler's model-aware default, at startup). REQUIRES:
+     *  nothing held yet (ram_bytes() == 0). */
+    void set_budget(uint64_t bytes);
     /** Most APC block hashes held (--apc-num-blocks, or its default from max_entries). */
     int64_t apc_num_blocks() const;
     const config & cfg() const { return cfg_; }

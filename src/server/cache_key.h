@@ -62,8 +62,7 @@ std::string bucket_digest(const bucket_inputs & in, cache::hash_algo algo = cach
  *  the merged kwargs as digests, tool_choice as is, tools_digest). */
 cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & template_source,
                             const std::map<std::string, std::string> & kwargs, const std::string & tool_choice,
-                            const std::vector<engine::chat_tool> & tools,
-                         cache::hash_algo algo = cache::hash_algo::sha256);
+                            const std::vector<engine::chat_tool> & tools);
 
 /** session_key = prompt_cache_key if non-empty, else user, else "" (anonymous). */
 std::string session_key(const std::string & prompt_cache_key, const std::string & user);

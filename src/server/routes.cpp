@@ -59,6 +59,10 @@ json stats_json(const cache::stats & s) {
     j["tokens_prefilled"] = s.tokens_prefilled;
     j["rejections"] = map_json(s.rejections);
     j["evictions"] = map_json(s.evictions);
+    j["apc_enabled"] = s.apc_enabled;
+    j["total_blocks_stored"] = s.total_blocks_stored;
+    j["unique_block_hashes"] = s.unique_block_hashes;
+    j["apc_active_entries"] = s.apc_active_entries;
     return j;
 }
 
