@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.h"
 
+#include "cache/capacity.h"
 #include "cache/store.h"
 #include "engine/context.h"
 #include "engine/model.h"
@@ -80,20 +81,6 @@ std::optional<state_size_model> measure_state_sizes(engine::context & ctx) {
     }
     ctx.clear();
     return out;
-}
-
-/** The model-aware byte budget of seed 001 "Model-aware capacity defaults": with `entry` the
- *  whole state at min(tokens per sequence, 8192) tokens and `left` the physical memory minus
- *  the weights and the KV pool, max(floor, min(6 * entry, left / 4)), raised to one entry when
- *  that entry fits in left / 2. Floors (seed 001): 2 GiB for dense families (KV store), 512 MiB
- *  for hybrid families (snapshot store). */
-uint64_t capacity_default(uint64_t entry, uint64_t left, bool hybrid) {
-    const uint64_t floor = hybrid ? 512ull << 20 : 2ull << 30;
-    uint64_t cap = std::max(floor, std::min(6 * entry, left / 4));
-    if (cap < entry && entry <= left / 2) {
-        cap = entry;
-    }
-    return cap;
 }
 
 }  // namespace
@@ -221,7 +208,7 @@ scheduler::impl::~impl() {
 
 void scheduler::impl::apply_capacity_default(int32_t n_seq) {
     const auto sizes = measure_state_sizes(*ctx_);
-    const int64_t rep_tokens = std::min<int64_t>(max_seq_tokens_, 8192);
+    const int64_t rep_tokens = cache::representative_tokens(max_seq_tokens_);
     const uint64_t entry = sizes ? sizes->at(rep_tokens) : 0;
     if (p_.cache.ram_bytes == 0) {
         const uint64_t phys =
@@ -229,11 +216,12 @@ void scheduler::impl::apply_capacity_default(int32_t n_seq) {
         const uint64_t pool = sizes ? static_cast<uint64_t>(n_seq) * sizes->at(max_seq_tokens_) : 0;
         const uint64_t used = model_.size_bytes() + pool;
         const uint64_t left = phys > used ? phys - used : 0;
-        const uint64_t cap = capacity_default(entry, left, hybrid_);
+        const uint64_t cap = cache::capacity_default(entry, left, hybrid_);
         spdlog::info("cache: model-aware {} capacity default {} bytes ({}): entry {} bytes at {} tokens, ceiling "
                      "{} bytes (a quarter of {} bytes left = {} physical - {} weights - {} KV pool), floor {} bytes",
                      hybrid_ ? "snapshot" : "KV store", cap, p_.cache.budget_flag, entry, rep_tokens, left / 4, left,
-                     phys, model_.size_bytes(), pool, hybrid_ ? 512ull << 20 : 2ull << 30);
+                     phys, model_.size_bytes(), pool,
+                     hybrid_ ? cache::snapshot_capacity_floor_bytes : cache::kv_capacity_floor_bytes);
         p_.cache.ram_bytes = cap;
         store_.set_budget(cap);
     }
