@@ -305,10 +305,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         bytes_min(cc.snapshot_capacity_bytes, 0));
     add("--prompt-cache-snapshot-max-entries", "LINEAGE_PROMPT_CACHE_SNAPSHOT_MAX_ENTRIES", "N",
         std::to_string(dc.snapshot_max_entries),
-        "hybrid models: maximum live conversation entries (replaces --prompt-cache-max-entries)",
+        "hybrid models: maximum live conversation entries (device and RAM tiers; anchors not counted)",
         int_min(cc.snapshot_max_entries, 1));
     add("--prompt-cache-snapshot-ttl", "LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL", "SECONDS", fmt_double(dc.snapshot_ttl_s),
-        "hybrid models: an entry expires this long after its last hit (replaces --prompt-cache-ttl)",
+        "hybrid models: an entry expires this long after its last hit",
         seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
         "finished sequences kept parked on the device, besides the --parallel slots",
