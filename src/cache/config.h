@@ -3,19 +3,50 @@
 // and docs). Thread safety: plain value type.
 #pragma once
 
+#include "cache/digest.h"
+
 #include <cstdint>
 #include <string>
 
 namespace lineage::cache {
 
 struct config {
-    /** Master switch (--cache-prompt / --no-cache-prompt). Off: nothing read or written. */
+    /** Master switch (--prompt-cache-enabled[=BOOL], alias --cache-prompt / --no-cache-prompt).
+     *  Off: nothing read or written. */
     bool enabled = true;
     /** Lineage mode (seed 000); false = exact mode, whole-prompt snapshots only
      *  (--lineage=false, env APC_LINEAGE=0). */
     bool lineage = true;
-    /** Byte budget of the host-RAM tier T1, bytes (--cache-ram-bytes). 0 = model-aware default. */
+    /** Byte budget of the host-RAM tier T1 in effect, bytes. The scheduler sets it from
+     *  kv_capacity_bytes (dense families) or snapshot_capacity_bytes (hybrid families) before
+     *  the store is built; a store built directly takes it as is. */
     uint64_t ram_bytes = 0;
+    /** --prompt-cache-capacity-bytes (alias --cache-ram-bytes): the budget on dense families,
+     *  bytes; 0 = model-aware default (seed 001 "Model-aware capacity defaults", floor 2 GiB). */
+    uint64_t kv_capacity_bytes = 0;
+    /** --prompt-cache-snapshot-capacity-bytes: the budget on hybrid families, bytes; 0 =
+     *  model-aware default (floor 512 MiB). */
+    uint64_t snapshot_capacity_bytes = 0;
+    /** --prompt-cache-snapshot-max-entries / --prompt-cache-snapshot-ttl: max_entries and ttl_s
+     *  on hybrid families (seed 001: 4096 entries, 7200 s). */
+    int32_t snapshot_max_entries = 4096;
+    double snapshot_ttl_s = 7200;
+    /** Digest of the bucket and template_sig (--prompt-cache-hash; DESIGN.md "Keys"). */
+    hash_algo key_hash = hash_algo::sha256;
+    /** Automatic Prefix Caching (seed 001 "APC"): block hash chains on dense entries; a
+     *  partial dense match is clamped to whole agreeing blocks (--apc-enabled). Off by default
+     *  in lineage, see docs/prompt-cache.md "APC". Hybrid families never use it. */
+    bool apc_enabled = false;
+    /** Tokens per APC block (--apc-block-size; seed 001: 16). */
+    int32_t apc_block_size = 16;
+    /** Most block hashes held over all entries (--apc-num-blocks); 0 = max_entries * 512
+     *  (8192 tokens a entry at 16 tokens a block: the capacity default's representative length). */
+    int64_t apc_num_blocks = 0;
+    /** Hash of the APC block chains (--apc-hash; seed 001: sha256). */
+    hash_algo apc_hash = hash_algo::sha256;
+    /** Flags named in the store's messages about its budget and TTL (the family's flags). */
+    std::string budget_flag = "--prompt-cache-capacity-bytes";
+    std::string ttl_flag = "--prompt-cache-ttl";
     /** Sequences kept parked on the device after they finish (T0), in addition to the
      *  --parallel active slots (--cache-device-slots). */
     int32_t device_slots = 4;

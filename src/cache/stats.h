@@ -51,6 +51,11 @@ struct stats {
     int64_t disk_hits = 0;            ///< restores served from a tier-2 file
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
     disk_stats disk;
+    // APC (seed 001 "APC observability")
+    bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)
+    int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths
+    int64_t unique_block_hashes = 0;  ///< distinct block hashes over all entries
+    int64_t apc_active_entries = 0;   ///< entries carrying a non-empty chain
 };
 
 struct reset_result {

@@ -1,5 +1,7 @@
 #include "cache/store.h"
 
+#include "cache/block_chain.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -87,6 +89,61 @@ store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid) {
     stats_.mode = cfg.lineage ? "lineage" : "exact";
     stats_.family = hybrid ? "hybrid" : "dense";
     stats_.budget_bytes = cfg.ram_bytes;
+    stats_.apc_enabled = apc_on();
+    if (hybrid && cfg.apc_enabled) {
+        spdlog::info("cache: APC (--apc-enabled) is off for this hybrid model: restoring KV blocks without the "
+                     "recurrent state at that length would be wrong; the lineage restore points serve it");
+    }
+}
+
+void store::set_budget(uint64_t bytes) {
+    cfg_.ram_bytes = bytes;
+    stats_.budget_bytes = bytes;
+}
+
+int64_t store::apc_num_blocks() const {
+    return cfg_.apc_num_blocks > 0 ? cfg_.apc_num_blocks : int64_t{cfg_.max_entries} * 512;
+}
+
+std::vector<std::string> store::prompt_chain(const key & k, const tokens & prompt) const {
+    if (!apc_on() || prompt.size() < 2) {
+        return {};
+    }
+    // Only blocks inside [0, |prompt| - 1) can be restored (>= 1 token is always prefilled).
+    const tokens head(prompt.begin(), prompt.end() - 1);
+    return block_chain(k.bucket, head, cfg_.apc_block_size, static_cast<size_t>(-1), cfg_.apc_hash);
+}
+
+void store::index_add(iter it) {
+    it->mru = next_mru_++;
+    tries_[it->k.bucket].insert(it->toks, it->id);
+    by_id_[it->id] = it;
+    if (apc_on()) {
+        const int64_t room = std::max<int64_t>(0, apc_num_blocks() - apc_blocks_);
+        it->chain = block_chain(it->k.bucket, it->toks, cfg_.apc_block_size, static_cast<size_t>(room), cfg_.apc_hash);
+        apc_blocks_ += static_cast<int64_t>(it->chain.size());
+        for (const auto & h : it->chain) {
+            block_refs_[h]++;
+        }
+    }
+}
+
+void store::index_remove(iter it) {
+    auto t = tries_.find(it->k.bucket);
+    if (t != tries_.end()) {
+        t->second.erase(it->toks, it->id);
+        if (t->second.empty()) {
+            tries_.erase(t);
+        }
+    }
+    by_id_.erase(it->id);
+    apc_blocks_ -= static_cast<int64_t>(it->chain.size());
+    for (const auto & h : it->chain) {
+        if (auto r = block_refs_.find(h); r != block_refs_.end() && --r->second <= 0) {
+            block_refs_.erase(r);
+        }
+    }
+    it->chain.clear();
 }
 
 uint64_t store::held_bytes() const {
@@ -102,15 +159,24 @@ void store::release_pending(uint64_t bytes) {
 }
 
 std::optional<store::candidate> store::best_in(const entry & e, iter it, const tokens & prompt) const {
+    return best_in(e, it, prompt, common_prefix(e.toks, prompt), prompt_chain(e.k, prompt));
+}
+
+std::optional<store::candidate> store::best_in(const entry & e, iter it, const tokens & prompt, int32_t lcp,
+                                               const std::vector<std::string> & req_chain) const {
     const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;  // >= 1 token is always prefilled
     const int32_t n_e = static_cast<int32_t>(e.toks.size());
-    const int32_t lcp = common_prefix(e.toks, prompt);
     if (lcp == n_e && n_e <= limit) {
         return candidate{it, n_e, e.anchor ? point_kind::anchor : point_kind::full, nullptr};
     }
     if (!hybrid_) {
-        // Dense: KV is append-only, so rows [0, n) of any stored KV are the KV at n.
-        const int32_t n = std::min(lcp, limit);
+        // Dense: KV is append-only, so rows [0, n) of any stored KV are the KV at n. With APC,
+        // the lockstep walk of the two block chains clamps n to whole agreeing blocks.
+        int32_t n = std::min(lcp, limit);
+        if (apc_on()) {
+            const size_t bs = static_cast<size_t>(cfg_.apc_block_size);
+            n = static_cast<int32_t>(agreeing_blocks(e.chain, req_chain, static_cast<size_t>(n) / bs) * bs);
+        }
         if (n <= 0) {
             return std::nullopt;
         }
@@ -142,29 +208,43 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         if (c.n != cur->n) {
             return c.n > cur->n;
         }
-        // Tie: prefer a parked sequence (no copy), then a full snapshot over a checkpoint.
+        // Tie: prefer a parked sequence (no copy), then a full snapshot over a checkpoint, then
+        // the most recently used entry.
         if ((c.it->where == tier::device) != (cur->it->where == tier::device)) {
             return c.it->where == tier::device;
         }
-        return c.ckpt == nullptr && cur->ckpt != nullptr;
+        if ((c.ckpt == nullptr) != (cur->ckpt == nullptr)) {
+            return c.ckpt == nullptr;
+        }
+        return c.it->mru > cur->it->mru;
     };
     int32_t best_short = 0;  // longest match rejected by min_prefix, for the log
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        if (it->k.bucket != k.bucket) {
-            continue;
-        }
-        auto c = best_in(*it, it, prompt);
-        if (!c) {
-            continue;
-        }
-        if (c->n < cfg_.min_prefix) {
-            best_short = std::max(best_short, c->n);
-            continue;
-        }
-        auto & slot = it->k.session == k.session ? in_session : cross;
-        if (better(slot, *c)) {
-            slot = c;
-        }
+    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
+    const std::vector<std::string> req_chain = prompt_chain(k, prompt);
+    if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+        // Entries come in descending common prefix; a restore point is never longer than
+        // min(common prefix, limit), so stop once that bound cannot change the decision.
+        t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+            const int32_t bound = std::min(lcp, limit);
+            if (bound <= 0 || (in_session && bound < in_session->n) || (!in_session && cross && bound < cross->n) ||
+                (bound < cfg_.min_prefix && (in_session || cross || bound <= best_short))) {
+                return false;
+            }
+            const iter it = by_id_.at(id);
+            auto c = best_in(*it, it, prompt, lcp, req_chain);
+            if (!c) {
+                return true;
+            }
+            if (c->n < cfg_.min_prefix) {
+                best_short = std::max(best_short, c->n);
+                return true;
+            }
+            auto & slot = it->k.session == k.session ? in_session : cross;
+            if (better(slot, *c)) {
+                slot = c;
+            }
+            return true;
+        });
     }
     // Two-tier lookup (seed 001 "session_key"): cross-session only when strictly longer.
     std::optional<candidate> chosen = in_session;
@@ -241,9 +321,11 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                 p.disk_ancestors.push_back(e.disk_file);
             }
             p.pending_write_of = e.writing ? e.id : 0;
+            index_remove(chosen->it);
             entries_.erase(chosen->it);
         } else {
             entries_.splice(entries_.begin(), entries_, chosen->it);
+            e.mru = next_mru_++;
         }
     } else {
         stats_.misses++;
@@ -274,9 +356,10 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
     if (h.anchor_tokens > 0) {
         const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
         bool exists = false;
-        for (const auto & e : entries_) {
-            exists = exists || (e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
-                                common_prefix(e.toks, prompt) == a);
+        if (auto t = tries_.find(k.bucket); t != tries_.end() && a > 0) {
+            for (uint64_t id : t->second.exact(prompt, a)) {
+                exists = exists || by_id_.at(id)->anchor;
+            }
         }
         if (!exists && a >= cfg_.min_prefix && a >= from && a < n_prompt) {
             p.captures.push_back({a, point_kind::anchor});
@@ -295,14 +378,15 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         }
         // divergence: where the prompt stops sharing tokens with its closest sibling.
         int32_t sibling = 0;
-        for (const auto & e : entries_) {
-            if (e.k.bucket != k.bucket) {
-                continue;
-            }
-            const int32_t l = common_prefix(e.toks, prompt);
-            if (l < static_cast<int32_t>(e.toks.size())) {
-                sibling = std::max(sibling, l);
-            }
+        if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+            // The first entry, in descending common prefix, that the prompt leaves inside.
+            t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+                if (lcp < static_cast<int32_t>(by_id_.at(id)->toks.size())) {
+                    sibling = lcp;
+                    return false;
+                }
+                return true;
+            });
         }
         if (sibling - from >= cfg_.divergence_min_gain) {
             add(sibling, point_kind::divergence);
@@ -334,13 +418,13 @@ void store::thin(std::vector<checkpoint> & cps) {
 bool store::reserve(uint64_t bytes, uint64_t protect) {
     if (bytes > cfg_.ram_bytes) {
         stats_.rejections["too_large"]++;
-        LINEAGE_TRACE(trace_, "rejected a state of {}: larger than the whole RAM budget of {} (--cache-ram-bytes)",
-                      human_bytes(bytes), human_bytes(cfg_.ram_bytes));
+        LINEAGE_TRACE(trace_, "rejected a state of {}: larger than the whole RAM budget of {} ({})",
+                      human_bytes(bytes), human_bytes(cfg_.ram_bytes), cfg_.budget_flag);
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("cache: a state of {} bytes is larger than the whole RAM budget of {} bytes and is not "
-                         "stored; raise --cache-ram-bytes (this warning is printed once)",
-                         bytes, cfg_.ram_bytes);
+                         "stored; raise {} (this warning is printed once)",
+                         bytes, cfg_.ram_bytes, cfg_.budget_flag);
         }
         return false;
     }
@@ -406,6 +490,7 @@ void store::erase(iter it, const char * reason, std::string_view detail) {
         spdlog::debug("cache: evicted entry {} ({} tokens, {}, {} checkpoints): {}", it->id, it->toks.size(),
                       to_string(it->where), it->checkpoints.size(), reason);
     }
+    index_remove(it);
     entries_.erase(it);
 }
 
@@ -469,29 +554,34 @@ bool store::commit(commit_input in, double now_s) {
     }
     // A verbatim resend that did not absorb (it restored an earlier point) leaves an entry with
     // the same tokens behind: the new one supersedes it and takes over its checkpoints.
-    for (auto it = entries_.begin(); it != entries_.end();) {
-        auto next = std::next(it);
-        if (!it->anchor && it->k.bucket == e.k.bucket && it->toks == e.toks) {
-            for (auto & c : it->checkpoints) {
-                const bool have = std::any_of(e.checkpoints.begin(), e.checkpoints.end(),
-                                              [&](const checkpoint & x) { return x.n_tokens == c.n_tokens; });
-                if (!have) {
-                    e.checkpoints.push_back(std::move(c));
-                }
+    std::vector<iter> twins;
+    if (auto t = tries_.find(e.k.bucket); t != tries_.end()) {
+        for (uint64_t tid : t->second.exact(e.toks)) {
+            if (!by_id_.at(tid)->anchor) {
+                twins.push_back(by_id_.at(tid));
             }
-            it->checkpoints.clear();
-            for (file_id f : it->ancestors) {
-                e.ancestors.push_back(f);
-            }
-            if (it->disk_file != 0) {
-                e.ancestors.push_back(it->disk_file);
-            }
-            if (it->writing) {
-                successor_[it->id] = e.id;
-            }
-            erase(it, "superseded", " (same tokens as the new entry)");
         }
-        it = next;
+    }
+    std::sort(twins.begin(), twins.end(), [](iter a, iter b) { return a->mru > b->mru; });  // list order
+    for (iter it : twins) {
+        for (auto & c : it->checkpoints) {
+            const bool have = std::any_of(e.checkpoints.begin(), e.checkpoints.end(),
+                                          [&](const checkpoint & x) { return x.n_tokens == c.n_tokens; });
+            if (!have) {
+                e.checkpoints.push_back(std::move(c));
+            }
+        }
+        it->checkpoints.clear();
+        for (file_id f : it->ancestors) {
+            e.ancestors.push_back(f);
+        }
+        if (it->disk_file != 0) {
+            e.ancestors.push_back(it->disk_file);
+        }
+        if (it->writing) {
+            successor_[it->id] = e.id;
+        }
+        erase(it, "superseded", " (same tokens as the new entry)");
     }
     std::sort(e.checkpoints.begin(), e.checkpoints.end(),
               [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
@@ -509,6 +599,7 @@ bool store::commit(commit_input in, double now_s) {
                                   : std::string());
     }
     entries_.push_front(std::move(e));
+    index_add(entries_.begin());
     // The reservations covered these bytes; what was freed since may let others in. Enforce
     // the budget and the entry cap on everything but the new entry.
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(id, "capacity")) {
@@ -554,9 +645,11 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
                           file_id disk_file) {
     release_pending(reserved);
     const uint64_t size = size_of(full);
-    for (const auto & e : entries_) {
-        if (e.anchor && e.k.bucket == k.bucket && e.toks == toks) {
-            return;  // already pinned
+    if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+        for (uint64_t id : t->second.exact(toks)) {
+            if (by_id_.at(id)->anchor) {
+                return;  // already pinned
+            }
         }
     }
     auto anchors = [this] {
@@ -592,6 +685,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.disk_file = disk_file;
     LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
     entries_.push_front(std::move(e));
+    index_add(entries_.begin());
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, "capacity")) {
     }
 }
@@ -636,8 +730,8 @@ void store::expire(double now_s) {
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
         if (now_s - it->last_use > cfg_.ttl_s) {
-            erase(it, "ttl", trace_.on() ? fmt::format(" (unused for {:.0f} s > --prompt-cache-ttl {:.0f} s)",
-                                                        now_s - it->last_use, cfg_.ttl_s)
+            erase(it, "ttl", trace_.on() ? fmt::format(" (unused for {:.0f} s > {} {:.0f} s)",
+                                                        now_s - it->last_use, cfg_.ttl_flag, cfg_.ttl_s)
                                          : std::string());
         }
         it = next;
@@ -655,6 +749,10 @@ reset_result store::reset() {
     }
     entries_.clear();
     successor_.clear();
+    tries_.clear();
+    by_id_.clear();
+    apc_blocks_ = 0;
+    block_refs_.clear();
     LINEAGE_TRACE(trace_, "reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
     return r;
 }
@@ -751,7 +849,10 @@ stats store::get_stats() const {
         }
         s.bytes["device"] += e.device_bytes;
         s.bytes["ram"] += e.ram_bytes();
+        s.apc_active_entries += e.chain.empty() ? 0 : 1;
     }
+    s.total_blocks_stored = apc_blocks_;
+    s.unique_block_hashes = static_cast<int64_t>(block_refs_.size());
     return s;
 }
 
@@ -803,6 +904,33 @@ void store::check_invariants() const {
     }
     if (n_conv > cfg_.max_entries) {
         fail("6: " + std::to_string(n_conv) + " entries over the cap");
+    }
+    size_t in_tries = 0;
+    for (const auto & [bucket, t] : tries_) {
+        t.check_invariants();
+        in_tries += t.size();
+    }
+    if (in_tries != entries_.size() || by_id_.size() != entries_.size()) {
+        fail("7: the tries hold " + std::to_string(in_tries) + " ids for " + std::to_string(entries_.size()) + " entries");
+    }
+    int64_t blocks = 0;
+    std::unordered_map<std::string, int64_t> refs;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        auto t = tries_.find(it->k.bucket);
+        const auto ids = t == tries_.end() ? std::vector<uint64_t>{} : t->second.exact(it->toks);
+        if (std::find(ids.begin(), ids.end(), it->id) == ids.end() || by_id_.at(it->id) != it) {
+            fail("7: entry " + std::to_string(it->id) + " is not indexed under its tokens");
+        }
+        if (!it->chain.empty() && !apc_on()) {
+            fail("8: a block chain with APC off or on a hybrid family");
+        }
+        blocks += static_cast<int64_t>(it->chain.size());
+        for (const auto & h : it->chain) {
+            refs[h]++;
+        }
+    }
+    if (blocks != apc_blocks_ || refs != block_refs_ || blocks > apc_num_blocks()) {
+        fail("8: APC block counters do not match the chains (" + std::to_string(blocks) + " blocks)");
     }
 }
 

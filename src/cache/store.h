@@ -14,11 +14,19 @@
 //   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
+//
+// Lookup (seed 001 "RadixTrie", "lookup.rs"): one radix trie per bucket over the entries'
+// tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
+// stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
+// length plus the candidates that could win, not every entry times its length. Dense families
+// with APC on (--apc-enabled) also keep a block hash chain per entry; a partial match is then
+// clamped to the whole blocks on which the prompt's chain and the entry's agree.
 #pragma once
 
 #include "cache/config.h"
 #include "cache/disk_tier.h"
 #include "cache/key.h"
+#include "cache/radix_trie.h"
 #include "cache/stats.h"
 #include "cache/trace.h"
 #include "cache/types.h"
@@ -28,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -213,6 +222,11 @@ public:
     /** RAM bytes held by entries plus outstanding reservations. */
     uint64_t ram_bytes() const { return held_bytes() + pending_bytes_; }
     uint64_t budget() const { return cfg_.ram_bytes; }
+    /** Sets the RAM byte budget (the scheduler's model-aware default, at startup). REQUIRES:
+     *  nothing held yet (ram_bytes() == 0). */
+    void set_budget(uint64_t bytes);
+    /** Most APC block hashes held (--apc-num-blocks, or its default from max_entries). */
+    int64_t apc_num_blocks() const;
     const config & cfg() const { return cfg_; }
     bool hybrid() const { return hybrid_; }
     /** The decision trace (off until a sink is set; the scheduler sets one with --cache-trace). */
@@ -224,7 +238,10 @@ public:
      *  3. device entries hold distinct sequence ids and no full blob; RAM entries hold a blob;
      *  4. anchors are in RAM, at most max_anchors, their bytes <= max_anchor_bytes;
      *  5. ram_bytes() (blobs held + reservations) is <= budget();
-     *  6. conversation entries <= max_entries. */
+     *  6. conversation entries <= max_entries;
+     *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
+     *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
+     *     hashes, and the block counters match them. */
     void check_invariants() const;
 
 private:
@@ -245,6 +262,8 @@ private:
         bool writing = false;              // a write of it is in flight
         bool write_failed = false;         // not offered to the disk tier again
         std::vector<file_id> ancestors;    // tier-2 files it supersedes
+        uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
+        std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
         uint64_t ram_bytes() const;
         /** Restoring at n continues this conversation (seed 000 "a prompt that extends an
          *  entry"): n reaches the entry's history boundary, or its whole length. */
@@ -262,7 +281,18 @@ private:
         const checkpoint * ckpt = nullptr;
     };
 
+    /** The best restore point of `e` for `prompt`, given their common prefix `lcp` and the
+     *  prompt's APC chain (`req_chain`, used only with APC on). */
+    std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt, int32_t lcp,
+                                     const std::vector<std::string> & req_chain) const;
+    /** The same, computing the common prefix and the chain (the decision trace). */
     std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt) const;
+    bool apc_on() const { return !hybrid_ && cfg_.apc_enabled; }
+    std::vector<std::string> prompt_chain(const key & k, const tokens & prompt) const;
+    /** Files a new front entry in the index (trie, id map, recency stamp, APC chain). */
+    void index_add(iter it);
+    /** Takes an entry out of the index; call before erasing it from entries_. */
+    void index_remove(iter it);
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
     void thin(std::vector<checkpoint> & cps);
     void erase(iter it, const char * reason, std::string_view detail = {});
@@ -277,6 +307,11 @@ private:
     config cfg_;
     bool hybrid_;
     std::list<entry> entries_;      // front = most recently used
+    std::unordered_map<std::string, radix_trie> tries_;  // by bucket: entry tokens -> entry ids
+    std::unordered_map<uint64_t, iter> by_id_;
+    uint64_t next_mru_ = 1;
+    int64_t apc_blocks_ = 0;                              // hashes in all chains
+    std::unordered_map<std::string, int64_t> block_refs_;  // APC hash -> chains holding it
     uint64_t next_id_ = 1;
     uint64_t pending_bytes_ = 0;    // reserved for states in flight
     std::vector<int32_t> released_;

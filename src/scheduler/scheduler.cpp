@@ -1,5 +1,6 @@
 #include "scheduler/scheduler.h"
 
+#include "cache/capacity.h"
 #include "cache/disk_tier.h"
 #include "cache/store.h"
 #include "engine/context.h"
@@ -17,6 +18,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -38,15 +40,50 @@ int32_t default_n_ctx(const engine::model & m) {
     return std::min(train, 16384);
 }
 
-/** Fills the model-aware defaults of the cache settings. RAM budget: a quarter of physical
- *  memory, at most 8 GiB, at least 512 MiB (the seeds' floors: 2 GiB KV store, 512 MiB
- *  snapshots; this machine class has 24 GiB). */
-params with_defaults(params p) {
-    if (p.cache.ram_bytes == 0) {
-        const uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
-        p.cache.ram_bytes = std::clamp<uint64_t>(phys / 4, 512ull << 20, 8ull << 30);
+/** The family's settings become the store's (docs/prompt-cache.md "Configuration"): dense
+ *  families use --prompt-cache-capacity-bytes / -max-entries / -ttl, hybrid families (whose
+ *  entries are session snapshots plus checkpoints, seed 001 "Session Snapshots") the snapshot
+ *  trio. A budget of 0 is filled in later by apply_capacity_default(). */
+params with_family_settings(params p, bool hybrid) {
+    auto & c = p.cache;
+    if (hybrid) {
+        c.ram_bytes = c.snapshot_capacity_bytes;
+        c.max_entries = c.snapshot_max_entries;
+        c.ttl_s = c.snapshot_ttl_s;
+        c.budget_flag = "--prompt-cache-snapshot-capacity-bytes";
+        c.ttl_flag = "--prompt-cache-snapshot-ttl";
+    } else {
+        c.ram_bytes = c.kv_capacity_bytes;
+        c.budget_flag = "--prompt-cache-capacity-bytes";
+        c.ttl_flag = "--prompt-cache-ttl";
     }
     return p;
+}
+
+/** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */
+struct state_size_model {
+    uint64_t fixed = 0;
+    uint64_t per_token = 0;
+    uint64_t at(int64_t n_tokens) const { return fixed + per_token * static_cast<uint64_t>(n_tokens); }
+};
+
+/** Measures state_size_model on sequence 0 of an empty context: the state after one and after
+ *  two decoded tokens (the difference is one KV row over all attention layers; the rest is the
+ *  recurrent state and headers). Leaves the context empty. nullopt when a decode fails. */
+std::optional<state_size_model> measure_state_sizes(engine::context & ctx) {
+    const engine::seq_id s = 0;
+    std::optional<state_size_model> out;
+    if (ctx.decode({{0, 0, s, true}}) == engine::decode_result::ok) {
+        const uint64_t one = ctx.state_size(s, false);
+        if (ctx.decode({{0, 1, s, true}}) == engine::decode_result::ok) {
+            const uint64_t two = ctx.state_size(s, false);
+            if (two >= one && one >= two - one) {
+                out = state_size_model{one - (two - one), two - one};
+            }
+        }
+    }
+    ctx.clear();
+    return out;
 }
 
 }  // namespace
@@ -91,6 +128,9 @@ struct scheduler::impl {
 
     // --- engine thread ---
     void loop();
+    /** Sets the store's byte budget when its flag is 0 (seed 001 "Model-aware capacity
+     *  defaults") and WARNs when one representative entry cannot fit. Before the loop starts. */
+    void apply_capacity_default(int32_t n_seq);
     void admit(std::shared_ptr<generation_request> req);
     bool acquire_seq(slot & s, uint64_t protect);
     void release_seq(int32_t seq);
@@ -137,7 +177,7 @@ struct scheduler::impl {
 
 scheduler::impl::impl(const engine::model & m, const params & p)
     : model_(m),
-      p_(with_defaults(p)),
+      p_(with_family_settings(p, m.family() != engine::memory_family::dense)),
       hybrid_(m.family() != engine::memory_family::dense),
       max_seq_tokens_(0),
       store_(p_.cache, m.family() != engine::memory_family::dense) {
@@ -155,6 +195,7 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
     ctx_ = std::make_unique<engine::context>(m, cp);
+    apply_capacity_default(cp.n_seq);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
     if (p_.cache.trace) {
         store_.trace().set_sink(cache::tracer::log_sink());
@@ -187,6 +228,32 @@ scheduler::impl::impl(const engine::model & m, const params & p)
 
 scheduler::impl::~impl() {
     stop();
+}
+
+void scheduler::impl::apply_capacity_default(int32_t n_seq) {
+    const auto sizes = measure_state_sizes(*ctx_);
+    const int64_t rep_tokens = cache::representative_tokens(max_seq_tokens_);
+    const uint64_t entry = sizes ? sizes->at(rep_tokens) : 0;
+    if (p_.cache.ram_bytes == 0) {
+        const uint64_t phys =
+            static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+        const uint64_t pool = sizes ? static_cast<uint64_t>(n_seq) * sizes->at(max_seq_tokens_) : 0;
+        const uint64_t used = model_.size_bytes() + pool;
+        const uint64_t left = phys > used ? phys - used : 0;
+        const uint64_t cap = cache::capacity_default(entry, left, hybrid_);
+        spdlog::info("cache: model-aware {} capacity default {} bytes ({}): entry {} bytes at {} tokens, ceiling "
+                     "{} bytes (a quarter of {} bytes left = {} physical - {} weights - {} KV pool), floor {} bytes",
+                     hybrid_ ? "snapshot" : "KV store", cap, p_.cache.budget_flag, entry, rep_tokens, left / 4, left,
+                     phys, model_.size_bytes(), pool,
+                     hybrid_ ? cache::snapshot_capacity_floor_bytes : cache::kv_capacity_floor_bytes);
+        p_.cache.ram_bytes = cap;
+        store_.set_budget(cap);
+    }
+    if (entry > p_.cache.ram_bytes) {
+        spdlog::warn("cache: one entry of {} tokens takes {} bytes, more than the whole budget of {} bytes: such "
+                     "entries can never be kept in RAM; raise {}",
+                     rep_tokens, entry, p_.cache.ram_bytes, p_.cache.budget_flag);
+    }
 }
 
 void scheduler::impl::stop() {
@@ -493,13 +560,10 @@ void scheduler::impl::complete_load(slot & s) {
         spdlog::info("request {}: disk file {} not loaded ({}: {}); prefilling cold", s.req->id, p.disk_file,
                      cache::to_string(r.error), r.detail);
         store_.disk_load_failed(p);
-        auto captures = p.captures;
+        // Cold from token 0: every planned capture lies ahead and is still taken.
+        auto captures = std::move(p.captures);
         p = cache::restore_plan{};
-        for (auto & c : captures) {
-            if (c.kind == cache::point_kind::anchor) {
-                p.captures.push_back(c);
-            }
-        }
+        p.captures = std::move(captures);
         start_prefill(s);
         return;
     }
@@ -536,13 +600,10 @@ void scheduler::impl::start_prefill(slot & s) {
         LINEAGE_TRACE(store_.trace(), "restoring {} at {} failed in the engine; prefilling cold",
                       cache::to_string(s.plan.kind), s.plan.n_restore);
         store_.abandon(s.plan, 0);
-        auto captures = s.plan.captures;
+        // Cold from token 0: every planned capture lies ahead and is still taken.
+        auto captures = std::move(s.plan.captures);
         s.plan = cache::restore_plan{};
-        for (auto & c : captures) {
-            if (c.kind == cache::point_kind::anchor) {
-                s.plan.captures.push_back(c);  // still worth pinning from a cold prefill
-            }
-        }
+        s.plan.captures = std::move(captures);
         ctx_->seq_rm(s.seq, -1, -1);
     }
     s.stats.restore_s = seconds_since(t1);

@@ -1,8 +1,7 @@
-// server::cache_key: SHA-256 digests of the cache key dimensions (seed 001).
+// server::cache_key: SHA-256 (or XXH3) digests of the cache key dimensions (seed 001).
 #include "server/cache_key.h"
 
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <memory>
@@ -10,58 +9,8 @@
 
 namespace lineage::server {
 
-namespace {
-
-// Incremental SHA-256 with length-prefixed fields; throws on an OpenSSL failure.
-class hasher {
-public:
-    hasher() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) {
-            throw std::runtime_error("SHA-256 unavailable (OpenSSL EVP)");
-        }
-    }
-    void raw(std::string_view s) {
-        if (!s.empty() && EVP_DigestUpdate(ctx_.get(), s.data(), s.size()) != 1) {
-            throw std::runtime_error("SHA-256 update failed");
-        }
-    }
-    void u64(uint64_t v) {
-        char b[8];
-        for (int i = 0; i < 8; ++i) {
-            b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-        }
-        raw(std::string_view(b, 8));
-    }
-    void field(std::string_view s) {
-        u64(s.size());
-        raw(s);
-    }
-    std::string bytes() {
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int n = 0;
-        if (EVP_DigestFinal_ex(ctx_.get(), md, &n) != 1) {
-            throw std::runtime_error("SHA-256 final failed");
-        }
-        return std::string(reinterpret_cast<const char *>(md), n);
-    }
-    std::string hex() { return to_hex(bytes()); }
-
-    static std::string to_hex(const std::string & b) {
-        static const char digits[] = "0123456789abcdef";
-        std::string out;
-        out.reserve(b.size() * 2);
-        for (unsigned char c : b) {
-            out += digits[c >> 4];
-            out += digits[c & 0xf];
-        }
-        return out;
-    }
-
-private:
-    std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX *)> ctx_;
-};
-
-}  // namespace
+using cache::hasher;
+using cache::hash_algo;
 
 std::string sha256_hex(std::string_view data) {
     hasher h;
@@ -78,8 +27,8 @@ std::string canonical_json(const std::string & json_text) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string tools_digest(const std::vector<engine::chat_tool> & tools) {
-    hasher h;
+std::string tools_digest(const std::vector<engine::chat_tool> & tools, hash_algo algo) {
+    hasher h(algo);
     h.field("lineage:tools:v1");
     h.u64(tools.size());
     for (const auto & t : tools) {
@@ -92,8 +41,9 @@ std::string tools_digest(const std::vector<engine::chat_tool> & tools) {
 }
 
 std::string template_sig(const std::string & template_source, const std::map<std::string, std::string> & kwargs,
-                         const std::string & tool_choice, const std::vector<engine::chat_tool> & tools) {
-    hasher h;
+                         const std::string & tool_choice, const std::vector<engine::chat_tool> & tools,
+                         hash_algo algo) {
+    hasher h(algo);
     h.field("lineage:template-sig:v1");
     h.field(template_source);
     h.u64(kwargs.size());
@@ -102,7 +52,7 @@ std::string template_sig(const std::string & template_source, const std::map<std
         h.field(canonical_json(v));
     }
     h.field(tool_choice);
-    h.field(tools_digest(tools));
+    h.field(tools_digest(tools, algo));
     return h.hex();
 }
 
@@ -117,8 +67,8 @@ const std::string & text_only_mm_digest() {
     return digest;
 }
 
-std::string bucket_digest(const bucket_inputs & in) {
-    hasher h;
+std::string bucket_digest(const bucket_inputs & in, hash_algo algo) {
+    hasher h(algo);
     h.raw("lineage:prompt-cache:v1");
     h.field(in.model_id);
     h.field(in.lora_id);
@@ -137,7 +87,7 @@ cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & templat
     d.lora_id = b.lora_id;
     d.template_sig = b.template_sig;
     d.rope = b.rope_regime ? std::to_string(*b.rope_regime) : "";
-    d.mm = hasher::to_hex(b.mm_digest);
+    d.mm = cache::to_hex(b.mm_digest);
     d.template_source = sha256_hex(template_source);
     hasher h;
     h.field("lineage:kwargs:v1");

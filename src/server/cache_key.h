@@ -2,10 +2,12 @@
 // Composition"): template_sig, the bucket (model, lora, template_sig, rope regime, multimodal
 // digest), the session key, and the anchor length (DESIGN.md "Lineage rules").
 // Why here: they are computed on the HTTP thread from the request before it is queued.
-// Digests are SHA-256 (OpenSSL EVP) with domain separators, as lowercase hex (DESIGN.md "Keys").
+// Digests are SHA-256 (OpenSSL EVP) by default, XXH3-128 with --prompt-cache-hash xxh3 (cache::digest),
+// with domain separators, as lowercase hex (DESIGN.md "Keys").
 // Thread safety: pure functions.
 #pragma once
 
+#include "cache/digest.h"
 #include "cache/key.h"
 #include "engine/chat_template.h"
 
@@ -26,7 +28,7 @@ std::string sha256_hex(std::string_view data);
 std::string canonical_json(const std::string & json_text);
 
 /** Order-preserving digest of the tools (type, name, description, parameters of each), hex. */
-std::string tools_digest(const std::vector<engine::chat_tool> & tools);
+std::string tools_digest(const std::vector<engine::chat_tool> & tools, cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** template_sig: digest of everything besides the messages that decides the rendered tokens:
  *  the template source, the merged chat_template_kwargs (values as JSON text; canonicalised, so
@@ -35,7 +37,8 @@ std::string tools_digest(const std::vector<engine::chat_tool> & tools);
 std::string template_sig(const std::string & template_source,
                          const std::map<std::string, std::string> & kwargs,
                          const std::string & tool_choice,
-                         const std::vector<engine::chat_tool> & tools);
+                         const std::vector<engine::chat_tool> & tools,
+                         cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** Multimodal digest of a text-only request: SHA-256("lineage:prompt-cache:multimodal:v1" ||
  *  u64 0 || u64 0), 32 raw bytes (seed 001 "mm_digest"). */
@@ -49,9 +52,10 @@ struct bucket_inputs {
     std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
 };
 
-/** Bucket digest: SHA-256 of "lineage:prompt-cache:v1" then each dimension (strings
- *  length-prefixed with a u64 little-endian; rope as presence byte + tag byte). Hex. */
-std::string bucket_digest(const bucket_inputs & in);
+/** Bucket digest: `algo` (SHA-256: 64 hex characters; XXH3-128: 32) of "lineage:prompt-cache:v1"
+ *  then each dimension (strings length-prefixed with a u64 little-endian; rope as presence byte
+ *  + tag byte). Hex. */
+std::string bucket_digest(const bucket_inputs & in, cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** The bucket's dimensions one by one, for the decision trace (cache::key_dims): the values of
  *  `b` (rope as "" or its tag, mm as hex) and template_sig's inputs (the template source and

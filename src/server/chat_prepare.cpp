@@ -37,6 +37,14 @@ std::string messages_digest(const std::vector<engine::chat_message> & msgs) {
 
 }  // namespace
 
+std::map<std::string, std::string> default_template_kwargs(const std::string & template_source, bool cache_enabled) {
+    std::map<std::string, std::string> kw = {{"preserve_reasoning", "true"}};
+    if (cache_enabled && template_source.find("preserve_thinking") != std::string::npos) {
+        kw["preserve_thinking"] = "true";
+    }
+    return kw;
+}
+
 chat_preparer::chat_preparer(const engine::model & m, const engine::chat_template & t, prepare_options o)
     : model_(m), tmpl_(t), opt_(std::move(o)) {}
 
@@ -147,11 +155,11 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         return e;
     }
 
-    out.template_sig = template_sig(tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
+    out.template_sig = template_sig(tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools, opt_.key_hash);
     bucket_inputs b;
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
-    out.cache.bucket = bucket_digest(b);
+    out.cache.bucket = bucket_digest(b, opt_.key_hash);
     if (opt_.cache_trace && opt_.cache_enabled && r.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
     }

@@ -6,6 +6,7 @@
 // Ownership: borrows the model and the template, which must outlive it.
 #pragma once
 
+#include "cache/digest.h"
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/chat_request.h"
@@ -35,7 +36,17 @@ struct prepare_options {
      *  preserve_reasoning by default; it keeps earlier turns' reasoning in the prompt, so a
      *  conversation's tokens stay a prefix of the next turn's: seed 001 "Prefix-Stability"). */
     std::map<std::string, std::string> default_kwargs = {{"preserve_reasoning", "true"}};
+    /** Digest of the bucket and template_sig (--prompt-cache-hash). */
+    cache::hash_algo key_hash = cache::hash_algo::sha256;
 };
+
+/** The server-side chat_template_kwargs for a template: llama-server's preserve_reasoning, and
+ *  preserve_thinking = true when the prompt cache is on and the template source mentions
+ *  preserve_thinking (Qwen3.6 and derivatives): without it such a template drops earlier turns'
+ *  thinking, so turn N's prompt is not a prefix of turn N+1's (seed 001 "preserve_thinking =
+ *  true default"). A request's own chat_template_kwargs override these, and the merged map is
+ *  what template_sig digests. */
+std::map<std::string, std::string> default_template_kwargs(const std::string & template_source, bool cache_enabled);
 
 struct prepared_chat {
     std::vector<int32_t> prompt;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -22,6 +23,7 @@ using value_parser = std::function<std::string(const std::string &)>;
 struct setting {
     std::string names;       ///< CLI11 names, e.g. "-m,--model"
     std::string env;         ///< environment variable
+    std::vector<std::string> env_aliases;  ///< older variables, read in order when the flag and `env` are unset
     std::string value_name;  ///< shown in --help, e.g. "PATH"
     std::string default_text;
     std::string help;
@@ -82,13 +84,15 @@ value_parser int_min(int32_t & out, int64_t lo) {
     return int_in(out, lo, std::numeric_limits<int32_t>::max());
 }
 
-value_parser seconds(double & out) {
-    return [&out](const std::string & s) -> std::string {
+/** Seconds > 0, or >= 0 when `allow_zero`. */
+value_parser seconds(double & out, bool allow_zero = false) {
+    return [&out, allow_zero](const std::string & s) -> std::string {
         const std::string t = trim(s);
         double v = 0;
         const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v <= 0) {
-            return "expected a number of seconds > 0";
+        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v < 0 ||
+            (v == 0 && !allow_zero)) {
+            return allow_zero ? "expected a number of seconds >= 0" : "expected a number of seconds > 0";
         }
         out = v;
         return "";
@@ -112,6 +116,28 @@ value_parser text(std::string & out, bool allow_empty = true) {
             return "expected a non-empty value";
         }
         out = s;
+        return "";
+    };
+}
+
+value_parser hash_name(cache::hash_algo & out) {
+    return [&out](const std::string & s) -> std::string {
+        const auto a = cache::parse_hash_algo(trim(s));
+        if (!a) {
+            return "expected one of sha256|xxh3";
+        }
+        out = *a;
+        return "";
+    };
+}
+
+value_parser int64_min(int64_t & out, int64_t lo) {
+    return [&out, lo](const std::string & s) -> std::string {
+        const auto v = to_int(s);
+        if (!v || *v < lo) {
+            return "expected an integer >= " + std::to_string(lo);
+        }
+        out = *v;
         return "";
     };
 }
@@ -260,25 +286,57 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("-t,--threads", "LINEAGE_THREADS", "N", "0", "CPU threads for the engine; 0 = all hardware threads",
         int_min(c.sched.n_threads, 0));
     // --- prompt cache ---
-    add("--cache-prompt,!--no-cache-prompt", "LINEAGE_CACHE_PROMPT", "", "on",
-        "enable/disable the prompt cache; LLAMA_ARG_CACHE_REUSE is read as an alias when neither the flag "
-        "nor LINEAGE_CACHE_PROMPT is set",
+    add("--prompt-cache-enabled,--cache-prompt,!--no-cache-prompt", "LINEAGE_PROMPT_CACHE_ENABLED", "[=BOOL]", "true",
+        "enable/disable the prompt cache (--cache-prompt / --no-cache-prompt are aliases); when no flag is given "
+        "and LINEAGE_PROMPT_CACHE_ENABLED is unset, LINEAGE_CACHE_PROMPT and then LLAMA_ARG_CACHE_REUSE are read",
         boolean(cc.enabled), true);
+    s.back()->env_aliases = {"LINEAGE_CACHE_PROMPT"};
     add("--lineage", "APC_LINEAGE", "[=BOOL]", "true",
         "lineage mode (checkpoints at turn, guard, anchor and divergence points); false = exact mode, "
         "whole-prompt snapshots only",
         boolean(cc.lineage), true);
-    add("--cache-ram-bytes", "LINEAGE_CACHE_RAM_BYTES", "BYTES", "0",
-        "byte budget of the host-RAM cache tier (checkpoints, anchors, demoted entries); 0 = a quarter of physical memory, clamped to [512 MiB, 8 GiB]", bytes_min(cc.ram_bytes, 0));
+    add("--prompt-cache-capacity-bytes,--cache-ram-bytes", "LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "BYTES", "0",
+        "dense models: byte budget of the host-RAM cache tier (anchors, demoted entries); 0 = model-aware: "
+        "max(2 GiB, min(6 entries of min(ctx, 8192) tokens, a quarter of the memory left after the model)); "
+        "--cache-ram-bytes and LINEAGE_CACHE_RAM_BYTES are aliases",
+        bytes_min(cc.kv_capacity_bytes, 0));
+    s.back()->env_aliases = {"LINEAGE_CACHE_RAM_BYTES"};
+    add("--prompt-cache-snapshot-capacity-bytes", "LINEAGE_PROMPT_CACHE_SNAPSHOT_CAPACITY_BYTES", "BYTES", "0",
+        "hybrid models: byte budget of the host-RAM cache tier (checkpoints, anchors, demoted entries); 0 = "
+        "model-aware as above with a floor of 512 MiB",
+        bytes_min(cc.snapshot_capacity_bytes, 0));
+    add("--prompt-cache-snapshot-max-entries", "LINEAGE_PROMPT_CACHE_SNAPSHOT_MAX_ENTRIES", "N",
+        std::to_string(dc.snapshot_max_entries),
+        "hybrid models: maximum live conversation entries (device and RAM tiers; anchors not counted)",
+        int_min(cc.snapshot_max_entries, 1));
+    add("--prompt-cache-snapshot-ttl", "LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL", "SECONDS", fmt_double(dc.snapshot_ttl_s),
+        "hybrid models: an entry expires this long after its last hit",
+        seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
         "finished sequences kept parked on the device, besides the --parallel slots",
         int_min(cc.device_slots, 0));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
     add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
-        "maximum live conversation entries (device and RAM tiers; anchors not counted)", int_min(cc.max_entries, 1));
+        "dense models: maximum live conversation entries (device and RAM tiers; anchors not counted)",
+        int_min(cc.max_entries, 1));
     add("--prompt-cache-ttl", "LINEAGE_PROMPT_CACHE_TTL", "SECONDS", fmt_double(dc.ttl_s),
-        "an entry expires this long after its last hit", seconds(cc.ttl_s));
+        "dense models: an entry expires this long after its last hit", seconds(cc.ttl_s));
+    add("--prompt-cache-hash", "LINEAGE_PROMPT_CACHE_HASH", "ALGO", std::string(cache::to_string(dc.key_hash)),
+        "digest of the cache key (bucket, template_sig): sha256 (OpenSSL) or xxh3 (XXH3-128, faster, not "
+        "cryptographic)",
+        hash_name(cc.key_hash));
+    add("--apc-enabled", "APC_ENABLED", "[=BOOL]", dc.apc_enabled ? "true" : "false",
+        "dense models: Automatic Prefix Caching, block hash chains per entry; a partial match is clamped to whole "
+        "agreeing blocks (off by default: lineage restores any prefix of a dense entry); hybrid models never use it",
+        boolean(cc.apc_enabled), true);
+    add("--apc-block-size", "APC_BLOCK_SIZE", "TOKENS", std::to_string(dc.apc_block_size), "tokens per APC block",
+        int_in(cc.apc_block_size, 1, 1 << 20));
+    add("--apc-num-blocks", "APC_NUM_BLOCKS", "N", "0",
+        "most APC block hashes held over all entries; 0 = --prompt-cache-max-entries x 512",
+        int64_min(cc.apc_num_blocks, 0));
+    add("--apc-hash", "APC_HASH", "ALGO", std::string(cache::to_string(dc.apc_hash)),
+        "hash of the APC block chains: sha256 or xxh3", hash_name(cc.apc_hash));
     add("--cache-trace", "LINEAGE_CACHE_TRACE", "[=BOOL]", "false",
         "log one INFO line 'cache-trace: ...' per cache decision: the restore point taken, why other entries "
         "were not, captures, absorption, thinning, evictions",
@@ -318,9 +376,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "byte cap of the disk tier's files; least recently used files are deleted first, anchors last",
         bytes_min(cc.disk_capacity_bytes, 0));
     add("--cache-disk-idle-s", "LINEAGE_CACHE_DISK_IDLE_S", "SECONDS", fmt_double(dc.disk_idle_s),
-        "write an entry to disk once it has been unused this long (entries are also written when they leave "
-        "RAM and at shutdown)",
-        seconds(cc.disk_idle_s));
+        "write an entry to disk once it has been unused this long; 0 = as soon as it is stored (entries are "
+        "also written when they leave RAM and at shutdown)",
+        seconds(cc.disk_idle_s, true));
     return s;
 }
 
@@ -412,9 +470,16 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
             if (const std::string err = st->parse(*v); !err.empty()) {
                 errors.push_back(st->env + "='" + *v + "' (environment): " + err);
             }
-        } else if (st->env == "LINEAGE_CACHE_PROMPT") {
+        } else if (auto alias = std::find_if(st->env_aliases.begin(), st->env_aliases.end(),
+                                             [&](const std::string & a) { return lookup(a).has_value(); });
+                   alias != st->env_aliases.end()) {
+            const std::string a = *lookup(*alias);
+            if (const std::string err = st->parse(a); !err.empty()) {
+                errors.push_back(*alias + "='" + a + "' (environment): " + err);
+            }
+        } else if (st->env == "LINEAGE_PROMPT_CACHE_ENABLED") {
             // llama.cpp compatibility alias (seed 001 "Configuration"): read only when neither
-            // the flag nor LINEAGE_CACHE_PROMPT is set. Non-zero integers and true values enable.
+            // the flag nor LINEAGE_PROMPT_CACHE_ENABLED (nor LINEAGE_CACHE_PROMPT) is set. Non-zero integers and true values enable.
             if (auto a = lookup("LLAMA_ARG_CACHE_REUSE")) {
                 if (auto b = to_bool(*a)) {
                     c.sched.cache.enabled = *b;

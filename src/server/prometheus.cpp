@@ -145,7 +145,9 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
             "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk "
             "(tier-2 files).",
             "tier", with_known(cs.bytes, {"device", "ram", "disk"}));
-    x.gauge("lineage_prompt_cache_ram_budget_bytes", "Byte budget of the RAM tier (--cache-ram-bytes).",
+    x.gauge("lineage_prompt_cache_ram_budget_bytes",
+            "Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, "
+            "--prompt-cache-snapshot-capacity-bytes on hybrid models).",
             static_cast<double>(cs.budget_bytes));
     x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
             static_cast<double>(cs.entries));
@@ -156,6 +158,14 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
     x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
             static_cast<double>(cs.anchor_bytes));
+    x.gauge("lineage_prompt_cache_apc_enabled", "1 when APC block hash chains are active (dense model, --apc-enabled).",
+            cs.apc_enabled ? 1.0 : 0.0);
+    x.gauge("lineage_prompt_cache_apc_blocks", "APC block hashes held, summed over the entries' chains.",
+            static_cast<double>(cs.total_blocks_stored));
+    x.gauge("lineage_prompt_cache_apc_unique_blocks", "Distinct APC block hashes over all entries.",
+            static_cast<double>(cs.unique_block_hashes));
+    x.gauge("lineage_prompt_cache_apc_entries", "Entries carrying an APC block hash chain.",
+            static_cast<double>(cs.apc_active_entries));
 
     // --- disk tier (owner: cache::disk_tier) ---
     const auto & d = cs.disk;

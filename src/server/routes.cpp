@@ -83,6 +83,10 @@ json stats_json(const cache::stats & s) {
                {"removed_at_startup", d.removed_at_startup},
                {"queued", d.queued}};
     j["disk"] = dj;
+    j["apc_enabled"] = s.apc_enabled;
+    j["total_blocks_stored"] = s.total_blocks_stored;
+    j["unique_block_hashes"] = s.unique_block_hashes;
+    j["apc_active_entries"] = s.apc_active_entries;
     return j;
 }
 
@@ -131,7 +135,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       preparer(m, t,
                prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
                                .cache_enabled = c.sched.cache.enabled,
-                               .cache_trace = c.sched.cache.trace}) {}
+                               .cache_trace = c.sched.cache.trace,
+                               .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
+                               .key_hash = c.sched.cache.key_hash}) {}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;

@@ -1,6 +1,7 @@
 // Tests of server::cache_key: the digests that place a request in the prompt cache (seed 001
 // "Cache Key Composition").
 #include "server/cache_key.h"
+#include "server/chat_prepare.h"
 
 #include <gtest/gtest.h>
 
@@ -161,4 +162,31 @@ TEST(CacheKey, KeyDimsNameTheInputThatChanged) {
     bucket_inputs b3 = bucket("other", template_sig("tmpl2", kw2, "auto", two_tools()));
     EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b3, "tmpl2", kw2, "auto", two_tools())),
               "model_id differs, template_sig differs (template, kwargs)");
+}
+
+TEST(CacheKey, Xxh3IsTheFastOption) {
+    const std::map<std::string, std::string> kw = {{"enable_thinking", "false"}};
+    const auto x = lineage::cache::hash_algo::xxh3;
+    const bucket_inputs a = bucket("m", "t");
+    EXPECT_EQ(bucket_digest(a, x).size(), 32u);
+    EXPECT_EQ(bucket_digest(a, x), bucket_digest(bucket("m", "t"), x));
+    EXPECT_NE(bucket_digest(a, x), bucket_digest(bucket("m2", "t"), x));
+    EXPECT_NE(bucket_digest(a, x), bucket_digest(a).substr(0, 32));
+    EXPECT_EQ(template_sig("tmpl", kw, "auto", two_tools(), x), template_sig("tmpl", kw, "auto", two_tools(), x));
+    EXPECT_NE(template_sig("tmpl", kw, "auto", two_tools(), x), template_sig("tmpl2", kw, "auto", two_tools(), x));
+    EXPECT_EQ(tools_digest(two_tools(), x).size(), 32u);
+}
+
+TEST(CacheKey, PreserveThinkingByDefaultWhenTheCacheIsOnAndTheTemplateKnowsIt) {
+    const std::string qwen36 = "{%- if preserve_thinking %}{{ reasoning }}{%- endif %}";
+    using kwargs = std::map<std::string, std::string>;
+    EXPECT_EQ(default_template_kwargs(qwen36, true),
+              (kwargs{{"preserve_reasoning", "true"}, {"preserve_thinking", "true"}}));
+    EXPECT_EQ(default_template_kwargs(qwen36, false), (kwargs{{"preserve_reasoning", "true"}}));
+    EXPECT_EQ(default_template_kwargs("{{ messages }}", true), (kwargs{{"preserve_reasoning", "true"}}));
+    // The default is part of template_sig through the merged kwargs: overriding it is another key.
+    kwargs merged = default_template_kwargs(qwen36, true);
+    kwargs overridden = merged;
+    overridden["preserve_thinking"] = "false";
+    EXPECT_NE(template_sig(qwen36, merged, "auto", {}), template_sig(qwen36, overridden, "auto", {}));
 }

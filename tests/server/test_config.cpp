@@ -85,7 +85,7 @@ TEST(Config, FlagsSetEverySetting) {
     EXPECT_EQ(c.sched.n_threads, 3);
     EXPECT_FALSE(c.sched.cache.enabled);
     EXPECT_FALSE(c.sched.cache.lineage);
-    EXPECT_EQ(c.sched.cache.ram_bytes, 2ull << 30);
+    EXPECT_EQ(c.sched.cache.kv_capacity_bytes, 2ull << 30);  // --cache-ram-bytes is its alias
     EXPECT_EQ(c.sched.cache.device_slots, 2);
     EXPECT_EQ(c.sched.cache.min_prefix, 64);
     EXPECT_EQ(c.sched.cache.max_entries, 10);
@@ -103,6 +103,91 @@ TEST(Config, FlagsSetEverySetting) {
     EXPECT_EQ(c.alias, "my-model");
     EXPECT_EQ(c.max_body_bytes, 1ull << 20);
     EXPECT_EQ(c.n_gpu_layers, 0);
+}
+
+TEST(Config, PromptCacheFlagsOfSeed001) {
+    auto r = parse({"-m", "m.gguf", "--prompt-cache-enabled=false", "--prompt-cache-capacity-bytes", "3GiB",
+                    "--prompt-cache-snapshot-capacity-bytes", "700MiB", "--prompt-cache-snapshot-max-entries", "77",
+                    "--prompt-cache-snapshot-ttl", "60", "--prompt-cache-hash", "xxh3", "--apc-enabled",
+                    "--apc-block-size", "32", "--apc-num-blocks", "5000", "--apc-hash", "xxh3"});
+    ASSERT_TRUE(r.config) << r.output;
+    const auto & c = r.config->sched.cache;
+    EXPECT_FALSE(c.enabled);
+    EXPECT_EQ(c.kv_capacity_bytes, 3ull << 30);
+    EXPECT_EQ(c.snapshot_capacity_bytes, 700ull << 20);
+    EXPECT_EQ(c.snapshot_max_entries, 77);
+    EXPECT_DOUBLE_EQ(c.snapshot_ttl_s, 60);
+    EXPECT_EQ(c.key_hash, lineage::cache::hash_algo::xxh3);
+    EXPECT_TRUE(c.apc_enabled);
+    EXPECT_EQ(c.apc_block_size, 32);
+    EXPECT_EQ(c.apc_num_blocks, 5000);
+    EXPECT_EQ(c.apc_hash, lineage::cache::hash_algo::xxh3);
+
+    // Defaults (seed 001 "Configuration"; APC off in lineage, see docs/prompt-cache.md).
+    auto d = parse({"-m", "m.gguf"});
+    ASSERT_TRUE(d.config) << d.output;
+    const auto & dc = d.config->sched.cache;
+    EXPECT_TRUE(dc.enabled);
+    EXPECT_EQ(dc.kv_capacity_bytes, 0u);
+    EXPECT_EQ(dc.snapshot_capacity_bytes, 0u);
+    EXPECT_EQ(dc.snapshot_max_entries, 4096);
+    EXPECT_DOUBLE_EQ(dc.snapshot_ttl_s, 7200);
+    EXPECT_EQ(dc.key_hash, lineage::cache::hash_algo::sha256);
+    EXPECT_FALSE(dc.apc_enabled);
+    EXPECT_EQ(dc.apc_block_size, 16);
+    EXPECT_EQ(dc.apc_num_blocks, 0);
+    EXPECT_EQ(dc.apc_hash, lineage::cache::hash_algo::sha256);
+}
+
+TEST(Config, PromptCacheVariablesAndTheirAliases) {
+    fake_env env;
+    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "3GiB"},
+                {"LINEAGE_CACHE_RAM_BYTES", "1GiB"}, {"APC_ENABLED", "1"}, {"APC_HASH", "xxh3"},
+                {"LINEAGE_PROMPT_CACHE_HASH", "xxh3"}, {"LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL", "5"}};
+    auto r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 3ull << 30);  // the primary variable wins
+    EXPECT_TRUE(r.config->sched.cache.apc_enabled);
+    EXPECT_EQ(r.config->sched.cache.apc_hash, lineage::cache::hash_algo::xxh3);
+    EXPECT_EQ(r.config->sched.cache.key_hash, lineage::cache::hash_algo::xxh3);
+    EXPECT_DOUBLE_EQ(r.config->sched.cache.snapshot_ttl_s, 5);
+    env.vars.erase("LINEAGE_PROMPT_CACHE_CAPACITY_BYTES");
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 1ull << 30);  // then the old one
+    // The master switch: LINEAGE_PROMPT_CACHE_ENABLED, then LINEAGE_CACHE_PROMPT, then
+    // LLAMA_ARG_CACHE_REUSE.
+    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PROMPT_CACHE_ENABLED", "true"},
+                {"LINEAGE_CACHE_PROMPT", "0"}, {"LLAMA_ARG_CACHE_REUSE", "0"}};
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_TRUE(r.config->sched.cache.enabled);
+    env.vars.erase("LINEAGE_PROMPT_CACHE_ENABLED");
+    env.vars["LLAMA_ARG_CACHE_REUSE"] = "1";
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_FALSE(r.config->sched.cache.enabled);
+    env.vars.erase("LINEAGE_CACHE_PROMPT");
+    env.vars["LLAMA_ARG_CACHE_REUSE"] = "0";
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_FALSE(r.config->sched.cache.enabled);
+    // The flag beats all of them, in every spelling.
+    env.vars["LINEAGE_PROMPT_CACHE_ENABLED"] = "0";
+    for (const char * flag : {"--prompt-cache-enabled", "--prompt-cache-enabled=true", "--cache-prompt"}) {
+        r = parse({flag}, env);
+        ASSERT_TRUE(r.config) << r.output;
+        EXPECT_TRUE(r.config->sched.cache.enabled) << flag;
+    }
+    env.vars["LINEAGE_PROMPT_CACHE_ENABLED"] = "1";
+    r = parse({"--no-cache-prompt"}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_FALSE(r.config->sched.cache.enabled);
+    // A bad value of an alias names the alias.
+    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_CACHE_RAM_BYTES", "lots"}};
+    r = parse({}, env);
+    EXPECT_FALSE(r.config);
+    EXPECT_NE(r.output.find("LINEAGE_CACHE_RAM_BYTES='lots' (environment)"), std::string::npos) << r.output;
 }
 
 TEST(Config, EnvironmentVariablesSetSettings) {
@@ -228,7 +313,11 @@ TEST(Config, BadFlagValuesAreRejectedWithTheFlagAndWhatIsAccepted) {
         {{"--prompt-cache-ttl", "0"}, "error: --prompt-cache-ttl '0': expected a number of seconds > 0"},
         {{"--prompt-cache-ttl", "soon"}, "error: --prompt-cache-ttl 'soon': expected a number of seconds > 0"},
         {{"--cache-ram-bytes", "lots"},
-         "error: --cache-ram-bytes 'lots': expected a byte count such as 512MiB or 17179869184"},
+         "error: --prompt-cache-capacity-bytes 'lots': expected a byte count such as 512MiB or 17179869184"},
+        {{"--prompt-cache-hash", "md5"}, "error: --prompt-cache-hash 'md5': expected one of sha256|xxh3"},
+        {{"--apc-hash", "blake3"}, "error: --apc-hash 'blake3': expected one of sha256|xxh3"},
+        {{"--apc-block-size", "0"}, "error: --apc-block-size '0': expected an integer in [1, 1048576]"},
+        {{"--apc-num-blocks", "-1"}, "error: --apc-num-blocks '-1': expected an integer >= 0"},
         {{"--cache-max-anchor-bytes", "16XB"}, "error: --cache-max-anchor-bytes '16XB': expected a byte count"},
         {{"--max-body-bytes", "10"}, "error: --max-body-bytes '10': expected a byte count >= 1024"},
         {{"--log-level", "loud"}, "error: --log-level 'loud': expected one of trace|debug|info|warn|error"},
@@ -279,9 +368,18 @@ TEST(Config, HelpListsEveryFlagWithItsVariableAndDefault) {
         {"--batch-size", "[env LINEAGE_BATCH_SIZE; default 512]"},
         {"--ubatch-size", "[env LINEAGE_UBATCH_SIZE; default 512]"},
         {"--threads", "[env LINEAGE_THREADS; default 0]"},
-        {"--no-cache-prompt", "[env LINEAGE_CACHE_PROMPT; default on]"},
+        {"--prompt-cache-enabled", "[env LINEAGE_PROMPT_CACHE_ENABLED; default true]"},
+        {"--no-cache-prompt", "[env LINEAGE_PROMPT_CACHE_ENABLED; default true]"},
         {"--lineage", "[env APC_LINEAGE; default true]"},
-        {"--cache-ram-bytes", "[env LINEAGE_CACHE_RAM_BYTES; default 0]"},
+        {"--prompt-cache-capacity-bytes,--cache-ram-bytes", "[env LINEAGE_PROMPT_CACHE_CAPACITY_BYTES; default 0]"},
+        {"--prompt-cache-snapshot-capacity-bytes", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_CAPACITY_BYTES; default 0]"},
+        {"--prompt-cache-snapshot-max-entries", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_MAX_ENTRIES; default 4096]"},
+        {"--prompt-cache-snapshot-ttl", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL; default 7200]"},
+        {"--prompt-cache-hash", "[env LINEAGE_PROMPT_CACHE_HASH; default sha256]"},
+        {"--apc-enabled", "[env APC_ENABLED; default false]"},
+        {"--apc-block-size", "[env APC_BLOCK_SIZE; default 16]"},
+        {"--apc-num-blocks", "[env APC_NUM_BLOCKS; default 0]"},
+        {"--apc-hash", "[env APC_HASH; default sha256]"},
         {"--cache-device-slots", "[env LINEAGE_CACHE_DEVICE_SLOTS; default 4]"},
         {"--prompt-cache-min-prefix", "[env LINEAGE_PROMPT_CACHE_MIN_PREFIX; default 32]"},
         {"--prompt-cache-max-entries", "[env LINEAGE_PROMPT_CACHE_MAX_ENTRIES; default 1024]"},

@@ -39,6 +39,10 @@ cache::stats known_cache_stats() {
     s.disk.loads = 2;
     s.disk.damaged = 1;
     s.disk.superseded = 1;
+    s.apc_enabled = true;
+    s.total_blocks_stored = 40;
+    s.unique_block_hashes = 31;
+    s.apc_active_entries = 3;
     return s;
 }
 
@@ -108,7 +112,7 @@ lineage_prompt_cache_bytes 8396
 lineage_prompt_cache_tier_bytes{tier="device"} 1000
 lineage_prompt_cache_tier_bytes{tier="ram"} 4396
 lineage_prompt_cache_tier_bytes{tier="disk"} 3000
-# HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--cache-ram-bytes).
+# HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, --prompt-cache-snapshot-capacity-bytes on hybrid models).
 # TYPE lineage_prompt_cache_ram_budget_bytes gauge
 lineage_prompt_cache_ram_budget_bytes 1048576
 # HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.
@@ -130,6 +134,18 @@ lineage_prompt_cache_anchors 1
 # HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
 # TYPE lineage_prompt_cache_anchor_bytes gauge
 lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_prompt_cache_apc_enabled 1 when APC block hash chains are active (dense model, --apc-enabled).
+# TYPE lineage_prompt_cache_apc_enabled gauge
+lineage_prompt_cache_apc_enabled 1
+# HELP lineage_prompt_cache_apc_blocks APC block hashes held, summed over the entries' chains.
+# TYPE lineage_prompt_cache_apc_blocks gauge
+lineage_prompt_cache_apc_blocks 40
+# HELP lineage_prompt_cache_apc_unique_blocks Distinct APC block hashes over all entries.
+# TYPE lineage_prompt_cache_apc_unique_blocks gauge
+lineage_prompt_cache_apc_unique_blocks 31
+# HELP lineage_prompt_cache_apc_entries Entries carrying an APC block hash chain.
+# TYPE lineage_prompt_cache_apc_entries gauge
+lineage_prompt_cache_apc_entries 3
 # HELP lineage_prompt_cache_disk_hits_total Restores served from a tier-2 file.
 # TYPE lineage_prompt_cache_disk_hits_total counter
 lineage_prompt_cache_disk_hits_total 1
