@@ -234,8 +234,15 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         }
     };
     // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
-    if (h.anchor_tokens > 0) {
-        const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
+    // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
+    // same slack, when it falls before the anchor: what system texts that differ near their end
+    // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
+    const int32_t anchor = h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
+    const int32_t tools_anchor = hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
+        if (a < 0) {
+            continue;
+        }
         bool exists = false;
         for (const auto & e : entries_) {
             exists = exists || (e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
