@@ -353,8 +353,15 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         }
     };
     // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
-    if (h.anchor_tokens > 0) {
-        const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
+    // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
+    // same slack, when it falls before the anchor: what system texts that differ near their end
+    // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
+    const int32_t anchor = h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
+    const int32_t tools_anchor = hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
+        if (a < 0) {
+            continue;
+        }
         bool exists = false;
         if (auto t = tries_.find(k.bucket); t != tries_.end() && a > 0) {
             for (uint64_t id : t->second.exact(prompt, a)) {

@@ -57,6 +57,11 @@ struct key {
 struct plan_hints {
     int32_t anchor_tokens = -1;   ///< end of system prompt + tools, tokens (-1: none)
     int32_t history_tokens = -1;  ///< prompt minus its generation prompt, tokens (-1: unknown)
+    /** End of the tool block where the template renders it before the system text, tokens
+     *  (-1: none): a second anchor, shared by system texts that differ (a per-session
+     *  timestamp, sibling prompts), so that their new sessions do not start cold. Hybrid only
+     *  (a dense entry restores any prefix of an earlier session anyway). */
+    int32_t tools_anchor_tokens = -1;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */

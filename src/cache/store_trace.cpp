@@ -125,21 +125,36 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     if (!cfg_.lineage) {
         not_planned.push_back("exact mode: no checkpoints, no anchor");
     } else {
-        const bool anchor_planned = std::any_of(p.captures.begin(), p.captures.end(),
-                                                [](const capture_point & c) { return c.kind == point_kind::anchor; });
-        if (h.anchor_tokens <= 0) {
-            not_planned.push_back("anchor: the request has no leading system message or tools");
-        } else if (!anchor_planned) {
-            const int32_t a = h.anchor_tokens - cfg_.anchor_slack;
+        auto anchor_not_planned = [&](const char * what, int32_t a) {
+            const bool planned = std::any_of(p.captures.begin(), p.captures.end(), [a](const capture_point & c) {
+                return c.kind == point_kind::anchor && c.n_tokens == a;
+            });
+            if (planned) {
+                return;
+            }
             const bool pinned = std::any_of(entries_.begin(), entries_.end(), [&](const entry & e) {
                 return e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
                        common_prefix(e.toks, prompt) == a;
             });
-            not_planned.push_back(pinned                 ? fmt::format("anchor at {}: already pinned", a)
-                                  : a < cfg_.min_prefix  ? fmt::format("anchor at {}: below min prefix {}", a,
-                                                                       cfg_.min_prefix)
-                                  : a < p.n_restore      ? fmt::format("anchor at {}: before the restore point", a)
-                                                         : fmt::format("anchor at {}: not inside the prompt", a));
+            not_planned.push_back(pinned                ? fmt::format("{} at {}: already pinned", what, a)
+                                  : a < cfg_.min_prefix ? fmt::format("{} at {}: below min prefix {}", what, a,
+                                                                      cfg_.min_prefix)
+                                  : a < p.n_restore     ? fmt::format("{} at {}: before the restore point", what, a)
+                                                        : fmt::format("{} at {}: not inside the prompt", what, a));
+        };
+        const int32_t anchor = h.anchor_tokens - cfg_.anchor_slack;
+        if (h.anchor_tokens <= 0) {
+            not_planned.push_back("anchor: the request has no leading system message or tools");
+        } else {
+            anchor_not_planned("anchor", anchor);
+        }
+        if (hybrid_ && h.tools_anchor_tokens > 0) {
+            const int32_t t = h.tools_anchor_tokens - cfg_.anchor_slack;
+            if (t >= anchor) {
+                not_planned.push_back(fmt::format("tools anchor at {}: not before the anchor", t));
+            } else {
+                anchor_not_planned("tools anchor", t);
+            }
         }
         if (hybrid_) {
             int32_t sibling = 0;

@@ -45,6 +45,11 @@ struct cache_hints {
      *  next turn's prompt can leave this one when the template re-renders the assistant turn),
      *  or -1 when unknown. */
     int32_t history_tokens = -1;
+    /** Tokens of the tool block alone, where the template renders the tools before the system
+     *  text (Qwen3.5, GLM): the prefix every system prompt with these tools shares, even one
+     *  whose text changes per session (a timestamp). -1 when the request has no tools or the
+     *  tool block does not come first (the prompt then leaves the tools-only render early). */
+    int32_t tools_anchor_tokens = -1;
 };
 
 /** Why generation stopped (OpenAI finish_reason). */

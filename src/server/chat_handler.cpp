@@ -281,9 +281,9 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
     gr->prompt = prep.prompt;
     gr->sampling = cr.sampling;
     gr->cache = prep.cache;
-    spdlog::debug("req {} format={} prompt={} anchor={} history={} session='{}' bucket={}", gr->id, prep.format,
-                  gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens, gr->cache.session_key,
-                  gr->cache.bucket.substr(0, 12));
+    spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} session='{}' bucket={}", gr->id,
+                  prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,
+                  gr->cache.tools_anchor_tokens, gr->cache.session_key, gr->cache.bucket.substr(0, 12));
 
     completion_meta meta;
     meta.id = completion_id();

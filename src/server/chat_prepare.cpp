@@ -48,11 +48,12 @@ std::map<std::string, std::string> default_template_kwargs(const std::string & t
 chat_preparer::chat_preparer(const engine::model & m, const engine::chat_template & t, prepare_options o)
     : model_(m), tmpl_(t), opt_(std::move(o)) {}
 
-std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const engine::chat_render_inputs & full) const {
+std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const engine::chat_render_inputs & full,
+                                                                         bool with_system) const {
     engine::chat_render_inputs in = full;
     in.messages.clear();
     for (const auto & m : full.messages) {
-        if (!is_system(m)) {
+        if (!with_system || !is_system(m)) {
             break;
         }
         in.messages.push_back(m);
@@ -167,9 +168,21 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     out.cache.cache_prompt = opt_.cache_enabled && r.cache_prompt;
     out.cache.anchor_tokens = -1;
     out.cache.history_tokens = -1;
+    out.cache.tools_anchor_tokens = -1;
     if (out.cache.cache_prompt) {
         if (auto anchor = anchor_render(in)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
+        }
+        // The tools anchor: where the prompt leaves the tools rendered alone. Where the template
+        // puts the tool block first (Qwen3.5, GLM), that is the end of the tool block, shared by
+        // every system text that comes after it; a template that renders the system text first
+        // leaves the tools-only render within a few tokens, and the store skips a point that
+        // short (--prompt-cache-min-prefix) or one that is the anchor itself.
+        const bool has_system = !r.messages.empty() && is_system(r.messages.front());
+        if (has_system && !in.tools.empty()) {
+            if (auto tools_only = anchor_render(in, /*with_system=*/false)) {
+                out.cache.tools_anchor_tokens = anchor_tokens(out.prompt, *tools_only);
+            }
         }
         // The history boundary matters where the next request can leave this prompt: after a
         // user message. After a tool result the next request either extends the whole prompt

@@ -79,8 +79,10 @@ private:
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
 
     /** Tokens of the leading system messages + tools rendered without a generation prompt
-     *  (memoised by content); nullptr when the template cannot render them alone. */
-    std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full) const;
+     *  (memoised by content); nullptr when the template cannot render them alone. With
+     *  `with_system` false, the tools alone (the tools anchor; nullptr without tools). */
+    std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full,
+                                                              bool with_system = true) const;
 
     const engine::model & model_;
     const engine::chat_template & tmpl_;

@@ -232,6 +232,73 @@ TEST_F(StoreTest, DivergenceCapturedForSibling) {
     EXPECT_TRUE(div);
 }
 
+// A system text whose last line changes per session (a timestamp) after a tool block that the
+// template renders first (Qwen3.5): tools [0, 300), system text [300, 500) whose tokens from
+// `stamp_at` on are per session, then a user message. The anchor (500 - 2) differs per session;
+// the tools anchor (300 - 2) is what they all share (SCENARIOS.md B1: never 0).
+tokens stamped_prompt(int32_t stamp_at, int32_t session, int32_t user) {
+    return cat(cat(seq(0, stamp_at), seq(10000 * (session + 1), 500 - stamp_at)), seq(90000 + 100 * user, 40));
+}
+
+TEST_F(StoreTest, ToolsAnchorServesNewSessionsOfASystemTextThatChangesPerSession) {
+    store st(small_config(), true);
+    const plan_hints h{500, 534, 300};
+    auto p1 = run(st, key{"b", "s1"}, stamped_prompt(490, 0, 0), h);
+    EXPECT_EQ(p1.n_restore, 0);
+    std::vector<std::pair<int32_t, point_kind>> got;
+    for (const auto & c : p1.captures) {
+        got.emplace_back(c.n_tokens, c.kind);
+    }
+    const std::vector<std::pair<int32_t, point_kind>> want1 = {{298, point_kind::anchor}, {498, point_kind::anchor},
+                                                               {524, point_kind::guard}, {534, point_kind::turn}};
+    EXPECT_EQ(got, want1) << "both anchors pinned by the first session";
+    EXPECT_EQ(st.get_stats().anchors, 2);
+
+    // Session 2: its stamp differs from token 490 on. Before the tools anchor: a miss.
+    auto p2 = run(st, key{"b", "s2"}, stamped_prompt(490, 1, 1), h, 2.0);
+    EXPECT_EQ(p2.n_restore, 298);
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+    EXPECT_FALSE(p2.absorbs);
+    got.clear();
+    for (const auto & c : p2.captures) {
+        got.emplace_back(c.n_tokens, c.kind);
+    }
+    // Session 1 diverges from session 0 inside the stamp: a divergence checkpoint at 490 (gain
+    // 192 >= 32) and its own anchor at 498; the tools anchor is already pinned.
+    const std::vector<std::pair<int32_t, point_kind>> want2 = {{490, point_kind::divergence},
+                                                               {498, point_kind::anchor},
+                                                               {524, point_kind::guard},
+                                                               {534, point_kind::turn}};
+    EXPECT_EQ(got, want2);
+    EXPECT_EQ(st.get_stats().anchors, 3);
+
+    // Session 3 diverges earlier in the stamp (the hour changed, not the minute): the
+    // divergence at 490 is past it, the tools anchor still serves.
+    auto p3 = run(st, key{"b", "s3"}, cat(seq(0, 488), seq(777000, 52)), h, 3.0);
+    EXPECT_EQ(p3.n_restore, 298);
+    EXPECT_EQ(p3.kind, point_kind::anchor);
+    // Session 4 diverges where session 2 did from session 1: that divergence checkpoint.
+    auto p4 = st.plan(key{"b", "s4"}, stamped_prompt(490, 7, 2), h, 4.0);
+    EXPECT_EQ(p4.n_restore, 490);
+    EXPECT_EQ(p4.kind, point_kind::divergence);
+}
+
+TEST_F(StoreTest, ToolsAnchorOnlyBeforeTheAnchorAndOnlyOnHybrids) {
+    // Tools not before the system text (the tools-only render ends at or after the anchor): one
+    // anchor. A dense model restores any prefix anyway: no tools anchor either.
+    for (const bool hybrid : {true, false}) {
+        store st(small_config(), hybrid);
+        const plan_hints h = hybrid ? plan_hints{500, 534, 500} : plan_hints{500, 534, 300};
+        auto p = st.plan(key{"b", "s"}, stamped_prompt(490, 0, 0), h, 1.0);
+        int32_t anchors = 0;
+        for (const auto & c : p.captures) {
+            anchors += c.kind == point_kind::anchor ? 1 : 0;
+            EXPECT_TRUE(c.kind != point_kind::anchor || c.n_tokens == 498) << c.n_tokens;
+        }
+        EXPECT_EQ(anchors, 1) << (hybrid ? "hybrid" : "dense");
+    }
+}
+
 TEST_F(StoreTest, ThinningDropsOldGuardsThenOldestTurns) {
     config c = small_config();
     c.max_checkpoints = 3;

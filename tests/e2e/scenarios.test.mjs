@@ -127,7 +127,10 @@ for (const arch of SCENARIO_ARCHS) {
       const held = (s) => [s.entries, s.anchors, s.checkpoints];
       // Turn 2 absorbed turn 1: its checkpoints (p1 - 6 turn, p1 - 1 guard) and its final state
       // at p1 (a turn checkpoint) joined turn 2's own guard (p2 - 1): four, nothing thinned.
-      assert.deepEqual(held(await sc.stats()), [1, 1, sc.hybrid ? { turn: 2, guard: 2 } : {}], 'after turn 2');
+      // Pinned: the anchor, and on a hybrid the tools anchor (the template renders the tools
+      // before the system text).
+      const anchors = sc.hybrid ? 2 : 1;
+      assert.deepEqual(held(await sc.stats()), [1, anchors, sc.hybrid ? { turn: 2, guard: 2 } : {}], 'after turn 2');
       const t3 = (result) => [...t2,
         { role: 'assistant', content: '', reasoning_content: 'The test output names the failing case.', tool_calls: [call('call_2', 'ctest -R cache --output-on-failure')] },
         { role: 'tool', tool_call_id: 'call_2', content: result }];
@@ -135,7 +138,7 @@ for (const arch of SCENARIO_ARCHS) {
       expectHit(r3, p2, sc.hybrid ? 'full' : 'prefix', tally);
       // Six candidates (+ p2 final as a turn, + p3 - 1 guard); thinning (max 4) drops the old
       // guards first: p1 - 6, p1 and p2 (turns) and p3 - 1 (guard) remain.
-      assert.deepEqual(held(await sc.stats()), [1, 1, sc.hybrid ? { turn: 3, guard: 1 } : {}], 'after turn 3');
+      assert.deepEqual(held(await sc.stats()), [1, anchors, sc.hybrid ? { turn: 3, guard: 1 } : {}], 'after turn 3');
       // The same tool call retried with another result: turn 2's final state (hybrid).
       const r3b = await sc.ask('agent turn 3, tool retried', t3(`exit 0\n${words(40, 124)}`), { tools: TOOLS });
       if (sc.hybrid) {
@@ -202,6 +205,63 @@ for (const arch of SCENARIO_ARCHS) {
       const r3 = await sc.ask('Q + t3', at('10:37:45'), { prompt_cache_key: 'b1' });
       expectHit(r3, L, sc.hybrid ? 'divergence' : 'prefix', tally);
       await expectTally(sc, tally, 'B1');
+    });
+
+    it('B1 in the system prompt: a timestamp ending the system text after the tool block; a new session restores the tools anchor (never 0), later ones the divergence', async () => {
+      await sc.reset();
+      const tally = new HitTally(await sc.stats());
+      // The bench's carmen persona in small: the Qwen3.5 template renders the tools first, then
+      // the system text, whose last line is a per-session timestamp; so every session's anchor
+      // differs, and the divergence point with the previous session depends on which digits
+      // changed (08:12 -> 08:49 at the minute, -> 09:26 at the hour: earlier).
+      const base = SYSTEM(63, 260);
+      const at = (stamp) => [sys(`${base}\n\nCurrent date and time: Monday 9 March 2026, ${stamp} (Europe/Madrid).`),
+        user(`Anything new in my inbox? ${words(12, 64)}`)];
+      const toks = async (stamp) => {
+        const a = await sc.srv.post('/apply-template', { messages: at(stamp), tools: TOOLS });
+        assert.equal(a.status, 200, a.text);
+        const t = await sc.srv.post('/tokenize', { content: a.json.prompt });
+        assert.equal(t.status, 200, t.text);
+        return t.json.tokens;
+      };
+      const lcp = (a, b) => { let n = 0; while (n < a.length && a[n] === b[n]) n++; return n; };
+      const [t1, t2, t3, t4] = await Promise.all(['08:12', '08:49', '09:26', '09:03'].map(toks));
+      const M = lcp(t1, t2);  // the minute's tens digit
+      const H = lcp(t1, t3);  // the hour's last digit
+      assert.ok(H < M && lcp(t2, t3) === H && lcp(t3, t4) === M && lcp(t2, t4) === H, `stamps part at ${H}, ${M}`);
+
+      const r1 = await sc.ask('session 1 (08:12)', at('08:12'), { tools: TOOLS, prompt_cache_key: 'ts-1' });
+      expectHit(r1, 0, 'miss', tally);
+      const A1 = r1.trace.hints.anchor - ANCHOR_SLACK;
+      const r2 = await sc.ask('session 2 (08:49)', at('08:49'), { tools: TOOLS, prompt_cache_key: 'ts-2' });
+      assert.ok(r2.u.cached > 0, `session 2: never 0 (SCENARIOS B1)${detail(r2)}`);
+      const T = r1.trace.toolsAnchor - ANCHOR_SLACK;
+      assert.ok(T >= 32 && H - T >= 256 && A1 > M, `tools anchor ${T}, stamps at ${H}/${M}, anchor ${A1}`);
+      expectCaptures(r1, sc.hybrid ? ownCaptures(r1) : [], sc.hybrid ? [T, A1] : [A1]);
+      const A2 = r2.trace.hints.anchor - ANCHOR_SLACK;
+      if (sc.hybrid) {
+        expectHit(r2, T, 'anchor', tally);
+        expectCaptures(r2, [{ kind: 'divergence', n: M }, ...ownCaptures(r2)], [A2]);
+      } else {
+        expectHit(r2, M, 'prefix', tally);
+      }
+      // The hour changed: it leaves both earlier sessions before the divergence at M.
+      const r3 = await sc.ask('session 3 (09:26)', at('09:26'), { tools: TOOLS, prompt_cache_key: 'ts-3' });
+      const A3 = r3.trace.hints.anchor - ANCHOR_SLACK;
+      if (sc.hybrid) {
+        expectHit(r3, T, 'anchor', tally);
+        expectCaptures(r3, [{ kind: 'divergence', n: H }, ...ownCaptures(r3)], [A3]);
+      } else {
+        expectHit(r3, H, 'prefix', tally);
+      }
+      // Session 4 leaves session 3 at M, session 2 at H: session 3's divergence checkpoint at H
+      // (session 2's at M is past where it leaves session 2).
+      const r4 = await sc.ask('session 4 (09:03)', at('09:03'), { tools: TOOLS, prompt_cache_key: 'ts-4' });
+      expectHit(r4, sc.hybrid ? H : M, sc.hybrid ? 'divergence' : 'prefix', tally);
+      expectSame(r4, await sc.cold('session 4 cold', at('09:03'), { tools: TOOLS }), 'session 4 vs cold');
+      const s = await expectTally(sc, tally, 'B1 in the system prompt');
+      // Pinned: the tools anchor (hybrid) and one anchor per distinct system text.
+      assert.equal(s.anchors, sc.hybrid ? 5 : 4, `anchors: ${JSON.stringify(s)}`);
     });
 
     it('B2: AAAA.BBBB then AAAA.C.BBBB restores at or before |AAAA| and equals cold', async () => {

@@ -46,10 +46,11 @@ export function systemText({ variant = 0 } = {}) {
 ${budget}`;
 }
 
-const str = (description, extra = {}) => ({ type: 'string', description, ...extra });
-const int = (description, extra = {}) => ({ type: 'integer', description, ...extra });
-const bool = (description) => ({ type: 'boolean', description });
-const fn = (name, description, properties, required) =>
+// JSON-schema builders of the tool definitions (also used by tools/bench/personas.mjs).
+export const str = (description, extra = {}) => ({ type: 'string', description, ...extra });
+export const int = (description, extra = {}) => ({ type: 'integer', description, ...extra });
+export const bool = (description) => ({ type: 'boolean', description });
+export const fn = (name, description, properties, required) =>
   ({ type: 'function', function: { name, description, parameters: { type: 'object', properties, required } } });
 
 /** Nine tool schemas of a coding agent, with long descriptions (about 2,000 tokens as the

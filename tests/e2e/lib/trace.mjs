@@ -6,18 +6,20 @@
 //   const t = await traceOf(srv, mark, usageOf(res));
 //
 // t = { id, hit, restore, captures: [{kind, n}], anchors: [n], hints: {prompt, anchor, history},
-//       lines }
+//       toolsAnchor, lines }
 //   restore   the decision line ("restore turn at 269/288 from entry 2 (device, ...)" or "miss")
 //   captures  checkpoints captured during the prefill, in the order taken (ascending n)
 //   anchors   lengths of the anchors pinned by this request
 //   hints     what the HTTP layer computed: the prompt length, the anchor hint (tokens the prompt
 //             shares with the render of its system messages + tools) and the history boundary
 //             (prompt minus its generation prompt); -1 when unknown or when the cache is bypassed
+//   toolsAnchor  the tools-anchor hint (tokens the prompt shares with the tools rendered alone;
+//             -1 without tools or a system message)
 //   lines     every log line of the request, for failure messages
 //
 // The log lines read (src/scheduler/scheduler.cpp, src/server/chat_handler.cpp):
 //   info  request N: <finish> | prompt P tokens, cached C (<kind>), completion ...
-//   debug req N format=... prompt=P anchor=A history=H session=... bucket=...
+//   debug req N format=... prompt=P anchor=A history=H tools_anchor=T session=... bucket=...
 //   debug request N: restore <kind> at n/P from entry ... | miss ...
 //   debug request N: captured <kind> checkpoint at n tokens (b bytes)
 //   debug request N: pinned anchor at n tokens (b bytes)
@@ -47,14 +49,15 @@ export async function traceOf(srv, mark, { prompt, cached }, timeoutMs = 10_000)
 }
 
 function parseTrace(text, id, hit) {
-  const t = { id, hit, restore: null, captures: [], anchors: [], hints: null, lines: [] };
+  const t = { id, hit, restore: null, captures: [], anchors: [], hints: null, toolsAnchor: null, lines: [] };
   const mine = new RegExp(`\\b(request ${id}:|req ${id} )`);
   for (const line of text.split('\n')) {
     if (!mine.test(line)) continue;
     t.lines.push(line);
     let m;
-    if ((m = new RegExp(`req ${id} .*\\bprompt=(\\d+) anchor=(-?\\d+) history=(-?\\d+)`).exec(line))) {
+    if ((m = new RegExp(`req ${id} .*\\bprompt=(\\d+) anchor=(-?\\d+) history=(-?\\d+)(?: tools_anchor=(-?\\d+))?`).exec(line))) {
       t.hints = { prompt: Number(m[1]), anchor: Number(m[2]), history: Number(m[3]) };
+      t.toolsAnchor = m[4] === undefined ? null : Number(m[4]);
     } else if ((m = /captured (\w+) checkpoint at (\d+) tokens/.exec(line))) {
       t.captures.push({ kind: m[1], n: Number(m[2]) });
     } else if ((m = /pinned anchor at (\d+) tokens/.exec(line))) {
