@@ -46,6 +46,19 @@ int32_t default_n_ctx(const engine::model & m) {
  *  trio. A budget of 0 is filled in later by apply_capacity_default(). */
 params with_family_settings(params p, bool hybrid) {
     auto & c = p.cache;
+    // A budget given only through the other family's flag is still the operator's budget (e.g.
+    // --cache-ram-bytes, the alias of --prompt-cache-capacity-bytes, on a hybrid model).
+    if (hybrid && c.snapshot_capacity_bytes == 0 && c.kv_capacity_bytes != 0) {
+        spdlog::info("cache: hybrid model: the RAM budget is --prompt-cache-capacity-bytes ({} bytes), as "
+                     "--prompt-cache-snapshot-capacity-bytes is not set",
+                     c.kv_capacity_bytes);
+        c.snapshot_capacity_bytes = c.kv_capacity_bytes;
+    } else if (!hybrid && c.kv_capacity_bytes == 0 && c.snapshot_capacity_bytes != 0) {
+        spdlog::info("cache: dense model: the RAM budget is --prompt-cache-snapshot-capacity-bytes ({} bytes), as "
+                     "--prompt-cache-capacity-bytes is not set",
+                     c.snapshot_capacity_bytes);
+        c.kv_capacity_bytes = c.snapshot_capacity_bytes;
+    }
     if (hybrid) {
         c.ram_bytes = c.snapshot_capacity_bytes;
         c.max_entries = c.snapshot_max_entries;

@@ -16,6 +16,10 @@
 //   3. "sibling": a persona whose system text differs by a few tokens near its end;
 //   4. "sibling2": a third variant of the persona, differing where the sibling does: it
 //                 can restore the divergence point the sibling's first request captured.
+//   5. "restart": with --save-conversation FILE the main conversation is written to FILE;
+//                 scripts/demo then restarts the server (SIGTERM: the cache is written to its
+//                 disk tier) and runs the driver again with --after-restart FILE: the main
+//                 conversation plus a new user message, which the disk tier serves.
 // The random-weight model does not produce real tool calls, so the driver scripts them as a
 // replaying client would: a request carries an assistant message with tool_calls and the
 // tool results. Every reply the server generated is echoed back exactly as returned
@@ -43,6 +47,8 @@ const { values: opt } = parseArgs({
     'max-tokens': { type: 'string', default: '32' },
     'timeout-s': { type: 'string', default: '600' },
     json: { type: 'string' },
+    'save-conversation': { type: 'string' },
+    'after-restart': { type: 'string' },
     'dry-run': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -177,8 +183,8 @@ function record(row) {
 }
 
 /** Runs one session; returns without throwing (a failed request ends the session). */
-async function runSession(client, model, { name, system, turns, extra = [] }) {
-  const history = [{ role: 'system', content: system }];
+async function runSession(client, model, { name, system, turns, extra = [], resume = null }) {
+  const history = resume ?? [{ role: 'system', content: system }];
   let last = null; // {messages} of the latest plain turn, for regenerate/edit
   const send = async (event, messages) => {
     try {
@@ -208,6 +214,9 @@ async function runSession(client, model, { name, system, turns, extra = [] }) {
     if (!r) return;
     last = { messages };
     history.push(echoOf(r));
+  }
+  if (name === 'main' && opt['save-conversation']) {
+    fs.writeFileSync(opt['save-conversation'], JSON.stringify({ messages: history }));
   }
   for (const ev of extra) {
     if (ev === 'regenerate') {
@@ -253,7 +262,7 @@ function summary() {
   const first = main.find((r) => r.event === 'first');
   const med = median(later.map((r) => r.ttftMs).filter((x) => x !== null));
   const out = ['', 'Summary'];
-  out.push(`  session 1, turns after the first with >= 90% cached: ${warm.length} of ${later.length}`);
+  if (main.length > 0) out.push(`  session 1, turns after the first with >= 90% cached: ${warm.length} of ${later.length}`);
   if (first && med !== null) {
     out.push(`  session 1 TTFT: turn 1 ${first.ttftMs?.toFixed(0)} ms (cold, ${first.prompt} tokens); ` +
       `median of later turns ${med.toFixed(0)} ms (${(first.ttftMs / med).toFixed(1)}x faster)`);
@@ -262,9 +271,12 @@ function summary() {
     const r = main.find((x) => x.event === ev);
     if (r) out.push(`  ${ev.padEnd(10)}: ${r.cached}/${r.prompt} cached (${r.cachedPct?.toFixed(1)}%), TTFT ${r.ttftMs?.toFixed(0)} ms`);
   }
-  for (const s of ['new', 'sibling', 'sibling2']) {
+  for (const s of ['new', 'sibling', 'sibling2', 'restart']) {
     const r = rows.find((x) => x.session === s);
-    if (r) out.push(`  ${s.padEnd(10)}: turn 1 ${r.cached}/${r.prompt} cached (${r.cachedPct?.toFixed(1)}%), TTFT ${r.ttftMs?.toFixed(0)} ms`);
+    if (r) {
+      out.push(`  ${s.padEnd(10)}: turn 1 ${r.cached}/${r.prompt} cached (${r.cachedPct?.toFixed(1)}%), TTFT ${r.ttftMs?.toFixed(0)} ms` +
+        (s === 'restart' ? ' (the first request after the restart, served by the disk tier)' : ''));
+    }
   }
   if (failures) out.push(`  FAILED requests: ${failures}`);
   process.stdout.write(out.join('\n') + '\n');
@@ -273,6 +285,11 @@ function summary() {
 // --- Main -----------------------------------------------------------------------------------
 
 function plan() {
+  if (opt['after-restart']) {
+    const { messages } = JSON.parse(fs.readFileSync(opt['after-restart'], 'utf8'));
+    return [{ name: 'restart', system: messages[0].content, resume: messages,
+      turns: [userTurn('After the restart: summarise what we changed so far in two sentences.')] }];
+  }
   const sysA = systemText({ variant: 0 });
   const sysB = systemText({ variant: 1 });
   return [
