@@ -241,6 +241,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
 
 scheduler::impl::~impl() {
     stop();
+    // The disk thread goes before the members its load callbacks touch (cv_, load_ready_).
+    store_.attach_disk(nullptr);
+    disk_.reset();
 }
 
 void scheduler::impl::apply_capacity_default(int32_t n_seq) {

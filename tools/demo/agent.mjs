@@ -352,7 +352,7 @@ async function main() {
   printHeader();
   for (const s of sessions) await runSession(client, model, s);
   const firstRow = rows[0];
-  if (firstRow) process.stdout.write(`\n(session 1 turn 1: ${firstRow.prompt} prompt tokens as counted by the server; estimate ~${est + estimateTokens(USER_LONG) + 10})\n`);
+  if (firstRow && !opt['after-restart']) process.stdout.write(`\n(session 1 turn 1: ${firstRow.prompt} prompt tokens as counted by the server; estimate ~${est + estimateTokens(USER_LONG) + 10})\n`);
   summary();
 
   try {
