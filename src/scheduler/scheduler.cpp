@@ -350,6 +350,13 @@ void scheduler::impl::loop() {
         for (auto & t : tasks) {
             t();
         }
+        // A request whose client left is committed before new ones are planned: a retry sent
+        // right after a dropped stream then finds what the dropped request had computed.
+        for (auto & s : slots_) {
+            if ((s.ph == slot::phase::prefill || s.ph == slot::phase::decode) && s.req->cancelled->load()) {
+                finish(s, finish_reason::cancelled);
+            }
+        }
         for (auto & r : admitted) {
             admit(std::move(r));
         }
