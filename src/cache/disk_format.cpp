@@ -181,6 +181,17 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
     return {};
 }
 
+/** The header's fields of a record (no sections yet). */
+disk_record record_of(header & h) {
+    disk_record rec;
+    rec.model = std::move(h.model);
+    rec.bucket = std::move(h.bucket);
+    rec.session = std::move(h.session);
+    rec.history = h.history;
+    rec.anchor = h.anchor != 0;
+    return rec;
+}
+
 }  // namespace
 
 const char * to_string(disk_load_error e) {
@@ -252,13 +263,7 @@ disk_load_result read_disk_header(const std::string & path) {
     header h;
     disk_load_result r = open_and_parse(path, f, rd, h);
     if (r.error == disk_load_error::none) {
-        disk_record rec;
-        rec.model = std::move(h.model);
-        rec.bucket = std::move(h.bucket);
-        rec.session = std::move(h.session);
-        rec.history = h.history;
-        rec.anchor = h.anchor != 0;
-        r.record = std::move(rec);
+        r.record = record_of(h);
     }
     return r;
 }
@@ -274,12 +279,7 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
     if (h.model != model) {
         return fail(disk_load_error::other_model, "written by model " + h.model + ", this server runs " + model);
     }
-    disk_record rec;
-    rec.model = std::move(h.model);
-    rec.bucket = std::move(h.bucket);
-    rec.session = std::move(h.session);
-    rec.history = h.history;
-    rec.anchor = h.anchor != 0;
+    disk_record rec = record_of(h);
     rec.toks.resize(static_cast<size_t>(h.n_tokens));
     if (!rd->bytes(rec.toks.data(), rec.toks.size() * sizeof(token))) {
         return fail(disk_load_error::truncated, "tokens cut short");

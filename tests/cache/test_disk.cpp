@@ -6,6 +6,8 @@
 #include "cache/disk_tier.h"
 #include "cache/store.h"
 
+#include "fake_states.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,17 +17,10 @@
 namespace lineage::cache {
 namespace {
 
+using fakes::seq;
+using fakes::fake;
+
 namespace fs = std::filesystem;
-
-tokens seq(int32_t from, int32_t n) {
-    tokens t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
-
-blob_ptr fake(size_t bytes, uint8_t v = 0xab) {
-    return make_blob(blob(bytes, v));
-}
 
 disk_record record(tokens toks, size_t full_bytes = 1000, std::vector<checkpoint> cps = {}) {
     disk_record r;
@@ -367,6 +362,18 @@ public:
     }
 };
 
+/** Commits `toks` as an entry parked on sequence `seq_id` (absorbing `absorbed` when given). */
+void park(store & st, const key & k, tokens toks, int32_t seq_id, double now,
+          std::optional<restore_plan> absorbed = std::nullopt) {
+    commit_input in;
+    in.k = k;
+    in.toks = std::move(toks);
+    in.seq = seq_id;
+    in.device_bytes = 1000;
+    in.absorbed = std::move(absorbed);
+    ASSERT_TRUE(st.commit(std::move(in), now));
+}
+
 config hybrid_config() {
     config c;
     c.ram_bytes = 1 << 20;
@@ -382,12 +389,7 @@ TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     fake_disk d;
     st.attach_disk(&d);
     const key k{"b", "s"};
-    commit_input in;
-    in.k = k;
-    in.toks = seq(0, 40);
-    in.seq = 3;
-    in.device_bytes = 1000;
-    ASSERT_TRUE(st.commit(in, 10.0));
+    park(st, k, seq(0, 40), 3, 10.0);
     EXPECT_TRUE(st.take_idle_writes(15.0, 30).empty());  // used 5 s ago
     auto jobs = st.take_idle_writes(41.0, 30);
     ASSERT_EQ(jobs.size(), 1u);
@@ -401,12 +403,7 @@ TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
     EXPECT_TRUE(p.absorbs);
     EXPECT_EQ(p.disk_ancestors, std::vector<file_id>{11});
-    commit_input next;
-    next.k = k;
-    next.toks = seq(0, 50);
-    next.seq = 3;
-    next.absorbed = p;
-    ASSERT_TRUE(st.commit(next, 101.0));
+    park(st, k, seq(0, 50), 3, 101.0, p);
     auto shut = st.take_idle_writes(102.0, -1);
     ASSERT_EQ(shut.size(), 1u);
     EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{11});
@@ -418,22 +415,13 @@ TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {
     fake_disk d;
     st.attach_disk(&d);
     const key k{"b", "s"};
-    commit_input in;
-    in.k = k;
-    in.toks = seq(0, 40);
-    in.seq = 1;
-    ASSERT_TRUE(st.commit(in, 1.0));
+    park(st, k, seq(0, 40), 1, 1.0);
     auto jobs = st.take_idle_writes(100.0, 30);
     ASSERT_EQ(jobs.size(), 1u);
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
     ASSERT_TRUE(p.absorbs);
     EXPECT_EQ(p.pending_write_of, jobs[0].entry_id);
-    commit_input next;
-    next.k = k;
-    next.toks = seq(0, 50);
-    next.seq = 1;
-    next.absorbed = p;
-    ASSERT_TRUE(st.commit(next, 101.0));
+    park(st, k, seq(0, 50), 1, 101.0, p);
     st.disk_written(jobs[0].entry_id, 21);  // the old entry's write lands after it was absorbed
     auto shut = st.take_idle_writes(102.0, -1);
     ASSERT_EQ(shut.size(), 1u);
@@ -446,16 +434,9 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     store st(c, true);
     fake_disk d;
     st.attach_disk(&d);
-    commit_input a;
-    a.k = {"b", "s"};
-    a.toks = seq(0, 40);
-    a.seq = 1;
-    ASSERT_TRUE(st.commit(a, 1.0));
-    commit_input b;
-    b.k = {"b", "s"};
-    b.toks = seq(100, 40);
-    b.seq = 2;
-    ASSERT_TRUE(st.commit(b, 2.0));  // entry cap 1: the first leaves (lru)
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 1.0);
+    park(st, k, seq(100, 40), 2, 2.0);  // entry cap 1: the first leaves (lru)
     auto spills = st.take_spills();
     ASSERT_EQ(spills.size(), 1u);
     EXPECT_EQ(spills[0].toks, seq(0, 40));
@@ -463,8 +444,8 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     EXPECT_EQ(st.take_released_seqs(), std::vector<int32_t>{1});
     // Without a disk tier nothing is spilled.
     store plain(c, true);
-    ASSERT_TRUE(plain.commit(a, 1.0));
-    ASSERT_TRUE(plain.commit(b, 2.0));
+    park(plain, k, seq(0, 40), 1, 1.0);
+    park(plain, k, seq(100, 40), 2, 2.0);
     EXPECT_TRUE(plain.take_spills().empty());
 }
 
@@ -473,11 +454,7 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     fake_disk d;
     st.attach_disk(&d);
     const key k{"b", "s"};
-    commit_input in;
-    in.k = k;
-    in.toks = seq(0, 40);
-    in.seq = 1;
-    ASSERT_TRUE(st.commit(in, 1.0));
+    park(st, k, seq(0, 40), 1, 1.0);
     d.offer = disk_candidate{5, 30, point_kind::turn, 60, 55, false, true};
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40

@@ -4,6 +4,8 @@
 // APC block chains clamp a partial dense match to whole blocks.
 #include "cache/store.h"
 
+#include "fake_states.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,16 +16,8 @@
 namespace lineage::cache {
 namespace {
 
-tokens seq(int32_t from, int32_t n) {
-    tokens t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
-
-tokens cat(tokens a, const tokens & b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
+using fakes::seq;
+using fakes::cat;
 
 config dense_config() {
     config c;

@@ -3,6 +3,8 @@
 // produces, and silence when the trace is off.
 #include "cache/store.h"
 
+#include "fake_states.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,20 +13,9 @@
 namespace lineage::cache {
 namespace {
 
-tokens seq(int32_t from, int32_t n) {
-    tokens t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
-
-tokens cat(tokens a, const tokens & b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
-
-blob_ptr fake(size_t bytes) {
-    return make_blob(blob(bytes, 0xab));
-}
+using fakes::seq;
+using fakes::cat;
+using fakes::fake;
 
 config small_config() {
     config c;
