@@ -580,6 +580,16 @@ void scheduler::impl::complete_load(slot & s) {
     cache::disk_load_result r = s.load.get();
     cache::trace_scope trace(store_.trace(), s.req->id);
     auto & p = s.plan;
+    if (r.error == cache::disk_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
+        // A hybrid restore short of the file's length needs the checkpoint the index named.
+        const bool has = std::any_of(r.record->checkpoints.begin(), r.record->checkpoints.end(),
+                                     [&](const cache::checkpoint & c) { return c.n_tokens == p.n_restore && c.recurrent; });
+        if (!has) {
+            r.error = cache::disk_load_error::corrupt;
+            r.detail = "the file has no checkpoint at " + std::to_string(p.n_restore) + " as its index says";
+            r.record.reset();
+        }
+    }
     if (r.error != cache::disk_load_error::none || !r.record) {
         spdlog::info("request {}: disk file {} not loaded ({}: {}); prefilling cold", s.req->id, p.disk_file,
                      cache::to_string(r.error), r.detail);
@@ -593,9 +603,11 @@ void scheduler::impl::complete_load(slot & s) {
     }
     cache::disk_record & rec = *r.record;
     p.full = rec.full;
-    for (const auto & c : rec.checkpoints) {
-        if (c.n_tokens == p.n_restore && p.kind == c.kind) {
-            p.recurrent = c.recurrent;
+    if (hybrid_ && p.n_restore < p.source_tokens) {
+        for (const auto & c : rec.checkpoints) {
+            if (c.n_tokens == p.n_restore) {
+                p.recurrent = c.recurrent;
+            }
         }
     }
     if (p.absorbs) {
