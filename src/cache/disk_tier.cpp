@@ -103,8 +103,33 @@ disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)) {
     stats_.dir = cfg_.dir;
     stats_.capacity_bytes = cfg_.capacity_bytes;
     try {
-        open_index();
-        startup_scan();
+        try {
+            open_index();
+            startup_scan();
+        } catch (const std::runtime_error & e) {
+            // A damaged index loses the tier's contents, not the tier: it is moved aside and a
+            // new one started; the blob files it listed are unindexed now and removed.
+            if (db_) {
+                sqlite3_close(db_);
+                db_ = nullptr;
+            }
+            const std::string index = cfg_.dir + "/index.sqlite";
+            const std::string aside = index + ".damaged";
+            std::error_code ec;
+            fs::rename(index, aside, ec);
+            for (const char * ext : {"-wal", "-shm"}) {
+                fs::remove(index + ext, ec);
+            }
+            spdlog::warn("disk tier: the index {} could not be read ({}); moved to {}, starting an empty index", index,
+                         e.what(), aside);
+            catalog_.clear();
+            stats_ = disk_stats{};
+            stats_.enabled = true;
+            stats_.dir = cfg_.dir;
+            stats_.capacity_bytes = cfg_.capacity_bytes;
+            open_index();
+            startup_scan();
+        }
     } catch (...) {
         if (db_) {
             sqlite3_close(db_);

@@ -16,6 +16,7 @@
 // - a file that fails its checks on load is a counted miss, deleted and logged once;
 // - at startup: *.tmp and unindexed files are deleted, index rows without a file dropped; rows
 //   of another model or format version are left alone and not used (one INFO line, counts);
+//   an index that cannot be read is moved to index.sqlite.damaged and a new one started (WARN);
 // - one server per directory: an flock on <dir>/lock; a second server fails to open it.
 #pragma once
 

@@ -45,6 +45,15 @@ protected:
     }
     void TearDown() override { fs::remove_all(dir_); }
     std::string path(const std::string & name) const { return (dir_ / name).string(); }
+    std::vector<std::string> blob_files() const {
+        std::vector<std::string> out;
+        for (const auto & e : fs::directory_iterator(dir_)) {
+            if (e.path().extension() == ".lcache") {
+                out.push_back(e.path().filename().string());
+            }
+        }
+        return out;
+    }
 
     disk_config cfg(uint64_t cap = 1 << 20, bool hybrid = true) const {
         disk_config c;
@@ -326,6 +335,23 @@ TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
     EXPECT_TRUE(fs::exists(path(std::to_string(kept) + ".lcache")));
     // New ids never reuse an old file name.
     EXPECT_GT(put(t, record(seq(0, 50), 10)), 98u);
+}
+
+TEST_F(DiskTier, DamagedIndexIsMovedAsideAndTheTierStillWorks) {
+    {
+        disk_tier t(cfg());
+        put(t, record(seq(0, 40), 500));
+    }
+    std::ofstream(path("index.sqlite"), std::ios::binary | std::ios::trunc) << "not a database, not at all";
+    fs::remove(path("index.sqlite-wal"));
+    disk_tier t(cfg());
+    EXPECT_TRUE(fs::exists(path("index.sqlite.damaged")));
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.files, 0);
+    EXPECT_EQ(st.removed_at_startup, 1);  // the file the damaged index listed
+    EXPECT_TRUE(blob_files().empty());
+    ASSERT_NE(put(t, record(seq(0, 40), 500)), 0u);
+    EXPECT_TRUE(t.best("bucket-1", "s1", seq(0, 60), 0));
 }
 
 TEST_F(DiskTier, OneServerPerDirectory) {
