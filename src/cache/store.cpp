@@ -788,8 +788,8 @@ std::vector<disk_job> store::take_spills() {
 void store::disk_written(uint64_t entry_id, file_id f) {
     uint64_t id = entry_id;
     for (int hops = 0; hops < 1 << 16; ++hops) {
-        auto it = std::find_if(entries_.begin(), entries_.end(), [id](const entry & e) { return e.id == id; });
-        if (it != entries_.end()) {
+        if (auto found = by_id_.find(id); found != by_id_.end()) {
+            const iter it = found->second;
             if (id == entry_id) {
                 it->writing = false;
                 it->disk_file = f;

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -97,6 +96,14 @@ std::optional<state_size_model> measure_state_sizes(engine::context & ctx) {
     }
     ctx.clear();
     return out;
+}
+
+/** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
+ *  planned capture lies ahead and is still taken. */
+cache::restore_plan cold_plan(cache::restore_plan p) {
+    cache::restore_plan cold;
+    cold.captures = std::move(p.captures);
+    return cold;
 }
 
 }  // namespace
@@ -436,14 +443,13 @@ void scheduler::impl::flush_to_disk() {
     const auto t0 = clock::now();
     drain_released();
     auto jobs = store_.take_idle_writes(now_s(), -1);
-    uint64_t bytes = 0;
+    const size_t n_jobs = jobs.size();
     for (auto & j : jobs) {
-        bytes += j.full ? j.full->size() : 0;
         write_to_disk(std::move(j));
     }
     const auto st = disk_->get_stats();
     if (st.queued > 0) {
-        spdlog::info("disk tier: writing {} cache entries to {} before exit ({} jobs queued)...", jobs.size(),
+        spdlog::info("disk tier: writing {} cache entries to {} before exit ({} jobs queued)...", n_jobs,
                      p_.cache.disk_dir, st.queued);
     }
     disk_->drain();
@@ -452,7 +458,6 @@ void scheduler::impl::flush_to_disk() {
                  "shutdown",
                  done.files, static_cast<double>(done.bytes) / (1 << 20), p_.cache.disk_dir, done.writes,
                  static_cast<double>(done.bytes_written) / (1 << 20), seconds_since(t0));
-    (void)bytes;
 }
 
 void scheduler::impl::release_seq(int32_t seq) {
@@ -594,10 +599,7 @@ void scheduler::impl::complete_load(slot & s) {
         spdlog::info("request {}: disk file {} not loaded ({}: {}); prefilling cold", s.req->id, p.disk_file,
                      cache::to_string(r.error), r.detail);
         store_.disk_load_failed(p);
-        // Cold from token 0: every planned capture lies ahead and is still taken.
-        auto captures = std::move(p.captures);
-        p = cache::restore_plan{};
-        p.captures = std::move(captures);
+        p = cold_plan(std::move(p));
         start_prefill(s);
         return;
     }
@@ -636,10 +638,7 @@ void scheduler::impl::start_prefill(slot & s) {
         LINEAGE_TRACE(store_.trace(), "restoring {} at {} failed in the engine; prefilling cold",
                       cache::to_string(s.plan.kind), s.plan.n_restore);
         store_.abandon(s.plan, 0);
-        // Cold from token 0: every planned capture lies ahead and is still taken.
-        auto captures = std::move(s.plan.captures);
-        s.plan = cache::restore_plan{};
-        s.plan.captures = std::move(captures);
+        s.plan = cold_plan(std::move(s.plan));
         ctx_->seq_rm(s.seq, -1, -1);
     }
     s.stats.restore_s = seconds_since(t1);
