@@ -11,19 +11,9 @@
 // back up towards the seeds' 9-12k tokens on faster hardware.
 // Everything here is deterministic: the same arguments give the same text on every run.
 
-import { TOOLS, bool, fn, int, str, systemText } from '../demo/persona.mjs';
+import { CODE, TOOLS, bool, fn, int, rng, str, systemText } from '../demo/persona.mjs';
 
-/** Deterministic PRNG (mulberry32). */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { rng };
 
 const pick = (r, xs) => xs[Math.floor(r() * xs.length)];
 
@@ -214,33 +204,6 @@ export function personaPrompt(persona, session, scale = 1) {
 
 // --- Tool calls and results ----------------------------------------------------------------------
 
-const CODE = [
-  '// Returns the longest restore point for `tokens` in [0, n_max); nullopt when none.',
-  'std::optional<restore_point> trie::longest(std::span<const token> tokens, int32_t n_max) const {',
-  '    const node * cur = &root_;',
-  '    int32_t n = 0;',
-  '    std::optional<restore_point> best;',
-  '    while (n < n_max && cur != nullptr) {',
-  '        auto it = cur->children.find(tokens[n]);',
-  '        if (it == cur->children.end()) break;',
-  '        const edge & e = it->second;',
-  '        const int32_t m = common_prefix(e.label, tokens.subspan(n));',
-  '        n += m;',
-  '        if (m < static_cast<int32_t>(e.label.size())) break;  // diverged inside the edge',
-  '        cur = e.child.get();',
-  '        if (cur->point && cur->point->n_tokens <= n_max) best = cur->point;',
-  '    }',
-  '    return best;',
-  '}',
-  '',
-  'void lineage::absorb(entry & older, entry & newer) {',
-  '    assert(newer.extends(older));',
-  '    newer.checkpoints.push_back({older.n_tokens, checkpoint_kind::turn, std::move(older.state)});',
-  '    for (auto & c : older.checkpoints) newer.checkpoints.push_back(std::move(c));',
-  '    thin(newer.checkpoints, max_checkpoints_);',
-  '    stats_.bytes[tier::ram] -= older.bytes;',
-  '}',
-];
 const FILES = ['src/cache/trie.cpp', 'src/cache/lineage.cpp', 'src/cache/policy.cpp', 'tests/cache/test_trie.cpp',
   'src/engine/restore.cpp', 'src/scheduler/scheduler.cpp', 'src/server/routes.cpp'];
 const TESTS = ['TrieTest.LongestPrefix', 'TrieTest.DivergesInsideEdge', 'LineageTest.AbsorbKeepsCheckpoints',

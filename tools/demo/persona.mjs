@@ -129,7 +129,8 @@ export const TOOLS = [
 
 // --- Deterministic tool results --------------------------------------------------------
 
-function rng(seed) {
+/** Deterministic PRNG (mulberry32): the same seed gives the same sequence on every run. */
+export function rng(seed) {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -140,7 +141,8 @@ function rng(seed) {
   };
 }
 
-const CODE = [
+/** Lines of C++ that file reads and searches quote. */
+export const CODE = [
   '// Returns the longest restore point for `tokens` in [0, n_max); nullopt when none.',
   'std::optional<restore_point> trie::longest(std::span<const token> tokens, int32_t n_max) const {',
   '    const node * cur = &root_;',

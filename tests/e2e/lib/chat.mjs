@@ -3,17 +3,11 @@
 // response shapes in the server's contract (OpenAI chat completion + usage + `timings`).
 import assert from 'node:assert/strict';
 
-/** Deterministic PRNG (mulberry32): the same seed gives the same text on every run. */
-export function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// Deterministic PRNG (mulberry32): the same seed gives the same text on every run; the one the
+// demo and the benchmark use.
+import { rng } from '../../../tools/demo/persona.mjs';
+
+export { rng };
 
 const WORDS = ('the a of to in and is for on with that this function file test error value return ' +
   'cache prompt token server request model build check line code change fix module config ' +
