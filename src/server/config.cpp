@@ -263,6 +263,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
         "largest request body accepted; larger ones get HTTP 413", bytes_min(c.max_body_bytes, 1024));
+    add("--max-json-depth", "LINEAGE_MAX_JSON_DEPTH", "N", std::to_string(d.max_json_depth),
+        "deepest nesting of arrays/objects accepted in a request body (checked before parsing); deeper "
+        "bodies get HTTP 400",
+        int_in(c.max_json_depth, 2, 1024));
     add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",

@@ -8,6 +8,7 @@
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
+#include "server/json_body.h"
 #include "server/prometheus.h"
 
 #include <httplib.h>
@@ -92,11 +93,9 @@ json stats_json(const cache::stats & s) {
 
 // The body of POST /tokenize as a JSON object; nullopt after sending the 400.
 std::optional<json> parse_object(const httplib::Request & req, httplib::Response & res) {
-    json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-        api_error e = invalid_request("the request body must be a JSON object");
-        e.code = "invalid_json";
-        send_error(res, e);
+    json j;
+    if (auto err = parse_json_body(req.body, j, /*require_object=*/true, default_json_limits())) {
+        send_error(res, *err);
         return std::nullopt;
     }
     return j;
