@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lineage::server {
 
@@ -21,6 +22,7 @@ struct server_config {
     std::string host = "127.0.0.1";       ///< --host
     int32_t port = 8080;                  ///< --port
     std::string api_key;                  ///< --api-key; "" = no authentication
+    std::vector<std::string> allowed_hosts;  ///< --allowed-hosts; empty = the default (routes.h)
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413

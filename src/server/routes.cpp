@@ -8,6 +8,7 @@
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
+#include "server/http_guard.h"
 #include "server/json_body.h"
 #include "server/prometheus.h"
 
@@ -118,8 +119,8 @@ bool get_flag(const json & body, const char * name, bool & out, httplib::Respons
 bool authorized(const httplib::Request & req, const std::string & key) {
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    return auth.size() == prefix.size() + key.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-           auth.compare(prefix.size(), std::string::npos, key) == 0;
+    const bool bearer = auth.compare(0, prefix.size(), prefix) == 0;
+    return api_key_matches(bearer ? std::string_view(auth).substr(prefix.size()) : std::string_view(), key) && bearer;
 }
 
 }  // namespace
@@ -131,6 +132,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       sched(s),
       model_id(c.alias.empty() ? m.id() : c.alias),
       created(static_cast<int64_t>(std::time(nullptr))),
+      allowed_hosts(!c.allowed_hosts.empty() ? c.allowed_hosts
+                    : c.api_key.empty()      ? std::vector<std::string>{}
+                                             : std::vector<std::string>{"*"}),
       preparer(m, t,
                prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
                                .cache_enabled = c.sched.cache.enabled,
@@ -142,15 +146,34 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
     srv.set_payload_max_length(static_cast<size_t>(max_body));
 
-    if (!ctx.cfg.api_key.empty()) {
-        srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
-            if (req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
-                return httplib::Server::HandlerResponse::Unhandled;
-            }
-            send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+    // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
+    // a web page), then the API key (http_guard.h).
+    srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
+        const std::string host = req.get_header_value("Host");
+        if (!host_allowed(host, ctx.allowed_hosts)) {
+            api_error e;
+            e.status = 403;
+            e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
+                        "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
+            e.code = "host_not_allowed";
+            send_error(res, e);
             return httplib::Server::HandlerResponse::Handled;
-        });
-    }
+        }
+        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type"))) {
+            api_error e;
+            e.status = 415;
+            e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
+                        req.get_header_value("Content-Type") + "')";
+            e.code = "unsupported_media_type";
+            send_error(res, e);
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (ctx.cfg.api_key.empty() || req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+        return httplib::Server::HandlerResponse::Handled;
+    });
 
     // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
     srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace httplib {
 class Server;
@@ -40,6 +41,9 @@ struct server_context {
     scheduler::scheduler & sched;
     std::string model_id;     ///< --alias, else the model file name
     int64_t created = 0;      ///< unix seconds at start (/v1/models "created")
+    /** Host names accepted besides IP literals and localhost (http_guard.h host_allowed):
+     *  --allowed-hosts, else "*" when an API key is set, else none. */
+    std::vector<std::string> allowed_hosts;
     chat_preparer preparer;
     std::atomic<uint64_t> next_id{1};
 };

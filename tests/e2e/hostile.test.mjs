@@ -11,6 +11,7 @@
 //
 //   cd tests/e2e && node --test hostile.test.mjs
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 
 import { assertCompletion, assertError, words } from './lib/chat.mjs';
@@ -103,3 +104,75 @@ for (const arch of ARCHS) {
     });
   });
 }
+
+/** A raw HTTP request (node:http, so that the Host header can be set). Returns {status, json}. */
+function rawRequest(port, { method = 'GET', path = '/', headers = {}, body = '' }) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => {
+        let json = null;
+        try { json = JSON.parse(text); } catch { /* not JSON */ }
+        resolve({ status: res.statusCode, text, json });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+// Access checks (issue 15 "Isolation and access"): the Host allow-list against DNS rebinding,
+// JSON-only POST bodies against cross-site form/text posts, and the API key.
+describe('access checks [qwen3]', { timeout: 180_000 }, () => {
+  let open;
+  let keyed;
+  before(async () => {
+    open = await startServer({ model: modelPath('qwen3'), name: 'access-open', args: ['--parallel', '1', '--ctx-size', '512'] });
+    keyed = await startServer({ model: modelPath('qwen3'), name: 'access-keyed',
+      args: ['--parallel', '1', '--ctx-size', '512', '--api-key', 'sk-right-key'] });
+  });
+  after(async () => { await open?.stopGracefully(); await keyed?.stopGracefully(); });
+
+  it('without a key: a foreign Host name gets 403; IP literals and localhost pass', async () => {
+    let r = await rawRequest(open.port, { path: '/v1/models', headers: { Host: 'attacker.example:8080' } });
+    assert.equal(r.status, 403, r.text);
+    assert.equal(r.json.error.code, 'host_not_allowed');
+    assert.match(r.json.error.message, /--allowed-hosts attacker\.example/);
+    for (const host of [`127.0.0.1:${open.port}`, `localhost:${open.port}`, '[::1]']) {
+      r = await rawRequest(open.port, { path: '/v1/models', headers: { Host: host } });
+      assert.equal(r.status, 200, `${host}: ${r.text}`);
+    }
+  });
+
+  it('a text/plain or form POST (a web page) gets 415 and changes nothing', async () => {
+    const body = { model: 'tiny', messages: [{ role: 'user', content: words(120, 3) }], max_tokens: 2, temperature: 0 };
+    const first = await open.post('/v1/chat/completions', body);
+    assert.equal(first.status, 200, first.text);
+    const before = (await open.get('/v1/cache/stats')).json.entries;
+    assert.ok(before > 0, 'the chat request must have left a cache entry');
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+      const r = await rawRequest(open.port, { method: 'POST', path: '/v1/cache/reset', headers: { 'Content-Type': type }, body: '{}' });
+      assert.equal(r.status, 415, `${type}: ${r.text}`);
+      assert.equal(r.json.error.code, 'unsupported_media_type');
+    }
+    const r = await rawRequest(open.port, { method: 'POST', path: '/v1/cache/reset', body: '{}' });
+    assert.equal(r.status, 415, `no content type: ${r.text}`);
+    assert.equal((await open.get('/v1/cache/stats')).json.entries, before, 'the cache must be intact');
+    const again = await open.post('/v1/chat/completions', body);
+    assert.ok(again.json.usage.prompt_tokens_details.cached_tokens > 0, `still a hit: ${again.text}`);
+  });
+
+  it('with a key: any Host; wrong or missing key 401; the right key 200; /health open', async () => {
+    const r0 = await rawRequest(keyed.port, { path: '/v1/models', headers: { Host: 'gpu-box.lan' } });
+    assert.equal(r0.status, 401, r0.text);
+    for (const auth of ['', 'Bearer sk-wrong-key', 'Bearer sk-right-kez', 'Bearer sk-right-key2', 'sk-right-key']) {
+      const r = await rawRequest(keyed.port, { path: '/v1/models', headers: auth ? { Authorization: auth } : {} });
+      assert.equal(r.status, 401, `'${auth}': ${r.text}`);
+    }
+    const ok = await rawRequest(keyed.port, { path: '/v1/models', headers: { Authorization: 'Bearer sk-right-key', Host: 'gpu-box.lan' } });
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal((await rawRequest(keyed.port, { path: '/health' })).status, 200);
+  });
+});
