@@ -67,8 +67,8 @@ public:
      *  tokens; 500 when tokenization fails. */
     std::optional<api_error> prepare(const chat_request & r, int32_t max_sequence_tokens, prepared_chat & out) const;
 
-    /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults), for
-     *  POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
+    /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults; without
+     *  the generation prompt when r.add_generation_prompt is false), for POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
      *  it fails. */
     std::optional<api_error> render_prompt(const chat_request & r, std::string & prompt) const;
 

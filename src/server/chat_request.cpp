@@ -438,6 +438,9 @@ void parse_body(const json & body, chat_request & r) {
             r.cache_prompt = get_bool(*c2, "extra_body.cache_prompt");
         }
     }
+    if (const json * g = field(body, "add_generation_prompt")) {
+        r.add_generation_prompt = get_bool(*g, "add_generation_prompt");
+    }
     if (const json * kw = field(body, "chat_template_kwargs")) {
         if (!kw->is_object()) {
             fail("chat_template_kwargs", "'chat_template_kwargs' must be an object, got " + std::string(type_name(*kw)));
