@@ -376,6 +376,10 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // turn: the history boundary (prompt without its generation prompt), where the next
         // turn's prompt leaves this one when the template re-renders the assistant turn.
         add(h.history_tokens, point_kind::turn);
+        // cache_control breakpoints: where the client says it will come back.
+        for (const int32_t b : h.breakpoint_tokens) {
+            add(b - cfg_.anchor_slack, point_kind::turn);
+        }
         // guard: prompt - 1 (resend checkpoint), else seed 000's prompt - 16 when the uncached
         // suffix is >= 256 tokens.
         if (cfg_.resend_checkpoint) {

@@ -62,6 +62,10 @@ struct plan_hints {
      *  timestamp, sibling prompts), so that their new sessions do not start cold. Hybrid only
      *  (a dense entry restores any prefix of an earlier session anyway). */
     int32_t tools_anchor_tokens = -1;
+    /** Client-marked cache breakpoints (Anthropic `cache_control`), tokens before BPE slack:
+     *  hybrid prompts capture a turn checkpoint at each, minus anchor_slack (a dense entry
+     *  restores any prefix anyway). */
+    std::vector<int32_t> breakpoint_tokens;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */

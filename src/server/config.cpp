@@ -29,6 +29,7 @@ struct setting {
     std::string help;
     value_parser parse;
     bool is_flag = false;    ///< --name or --name=BOOL (no separate value)
+    bool repeatable = false; ///< may be given several times; the values reach `parse` joined by ','
     std::string raw;         ///< filled by CLI11
     CLI::Option * opt = nullptr;
 };
@@ -138,6 +139,23 @@ value_parser int64_min(int64_t & out, int64_t lo) {
             return "expected an integer >= " + std::to_string(lo);
         }
         out = *v;
+        return "";
+    };
+}
+
+/** A list of names separated by ',' (a repeated flag's values are joined with ','); empty
+ *  items are skipped. */
+value_parser name_list(std::vector<std::string> & out) {
+    return [&out](const std::string & s) -> std::string {
+        out.clear();
+        std::stringstream ss(s);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            item = trim(item);
+            if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end()) {
+                out.push_back(item);
+            }
+        }
         return "";
     };
 }
@@ -259,6 +277,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "require 'Authorization: Bearer KEY' on every endpoint except /health", text(c.api_key));
     add("--alias", "LINEAGE_ALIAS", "NAME", "(model file name)", "model id reported by /v1/models and in responses",
         text(c.alias));
+    add("--model-alias", "LINEAGE_MODEL_ALIAS", "NAME", "(none)",
+        "another model id listed by GET /v1/models (repeatable, or a comma-separated list; every endpoint "
+        "accepts any model name, this is for clients that look for theirs in the list)",
+        name_list(c.model_aliases));
+    s.back()->repeatable = true;
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
@@ -403,6 +426,9 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
             }
         } else {
             st->opt = app->add_option(st->names, st->raw, describe(*st))->type_name(st->value_name);
+            if (st->repeatable) {
+                st->opt->multi_option_policy(CLI::MultiOptionPolicy::Join)->delimiter(',');
+            }
         }
     }
     return app;

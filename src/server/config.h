@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lineage::server {
 
@@ -23,6 +24,7 @@ struct server_config {
     std::string api_key;                  ///< --api-key; "" = no authentication
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
+    std::vector<std::string> model_aliases;  ///< --model-alias (repeatable): more ids in /v1/models
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
