@@ -544,8 +544,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     const auto t0 = clock::now();
     if (s.use_cache) {
         cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens,
-                                s.req->cache.tools_anchor_tokens, s.req->cache.breakpoint_tokens};
-        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s());
+                                s.req->cache.tools_anchor_tokens};
+        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
     }
     s.stats.lookup_s = seconds_since(t0);
     if (s.plan.op == cache::restore_op::take_device) {

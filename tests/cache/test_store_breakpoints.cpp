@@ -20,12 +20,14 @@ config test_config() {
     c.min_prefix = 4;
     c.divergence_min_gain = 32;
     c.resend_checkpoint = false;
+    c.guard_min_suffix = 1000;  // no guard checkpoints: the captures below are the breakpoints' and turns'
     return c;
 }
 
 // Plans `prompt`, captures fake checkpoints at the plan's capture points, commits; returns the plan.
-restore_plan run(store & st, const key & k, const tokens & prompt, const plan_hints & h, int32_t seq_id, double now) {
-    restore_plan p = st.plan(k, prompt, h, now);
+restore_plan run(store & st, const key & k, const tokens & prompt, const plan_hints & h, const std::vector<int32_t> & bps,
+                 int32_t seq_id, double now) {
+    restore_plan p = st.plan(k, prompt, h, now, bps);
     st.check_invariants();
     commit_input in;
     in.k = k;
@@ -60,8 +62,7 @@ TEST(StoreBreakpoints, HybridCapturesAtTheBreakpointAndANewSessionRestoresThere)
     store st(test_config(), /*hybrid=*/true);
     plan_hints h;
     h.history_tokens = 394;
-    h.breakpoint_tokens = {300};
-    const restore_plan p1 = run(st, key{"b", "s1"}, conversation(0), h, 0, 1.0);
+    const restore_plan p1 = run(st, key{"b", "s1"}, conversation(0), h, {300}, 0, 1.0);
     EXPECT_EQ(p1.n_restore, 0);
     std::vector<std::pair<int32_t, point_kind>> got;
     for (const auto & c : p1.captures) {
@@ -70,7 +71,7 @@ TEST(StoreBreakpoints, HybridCapturesAtTheBreakpointAndANewSessionRestoresThere)
     const std::vector<std::pair<int32_t, point_kind>> want = {{298, point_kind::turn}, {394, point_kind::turn}};
     EXPECT_EQ(got, want) << "a checkpoint at the breakpoint minus the 2-token slack, and the history boundary";
 
-    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0);
+    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0, {300});
     EXPECT_EQ(p2.n_restore, 298);
     EXPECT_EQ(p2.kind, point_kind::turn);
 }
@@ -80,7 +81,7 @@ TEST(StoreBreakpoints, WithoutTheBreakpointTheNewSessionMisses) {
     store st(test_config(), /*hybrid=*/true);
     plan_hints h;
     h.history_tokens = 394;
-    run(st, key{"b", "s1"}, conversation(0), h, 0, 1.0);
+    run(st, key{"b", "s1"}, conversation(0), h, {}, 0, 1.0);
     const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0);
     EXPECT_EQ(p2.n_restore, 0);
 }
@@ -89,8 +90,7 @@ TEST(StoreBreakpoints, BreakpointsOutsideThePrefillAreNotCaptured) {
     // At or before the restore point, or at/after the prompt's end: nothing to capture.
     store st(test_config(), /*hybrid=*/true);
     plan_hints h;
-    h.breakpoint_tokens = {1, 400, 900};
-    const restore_plan p = st.plan(key{"b", "s"}, conversation(0), h, 1.0);
+    const restore_plan p = st.plan(key{"b", "s"}, conversation(0), h, 1.0, {1, 400, 900});
     std::vector<int32_t> got;
     for (const auto & c : p.captures) {
         got.push_back(c.n_tokens);
@@ -101,10 +101,9 @@ TEST(StoreBreakpoints, BreakpointsOutsideThePrefillAreNotCaptured) {
 TEST(StoreBreakpoints, DenseNeedsNoCaptureButRestoresThePrefix) {
     store st(test_config(), /*hybrid=*/false);
     plan_hints h;
-    h.breakpoint_tokens = {300};
-    const restore_plan p1 = run(st, key{"b", "s1"}, conversation(0), h, 0, 1.0);
+    const restore_plan p1 = run(st, key{"b", "s1"}, conversation(0), h, {300}, 0, 1.0);
     EXPECT_TRUE(p1.captures.empty());
-    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0);
+    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0, {300});
     EXPECT_EQ(p2.n_restore, 300);
 }
 
