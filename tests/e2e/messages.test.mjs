@@ -43,8 +43,8 @@ for (const arch of ARCHS) {
     after(async () => { await srv?.stopGracefully(); });
 
     const create = async (body, where) => {
-      const m = await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: MAX_TOKENS, temperature: 0, ...body });
-      return { m, u: assertMessage(m, { maxTokens: body.max_tokens ?? MAX_TOKENS, model: 'claude-sonnet-4-5' }, where) };
+      const m = await client.messages.create({ model: 'claude-lineage-test', max_tokens: MAX_TOKENS, temperature: 0, ...body });
+      return { m, u: assertMessage(m, { maxTokens: body.max_tokens ?? MAX_TOKENS, model: 'claude-lineage-test' }, where) };
     };
 
     it('messages.create, messages.stream and countTokens agree on the prompt and the reply', async () => {
@@ -58,7 +58,7 @@ for (const arch of ARCHS) {
       assert.ok(u.output_tokens >= 1, 'no output');
 
       // The same body streamed (temperature 0: the same tokens), through client.beta (?beta=true).
-      const stream = client.beta.messages.stream({ model: 'claude-sonnet-4-5', max_tokens: MAX_TOKENS, temperature: 0, ...body });
+      const stream = client.beta.messages.stream({ model: 'claude-lineage-test', max_tokens: MAX_TOKENS, temperature: 0, ...body });
       const types = [];
       for await (const ev of stream) types.push(ev.type);
       const fin = await stream.finalMessage();
@@ -76,28 +76,35 @@ for (const arch of ARCHS) {
       assert.ok(su.cache_read_input_tokens >= u.prompt - GEN, `resend restores: ${su.cache_read_input_tokens} of ${u.prompt}`);
     });
 
-    it('a second turn restores the first prompt; an agent-loop turn with the echoed thinking restores all of it', async () => {
+    it('a second turn restores at least the first prompt\'s history boundary', async () => {
+      const system = `${SYSTEM} ${words(30, 72)}`;
       const session = { user_id: `turns-${arch}` };
       const turn1 = [{ role: 'user', content: 'Read src/cache/store.cpp and explain the plan.' }];
-      const r1 = await create({ system: SYSTEM, tools: TOOLS, messages: turn1, metadata: session }, 'turn 1');
-      // Plain next turn: the reply echoed as returned (thinking blocks with their signatures).
+      const r1 = await create({ system, tools: TOOLS, messages: turn1, metadata: session }, 'turn 1');
+      // The reply echoed as returned (thinking blocks with their signatures), then a new question.
       const turn2 = [...turn1, { role: 'assistant', content: r1.m.content }, { role: 'user', content: 'And the commit?' }];
-      const r2 = await create({ system: SYSTEM, tools: TOOLS, messages: turn2, metadata: session }, 'turn 2');
+      const r2 = await create({ system, tools: TOOLS, messages: turn2, metadata: session }, 'turn 2');
       assert.ok(r2.u.cache_read_input_tokens >= r1.u.prompt - GEN,
         `turn 2 restored ${r2.u.cache_read_input_tokens} < turn 1 history ${r1.u.prompt - GEN}`);
-      // Agent loop: the reply's thinking, a tool call, its result (no new user message).
+    });
+
+    it('an agent-loop turn (the echoed thinking, tool_use, tool_result) restores the whole first prompt', async () => {
+      const system = `${SYSTEM} ${words(30, 73)}`;
+      const session = { user_id: `loop-${arch}` };
+      const turn1 = [{ role: 'user', content: 'Read src/cache/store.cpp and explain the plan.' }];
+      const r1 = await create({ system, tools: TOOLS, messages: turn1, metadata: session }, 'turn 1');
       const thinking = r1.m.content.filter((b) => b.type === 'thinking');
       const loop = [...turn1,
         { role: 'assistant', content: [...thinking, { type: 'tool_use', id: 'toolu_01', name: 'read_file', input: { path: 'src/cache/store.cpp' } }] },
         { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_01', content: [{ type: 'text', text: words(60, 5) }] }] }];
-      const r3 = await create({ system: SYSTEM, tools: TOOLS, messages: loop, metadata: session }, 'agent loop');
+      const r3 = await create({ system, tools: TOOLS, messages: loop, metadata: session }, 'agent loop');
       assert.ok(r3.u.cache_read_input_tokens >= r1.u.prompt,
         `agent loop restored ${r3.u.cache_read_input_tokens} < turn 1 prompt ${r1.u.prompt}`);
-      // is_error results render too (a different prompt, still 200).
+      // An is_error result renders with an "Error: " prefix (a longer prompt, still 200).
       const errLoop = structuredClone(loop);
       errLoop[2].content[0].is_error = true;
-      const r4 = await create({ system: SYSTEM, tools: TOOLS, messages: errLoop, metadata: session }, 'is_error result');
-      assert.equal(r4.u.prompt, r3.u.prompt + 2, 'an is_error result is rendered with an "Error: " prefix (2 tokens)');
+      const r4 = await create({ system, tools: TOOLS, messages: errLoop, metadata: session }, 'is_error result');
+      assert.ok(r4.u.prompt > r3.u.prompt, `is_error not rendered: ${r4.u.prompt} vs ${r3.u.prompt}`);
     });
 
     it('thinking blocks come back with a signature; a bad one, an edited one or an image is a 400 in Anthropic shape', async () => {
@@ -164,7 +171,8 @@ for (const arch of ARCHS) {
       const asChat = (q) => ({ messages: [{ role: 'user', content: [{ type: 'text', text: shared }, { type: 'text', text: q }] }] });
       const t1 = await chatPromptTokens(srv, asChat('First: what does the trie store?'));
       const t2 = await chatPromptTokens(srv, asChat('Second: why two tiers?'));
-      assert.equal(bp, commonPrefix(t1, t2), 'breakpoint length vs the shared prefix');
+      const common = commonPrefix(t1, t2);
+      assert.ok(bp <= common && bp >= common - ANCHOR_SLACK, `breakpoint ${bp} vs the shared prefix ${common} (BPE seam)`);
       assert.equal(r1.u.prompt, t1.length);
       assert.equal(r1.u.cache_creation_input_tokens, bp, 'cache_creation_input_tokens: prefilled up to the mark');
       assert.equal(r1.u.input_tokens, r1.u.prompt - bp);
@@ -189,7 +197,7 @@ describe('messages: auth, errors, base URL, model aliases', { timeout: 120_000 }
   let srv;
   before(async () => {
     srv = await startServer({ model: modelPath(ARCHS[0]), name: 'messages-auth',
-      args: ['--api-key', 'sk-secret', '--model-alias', 'claude-sonnet-4-5', '--model-alias', 'claude-haiku-4-5,claude-opus-4-1'] });
+      args: ['--api-key', 'sk-secret', '--model-alias', 'claude-lineage-test', '--model-alias', 'claude-haiku-4-5,claude-opus-4-1'] });
   });
   after(async () => { await srv?.stopGracefully(); });
 
@@ -223,7 +231,7 @@ describe('messages: auth, errors, base URL, model aliases', { timeout: 120_000 }
     assert.equal((await srv.get('/')).status, 200);
     const r = await fetch(`${srv.url}/v1/models`, { headers: { 'x-api-key': 'sk-secret' } });
     const ids = (await r.json()).data.map((d) => d.id);
-    assert.deepEqual(ids.slice(1), ['claude-sonnet-4-5', 'claude-haiku-4-5', 'claude-opus-4-1']);
+    assert.deepEqual(ids.slice(1), ['claude-lineage-test', 'claude-haiku-4-5', 'claude-opus-4-1']);
     assert.match(ids[0], /tiny/);
   });
 });
