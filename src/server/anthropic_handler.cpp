@@ -44,21 +44,29 @@ bool parse(const httplib::Request & req, httplib::Response & res, server_context
     return true;
 }
 
-// The prompt length at each cache_control mark (docs/prompt-cache.md "cache_control").
-std::vector<int32_t> breakpoint_tokens(const server_context & ctx, const anthropic_request & ar,
-                                       const std::vector<int32_t> & prompt) {
-    std::vector<int32_t> out;
+// The prompt length at each cache_control mark (docs/prompt-cache.md "cache_control"), in
+// ascending order without duplicates, into `all`; the last client-marked one (not implicit),
+// -1 when none, is returned.
+int32_t breakpoint_tokens(const server_context & ctx, const anthropic_request & ar, const std::vector<int32_t> & prompt,
+                          std::vector<int32_t> & all) {
+    int32_t last_marked = -1;
     for (const auto & b : ar.breakpoints) {
         chat_request cut = ar.chat;
         cut.messages.resize(std::min(b.n_before, cut.messages.size()));
         cut.messages.push_back(b.last);
         const int32_t n = ctx.preparer.prefix_tokens(cut, prompt);
-        if (n > 0 && std::find(out.begin(), out.end(), n) == out.end()) {
-            out.push_back(n);
+        if (n <= 0) {
+            continue;
+        }
+        if (!b.implicit) {
+            last_marked = std::max(last_marked, n);
+        }
+        if (std::find(all.begin(), all.end(), n) == all.end()) {
+            all.push_back(n);
         }
     }
-    std::sort(out.begin(), out.end());
-    return out;
+    std::sort(all.begin(), all.end());
+    return last_marked;
 }
 
 }  // namespace
@@ -74,8 +82,9 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
         send_error(res, *err);
         return;
     }
+    int32_t marked = -1;  // the last client mark: cache_creation_input_tokens counts up to it
     if (prep.cache.cache_prompt) {
-        prep.cache.breakpoint_tokens = breakpoint_tokens(ctx, ar, prep.prompt);
+        marked = breakpoint_tokens(ctx, ar, prep.prompt, prep.cache.breakpoint_tokens);
     }
 
     auto gr = make_generation_request(ctx, prep, ar.chat.sampling);
@@ -83,7 +92,7 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
     meta.id = random_id("msg_", 24);
     meta.model = ar.chat.model.empty() ? ctx.model_id : ar.chat.model;
     meta.prompt_tokens = static_cast<int32_t>(prep.prompt.size());
-    meta.breakpoint_tokens = prep.cache.breakpoint_tokens.empty() ? -1 : prep.cache.breakpoint_tokens.back();
+    meta.breakpoint_tokens = marked;
     meta.cache_prompt = prep.cache.cache_prompt;
     meta.thinking_omitted = ar.thinking_omitted;
     meta.stop_sequences = ar.stop_sequences;

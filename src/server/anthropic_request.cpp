@@ -267,6 +267,11 @@ private:
         for (const auto & s : parts) {
             text += (text.empty() ? "" : "\n") + s;
         }
+        if (!msgs_.empty()) {
+            // A restore point where the conversation before this block ends: a client that adds
+            // to that message (a retry, a continued session) re-sends this block after it.
+            marks_.push_back(cache_breakpoint{msgs_.size() - 1, msgs_.back(), /*implicit=*/true});
+        }
         engine::chat_message m;
         m.role = "user";
         m.content = std::string(mid_system_open) + text + std::string(mid_system_close);

@@ -23,10 +23,13 @@ namespace lineage::server {
 
 /** A `cache_control` mark: the conversation up to and including the marked block, as the first
  *  `n_before` messages of chat_request::messages followed by `last` (the message the block
- *  belongs to, cut after that block). */
+ *  belongs to, cut after that block). `implicit`: not marked by the client but the end of the
+ *  message before a role "system" message inside `messages` (the seam where Claude Code adds to
+ *  its first user message while its environment block stays after it). */
 struct cache_breakpoint {
     size_t n_before = 0;
     engine::chat_message last;
+    bool implicit = false;
 };
 
 struct anthropic_request {

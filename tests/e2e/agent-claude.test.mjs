@@ -5,8 +5,8 @@
 //  - each run exits 0, or with the client's own handling of a reply cut at max_tokens (random
 //    weights: the reply is whatever fits in CLAUDE_CODE_MAX_OUTPUT_TOKENS);
 //  - no 4xx/5xx for /v1/messages in the server log;
-//  - the second session's first request restores >= 95% of its prompt (the shared system
-//    prompt and tools, restored across sessions);
+//  - the second session (the same task in a new session) restores >= 95% of its first
+//    request's prompt across sessions;
 //  - the resumed turn's first request restores at least the prefix it shares with the
 //    session's last request, computed from the two bodies with /apply-template?api=messages +
 //    /tokenize, less the re-rendered generation prompt (RERENDER_SHARED, lib/scenario.mjs).
@@ -108,8 +108,12 @@ describe('Claude Code against lineage-server [qwen35]', { timeout: 900_000, skip
   }
 
   it('two sessions and a resumed turn: exit 0, no errors, the second session and the resumed turn restore', async () => {
-    const s1 = await turn(['Say hello to the project.'], 'session 1');
-    const s2 = await turn(['List the files of this project.'], 'session 2');
+    // The same task twice: Claude Code puts the task before its environment block (a role
+    // "system" message after the first user message), so sessions on different tasks share only
+    // the system prompt, the tools and the first reminder (~82% here); the same task shares all.
+    const task = 'Say hello to the project.';
+    const s1 = await turn([task], 'session 1');
+    const s2 = await turn([task], 'session 2');
     const first = s2.lines[0];
     assert.ok(first.cached >= 0.95 * first.prompt,
       `session 2's first request restored ${first.cached} of ${first.prompt} tokens (< 95%); session 1: ` +
@@ -131,8 +135,10 @@ describe('Claude Code against lineage-server [qwen35]', { timeout: 900_000, skip
     };
     const [tp, tn] = [await tokens(prev), await tokens(next)];
     assert.equal(tn.length, resumed.lines[0].prompt, 'the rendered resumed body is the prompt the server ran');
+    // Random weights never end a reply within max_tokens, so the session holds no assistant
+    // turn: Claude Code adds the new task to its first user message, before its environment
+    // block; the two prompts part there.
     const shared = commonPrefix(tp, tn);
-    assert.ok(shared > 0.9 * tp.length, `premise: the resumed turn extends the session (shared ${shared} of ${tp.length})`);
     assert.ok(resumed.lines[0].cached >= shared - RERENDER_SHARED,
       `resumed turn restored ${resumed.lines[0].cached} < shared prefix ${shared} - ${RERENDER_SHARED}`);
   });

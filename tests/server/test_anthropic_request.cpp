@@ -104,6 +104,10 @@ TEST(AnthropicRequest, SystemMessagesLeadingExtendTheSystemLaterBecomeMarkedUser
     EXPECT_EQ(r.chat.messages[2].content, "<system>\nEnv: linux\n</system>");
     EXPECT_EQ(r.chat.messages[3].role, "assistant");
     EXPECT_EQ(r.chat.messages[3].content, "Hello");
+    ASSERT_EQ(r.breakpoints.size(), 1u) << "an implicit restore point before the late system message";
+    EXPECT_TRUE(r.breakpoints[0].implicit);
+    EXPECT_EQ(r.breakpoints[0].n_before, 1u);
+    EXPECT_EQ(r.breakpoints[0].last.content, "Hi");
 }
 
 TEST(AnthropicRequest, ToolUseAndToolResults) {
