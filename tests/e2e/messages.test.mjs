@@ -197,7 +197,8 @@ describe('messages: auth, errors, base URL, model aliases', { timeout: 120_000 }
   let srv;
   before(async () => {
     srv = await startServer({ model: modelPath(ARCHS[0]), name: 'messages-auth',
-      args: ['--api-key', 'sk-secret', '--model-alias', 'claude-lineage-test', '--model-alias', 'claude-haiku-4-5,claude-opus-4-1'] });
+      args: ['--api-key', 'sk-secret', '--model-alias', 'claude-lineage-test', '--model-alias', 'claude-haiku-4-5,claude-opus-4-1',
+        '--max-body-bytes', '4096'] });
   });
   after(async () => { await srv?.stopGracefully(); });
 
@@ -214,7 +215,7 @@ describe('messages: auth, errors, base URL, model aliases', { timeout: 120_000 }
     });
   });
 
-  it('unknown /v1/messages paths are 404 not_found_error; a missing max_tokens is a 400 naming it', async () => {
+  it('unknown /v1/messages paths are 404 not_found_error; a missing max_tokens is a 400 naming it; 413 request_too_large', async () => {
     const r = await srv.post('/v1/messages/batches', {}, { 'x-api-key': 'sk-secret' });
     assert.equal(r.status, 404);
     assert.deepEqual(Object.keys(r.json), ['type', 'error']);
@@ -224,6 +225,10 @@ describe('messages: auth, errors, base URL, model aliases', { timeout: 120_000 }
     assert.equal(b.json.type, 'error');
     assert.equal(b.json.error.type, 'invalid_request_error');
     assert.match(b.json.error.message, /'max_tokens' is required/);
+    const big = await srv.post('/v1/messages', { model: 'x', max_tokens: 2, messages: [{ role: 'user', content: 'x'.repeat(8192) }] },
+      { 'x-api-key': 'sk-secret' });
+    assert.equal(big.status, 413);
+    assert.equal(big.json?.error?.type, 'request_too_large', big.text);
   });
 
   it('HEAD / and GET / answer 200 without a key; GET /v1/models lists the aliases', async () => {
