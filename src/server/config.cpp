@@ -416,7 +416,7 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
         program);
     app->get_formatter()->column_width(40);
     app->footer(
-        "Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
+        "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), GET /v1/models, GET /health, GET /v1/cache/stats, "
         "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET /metrics (with --metrics).");
     for (auto & st : settings) {
         if (st->is_flag) {
