@@ -195,7 +195,8 @@ std::optional<store::candidate> store::best_in(const entry & e, iter it, const t
     return candidate{it, best->n_tokens, best->kind, best};
 }
 
-restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
+restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
+                         const std::vector<int32_t> & breakpoints) {
     restore_plan p;
     stats_.lookups++;
     expire(now_s);
@@ -334,14 +335,15 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                                   : "miss";
     }
     stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
-    add_captures(p, k, prompt, hints);
+    add_captures(p, k, prompt, hints, breakpoints);
     if (trace_.on()) {
         trace_plan(k, prompt, hints, p);
     }
     return p;
 }
 
-void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                         const std::vector<int32_t> & breakpoints) const {
     if (!cfg_.lineage) {
         return;  // exact mode: whole-prompt snapshots only
     }
@@ -376,6 +378,10 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // turn: the history boundary (prompt without its generation prompt), where the next
         // turn's prompt leaves this one when the template re-renders the assistant turn.
         add(h.history_tokens, point_kind::turn);
+        // cache_control breakpoints: where the client says it will come back.
+        for (const int32_t b : breakpoints) {
+            add(b - cfg_.anchor_slack, point_kind::turn);
+        }
         // guard: prompt - 1 (resend checkpoint), else seed 000's prompt - 16 when the uncached
         // suffix is >= 256 tokens.
         if (cfg_.resend_checkpoint) {

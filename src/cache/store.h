@@ -159,8 +159,12 @@ public:
 
     /** Chooses the longest restore point for `prompt` (REQUIRES: non-empty) under key `k` and
      *  the capture points of its prefill. Takes the entry out of the index when the plan
-     *  absorbs it. `now_s`: monotonic seconds. Always leaves >= 1 token to prefill. */
-    restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s);
+     *  absorbs it. `now_s`: monotonic seconds. Always leaves >= 1 token to prefill.
+     *  `breakpoints`: client-marked cache breakpoints (Anthropic `cache_control`), prompt
+     *  lengths before BPE slack: a hybrid prompt captures a turn checkpoint at each, minus
+     *  anchor_slack (a dense entry restores any prefix of itself anyway). */
+    restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
+                      const std::vector<int32_t> & breakpoints = {});
 
     /** Reserves `bytes` of RAM for a new state before it is allocated, evicting least
      *  recently used entries first (never entry `protect`). Returns false (and counts a
@@ -298,7 +302,8 @@ private:
     void index_add(iter it);
     /** Takes an entry out of the index; call before erasing it from entries_. */
     void index_remove(iter it);
-    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
+    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                      const std::vector<int32_t> & breakpoints) const;
     void thin(std::vector<checkpoint> & cps);
     void erase(iter it, const char * reason, std::string_view detail = {});
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and

@@ -123,13 +123,13 @@ int32_t context::n_ctx() const {
     return static_cast<int32_t>(llama_n_ctx(ctx_));
 }
 
-sampler::sampler(const model & m, float temperature, float top_p, uint32_t seed) {
+sampler::sampler(const model & m, float temperature, float top_p, uint32_t seed, int32_t top_k) {
     common_params_sampling sp;
     sp.seed = seed;
     sp.temp = temperature;
     sp.top_p = top_p;
-    // OpenAI semantics: only temperature and top_p; no llama.cpp extras.
-    sp.top_k = 0;
+    // OpenAI semantics: temperature and top_p; top_k only when a request sets it (Anthropic).
+    sp.top_k = top_k;
     sp.min_p = 0.0f;
     sp.no_perf = true;
     smpl_ = common_sampler_init(m.raw(), sp);

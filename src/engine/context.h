@@ -99,11 +99,11 @@ private:
     std::atomic<bool> * abort_ = nullptr;
 };
 
-/** Sampling chain for one request (llama.cpp common_sampler: top-p, temperature, seed).
+/** Sampling chain for one request (llama.cpp common_sampler: top-k when > 0, top-p, temperature, seed).
  *  Greedy when temperature <= 0. Engine thread only. */
 class sampler {
 public:
-    sampler(const model & m, float temperature, float top_p, uint32_t seed);
+    sampler(const model & m, float temperature, float top_p, uint32_t seed, int32_t top_k = 0);
     ~sampler();
     sampler(const sampler &) = delete;
     sampler & operator=(const sampler &) = delete;

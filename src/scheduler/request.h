@@ -27,6 +27,7 @@ using token = int32_t;
 struct sampling_params {
     float temperature = 1.0f;   ///< OpenAI default 1.0; <= 0 means greedy (argmax)
     float top_p = 1.0f;         ///< nucleus mass in (0, 1]
+    int32_t top_k = 0;          ///< keep the k most likely tokens; 0: no cut (Anthropic's top_k)
     int64_t seed = -1;          ///< -1: random seed per request
     int32_t max_tokens = -1;    ///< -1: until EOG or the context is full
 };
@@ -50,6 +51,9 @@ struct cache_hints {
      *  whose text changes per session (a timestamp). -1 when the request has no tools or the
      *  tool block does not come first (the prompt then leaves the tools-only render early). */
     int32_t tools_anchor_tokens = -1;
+    /** Prompt lengths, in tokens, where the client marked a cache breakpoint (Anthropic
+     *  `cache_control`), before BPE slack: the cache captures a restore point at each. */
+    std::vector<int32_t> breakpoint_tokens;
 };
 
 /** Why generation stopped (OpenAI finish_reason). */

@@ -545,7 +545,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (s.use_cache) {
         cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens,
                                 s.req->cache.tools_anchor_tokens};
-        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s());
+        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
     }
     s.stats.lookup_s = seconds_since(t0);
     if (s.plan.op == cache::restore_op::take_device) {
@@ -557,7 +557,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
                                                      : static_cast<uint32_t>(std::random_device{}());
-    s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.temperature, s.req->sampling.top_p, seed);
+    s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.temperature, s.req->sampling.top_p, seed,
+                                                   s.req->sampling.top_k);
     s.restore_started = clock::now();
     if (s.plan.op == cache::restore_op::load_disk) {
         // The disk thread reads the file; the other slots keep computing meanwhile.

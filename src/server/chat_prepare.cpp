@@ -132,6 +132,27 @@ std::optional<api_error> chat_preparer::render_prompt(const chat_request & r, st
     return std::nullopt;
 }
 
+int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt) const {
+    engine::chat_render_inputs in = render_inputs(prefix);
+    in.add_generation_prompt = false;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        try {
+            return anchor_tokens(prompt, model_.tokenize(tmpl_.render(in).prompt, true));
+        } catch (const std::exception & e) {
+            spdlog::debug("cache breakpoint render failed ({}){}", e.what(), attempt == 0 ? "; retrying with a user turn" : "");
+        }
+        engine::chat_message placeholder;  // as anchor_render: templates that need a user query
+        placeholder.role = "user";
+        placeholder.content = "\x01";
+        in.messages.push_back(placeholder);
+    }
+    return -1;
+}
+
+bool chat_preparer::supports_thinking() const {
+    return tmpl_.supports_thinking();
+}
+
 std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
                                                 prepared_chat & out) const {
     const engine::chat_render_inputs in = render_inputs(r);

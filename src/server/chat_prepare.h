@@ -72,6 +72,15 @@ public:
      *  it fails. */
     std::optional<api_error> render_prompt(const chat_request & r, std::string & prompt) const;
 
+    /** Tokens that `prefix` (a conversation cut at a client's cache breakpoint), rendered
+     *  without a generation prompt (with a placeholder user turn when the template refuses it
+     *  alone), shares with `prompt`, the tokens of the whole request: the breakpoint's length
+     *  before BPE slack. -1 when the template cannot render it. */
+    int32_t prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt) const;
+
+    /** True when the template has an enable_thinking switch. */
+    bool supports_thinking() const;
+
 private:
     /** The template inputs of `r`: its messages and tools, the default kwargs under its own,
      *  with the generation prompt. */

@@ -29,6 +29,7 @@ struct setting {
     std::string help;
     value_parser parse;
     bool is_flag = false;    ///< --name or --name=BOOL (no separate value)
+    bool repeatable = false; ///< may be given several times; the values reach `parse` joined by ','
     std::string raw;         ///< filled by CLI11
     CLI::Option * opt = nullptr;
 };
@@ -120,25 +121,6 @@ value_parser text(std::string & out, bool allow_empty = true) {
     };
 }
 
-// A comma-separated list of names (spaces around commas ignored; empty items refused).
-value_parser name_list(std::vector<std::string> & out) {
-    return [&out](const std::string & s) -> std::string {
-        std::vector<std::string> names;
-        size_t start = 0;
-        while (start <= s.size()) {
-            const size_t comma = std::min(s.find(',', start), s.size());
-            const std::string item = trim(s.substr(start, comma - start));
-            if (item.empty()) {
-                return "expected a comma-separated list of host names such as gpu-box.lan,api.internal (or *)";
-            }
-            names.push_back(item);
-            start = comma + 1;
-        }
-        out = std::move(names);
-        return "";
-    };
-}
-
 value_parser hash_name(cache::hash_algo & out) {
     return [&out](const std::string & s) -> std::string {
         const auto a = cache::parse_hash_algo(trim(s));
@@ -157,6 +139,23 @@ value_parser int64_min(int64_t & out, int64_t lo) {
             return "expected an integer >= " + std::to_string(lo);
         }
         out = *v;
+        return "";
+    };
+}
+
+/** A list of names separated by ',' (a repeated flag's values are joined with ','); empty
+ *  items are skipped. */
+value_parser name_list(std::vector<std::string> & out) {
+    return [&out](const std::string & s) -> std::string {
+        out.clear();
+        std::stringstream ss(s);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            item = trim(item);
+            if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end()) {
+                out.push_back(item);
+            }
+        }
         return "";
     };
 }
@@ -282,6 +281,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         name_list(c.allowed_hosts));
     add("--alias", "LINEAGE_ALIAS", "NAME", "(model file name)", "model id reported by /v1/models and in responses",
         text(c.alias));
+    add("--model-alias", "LINEAGE_MODEL_ALIAS", "NAME", "(none)",
+        "another model id listed by GET /v1/models (repeatable, or a comma-separated list; every endpoint "
+        "accepts any model name, this is for clients that look for theirs in the list)",
+        name_list(c.model_aliases));
+    s.back()->repeatable = true;
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
@@ -420,7 +424,7 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
         program);
     app->get_formatter()->column_width(40);
     app->footer(
-        "Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
+        "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), GET /v1/models, GET /health, GET /v1/cache/stats, "
         "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET /metrics (with --metrics).");
     for (auto & st : settings) {
         if (st->is_flag) {
@@ -430,6 +434,9 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
             }
         } else {
             st->opt = app->add_option(st->names, st->raw, describe(*st))->type_name(st->value_name);
+            if (st->repeatable) {
+                st->opt->multi_option_policy(CLI::MultiOptionPolicy::Join)->delimiter(',');
+            }
         }
     }
     return app;

@@ -25,6 +25,7 @@ struct server_config {
     std::vector<std::string> allowed_hosts;  ///< --allowed-hosts; empty = the default (routes.h)
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
+    std::vector<std::string> model_aliases;  ///< --model-alias (repeatable): more ids in /v1/models
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     int32_t max_json_depth = 128;         ///< --max-json-depth: deeper bodies get 400 (json_body.h)
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error

@@ -42,12 +42,12 @@ api_error error_for_status(int status, const std::string & method, const std::st
     e.status = status;
     switch (status) {
         case 401:
-            e.message = "missing or incorrect API key: send 'Authorization: Bearer <key>'";
+            e.message = "missing or incorrect API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')";
             e.code = "invalid_api_key";
             break;
         case 404:
             e.message = "unknown endpoint " + method + " " + path +
-                        "; this server serves POST /v1/chat/completions, GET /v1/models, GET /health, "
+                        "; this server serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models, GET /health, "
                         "GET /v1/cache/stats and POST /v1/cache/reset";
             e.code = "not_found";
             break;

@@ -5,6 +5,8 @@
 #include "engine/chat_template.h"
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
+#include "server/anthropic_handler.h"
+#include "server/anthropic_response.h"
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
 #include "server/errors.h"
@@ -117,10 +119,18 @@ bool get_flag(const json & body, const char * name, bool & out, httplib::Respons
 }
 
 bool authorized(const httplib::Request & req, const std::string & key) {
+    if (req.has_header("x-api-key")) {
+        return api_key_matches(req.get_header_value("x-api-key"), key);  // Anthropic clients
+    }
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     const bool bearer = auth.compare(0, prefix.size(), prefix) == 0;
     return api_key_matches(bearer ? std::string_view(auth).substr(prefix.size()) : std::string_view(), key) && bearer;
+}
+
+// Paths answered in Anthropic's error shape.
+bool anthropic_path(const std::string & path) {
+    return path.rfind("/v1/messages", 0) == 0;
 }
 
 }  // namespace
@@ -140,7 +150,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                .cache_enabled = c.sched.cache.enabled,
                                .cache_trace = c.sched.cache.trace,
                                .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
-                               .key_hash = c.sched.cache.key_hash}) {}
+                               .key_hash = c.sched.cache.key_hash}),
+      signer(c.alias.empty() ? m.id() : c.alias, c.api_key) {}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
@@ -149,6 +160,10 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
     // a web page), then the API key (http_guard.h).
     srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
+        auto reject = [&](const api_error & e) {
+            send_json(res, anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e), e.status);
+            return httplib::Server::HandlerResponse::Handled;
+        };
         const std::string host = req.get_header_value("Host");
         if (!host_allowed(host, ctx.allowed_hosts)) {
             api_error e;
@@ -156,8 +171,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
                         "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
             e.code = "host_not_allowed";
-            send_error(res, e);
-            return httplib::Server::HandlerResponse::Handled;
+            return reject(e);
         }
         if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type"))) {
             api_error e;
@@ -165,14 +179,12 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
                         req.get_header_value("Content-Type") + "')";
             e.code = "unsupported_media_type";
-            send_error(res, e);
-            return httplib::Server::HandlerResponse::Handled;
+            return reject(e);
         }
-        if (ctx.cfg.api_key.empty() || req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
+        if (ctx.cfg.api_key.empty() || req.path == "/health" || req.path == "/" || authorized(req, ctx.cfg.api_key)) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
-        send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
-        return httplib::Server::HandlerResponse::Handled;
+        return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
     });
 
     // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
@@ -181,7 +193,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
         const api_error e = error_for_status(res.status, req.method, req.path, max_body);
-        res.set_content(dump(to_json(e)), "application/json");
+        res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
     });
 
@@ -209,6 +221,25 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     srv.Post("/v1/chat/completions", chat);
     srv.Post("/chat/completions", chat);
 
+    // Anthropic Messages API (Claude Code adds ?beta=true; the query does not change the route).
+    srv.Post("/v1/messages", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        handle_messages(req, res, ctx);
+    });
+    srv.Post("/v1/messages/count_tokens", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        handle_count_tokens(req, res, ctx);
+    });
+
+    // The base URL itself: clients (Claude Code) probe it with HEAD / (httplib answers HEAD
+    // with the GET handler, without the body).
+    srv.Get("/", [](const httplib::Request &, httplib::Response & res) {
+        json j = json::object();
+        j["status"] = "ok";
+        j["service"] = "lineage-server";
+        send_json(res, j);
+    });
+
+    // The served model under its id, then under each --model-alias (every generating endpoint
+    // accepts any model name; the aliases are for clients that look for theirs in the list).
     auto models = [&ctx](const httplib::Request &, httplib::Response & res) {
         json m = json::object();
         m["id"] = ctx.model_id;
@@ -225,7 +256,15 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         m["meta"] = std::move(meta);
         json list = json::object();
         list["object"] = "list";
-        list["data"] = json::array({std::move(m)});
+        json data = json::array({m});
+        for (const auto & alias : ctx.cfg.model_aliases) {
+            if (alias != ctx.model_id) {
+                json a = m;
+                a["id"] = alias;
+                data.push_back(std::move(a));
+            }
+        }
+        list["data"] = std::move(data);
         send_json(res, list);
     };
     srv.Get("/v1/models", models);
@@ -262,7 +301,12 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
 
     // llama-server's POST /apply-template: a chat completion body -> {prompt}, the text that
     // /v1/chat/completions would tokenize (with parse_special) for it.
+    // With ?api=messages the body is an Anthropic Messages body (anthropic_handler.h).
     srv.Post("/apply-template", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        if (req.get_param_value("api") == "messages") {
+            handle_messages_apply_template(req, res, ctx);
+            return;
+        }
         chat_request r;
         if (auto err = parse_chat_request(req.body, r)) {
             send_error(res, *err);

@@ -1,7 +1,9 @@
 // server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
-// GET /v1/models, GET /health, GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
-// POST /apply-template (as llama-server's); API-key check;
-// OpenAI-shaped errors for everything httplib rejects on its own (404, 413, ...).
+// POST /v1/messages and /v1/messages/count_tokens (Anthropic), GET /v1/models, GET /health,
+// GET and HEAD / (200: clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset,
+// POST /tokenize and POST /apply-template (as llama-server's); API-key check ('Authorization:
+// Bearer' or Anthropic's 'x-api-key'); OpenAI-shaped errors (Anthropic-shaped under
+// /v1/messages) for everything httplib rejects on its own (404, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
 // SSE stream (DESIGN.md "Layers and data flow").
@@ -11,6 +13,7 @@
 
 #include "server/chat_prepare.h"
 #include "server/config.h"
+#include "server/thinking_signature.h"
 
 #include <atomic>
 #include <cstdint>
@@ -45,6 +48,7 @@ struct server_context {
      *  --allowed-hosts, else "*" when an API key is set, else none. */
     std::vector<std::string> allowed_hosts;
     chat_preparer preparer;
+    thinking_signer signer;   ///< signs /v1/messages thinking blocks (key: model id + --api-key)
     std::atomic<uint64_t> next_id{1};
 };
 
