@@ -46,24 +46,12 @@ bool parse(const httplib::Request & req, httplib::Response & res, server_context
 
 // The prompt length at each cache_control mark (docs/prompt-cache.md "cache_control"), in
 // ascending order without duplicates, into `all`; the last client-marked one (not implicit),
-// -1 when none, is returned. The cut conversation's last text gets a sentinel character, so
-// that its common prefix with the prompt ends where that text ends, before the message's
-// closing tokens (a later prompt may add to the message) and before a last token that text
-// appended after it could merge with.
+// -1 when none, is returned.
 int32_t breakpoint_tokens(const server_context & ctx, const anthropic_request & ar, const std::vector<int32_t> & prompt,
                           std::vector<int32_t> & all) {
     int32_t last_marked = -1;
     for (const auto & b : ar.breakpoints) {
-        chat_request cut = ar.chat;
-        cut.messages.resize(std::min(b.n_before, cut.messages.size()));
-        cut.messages.push_back(b.last);
-        engine::chat_message & last = cut.messages.back();
-        if (last.content_is_parts && !last.parts.empty()) {
-            last.parts.back() += '\x01';
-        } else if (!last.content.empty()) {
-            last.content += '\x01';
-        }
-        const int32_t n = ctx.preparer.prefix_tokens(cut, prompt);
+        const int32_t n = ctx.preparer.prefix_tokens(breakpoint_conversation(ar, b), prompt);
         if (n <= 0) {
             continue;
         }

@@ -204,6 +204,19 @@ void parse_body(const json & body, bool count_tokens, const thinking_signer & si
 
 }  // namespace
 
+chat_request breakpoint_conversation(const anthropic_request & r, const cache_breakpoint & b) {
+    chat_request cut = r.chat;
+    cut.messages.resize(std::min(b.n_before, cut.messages.size()));
+    cut.messages.push_back(b.last);
+    engine::chat_message & last = cut.messages.back();
+    if (last.content_is_parts && !last.parts.empty()) {
+        last.parts.back() += '\x01';
+    } else if (!last.content.empty()) {
+        last.content += '\x01';
+    }
+    return cut;
+}
+
 std::optional<api_error> parse_anthropic_request(std::string_view body, const thinking_signer & signer, bool count_tokens,
                                                  anthropic_request & out) {
     json j;

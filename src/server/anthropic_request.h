@@ -46,6 +46,13 @@ struct anthropic_request {
 inline constexpr std::string_view mid_system_open = "<system>\n";
 inline constexpr std::string_view mid_system_close = "\n</system>";
 
+/** The conversation up to breakpoint `b` of `r` (same tools and settings), its last text followed
+ *  by a sentinel character (U+0001): rendered without a generation prompt, its common prefix
+ *  with the whole prompt ends where the marked text ends, before the message's closing tokens
+ *  (a later prompt may add to the message) and before a last token that text appended after it
+ *  could merge with. */
+chat_request breakpoint_conversation(const anthropic_request & r, const cache_breakpoint & b);
+
 /** Parses `body` into `out`. `count_tokens`: the count_tokens body (max_tokens not required).
  *  Thinking blocks must carry a signature `signer` issued. Returns the error to send (a 400
  *  invalid_request_error naming the field) when the body is malformed or invalid. */

@@ -146,6 +146,24 @@ TEST(AnthropicRequest, ToolUseAndToolResults) {
     EXPECT_EQ(r.breakpoints[0].last.content, "Now fix it.");
 }
 
+TEST(AnthropicRequest, BreakpointConversationEndsWithTheMarkedTextAndASentinel) {
+    const auto r = ok(with_messages(
+        R"([{"role":"user","content":[{"type":"text","text":"A","cache_control":{"type":"ephemeral"}},{"type":"text","text":"B"}]},)"
+        R"({"role":"assistant","content":"ok"},{"role":"user","content":"C"}])",
+        R"(,"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral"}}],)"
+        R"("tools":[{"name":"t","input_schema":{"type":"object"}}])"));
+    ASSERT_EQ(r.breakpoints.size(), 2u);
+    const chat_request sys = breakpoint_conversation(r, r.breakpoints[0]);
+    ASSERT_EQ(sys.messages.size(), 1u);
+    EXPECT_EQ(sys.messages[0].parts, (std::vector<std::string>{"S1", "S2\x01"}));
+    EXPECT_EQ(sys.tools.size(), 1u) << "the same tools: they render with the system prompt";
+    const chat_request user = breakpoint_conversation(r, r.breakpoints[1]);
+    ASSERT_EQ(user.messages.size(), 2u);
+    EXPECT_EQ(user.messages[1].role, "user");
+    EXPECT_EQ(user.messages[1].content, "A\x01") << "cut after the marked block";
+    EXPECT_EQ(r.chat.messages[1].parts, (std::vector<std::string>{"A", "B"})) << "the request itself is unchanged";
+}
+
 TEST(AnthropicRequest, ThinkingEchoRendersTheSignedText) {
     const std::string sig = signer().sign("Let me think.");
     const auto r = ok(with_messages(R"([{"role":"user","content":"Q"},{"role":"assistant","content":[)"
