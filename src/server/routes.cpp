@@ -7,6 +7,8 @@
 #include "scheduler/scheduler.h"
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
+#include "server/completions_handler.h"
+#include "server/responses_handler.h"
 #include "server/errors.h"
 #include "server/prometheus.h"
 
@@ -137,7 +139,13 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                .cache_enabled = c.sched.cache.enabled,
                                .cache_trace = c.sched.cache.trace,
                                .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
-                               .key_hash = c.sched.cache.key_hash}) {}
+                               .key_hash = c.sched.cache.key_hash}),
+      responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
+                                                                       .ttl_s = c.responses_ttl_s,
+                                                                       .capacity_bytes = c.responses_capacity_bytes})),
+      seal(std::make_unique<reasoning_seal>(responses->reasoning_key())) {
+    spdlog::info("responses store: {}", responses->persistent() ? responses->path() : "in memory (not kept across restarts)");
+}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
@@ -186,6 +194,20 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     };
     srv.Post("/v1/chat/completions", chat);
     srv.Post("/chat/completions", chat);
+
+    auto responses = [&ctx](const httplib::Request & req, httplib::Response & res) { handle_responses(req, res, ctx); };
+    srv.Post("/v1/responses", responses);
+    srv.Post("/responses", responses);
+    srv.Get("/v1/responses/:id",
+            [&ctx](const httplib::Request & req, httplib::Response & res) { handle_get_response(req, res, ctx); });
+    srv.Delete("/v1/responses/:id",
+               [&ctx](const httplib::Request & req, httplib::Response & res) { handle_delete_response(req, res, ctx); });
+
+    auto completions = [&ctx](const httplib::Request & req, httplib::Response & res) {
+        handle_completions(req, res, ctx);
+    };
+    srv.Post("/v1/completions", completions);
+    srv.Post("/completions", completions);
 
     auto models = [&ctx](const httplib::Request &, httplib::Response & res) {
         json m = json::object();

@@ -1,4 +1,5 @@
 // server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
+// POST /v1/responses, GET/DELETE /v1/responses/{id}, POST /v1/completions,
 // GET /v1/models, GET /health, GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
 // POST /apply-template (as llama-server's); API-key check;
 // OpenAI-shaped errors for everything httplib rejects on its own (404, 413, ...).
@@ -11,9 +12,12 @@
 
 #include "server/chat_prepare.h"
 #include "server/config.h"
+#include "server/reasoning_seal.h"
+#include "server/response_store.h"
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace httplib {
@@ -41,6 +45,8 @@ struct server_context {
     std::string model_id;     ///< --alias, else the model file name
     int64_t created = 0;      ///< unix seconds at start (/v1/models "created")
     chat_preparer preparer;
+    std::unique_ptr<response_store> responses;  ///< stored Responses API responses
+    std::unique_ptr<reasoning_seal> seal;       ///< encrypted_content of reasoning items (key in the store)
     std::atomic<uint64_t> next_id{1};
 };
 
