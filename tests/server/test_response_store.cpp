@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-stored_response resp(const std::string & id, size_t body_bytes, double created = 1000.0) {
+// created 0: the store's clock at put().
+stored_response resp(const std::string & id, size_t body_bytes, double created = 0) {
     stored_response r;
     r.id = id;
     r.body = std::string(body_bytes, 'b');
@@ -43,7 +44,7 @@ TEST(ResponseStore, PutGetRemove) {
     double now = 1000.0;
     response_store s({":memory:", 100.0, 1 << 20}, [&] { return now; });
     EXPECT_FALSE(s.persistent());
-    ASSERT_TRUE(s.put(resp("resp_a", 10)));
+    ASSERT_TRUE(s.put(resp("resp_a", 10, 1000.0)));
     auto got = s.get("resp_a");
     ASSERT_TRUE(got);
     EXPECT_EQ(got->body, std::string(10, 'b'));
