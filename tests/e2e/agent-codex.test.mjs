@@ -113,6 +113,7 @@ describe('Codex CLI over /v1/responses [qwen35]', { timeout: 900_000 }, () => {
       const before = posts().length;
       const r = await run(codex.bin, ['exec', ...args], env, work);
       runs.push({ name, ...r });
+      t.diagnostic(`${name}: codex exit ${r.code ?? r.signal}; ${(r.err.trim().split('\n').filter((l) => /ERROR|error/.test(l)).at(-1) ?? 'no error line')}`);
       // Exit 0, or Codex's own handling of a response cut at --n-predict (random weights).
       assert.ok(r.code === 0 || /Incomplete response returned, reason: max_output_tokens/.test(r.err + r.out),
         `${name}: codex exited ${r.code ?? r.signal}:\n${r.err.slice(-3000)}\n${r.out.slice(-1000)}`);
@@ -137,6 +138,7 @@ describe('Codex CLI over /v1/responses [qwen35]', { timeout: 900_000 }, () => {
     const first2 = at(s2[0]);
     const body2 = JSON.parse(s2[0].body);
     assert.equal(first2.prompt, (await chatPrompt(srv, chatBodyOf(body2))).length, 'session 2 first prompt == its chat rendering');
+    t.diagnostic(`server: ${lines.map((l) => `${l.cached}/${l.prompt}`).join(', ')}`);
     assert.ok(first2.cached >= 0.95 * first2.prompt, `session 2 restored ${first2.cached}/${first2.prompt}`);
 
     // The resumed turn: its input starts with the resumed session's last request's input, so it
@@ -148,6 +150,7 @@ describe('Codex CLI over /v1/responses [qwen35]', { timeout: 900_000 }, () => {
     assert.equal(at(s2.at(-1)).prompt, (await tokenize(srv, qText)).length);
     const history = (await tokenize(srv, qText.slice(0, qText.lastIndexOf('<|im_start|>assistant')))).length;
     const res = at(resumed[0]);
+    t.diagnostic(`resumed turn: cached ${res.cached} of ${res.prompt}, shared history ${history}`);
     assert.ok(res.cached >= history, `resumed turn restored ${res.cached} < the shared history ${history} of ${res.prompt}`);
   });
 });
