@@ -144,7 +144,12 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                                                        .ttl_s = c.responses_ttl_s,
                                                                        .capacity_bytes = c.responses_capacity_bytes})),
       seal(std::make_unique<reasoning_seal>(responses->reasoning_key())) {
-    spdlog::info("responses store: {}", responses->persistent() ? responses->path() : "in memory (not kept across restarts)");
+    if (responses->persistent()) {
+        spdlog::info("responses store: {}", responses->path());
+    } else {
+        spdlog::warn("responses store: in memory only (the disk tier is off, or --responses-store is 'memory' or "
+                     "unusable): stored responses are lost at a restart; give --responses-store PATH to keep them");
+    }
 }
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
