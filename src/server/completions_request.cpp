@@ -1,60 +1,15 @@
 // server::completions_request: validation of a text completion body.
 #include "server/completions_request.h"
 
+#include "server/json_fields.h"
+
 #include <limits>
 
 namespace lineage::server {
 
+using namespace json_fields;
+
 namespace {
-
-struct bad_field {
-    api_error err;
-};
-
-[[noreturn]] void fail(const std::string & param, const std::string & message) {
-    throw bad_field{invalid_request(message, param)};
-}
-
-const json * field(const json & obj, const char * key) {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) {
-        return nullptr;
-    }
-    return &*it;
-}
-
-std::string get_string(const json & v, const std::string & param) {
-    if (!v.is_string()) {
-        fail(param, "'" + param + "' must be a string");
-    }
-    return v.get<std::string>();
-}
-
-bool get_bool(const json & v, const std::string & param) {
-    if (!v.is_boolean()) {
-        fail(param, "'" + param + "' must be a boolean (true or false)");
-    }
-    return v.get<bool>();
-}
-
-int64_t get_int(const json & v, const std::string & param) {
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-        fail(param, "'" + param + "' must be an integer");
-    }
-    return v.get<int64_t>();
-}
-
-double get_number(const json & v, const std::string & param, double lo, double hi) {
-    if (!v.is_number()) {
-        fail(param, "'" + param + "' must be a number");
-    }
-    const double d = v.get<double>();
-    if (!(d >= lo && d <= hi)) {
-        fail(param, "'" + param + "' is " + json(d).dump() + "; it must be between " + json(lo).dump() + " and " +
-                        json(hi).dump());
-    }
-    return d;
-}
 
 void parse_prompt(const json & p, completions_request & r) {
     const char * several = "this server completes one prompt per request: send 'prompt' as one string or one array "
@@ -182,7 +137,7 @@ std::optional<api_error> parse_completions_request(std::string_view body, comple
     completions_request r;
     try {
         parse_body(j, r);
-    } catch (const bad_field & b) {
+    } catch (const field_error & b) {
         return b.err;
     }
     out = std::move(r);

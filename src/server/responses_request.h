@@ -1,20 +1,16 @@
 // server::responses_request: a POST /v1/responses body (OpenAI Responses API, issue 11),
-// parsed and validated into native structs, and the conversation items turned into the
-// native chat_request that /v1/chat/completions uses, so the same chat_preparer renders,
-// tokenizes and keys it: one cache whatever the dialect (a conversation started on
+// parsed and validated into native structs, and turned into the native chat_request that
+// /v1/chat/completions uses (the items by response_items' mapping), so the same chat_preparer
+// renders, tokenizes and keys it: one cache whatever the dialect (a conversation started on
 // /v1/chat/completions and continued here restores when the rendered tokens agree).
-// Mapping (docs/prompt-cache.md "Responses API"): `instructions` and the leading
-// developer/system items become the one leading system message (joined by a blank line when
-// several); a developer/system item later in the conversation becomes a user message (templates
-// such as Qwen3.5's refuse a system message after the first); reasoning + assistant message +
-// function_call items in a row become one assistant message (reasoning_content, content,
-// tool_calls); function_call_output becomes a tool message. Unknown fields are ignored as the
-// official API ignores them; a known field of the wrong type gets a 400 naming it.
+// Unknown fields are ignored as the official API ignores them; a known field of the wrong type
+// gets a 400 naming it.
 // Thread safety: pure functions over their inputs.
 #pragma once
 
 #include "server/chat_request.h"
 #include "server/errors.h"
+#include "server/response_items.h"
 
 #include <map>
 #include <optional>
@@ -25,27 +21,6 @@
 namespace lineage::server {
 
 class reasoning_seal;
-
-/** One conversation item (input or output), native. */
-struct response_item {
-    enum class kind { message, function_call, function_call_output, reasoning };
-    kind type = kind::message;
-    std::string id;                        ///< item id when sent ("" otherwise)
-    // message
-    std::string role;                      ///< user | assistant | system | developer
-    std::string text;                      ///< content as a string (content_is_parts false)
-    std::vector<std::string> parts;        ///< content as text parts (input_text/output_text)
-    bool content_is_parts = false;
-    // function_call / function_call_output
-    std::string call_id;
-    std::string name;
-    std::string ns;                        ///< namespace of a namespaced function ("" when none)
-    std::string arguments;                 ///< JSON text
-    std::string output;                    ///< function_call_output text
-    // reasoning
-    std::string reasoning_text;            ///< content[].text joined (or the opened seal)
-    std::string encrypted_content;         ///< as sent; opened when converting
-};
 
 struct responses_request {
     chat_request chat;                     ///< tools, tool_choice, sampling, stream, session key, kwargs
@@ -77,11 +52,5 @@ std::optional<api_error> parse_responses_request(std::string_view body, response
  *  (a function_call_output without text, an empty conversation). */
 std::optional<api_error> build_chat_messages(responses_request & r, const std::vector<response_item> & prior,
                                              const reasoning_seal * seal);
-
-/** A conversation item as JSON (the stored form and, for outputs, the API form). */
-json item_to_json(const response_item & it);
-
-/** Items from their stored JSON form; nullopt when the text is not such a list. */
-std::optional<std::vector<response_item>> items_from_json_text(std::string_view text);
 
 }  // namespace lineage::server
