@@ -47,6 +47,10 @@ for (const arch of ARCHS) {
       assert.equal(b.usage.prompt_tokens, ids.length);
       assert.equal(cached(b), ids.length - 1, 'a resent prompt restores all but its last token');
       assert.equal(b.choices[0].text, a.choices[0].text);
+      // cache_prompt: false bypasses the cache both ways.
+      const c = await complete({ prompt, user: 'raw-1', cache_prompt: false });
+      assert.equal(cached(c), 0);
+      assert.equal(c.choices[0].text, a.choices[0].text);
     });
 
     it('a longer prompt with the same prefix restores the whole first prompt', async () => {

@@ -81,8 +81,14 @@ for (const arch of ARCHS) {
         const text = item.type === 'function_call' ? item.arguments : item.content.map((c) => c.text).join('');
         assert.equal(deltas, text, `output[${idx}] deltas`);
       }
-      // store: false -> not retrievable.
+      // store: false -> not retrievable; a stored stream is, as its final event says.
       await assert.rejects(srv.openai.responses.retrieve(fin.id), (e) => e.status === 404);
+      const kept = srv.openai.responses.stream({ model: 'tiny', max_output_tokens: MAX, temperature: 0, ...body, store: true });
+      const keptEvents = [];
+      for await (const e of kept) keptEvents.push(e);
+      const keptLast = keptEvents.at(-1).response;
+      const { output_text: _added, ...stored } = await srv.openai.responses.retrieve(keptLast.id);  // the client adds output_text
+      assert.deepEqual(stored, keptLast);
     });
 
     it('a second turn restores the first exactly as the chat dialect does', async () => {
