@@ -174,9 +174,16 @@ std::optional<api_error> chat_messages_of(const std::string & instructions, bool
         msgs.push_back(std::move(m));
     }
 
-    // Assistant turn being assembled from reasoning / message / function_call items.
+    // Assistant turn being assembled from reasoning / message / function_call items, in that
+    // order: an item that comes back in the order (a second reasoning or message, a reasoning or
+    // message after a call) starts a new assistant turn. Content may be empty, so what a turn
+    // has seen is kept in flags.
     engine::chat_message * turn = nullptr;
+    bool has_reasoning = false;
+    bool has_message = false;
     auto open_turn = [&]() -> engine::chat_message & {
+        has_reasoning = false;
+        has_message = false;
         engine::chat_message m;
         m.role = "assistant";
         msgs.push_back(std::move(m));
@@ -196,18 +203,20 @@ std::optional<api_error> chat_messages_of(const std::string & instructions, bool
                                      "key (another server, or its store was reset); its reasoning is left out");
                     }
                 }
-                if (!turn || !turn->content.empty() || !turn->tool_calls.empty()) {
+                if (!turn || has_reasoning || has_message || !turn->tool_calls.empty()) {
                     open_turn();
                 }
-                turn->reasoning_content += text;
+                turn->reasoning_content = std::move(text);
+                has_reasoning = true;
                 break;
             }
             case response_item::kind::message:
                 if (it.role == "assistant") {
-                    if (!turn || !turn->content.empty() || !turn->tool_calls.empty()) {
+                    if (!turn || has_message || !turn->tool_calls.empty()) {
                         open_turn();
                     }
                     turn->content = joined(it, "");
+                    has_message = true;
                 } else {
                     turn = nullptr;
                     // A developer/system message after the start: templates accept one system

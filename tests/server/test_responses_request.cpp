@@ -97,6 +97,26 @@ TEST(ResponsesRequest, AssistantItemsFormOneTurnAndToolOutputsFollow) {
     EXPECT_TRUE(r.chat.messages[4].reasoning_content.empty());
 }
 
+TEST(ResponsesRequest, AnEmptyAssistantMessageStillEndsItsTurn) {
+    // A reply cut inside its reasoning (empty text), then the client's own assistant message with
+    // a call: two assistant messages, as a chat client sends them.
+    auto r = ok(R"({"input":[{"role":"user","content":"q"},
+        {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]},
+        {"type":"message","role":"assistant","content":[{"type":"output_text","text":""}]},
+        {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me look."}]},
+        {"type":"function_call","call_id":"c1","name":"ls","arguments":"{}"},
+        {"type":"function_call_output","call_id":"c1","output":"x"}]})");
+    ASSERT_EQ(r.chat.messages.size(), 4u);
+    EXPECT_EQ(r.chat.messages[1].reasoning_content, "hmm");
+    EXPECT_EQ(r.chat.messages[1].content, "");
+    EXPECT_TRUE(r.chat.messages[1].tool_calls.empty());
+    EXPECT_EQ(r.chat.messages[2].role, "assistant");
+    EXPECT_EQ(r.chat.messages[2].content, "Let me look.");
+    EXPECT_EQ(r.chat.messages[2].reasoning_content, "");
+    ASSERT_EQ(r.chat.messages[2].tool_calls.size(), 1u);
+    EXPECT_EQ(r.chat.messages[3].role, "tool");
+}
+
 TEST(ResponsesRequest, SealedReasoningIsOpenedAndForeignSealsAreDropped) {
     const reasoning_seal seal(reasoning_seal::random_key());
     const reasoning_seal other(reasoning_seal::random_key());

@@ -9,7 +9,8 @@
 // Trace flags (defaults in trace.mjs): --seed --concurrency --conversations --turns-min
 // --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
 // --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale.
-// Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
+// Other flags: --api chat|responses (default chat: POST /v1/chat/completions; responses: the same
+// conversations as Responses API items, tools/bench/api_responses.mjs), --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
 // --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses).
 //
 // Per request (DIR/NAME.jsonl, one JSON object a line): conversation, persona, step, kind
@@ -32,6 +33,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { streamResponses } from './api_responses.mjs';
 import { summarize } from './summary.mjs';
 import { DEFAULTS, makeTrace } from './trace.mjs';
 
@@ -60,6 +62,7 @@ const { values: opt } = parseArgs({
     'timeout-s': { type: 'string', default: '900' },
     'ready-timeout-s': { type: 'string', default: '300' },
     'dry-run': { type: 'boolean', default: false },
+    api: { type: 'string', default: 'chat' },
     'dump-prompts': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
     ...Object.fromEntries(Object.keys(TRACE_FLAGS).map((k) => [k, { type: 'string' }])),
@@ -70,6 +73,7 @@ if (opt.help) {
     .filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n') + '\n');
   process.exit(0);
 }
+if (!['chat', 'responses'].includes(opt.api)) throw new Error(`--api must be chat or responses, got ${opt.api}`);
 const traceOpts = {};
 for (const [flag, key] of Object.entries(TRACE_FLAGS)) {
   if (opt[flag] !== undefined) {
@@ -212,6 +216,7 @@ const now = () => performance.now() - T0;
 
 /** One streamed request. `dropAfter`: abort after that many content chunks (a dropped stream). */
 async function stream(messages, tools, maxTokens, dropAfter = 0) {
+  if (opt.api === 'responses') return streamResponses(client, MODEL, messages, tools, maxTokens, dropAfter);
   const ac = new AbortController();
   const r = { content: null, reasoning: null, toolCalls: [], usage: null, timings: null, finish: null,
     ttftMs: null, totalMs: null, chunks: 0, dropped: false, error: null };
