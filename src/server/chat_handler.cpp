@@ -49,6 +49,14 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
         send_json_body(res, to_json(*err), err->status);
         return;
     }
+    if (!cr.add_generation_prompt) {
+        const api_error err = invalid_request(
+            "'add_generation_prompt': false is served by POST /apply-template only; a chat completion always "
+            "generates a new assistant turn",
+            "add_generation_prompt");
+        send_json_body(res, to_json(err), err.status);
+        return;
+    }
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare(cr, ctx.sched.max_sequence_tokens(), prep)) {
         spdlog::debug("chat request rejected: {}", err->message);

@@ -123,7 +123,9 @@ std::optional<api_error> chat_preparer::render(const engine::chat_render_inputs 
 
 std::optional<api_error> chat_preparer::render_prompt(const chat_request & r, std::string & prompt) const {
     engine::chat_render_result rendered;
-    if (auto err = render(render_inputs(r), rendered)) {
+    engine::chat_render_inputs in = render_inputs(r);
+    in.add_generation_prompt = r.add_generation_prompt;
+    if (auto err = render(in, rendered)) {
         return err;
     }
     prompt = std::move(rendered.prompt);

@@ -83,8 +83,8 @@ public:
      *  empty prompt (param "prompt") and "context_length_exceeded" as prepare(). */
     std::optional<api_error> prepare_raw(raw_prompt p, int32_t max_sequence_tokens, prepared_chat & out) const;
 
-    /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults), for
-     *  POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
+    /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults; without
+     *  the generation prompt when r.add_generation_prompt is false), for POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
      *  it fails. */
     std::optional<api_error> render_prompt(const chat_request & r, std::string & prompt) const;
 

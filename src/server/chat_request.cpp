@@ -2,6 +2,8 @@
 // a bad_field carrying the api_error; parse_chat_request turns it into a return value.
 #include "server/chat_request.h"
 
+#include "server/json_body.h"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -152,6 +154,14 @@ void parse_tool_calls(const json & tcs, const std::string & param, engine::chat_
                                                     std::string(type_name(*args)));
             }
             call.arguments = args->get<std::string>();
+            // The template library parses arguments and renders them recursively: the same
+            // nesting limit as a body (issue 15: 58k '[' in arguments crashed the template code).
+            json parsed;
+            if (auto err = parse_json_body(call.arguments, parsed, /*require_object=*/false, default_json_limits());
+                err && err->code == "json_too_deep") {
+                fail(p + ".function.arguments", "'" + p + ".function.arguments' " +
+                                                    err->message.substr(err->message.find("nests")));
+            }
         } else {
             call.arguments = "{}";
         }
@@ -428,6 +438,9 @@ void parse_body(const json & body, chat_request & r) {
             r.cache_prompt = get_bool(*c2, "extra_body.cache_prompt");
         }
     }
+    if (const json * g = field(body, "add_generation_prompt")) {
+        r.add_generation_prompt = get_bool(*g, "add_generation_prompt");
+    }
     if (const json * kw = field(body, "chat_template_kwargs")) {
         if (!kw->is_object()) {
             fail("chat_template_kwargs", "'chat_template_kwargs' must be an object, got " + std::string(type_name(*kw)));
@@ -445,19 +458,9 @@ void parse_body(const json & body, chat_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_chat_request(std::string_view body, chat_request & out) {
-    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-        // Re-parse with exceptions for the position and reason.
-        std::string why;
-        try {
-            const json again = json::parse(body.begin(), body.end());
-            why = "unexpected parse success";
-        } catch (const json::parse_error & e) {
-            why = e.what();
-        }
-        api_error e = invalid_request("the request body is not valid JSON (" + why + "); send a JSON object");
-        e.code = "invalid_json";
-        return e;
+    json j;
+    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
+        return err;
     }
     chat_request r;
     try {

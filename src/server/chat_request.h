@@ -32,6 +32,9 @@ struct chat_request {
     bool cache_prompt = true;                    ///< root, else extra_body
     std::map<std::string, std::string> chat_template_kwargs;  ///< values as JSON text
     std::string model;                           ///< as sent (informational)
+    /** llama-server's add_generation_prompt: false renders the conversation without the
+     *  assistant header (POST /apply-template only; chat completions refuse false). */
+    bool add_generation_prompt = true;
 };
 
 /** Max stop strings per request (OpenAI). */

@@ -1,6 +1,7 @@
 // server::completions_request: validation of a text completion body.
 #include "server/completions_request.h"
 
+#include "server/json_body.h"
 #include "server/json_fields.h"
 
 #include <limits>
@@ -128,11 +129,9 @@ void parse_body(const json & body, completions_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_completions_request(std::string_view body, completions_request & out) {
-    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-        api_error e = invalid_request("the request body is not valid JSON; send a JSON object");
-        e.code = "invalid_json";
-        return e;
+    json j;
+    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
+        return err;
     }
     completions_request r;
     try {

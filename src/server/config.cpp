@@ -120,6 +120,25 @@ value_parser text(std::string & out, bool allow_empty = true) {
     };
 }
 
+// A comma-separated list of names (spaces around commas ignored; empty items refused).
+value_parser name_list(std::vector<std::string> & out) {
+    return [&out](const std::string & s) -> std::string {
+        std::vector<std::string> names;
+        size_t start = 0;
+        while (start <= s.size()) {
+            const size_t comma = std::min(s.find(',', start), s.size());
+            const std::string item = trim(s.substr(start, comma - start));
+            if (item.empty()) {
+                return "expected a comma-separated list of host names such as gpu-box.lan,api.internal (or *)";
+            }
+            names.push_back(item);
+            start = comma + 1;
+        }
+        out = std::move(names);
+        return "";
+    };
+}
+
 value_parser hash_name(cache::hash_algo & out) {
     return [&out](const std::string & s) -> std::string {
         const auto a = cache::parse_hash_algo(trim(s));
@@ -257,12 +276,20 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--port", "LINEAGE_PORT", "PORT", std::to_string(d.port), "TCP port to listen on", int_in(c.port, 1, 65535));
     add("--api-key", "LINEAGE_API_KEY", "KEY", "(none)",
         "require 'Authorization: Bearer KEY' on every endpoint except /health", text(c.api_key));
+    add("--allowed-hosts", "LINEAGE_ALLOWED_HOSTS", "LIST", "(* with --api-key, else none)",
+        "host names a request's Host header may carry besides IP addresses and localhost (DNS-rebinding "
+        "protection); comma-separated, * allows any; others get HTTP 403",
+        name_list(c.allowed_hosts));
     add("--alias", "LINEAGE_ALIAS", "NAME", "(model file name)", "model id reported by /v1/models and in responses",
         text(c.alias));
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
         "largest request body accepted; larger ones get HTTP 413", bytes_min(c.max_body_bytes, 1024));
+    add("--max-json-depth", "LINEAGE_MAX_JSON_DEPTH", "N", std::to_string(d.max_json_depth),
+        "deepest nesting of arrays/objects accepted in a request body (checked before parsing); deeper "
+        "bodies get HTTP 400",
+        int_in(c.max_json_depth, 2, 1024));
     add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",

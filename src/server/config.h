@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace lineage::server {
 
@@ -22,9 +23,11 @@ struct server_config {
     int32_t port = 8080;                  ///< --port
     int32_t n_predict = -1;               ///< --n-predict: max tokens of a request that sets none; -1 = no cap
     std::string api_key;                  ///< --api-key; "" = no authentication
+    std::vector<std::string> allowed_hosts;  ///< --allowed-hosts; empty = the default (routes.h)
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
+    int32_t max_json_depth = 128;         ///< --max-json-depth: deeper bodies get 400 (json_body.h)
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
     bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir

@@ -5,6 +5,7 @@
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
 #include "server/config.h"
+#include "server/json_body.h"
 #include "server/routes.h"
 
 #include <httplib.h>
@@ -117,6 +118,7 @@ int serve(const server::server_config & cfg) {
     const size_t n_threads = static_cast<size_t>(cfg.sched.n_parallel) + 4;
     const size_t max_threads = std::max<size_t>(n_threads * 4, 32);
     srv.new_task_queue = [n_threads, max_threads] { return new httplib::ThreadPool(n_threads, max_threads); };
+    server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
     server::server_context ctx(cfg, *model, *tmpl, *sched);
     server::install_routes(srv, ctx);
 

@@ -1,6 +1,7 @@
 // server::response_items: item parsing, the chat mapping and the stored form.
 #include "server/response_items.h"
 
+#include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/reasoning_seal.h"
 
@@ -86,6 +87,13 @@ response_item parse_response_item(const json & j, const std::string & p) {
         it.call_id = get_string(require(j, "call_id", p + ".call_id", "the id the function_call_output refers to"), p + ".call_id");
         it.name = get_string(require(j, "name", p + ".name", ""), p + ".name");
         it.arguments = get_string(require(j, "arguments", p + ".arguments", "JSON text"), p + ".arguments");
+        // The template library parses arguments and renders them recursively: the body's
+        // nesting limit applies (issue 15), as to a chat tool call's.
+        json parsed;
+        if (auto err = parse_json_body(it.arguments, parsed, /*require_object=*/false, default_json_limits());
+            err && err->code == "json_too_deep") {
+            fail(p + ".arguments", "'" + p + ".arguments' " + err->message.substr(err->message.find("nests")));
+        }
         if (const json * ns = field(j, "namespace")) {
             it.ns = get_string(*ns, p + ".namespace");
         }

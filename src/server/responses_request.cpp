@@ -3,6 +3,7 @@
 // functions turn it into a return value.
 #include "server/responses_request.h"
 
+#include "server/json_body.h"
 #include "server/json_fields.h"
 
 #include <limits>
@@ -291,11 +292,9 @@ void parse_body(const json & body, responses_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_responses_request(std::string_view body, responses_request & out) {
-    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) {
-        api_error e = invalid_request("the request body is not valid JSON; send a JSON object");
-        e.code = "invalid_json";
-        return e;
+    json j;
+    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
+        return err;
     }
     responses_request r;
     try {

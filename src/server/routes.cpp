@@ -10,6 +10,8 @@
 #include "server/completions_handler.h"
 #include "server/responses_handler.h"
 #include "server/errors.h"
+#include "server/http_guard.h"
+#include "server/json_body.h"
 #include "server/prometheus.h"
 
 #include <httplib.h>
@@ -94,11 +96,9 @@ json stats_json(const cache::stats & s) {
 
 // The body of POST /tokenize as a JSON object; nullopt after sending the 400.
 std::optional<json> parse_object(const httplib::Request & req, httplib::Response & res) {
-    json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-        api_error e = invalid_request("the request body must be a JSON object");
-        e.code = "invalid_json";
-        send_error(res, e);
+    json j;
+    if (auto err = parse_json_body(req.body, j, /*require_object=*/true, default_json_limits())) {
+        send_error(res, *err);
         return std::nullopt;
     }
     return j;
@@ -121,8 +121,8 @@ bool get_flag(const json & body, const char * name, bool & out, httplib::Respons
 bool authorized(const httplib::Request & req, const std::string & key) {
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
-    return auth.size() == prefix.size() + key.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-           auth.compare(prefix.size(), std::string::npos, key) == 0;
+    const bool bearer = auth.compare(0, prefix.size(), prefix) == 0;
+    return api_key_matches(bearer ? std::string_view(auth).substr(prefix.size()) : std::string_view(), key) && bearer;
 }
 
 }  // namespace
@@ -134,6 +134,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       sched(s),
       model_id(c.alias.empty() ? m.id() : c.alias),
       created(static_cast<int64_t>(std::time(nullptr))),
+      allowed_hosts(!c.allowed_hosts.empty() ? c.allowed_hosts
+                    : c.api_key.empty()      ? std::vector<std::string>{}
+                                             : std::vector<std::string>{"*"}),
       preparer(m, t,
                prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
                                .cache_enabled = c.sched.cache.enabled,
@@ -156,15 +159,34 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
     srv.set_payload_max_length(static_cast<size_t>(max_body));
 
-    if (!ctx.cfg.api_key.empty()) {
-        srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
-            if (req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
-                return httplib::Server::HandlerResponse::Unhandled;
-            }
-            send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+    // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
+    // a web page), then the API key (http_guard.h).
+    srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
+        const std::string host = req.get_header_value("Host");
+        if (!host_allowed(host, ctx.allowed_hosts)) {
+            api_error e;
+            e.status = 403;
+            e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
+                        "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
+            e.code = "host_not_allowed";
+            send_error(res, e);
             return httplib::Server::HandlerResponse::Handled;
-        });
-    }
+        }
+        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type"))) {
+            api_error e;
+            e.status = 415;
+            e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
+                        req.get_header_value("Content-Type") + "')";
+            e.code = "unsupported_media_type";
+            send_error(res, e);
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (ctx.cfg.api_key.empty() || req.path == "/health" || authorized(req, ctx.cfg.api_key)) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        send_error(res, error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+        return httplib::Server::HandlerResponse::Handled;
+    });
 
     // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
     srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace httplib {
 class Server;
@@ -44,6 +45,9 @@ struct server_context {
     scheduler::scheduler & sched;
     std::string model_id;     ///< --alias, else the model file name
     int64_t created = 0;      ///< unix seconds at start (/v1/models "created")
+    /** Host names accepted besides IP literals and localhost (http_guard.h host_allowed):
+     *  --allowed-hosts, else "*" when an API key is set, else none. */
+    std::vector<std::string> allowed_hosts;
     chat_preparer preparer;
     std::unique_ptr<response_store> responses;  ///< stored Responses API responses
     std::unique_ptr<reasoning_seal> seal;       ///< encrypted_content of reasoning items (key in the store)

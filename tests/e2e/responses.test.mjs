@@ -14,7 +14,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { words } from './lib/chat.mjs';
-import { asInput, assertResponse, chatMessageOf, chatPromptTokens, responsesTool } from './lib/dialects.mjs';
+import { chatTokens as chatPromptTokens } from './lib/agents.mjs';
+import { asInput, assertResponse, chatMessageOf, responsesTool } from './lib/dialects.mjs';
 import { FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, TOOLS } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 

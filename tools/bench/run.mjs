@@ -9,9 +9,12 @@
 // Trace flags (defaults in trace.mjs): --seed --concurrency --conversations --turns-min
 // --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
 // --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale.
-// Other flags: --api chat|responses (default chat: POST /v1/chat/completions; responses: the same
-// conversations as Responses API items, tools/bench/api_responses.mjs), --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
-// --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses).
+// Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
+// --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses),
+// --api chat|messages|responses (default chat): the API the requests go through. messages and
+// responses send the same conversation as an Anthropic Messages or an OpenAI Responses request
+// (tools/bench/dialects.mjs), echo the assistant's blocks/items back verbatim as those clients
+// do, and read usage in that API's terms; the oracle is the same (chat form, /apply-template).
 //
 // Per request (DIR/NAME.jsonl, one JSON object a line): conversation, persona, step, kind
 // (cold, sibling, new_session, warm, regenerate, edit, dropped, retry, after_restart), prompt
@@ -33,7 +36,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import { streamResponses } from './api_responses.mjs';
+import { attachEcho, streamMessages, streamResponses } from './dialects.mjs';
 import { summarize } from './summary.mjs';
 import { DEFAULTS, makeTrace } from './trace.mjs';
 
@@ -62,8 +65,8 @@ const { values: opt } = parseArgs({
     'timeout-s': { type: 'string', default: '900' },
     'ready-timeout-s': { type: 'string', default: '300' },
     'dry-run': { type: 'boolean', default: false },
-    api: { type: 'string', default: 'chat' },
     'dump-prompts': { type: 'boolean', default: false },
+    api: { type: 'string', default: 'chat' },
     help: { type: 'boolean', short: 'h', default: false },
     ...Object.fromEntries(Object.keys(TRACE_FLAGS).map((k) => [k, { type: 'string' }])),
   },
@@ -73,7 +76,9 @@ if (opt.help) {
     .filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n') + '\n');
   process.exit(0);
 }
-if (!['chat', 'responses'].includes(opt.api)) throw new Error(`--api must be chat or responses, got ${opt.api}`);
+if (!['chat', 'messages', 'responses'].includes(opt.api)) {
+  throw new Error(`--api must be chat, messages or responses, got ${opt.api}`);
+}
 const traceOpts = {};
 for (const [flag, key] of Object.entries(TRACE_FLAGS)) {
   if (opt[flag] !== undefined) {
@@ -216,7 +221,6 @@ const now = () => performance.now() - T0;
 
 /** One streamed request. `dropAfter`: abort after that many content chunks (a dropped stream). */
 async function stream(messages, tools, maxTokens, dropAfter = 0) {
-  if (opt.api === 'responses') return streamResponses(client, MODEL, messages, tools, maxTokens, dropAfter);
   const ac = new AbortController();
   const r = { content: null, reasoning: null, toolCalls: [], usage: null, timings: null, finish: null,
     ttftMs: null, totalMs: null, chunks: 0, dropped: false, error: null };
@@ -269,7 +273,7 @@ function echoOf(reply) {
   if (reply.toolCalls.length) m.tool_calls = reply.toolCalls;
   else if (m.content === null) m.content = '';
   if (reply.reasoning !== null) m.reasoning_content = reply.reasoning;
-  return m;
+  return attachEcho(m, reply.echo);
 }
 
 /** The text the model emitted after the prompt's generation prompt, reconstructed from the
@@ -340,7 +344,9 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
     kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens, load1: loadavg(),
   };
   inflight++;
-  const r = await stream(messages, conv.tools, maxTokens, dropAfter);
+  const r = opt.api === 'chat' ? await stream(messages, conv.tools, maxTokens, dropAfter)
+    : await (opt.api === 'messages' ? streamMessages : streamResponses)(BASE, { model: MODEL, messages,
+      tools: conv.tools, maxTokens, dropAfter, timeoutMs: Number(opt['timeout-s']) * 1000 });
   inflight--;
   rec.t_done_ms = now();
   rec.ttft_ms = r.ttftMs;

@@ -1,17 +1,6 @@
-// Helpers shared by the e2e tests of the other API dialects (/v1/responses, /v1/completions):
-// the exact prompt tokens of a chat conversation as the server renders it (POST /apply-template
-// then POST /tokenize, llama-server's endpoints), and chat messages <-> Responses API items.
+// Helpers of the Responses API e2e tests: chat messages <-> Responses API items, and the
+// checks of a response object (the prompt tokens of a chat body: lib/agents.mjs chatTokens).
 import assert from 'node:assert/strict';
-
-/** Prompt tokens of a chat completion body (messages, tools, ...) as /v1/chat/completions
- *  renders and tokenizes it. */
-export async function chatPromptTokens(srv, body) {
-  const t = await srv.post('/apply-template', body);
-  assert.equal(t.status, 200, `/apply-template: ${t.text}`);
-  const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true });
-  assert.equal(k.status, 200, `/tokenize: ${k.text}`);
-  return k.json.tokens;
-}
 
 /** A chat function tool -> the Responses API's flat function tool. */
 export const responsesTool = (t) => ({ type: 'function', name: t.function.name, description: t.function.description,

@@ -1,0 +1,178 @@
+// Hostile request bodies (issue 15 "Hostile HTTP input"), on the tiny hybrid and dense models:
+// each gets a 400 in the OpenAI error shape with the stated code, and the server keeps serving
+// (a normal request right after it succeeds with the usual cache hit on a repeated prompt).
+//  - JSON nested 58,634 levels deep, to /tokenize, /apply-template and /v1/chat/completions
+//    (before: a stack overflow killed the process) -> json_too_deep
+//  - nesting inside tools[].function.parameters and chat_template_kwargs -> json_too_deep
+//  - a tool call's `arguments` string of 58k '[' then ']' (before: a crash in the template
+//    code) -> 400 naming the field
+//  - a number that overflows a double (1e400; before: 500 with the library's message)
+//  - --max-json-depth N: depth N accepted, N+1 refused
+//
+//   cd tests/e2e && node --test hostile.test.mjs
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, assertError, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const DEEP = 58_634;
+const deepArray = (n) => '['.repeat(n) + ']'.repeat(n);
+// Long enough (~200 tokens) to be cached (--prompt-cache-min-prefix is 32 tokens).
+const OK_BODY = { model: 'tiny', messages: [{ role: 'user', content: words(150, 7) }], max_tokens: 4, temperature: 0 };
+
+for (const arch of ARCHS) {
+  describe(`hostile bodies [${arch}]`, { timeout: 180_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `hostile-${arch}`,
+        args: ['--parallel', '1', '--ctx-size', '512', '--max-json-depth', '40'] });
+    });
+    after(async () => { await srv?.stopGracefully(); });
+
+    async function stillServes(what) {
+      srv.assertAlive();
+      const res = await srv.openai.chat.completions.create(OK_BODY);
+      assertCompletion(res, { maxTokens: 4 }, `normal request after ${what}`);
+      return res;
+    }
+
+    for (const path of ['/tokenize', '/apply-template', '/v1/chat/completions']) {
+      it(`${DEEP} levels of nesting to ${path} -> 400 json_too_deep`, async () => {
+        const r = await srv.post(path, `{"a":${deepArray(DEEP)},"b":1}`);
+        const e = assertError(r, 400, path);
+        assert.equal(e.code, 'json_too_deep');
+        assert.match(e.message, /deeper than 40 levels/);
+        await stillServes(path);
+      });
+    }
+
+    it('nesting inside tools[].function.parameters and chat_template_kwargs -> 400', async () => {
+      const params = `{"type":"object","properties":{"x":${deepArray(17_500)}}}`;
+      const tools = `[{"type":"function","function":{"name":"f","parameters":${params}}}]`;
+      let r = await srv.post('/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tools":${tools}}`);
+      assert.equal(assertError(r, 400, 'tools').code, 'json_too_deep');
+      r = await srv.post('/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"chat_template_kwargs":{"k":${deepArray(5000)}}}`);
+      assert.equal(assertError(r, 400, 'kwargs').code, 'json_too_deep');
+      await stillServes('nested tools/kwargs');
+    });
+
+    it("a tool call's arguments nested 58k deep -> 400 naming the field", async () => {
+      const body = {
+        model: 'tiny', max_tokens: 4,
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: null,
+            tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: deepArray(DEEP) } }] },
+          { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+        ],
+      };
+      const r = await srv.post('/v1/chat/completions', body);
+      const e = assertError(r, 400, 'arguments');
+      assert.equal(e.param, 'messages[1].tool_calls[0].function.arguments');
+      assert.match(e.message, /deeper than 40 levels/);
+      await stillServes('deep arguments');
+    });
+
+    it('a number that overflows (1e400) -> 400 invalid_json, not 500', async () => {
+      for (const path of ['/tokenize', '/v1/chat/completions']) {
+        const r = await srv.post(path, '{"a":1e400}');
+        const e = assertError(r, 400, path);
+        assert.equal(e.code, 'invalid_json');
+        assert.match(e.message, /1e400/);
+      }
+      await stillServes('1e400');
+    });
+
+    it('depth at the limit is served, one more level is refused', async () => {
+      // The body object is level 1, messages 2, a message 3; kwargs value nests the rest.
+      const kw = (levels) => deepArray(levels);
+      let r = await srv.post('/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"chat_template_kwargs":{"k":${kw(38)}}}`);
+      assert.equal(r.status, 200, `depth 40: ${r.text}`);
+      r = await srv.post('/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"chat_template_kwargs":{"k":${kw(39)}}}`);
+      assert.equal(assertError(r, 400, 'depth 41').code, 'json_too_deep');
+      // The cache still works after all of the above: the same request twice is a hit.
+      await stillServes('the depth limit');
+      const again = await stillServes('the depth limit (again)');
+      assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0,
+        `a repeated prompt must restore from the cache: ${JSON.stringify(again.usage)}`);
+    });
+  });
+}
+
+/** A raw HTTP request (node:http, so that the Host header can be set). Returns {status, json}. */
+function rawRequest(port, { method = 'GET', path = '/', headers = {}, body = '' }) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => {
+        let json = null;
+        try { json = JSON.parse(text); } catch { /* not JSON */ }
+        resolve({ status: res.statusCode, text, json });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+// Access checks (issue 15 "Isolation and access"): the Host allow-list against DNS rebinding,
+// JSON-only POST bodies against cross-site form/text posts, and the API key.
+describe('access checks [qwen3]', { timeout: 180_000 }, () => {
+  let open;
+  let keyed;
+  before(async () => {
+    open = await startServer({ model: modelPath('qwen3'), name: 'access-open', args: ['--parallel', '1', '--ctx-size', '512'] });
+    keyed = await startServer({ model: modelPath('qwen3'), name: 'access-keyed',
+      args: ['--parallel', '1', '--ctx-size', '512', '--api-key', 'sk-right-key'] });
+  });
+  after(async () => { await open?.stopGracefully(); await keyed?.stopGracefully(); });
+
+  it('without a key: a foreign Host name gets 403; IP literals and localhost pass', async () => {
+    let r = await rawRequest(open.port, { path: '/v1/models', headers: { Host: 'attacker.example:8080' } });
+    assert.equal(r.status, 403, r.text);
+    assert.equal(r.json.error.code, 'host_not_allowed');
+    assert.match(r.json.error.message, /--allowed-hosts attacker\.example/);
+    for (const host of [`127.0.0.1:${open.port}`, `localhost:${open.port}`, '[::1]']) {
+      r = await rawRequest(open.port, { path: '/v1/models', headers: { Host: host } });
+      assert.equal(r.status, 200, `${host}: ${r.text}`);
+    }
+  });
+
+  it('a text/plain or form POST (a web page) gets 415 and changes nothing', async () => {
+    const body = { model: 'tiny', messages: [{ role: 'user', content: words(120, 3) }], max_tokens: 2, temperature: 0 };
+    const first = await open.post('/v1/chat/completions', body);
+    assert.equal(first.status, 200, first.text);
+    const before = (await open.get('/v1/cache/stats')).json.entries;
+    assert.ok(before > 0, 'the chat request must have left a cache entry');
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+      const r = await rawRequest(open.port, { method: 'POST', path: '/v1/cache/reset', headers: { 'Content-Type': type }, body: '{}' });
+      assert.equal(r.status, 415, `${type}: ${r.text}`);
+      assert.equal(r.json.error.code, 'unsupported_media_type');
+    }
+    const r = await rawRequest(open.port, { method: 'POST', path: '/v1/cache/reset', body: '{}' });
+    assert.equal(r.status, 415, `no content type: ${r.text}`);
+    assert.equal((await open.get('/v1/cache/stats')).json.entries, before, 'the cache must be intact');
+    const again = await open.post('/v1/chat/completions', body);
+    assert.ok(again.json.usage.prompt_tokens_details.cached_tokens > 0, `still a hit: ${again.text}`);
+  });
+
+  it('with a key: any Host; wrong or missing key 401; the right key 200; /health open', async () => {
+    const r0 = await rawRequest(keyed.port, { path: '/v1/models', headers: { Host: 'gpu-box.lan' } });
+    assert.equal(r0.status, 401, r0.text);
+    for (const auth of ['', 'Bearer sk-wrong-key', 'Bearer sk-right-kez', 'Bearer sk-right-key2', 'sk-right-key']) {
+      const r = await rawRequest(keyed.port, { path: '/v1/models', headers: auth ? { Authorization: auth } : {} });
+      assert.equal(r.status, 401, `'${auth}': ${r.text}`);
+    }
+    const ok = await rawRequest(keyed.port, { path: '/v1/models', headers: { Authorization: 'Bearer sk-right-key', Host: 'gpu-box.lan' } });
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal((await rawRequest(keyed.port, { path: '/health' })).status, 200);
+  });
+});
