@@ -243,4 +243,38 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     return std::nullopt;
 }
 
+std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_sequence_tokens,
+                                                    prepared_chat & out) const {
+    if (p.tokens.empty()) {
+        return invalid_request("'prompt' is empty; send at least one token", "prompt");
+    }
+    const auto n_prompt = static_cast<int64_t>(p.tokens.size());
+    if (n_prompt >= max_sequence_tokens) {
+        return invalid_request("This model's maximum context length is " + std::to_string(max_sequence_tokens) +
+                                   " tokens. However, your prompt has " + std::to_string(n_prompt) +
+                                   " tokens. Please reduce the prompt (or start the server with a larger --ctx-size).",
+                               "prompt", "context_length_exceeded");
+    }
+    out.prompt = std::move(p.tokens);
+    const std::vector<engine::chat_tool> no_tools;
+    out.template_sig = template_sig(tmpl_.source(), opt_.default_kwargs, "auto", no_tools, opt_.key_hash);
+    bucket_inputs b;
+    b.model_id = opt_.model_id;
+    b.template_sig = out.template_sig;
+    out.cache.bucket = bucket_digest(b, opt_.key_hash);
+    out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;
+    if (opt_.cache_trace && out.cache.cache_prompt) {
+        out.cache.dims = key_dims_of(b, tmpl_.source(), opt_.default_kwargs, "auto", no_tools);
+    }
+    out.cache.session_key = session_key(p.prompt_cache_key, p.user);
+    out.cache.anchor_tokens = -1;
+    out.cache.history_tokens = -1;
+    out.cache.tools_anchor_tokens = -1;
+    out.stops = std::move(p.stops);
+    out.preserved_tokens.clear();
+    out.parser = engine::chat_parse_params();
+    out.format = "raw";
+    return std::nullopt;
+}
+
 }  // namespace lineage::server

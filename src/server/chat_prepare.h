@@ -58,6 +58,15 @@ struct prepared_chat {
     std::string format;                             ///< chat format name (logs)
 };
 
+/** A raw prompt (POST /v1/completions): tokens as they go to the model, no template. */
+struct raw_prompt {
+    std::vector<int32_t> tokens;
+    std::vector<std::string> stops;
+    std::string user;
+    std::string prompt_cache_key;
+    bool cache_prompt = true;
+};
+
 class chat_preparer {
 public:
     chat_preparer(const engine::model & m, const engine::chat_template & t, prepare_options o);
@@ -66,6 +75,13 @@ public:
      *  conversation; 400 "context_length_exceeded" when the prompt has >= max_sequence_tokens
      *  tokens; 500 when tokenization fails. */
     std::optional<api_error> prepare(const chat_request & r, int32_t max_sequence_tokens, prepared_chat & out) const;
+
+    /** Keys a raw prompt: the bucket is that of a chat request without tools, tool_choice
+     *  "auto" and the default kwargs (so a raw prompt equal token for token to such a rendered
+     *  conversation restores its entry; one rendered with tools is in another bucket); no anchor
+     *  or history hints; a plain-content parser; the request's stops only. Errors: 400 for an
+     *  empty prompt (param "prompt") and "context_length_exceeded" as prepare(). */
+    std::optional<api_error> prepare_raw(raw_prompt p, int32_t max_sequence_tokens, prepared_chat & out) const;
 
     /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults; without
      *  the generation prompt when r.add_generation_prompt is false), for POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when

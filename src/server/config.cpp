@@ -298,6 +298,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",
         "serve GET /metrics in the Prometheus text format (404 when off)", boolean(c.metrics), true);
+    add("-n,--n-predict", "LINEAGE_N_PREDICT", "N", std::to_string(d.n_predict),
+        "tokens generated for a request that sets no max_tokens / max_output_tokens (as llama-server's -n); "
+        "-1 = until end of generation or the context is full",
+        int_min(c.n_predict, -1));
     // --- engine and batching ---
     add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
         "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
@@ -410,6 +414,17 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "write an entry to disk once it has been unused this long; 0 = as soon as it is stored (entries are "
         "also written when they leave RAM and at shutdown)",
         seconds(cc.disk_idle_s, true));
+    // --- stored responses (POST /v1/responses with store: true) ---
+    add("--responses-store", "LINEAGE_RESPONSES_STORE", "PATH", "<--cache-dir>/responses.sqlite",
+        "SQLite file of the stored Responses API responses (previous_response_id, GET/DELETE /v1/responses/{id}); "
+        "they survive a restart. 'memory' keeps them in memory only, the default when the disk tier is off",
+        text(c.responses_store));
+    add("--responses-ttl-s", "LINEAGE_RESPONSES_TTL_S", "SECONDS", std::to_string(static_cast<int64_t>(d.responses_ttl_s)),
+        "a stored response is deleted this long after it was created", seconds(c.responses_ttl_s));
+    add("--responses-capacity-bytes", "LINEAGE_RESPONSES_CAPACITY_BYTES", "BYTES",
+        format_bytes_default(d.responses_capacity_bytes),
+        "byte cap of the stored responses (bodies + conversations); least recently used ones are deleted first",
+        bytes_min(c.responses_capacity_bytes, 1));
     return s;
 }
 
@@ -424,7 +439,8 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
         program);
     app->get_formatter()->column_width(40);
     app->footer(
-        "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), GET /v1/models, GET /health, GET /v1/cache/stats, "
+        "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), POST /v1/responses (+ GET/DELETE "
+        "/v1/responses/{id}), POST /v1/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
         "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET /metrics (with --metrics).");
     for (auto & st : settings) {
         if (st->is_flag) {
@@ -535,6 +551,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
         } else if (auto h = lookup("HOME"); h && !h->empty()) {
             c.sched.cache.disk_dir = *h + "/.cache/lineage/prompt-cache";
         }
+    }
+    if (c.responses_store == "memory") {
+        c.responses_store = ":memory:";
+    } else if (c.responses_store.empty()) {
+        c.responses_store = c.sched.cache.disk_dir.empty() ? ":memory:" : c.sched.cache.disk_dir + "/responses.sqlite";
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

@@ -21,6 +21,7 @@ struct server_config {
     int32_t n_gpu_layers = -1;            ///< --n-gpu-layers; -1: as many as fit
     std::string host = "127.0.0.1";       ///< --host
     int32_t port = 8080;                  ///< --port
+    int32_t n_predict = -1;               ///< --n-predict: max tokens of a request that sets none; -1 = no cap
     std::string api_key;                  ///< --api-key; "" = no authentication
     std::vector<std::string> allowed_hosts;  ///< --allowed-hosts; empty = the default (routes.h)
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
@@ -31,6 +32,12 @@ struct server_config {
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
     bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
+    /** --responses-store: SQLite file of the stored Responses API responses; resolved by
+     *  parse_config to <disk_dir>/responses.sqlite when unset and the disk tier is on, else
+     *  ":memory:" (also for the value "memory"). */
+    std::string responses_store;
+    double responses_ttl_s = 30 * 24 * 3600.0;      ///< --responses-ttl-s
+    uint64_t responses_capacity_bytes = 1ull << 30;  ///< --responses-capacity-bytes
 };
 
 /** Reads an environment variable; nullptr when unset. */

@@ -47,7 +47,8 @@ api_error error_for_status(int status, const std::string & method, const std::st
             break;
         case 404:
             e.message = "unknown endpoint " + method + " " + path +
-                        "; this server serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models, GET /health, "
+                        "; this server serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, GET/DELETE "
+                        "/v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, "
                         "GET /v1/cache/stats and POST /v1/cache/reset";
             e.code = "not_found";
             break;

@@ -266,6 +266,9 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     gr->id = ctx.next_id.fetch_add(1);
     gr->prompt = prep.prompt;
     gr->sampling = sampling;
+    if (gr->sampling.max_tokens < 0 && ctx.cfg.n_predict > 0) {
+        gr->sampling.max_tokens = ctx.cfg.n_predict;  // --n-predict: the default cap
+    }
     gr->cache = prep.cache;
     spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} session='{}' bucket={}", gr->id,
                   prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,

@@ -9,6 +9,8 @@
 #include "server/anthropic_response.h"
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
+#include "server/completions_handler.h"
+#include "server/responses_handler.h"
 #include "server/errors.h"
 #include "server/http_guard.h"
 #include "server/json_body.h"
@@ -151,7 +153,18 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                .cache_trace = c.sched.cache.trace,
                                .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
                                .key_hash = c.sched.cache.key_hash}),
-      signer(c.alias.empty() ? m.id() : c.alias, c.api_key) {}
+      signer(c.alias.empty() ? m.id() : c.alias, c.api_key),
+      responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
+                                                                       .ttl_s = c.responses_ttl_s,
+                                                                       .capacity_bytes = c.responses_capacity_bytes})),
+      seal(std::make_unique<reasoning_seal>(responses->reasoning_key())) {
+    if (responses->persistent()) {
+        spdlog::info("responses store: {}", responses->path());
+    } else {
+        spdlog::warn("responses store: in memory only (the disk tier is off, or --responses-store is 'memory' or "
+                     "unusable): stored responses are lost at a restart; give --responses-store PATH to keep them");
+    }
+}
 
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
@@ -220,6 +233,20 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     };
     srv.Post("/v1/chat/completions", chat);
     srv.Post("/chat/completions", chat);
+
+    auto responses = [&ctx](const httplib::Request & req, httplib::Response & res) { handle_responses(req, res, ctx); };
+    srv.Post("/v1/responses", responses);
+    srv.Post("/responses", responses);
+    srv.Get("/v1/responses/:id",
+            [&ctx](const httplib::Request & req, httplib::Response & res) { handle_get_response(req, res, ctx); });
+    srv.Delete("/v1/responses/:id",
+               [&ctx](const httplib::Request & req, httplib::Response & res) { handle_delete_response(req, res, ctx); });
+
+    auto completions = [&ctx](const httplib::Request & req, httplib::Response & res) {
+        handle_completions(req, res, ctx);
+    };
+    srv.Post("/v1/completions", completions);
+    srv.Post("/completions", completions);
 
     // Anthropic Messages API (Claude Code adds ?beta=true; the query does not change the route).
     srv.Post("/v1/messages", [&ctx](const httplib::Request & req, httplib::Response & res) {

@@ -1,9 +1,10 @@
 // server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
-// POST /v1/messages and /v1/messages/count_tokens (Anthropic), GET /v1/models, GET /health,
-// GET and HEAD / (200: clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset,
-// POST /tokenize and POST /apply-template (as llama-server's); API-key check ('Authorization:
-// Bearer' or Anthropic's 'x-api-key'); OpenAI-shaped errors (Anthropic-shaped under
-// /v1/messages) for everything httplib rejects on its own (404, 413, ...).
+// POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /v1/responses, GET/DELETE
+// /v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, GET and HEAD / (200:
+// clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
+// POST /apply-template (as llama-server's); API-key check ('Authorization: Bearer' or
+// Anthropic's 'x-api-key'); OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for
+// everything httplib rejects on its own (404, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
 // SSE stream (DESIGN.md "Layers and data flow").
@@ -14,9 +15,12 @@
 #include "server/chat_prepare.h"
 #include "server/config.h"
 #include "server/thinking_signature.h"
+#include "server/reasoning_seal.h"
+#include "server/response_store.h"
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +53,8 @@ struct server_context {
     std::vector<std::string> allowed_hosts;
     chat_preparer preparer;
     thinking_signer signer;   ///< signs /v1/messages thinking blocks (key: model id + --api-key)
+    std::unique_ptr<response_store> responses;  ///< stored Responses API responses
+    std::unique_ptr<reasoning_seal> seal;       ///< encrypted_content of reasoning items (key in the store)
     std::atomic<uint64_t> next_id{1};
 };
 

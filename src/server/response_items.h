@@ -1,0 +1,65 @@
+// server::response_items: the conversation items of the Responses API (issue 11): `message`
+// (input_text/output_text parts), `function_call`, `function_call_output`, `reasoning`, parsed
+// into native items, written back as JSON (the stored form of a conversation), and turned into
+// the chat messages the chat preparer renders, so the same conversation renders the same tokens
+// whichever dialect sent it (docs/prompt-cache.md "Responses: how a request becomes a prompt"):
+// `instructions` and the leading developer/system items become the one leading system message
+// (joined by a blank line when several; a single leading item without instructions is kept as
+// sent); a developer/system item later on becomes a user message (templates such as Qwen3.5's
+// refuse a system message after the first); reasoning + assistant message + function_call items
+// in a row become one assistant message; function_call_output becomes a tool message.
+// Thread safety: pure functions over their inputs.
+#pragma once
+
+#include "engine/chat_template.h"
+#include "server/errors.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lineage::server {
+
+class reasoning_seal;
+
+/** One conversation item (input or output), native. */
+struct response_item {
+    enum class kind { message, function_call, function_call_output, reasoning };
+    kind type = kind::message;
+    std::string id;                        ///< item id when sent ("" otherwise)
+    // message
+    std::string role;                      ///< user | assistant | system | developer
+    std::string text;                      ///< content as a string (content_is_parts false)
+    std::vector<std::string> parts;        ///< content as text parts (input_text/output_text)
+    bool content_is_parts = false;
+    // function_call / function_call_output
+    std::string call_id;
+    std::string name;
+    std::string ns;                        ///< namespace of a namespaced function ("" when none)
+    std::string arguments;                 ///< JSON text
+    std::string output;                    ///< function_call_output text
+    // reasoning
+    std::string reasoning_text;            ///< content[].text joined (or the opened seal)
+    std::string encrypted_content;         ///< as sent; opened when converting
+};
+
+/** Parses one item at `param` (e.g. "input[3]"). Throws json_fields::field_error naming the
+ *  bad field: an unknown item type, images or files, item references. */
+response_item parse_response_item(const json & j, const std::string & param);
+
+/** The chat messages of `instructions` (when `has_instructions`) + `items`, by the mapping in
+ *  the header comment. Sealed reasoning is opened with `seal` (a seal that does not open, e.g.
+ *  from another server, drops that reasoning: WARN, the prompt then differs from the cached
+ *  one). Errors: 400 (param "input") for an empty conversation. */
+std::optional<api_error> chat_messages_of(const std::string & instructions, bool has_instructions,
+                                          const std::vector<const response_item *> & items, const reasoning_seal * seal,
+                                          std::vector<engine::chat_message> & out);
+
+/** An item as JSON: the stored form of a conversation (reasoning as its text, never sealed). */
+json item_to_json(const response_item & it);
+
+/** Items from their stored JSON form; nullopt when the text is not such a list. */
+std::optional<std::vector<response_item>> items_from_json_text(std::string_view text);
+
+}  // namespace lineage::server

@@ -1,0 +1,201 @@
+// POST /v1/responses (OpenAI Responses API, issue 11) with the official `openai` client, for
+// the tiny hybrid (qwen35) and dense (qwen3) models: responses.create and responses.stream
+// (exact event sequence), the prompt equal token for token to the chat dialect's rendering of
+// the same conversation, a second turn's exact restore, a function_call -> function_call_output
+// round trip with sealed reasoning (encrypted_content) restoring at least the whole previous
+// prompt, previous_response_id (also across a restart: stored responses persist), GET / DELETE /
+// 404, and a conversation started on /v1/chat/completions continued here.
+//
+//   cd tests/e2e && node --test responses.test.mjs
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { words } from './lib/chat.mjs';
+import { chatTokens as chatPromptTokens } from './lib/agents.mjs';
+import { asInput, assertResponse, chatMessageOf, responsesTool } from './lib/dialects.mjs';
+import { FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, TOOLS } from './lib/scenario.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const MAX = 6;
+
+/** cached_tokens of a follow-up (previous turn + its reply + a new user message) when the
+ *  previous turn's entry is restored (lib/scenario.mjs rules, as for chat completions). */
+const followUpCached = (hybrid, p) => (hybrid ? p - GEN : p - GEN + RERENDER_SHARED);
+
+for (const arch of ARCHS) {
+  const hybrid = FAMILY[arch] === 'hybrid';
+  describe(`responses [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `lineage-responses-${arch}-`));
+    const start = async (name) => startServer({ model: modelPath(arch), name, args: [...SERVER_ARGS, '--cache-dir', dir] });
+    before(async () => { srv = await start(`responses-${arch}`); });
+    after(async () => {
+      await srv?.stopGracefully();
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    const create = (body) => srv.openai.responses.create({ model: 'tiny', max_output_tokens: MAX, temperature: 0, ...body });
+    const chatTokens = async (messages, tools) => (await chatPromptTokens(srv, { messages, ...(tools ? { tools } : {}) })).length;
+
+    it('create: a response object whose prompt is the chat rendering of the same conversation', async () => {
+      const instructions = SYSTEM(501);
+      const input = `Explain the failure.\n\n${words(40, 502)}`;
+      const r = await create({ instructions, input, metadata: { run: 'a' }, user: 'u1' });
+      assertResponse(r, { maxOutputTokens: MAX }, 'create');
+      assert.equal(r.usage.input_tokens, await chatTokens([{ role: 'system', content: instructions }, { role: 'user', content: input }]));
+      assert.equal(r.usage.input_tokens_details.cached_tokens, 0);
+      assert.equal(r.instructions, instructions);
+      assert.deepEqual(r.metadata, { run: 'a' });
+      assert.equal(r.user, 'u1');
+      assert.equal(r.store, true);
+      assert.equal(r.max_output_tokens, MAX);
+      assert.equal(r.model, (await srv.get('/v1/models')).json.data[0].id);
+    });
+
+    it('stream: the event sequence the openai client accumulates, == the non-streamed response', async () => {
+      const body = { instructions: SYSTEM(511), input: `Summarise.\n\n${words(30, 512)}`, store: false };
+      const plain = await create(body);
+      const stream = srv.openai.responses.stream({ model: 'tiny', max_output_tokens: MAX, temperature: 0, ...body });
+      const events = [];
+      for await (const e of stream) events.push(e);
+      const fin = await stream.finalResponse();
+      events.forEach((e, i) => assert.equal(e.sequence_number, i, `event ${i} (${e.type})`));
+      assert.deepEqual(events.slice(0, 2).map((e) => e.type), ['response.created', 'response.in_progress']);
+      const last = events.at(-1);
+      assert.equal(last.type, plain.status === 'completed' ? 'response.completed' : 'response.incomplete');
+      assert.equal(fin.id, last.response.id);
+      assertResponse(fin, { maxOutputTokens: MAX }, 'stream');
+      // Same output as the non-streamed request (greedy, same prompt): texts, types, usage.
+      const strip = (out) => out.map((it) => ({ type: it.type, text: (it.content ?? []).map((c) => c.text).join('') }));
+      assert.deepEqual(strip(fin.output), strip(plain.output));
+      assert.equal(fin.usage.output_tokens, plain.usage.output_tokens);
+      assert.equal(fin.usage.input_tokens, plain.usage.input_tokens);
+      // Deltas add up to the items' texts; every item opened is closed.
+      for (const [idx, item] of fin.output.entries()) {
+        const mine = events.filter((e) => e.output_index === idx);
+        assert.equal(mine[0].type, 'response.output_item.added');
+        assert.equal(mine.at(-1).type, 'response.output_item.done');
+        const deltas = mine.filter((e) => e.type.endsWith('.delta')).map((e) => e.delta).join('');
+        const text = item.type === 'function_call' ? item.arguments : item.content.map((c) => c.text).join('');
+        assert.equal(deltas, text, `output[${idx}] deltas`);
+      }
+      // store: false -> not retrievable; a stored stream is, as its final event says.
+      await assert.rejects(srv.openai.responses.retrieve(fin.id), (e) => e.status === 404);
+      const kept = srv.openai.responses.stream({ model: 'tiny', max_output_tokens: MAX, temperature: 0, ...body, store: true });
+      const keptEvents = [];
+      for await (const e of kept) keptEvents.push(e);
+      const keptLast = keptEvents.at(-1).response;
+      const { output_text: _added, ...stored } = await srv.openai.responses.retrieve(keptLast.id);  // the client adds output_text
+      assert.deepEqual(stored, keptLast);
+    });
+
+    it('a second turn restores the first exactly as the chat dialect does', async () => {
+      const input1 = [{ role: 'system', content: SYSTEM(521) }, { role: 'user', content: `Review this.\n\n${words(50, 522)}` }];
+      const r1 = await create({ input: input1, store: false });
+      const p1 = r1.usage.input_tokens;
+      const input2 = [...input1, ...asInput(r1.output), { role: 'user', content: 'And the root cause?' }];
+      const r2 = await create({ input: input2, store: false });
+      assertResponse(r2, { maxOutputTokens: MAX }, 'turn 2');
+      assert.equal(r2.usage.input_tokens, await chatTokens([...input1, chatMessageOf(r1.output), { role: 'user', content: 'And the root cause?' }]));
+      assert.equal(r2.usage.input_tokens_details.cached_tokens, followUpCached(hybrid, p1));
+    });
+
+    it('function_call -> function_call_output with sealed reasoning restores the whole previous prompt', async () => {
+      const tools = TOOLS.map(responsesTool);
+      const input1 = [{ role: 'developer', content: SYSTEM(531) }, { role: 'user', content: 'Find where the checkpoint list is thinned.' }];
+      const r1 = await create({ input: input1, tools, store: false, include: ['reasoning.encrypted_content'] });
+      assertResponse(r1, { maxOutputTokens: MAX }, 'agent turn 1');
+      const reasoning = r1.output.filter((it) => it.type === 'reasoning');
+      // The template opens a thinking block: the (random) answer starts as reasoning.
+      assert.equal(reasoning.length, 1, JSON.stringify(r1.output));
+      assert.ok(reasoning[0].content[0].text.length > 0, 'empty reasoning');
+      assert.match(reasoning[0].encrypted_content, /^lnr1:/);
+      const call = { type: 'function_call', call_id: 'call_e2e_1', name: 'run_shell', arguments: JSON.stringify({ command: 'grep -rn thin src/cache' }) };
+      const output = { type: 'function_call_output', call_id: 'call_e2e_1', output: `src/cache/store.cpp:42: thin()\n${words(20, 533)}` };
+      const input2 = [...input1, ...asInput(r1.output), call, output];
+      const r2 = await create({ input: input2, tools, store: false, include: ['reasoning.encrypted_content'] });
+      assertResponse(r2, { maxOutputTokens: MAX }, 'agent turn 2');
+      // The sealed reasoning came back as the text it sealed: the prompt is the chat rendering
+      // with that reasoning_content.
+      const assistant = chatMessageOf([...r1.output, { type: 'function_call', call_id: call.call_id, name: call.name, arguments: call.arguments }]);
+      assert.equal(r2.usage.input_tokens, await chatTokens([...input1, assistant,
+        { role: 'tool', tool_call_id: call.call_id, content: output.output }], TOOLS));
+      assert.ok(r2.usage.input_tokens_details.cached_tokens >= r1.usage.input_tokens,
+        `agent turn 2 cached ${r2.usage.input_tokens_details.cached_tokens} < turn 1 prompt ${r1.usage.input_tokens}`);
+      // A seal that does not open (altered) drops the reasoning: a shorter prompt, still served.
+      const altered = input2.map((it) => (it.type === 'reasoning'
+        ? { ...it, encrypted_content: `${it.encrypted_content.slice(0, -4)}AAAA` } : it));
+      const r3 = await create({ input: altered, tools, store: false });
+      assert.ok(r3.usage.input_tokens < r2.usage.input_tokens, `${r3.usage.input_tokens} >= ${r2.usage.input_tokens}`);
+    });
+
+    it('previous_response_id continues a stored response, also after a restart; GET, DELETE and 404', async () => {
+      const instructions = SYSTEM(541);
+      const r1 = await create({ instructions, input: `Plan the refactor.\n\n${words(40, 542)}` });
+      const p1 = r1.usage.input_tokens;
+      const r2 = await create({ instructions, previous_response_id: r1.id, input: 'Next step?' });
+      assertResponse(r2, { maxOutputTokens: MAX }, 'continued');
+      assert.equal(r2.previous_response_id, r1.id);
+      const msgs2 = [{ role: 'system', content: instructions }, { role: 'user', content: `Plan the refactor.\n\n${words(40, 542)}` },
+        chatMessageOf(r1.output), { role: 'user', content: 'Next step?' }];
+      assert.equal(r2.usage.input_tokens, await chatTokens(msgs2));
+      assert.equal(r2.usage.input_tokens_details.cached_tokens, followUpCached(hybrid, p1));
+      const got = await srv.openai.responses.retrieve(r2.id);
+      assert.deepEqual(got, r2);
+
+      // Restart on the same --cache-dir: the stored responses (and the disk tier) survive.
+      await srv.stopGracefully();
+      srv = await start(`responses-${arch}-restarted`);
+      assert.deepEqual(await srv.openai.responses.retrieve(r2.id), r2);
+      const r3 = await create({ instructions, previous_response_id: r2.id, input: 'And then?' });
+      assertResponse(r3, { maxOutputTokens: MAX }, 'after restart');
+      assert.equal(r3.usage.input_tokens, await chatTokens([...msgs2, chatMessageOf(r2.output), { role: 'user', content: 'And then?' }]));
+      assert.equal(r3.usage.input_tokens_details.cached_tokens, followUpCached(hybrid, r2.usage.input_tokens),
+        'the restarted server restores the continued conversation from its disk tier');
+
+      // DELETE, then 404 for GET, DELETE and previous_response_id, in the OpenAI error shape.
+      const del = await fetch(`${srv.url}/v1/responses/${r1.id}`, { method: 'DELETE' });
+      assert.equal(del.status, 200);
+      assert.deepEqual(await del.json(), { id: r1.id, object: 'response', deleted: true });
+      const missing = await srv.get(`/v1/responses/${r1.id}`);
+      assert.equal(missing.status, 404);
+      assert.equal(missing.json.error.type, 'invalid_request_error');
+      assert.equal(missing.json.error.code, 'not_found');
+      await assert.rejects(srv.openai.responses.delete(r1.id), (e) => e.status === 404);
+      await assert.rejects(create({ previous_response_id: 'resp_nope', input: 'x' }),
+        (e) => e.status === 404 && e.error?.param === 'previous_response_id');
+      // r2 still continues: a stored conversation does not depend on its predecessor's row.
+      assertResponse(await create({ previous_response_id: r2.id, input: 'Still there?' }), { maxOutputTokens: MAX }, 'r2 after r1 deleted');
+    });
+
+    it('a conversation started on /v1/chat/completions continues on /v1/responses from its cache entry', async () => {
+      const messages = [{ role: 'system', content: SYSTEM(551) }, { role: 'user', content: `Look at this.\n\n${words(50, 552)}` }];
+      const c1 = await srv.openai.chat.completions.create({ model: 'tiny', messages, max_tokens: MAX, temperature: 0 });
+      const p1 = c1.usage.prompt_tokens;
+      const m = c1.choices[0].message;
+      const items = [];
+      if (m.reasoning_content) items.push({ type: 'reasoning', summary: [], content: [{ type: 'reasoning_text', text: m.reasoning_content }] });
+      items.push({ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: m.content ?? '' }] });
+      const r2 = await create({ input: [...messages, ...items, { role: 'user', content: 'Why?' }], store: false });
+      assert.equal(r2.usage.input_tokens, await chatTokens([...messages,
+        { role: 'assistant', content: m.content ?? '', ...(m.reasoning_content ? { reasoning_content: m.reasoning_content } : {}) },
+        { role: 'user', content: 'Why?' }]));
+      assert.equal(r2.usage.input_tokens_details.cached_tokens, followUpCached(hybrid, p1));
+    });
+
+    it('bad requests get a 400 naming the field; hosted tools are ignored', async () => {
+      const bad = await srv.post('/v1/responses', { model: 'tiny', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] });
+      assert.equal(bad.status, 400);
+      assert.equal(bad.json.error.param, 'input[0].content[0].type');
+      const fmt = await srv.post('/v1/responses', { model: 'tiny', input: 'x', text: { format: { type: 'json_object' } } });
+      assert.equal(fmt.status, 400);
+      assert.equal(fmt.json.error.param, 'text.format');
+      const hosted = await create({ input: 'Search the web.', tools: [{ type: 'web_search' }, responsesTool(TOOLS[0])], store: false });
+      assert.deepEqual(hosted.tools.map((t) => t.name), [TOOLS[0].function.name]);
+      assert.match(srv.log(), /ignored tools this server cannot run \(the model is not told about them\): web_search/);
+    });
+  });
+}
