@@ -17,6 +17,10 @@ namespace lineage::server {
 
 namespace {
 
+// llama.cpp limits (src/llama-cparams.h LLAMA_MAX_SEQ, ggml.h GGML_MAX_N_THREADS).
+constexpr int64_t max_sequences = 256;
+constexpr int64_t max_threads = 512;
+
 // A parser stores a value or returns what was wrong with it ("" = ok).
 using value_parser = std::function<std::string(const std::string &)>;
 
@@ -283,8 +287,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
     add("--ubatch-size", "LINEAGE_UBATCH_SIZE", "TOKENS", std::to_string(d.sched.n_ubatch),
         "physical micro-batch size", int_min(c.sched.n_ubatch, 1));
-    add("-t,--threads", "LINEAGE_THREADS", "N", "0", "CPU threads for the engine; 0 = all hardware threads",
-        int_min(c.sched.n_threads, 0));
+    add("-t,--threads", "LINEAGE_THREADS", "N", "0",
+        "CPU threads for the engine, at most 512 (ggml's GGML_MAX_N_THREADS); 0 = all hardware threads",
+        int_in(c.sched.n_threads, 0, max_threads));
     // --- prompt cache ---
     add("--prompt-cache-enabled,--cache-prompt,!--no-cache-prompt", "LINEAGE_PROMPT_CACHE_ENABLED", "[=BOOL]", "true",
         "enable/disable the prompt cache (--cache-prompt / --no-cache-prompt are aliases); when no flag is given "
@@ -313,8 +318,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: an entry expires this long after its last hit",
         seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
-        "finished sequences kept parked on the device, besides the --parallel slots",
-        int_min(cc.device_slots, 0));
+        "finished sequences kept parked on the device, besides the --parallel slots; --parallel + "
+        "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ)",
+        int_in(cc.device_slots, 0, max_sequences - 1));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
     add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
@@ -501,6 +507,12 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
         } else if (auto h = lookup("HOME"); h && !h->empty()) {
             c.sched.cache.disk_dir = *h + "/.cache/lineage/prompt-cache";
         }
+    }
+    if (errors.empty() && static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots > max_sequences) {
+        errors.push_back("--parallel " + std::to_string(c.sched.n_parallel) + " + --cache-device-slots " +
+                         std::to_string(c.sched.cache.device_slots) + " = " +
+                         std::to_string(c.sched.n_parallel + c.sched.cache.device_slots) + " sequences; llama.cpp holds at most " +
+                         std::to_string(max_sequences) + ": lower one of them");
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

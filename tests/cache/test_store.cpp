@@ -386,6 +386,26 @@ TEST_F(StoreTest, AnchorCapEvictsLeastRecentlyUsedAnchor) {
     EXPECT_EQ(p.n_restore, 0) << "the oldest anchor was evicted";
 }
 
+TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
+    // --cache-max-anchors 0 (issue 12: it aborted the server at the first system prompt).
+    config c = small_config();
+    c.max_anchors = 0;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        auto p1 = run(st, key{"b", "s1"}, seq(0, 300), {120, 295, 100});
+        for (const auto & cap : p1.captures) {
+            EXPECT_NE(cap.kind, point_kind::anchor) << cap.n_tokens;
+        }
+        ASSERT_TRUE(st.reserve(100));
+        st.commit_anchor(key{"b", "s1"}, seq(0, 118), fake(100), 100, 1.0);  // refused, not a crash
+        st.check_invariants();
+        EXPECT_EQ(st.get_stats().anchors, 0);
+        // The conversation itself is still cached: a resend restores it.
+        auto p2 = st.plan(key{"b", "s1"}, seq(0, 300), {120, 295, 100}, 2.0);
+        EXPECT_GT(p2.n_restore, 0) << (hybrid ? "hybrid" : "dense");
+    }
+}
+
 TEST_F(StoreTest, MaxEntriesEvictsOldest) {
     config c = small_config();
     c.max_entries = 2;
