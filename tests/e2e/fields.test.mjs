@@ -32,6 +32,12 @@ function lpBytes(entries) {
   return Buffer.from(entries.flatMap((e) => e.bytes));
 }
 
+/** The reply text the tokens spell: the chat parser drops the whitespace that opens the content
+ *  (after the template's generation prompt), the logprobs keep every token. */
+function spelled(entries) {
+  return lpBytes(entries).toString('utf8').trimStart();
+}
+
 function assertLogprobs(entries, topN, where) {
   assert.ok(Array.isArray(entries) && entries.length > 0, `${where}: no logprobs.content`);
   for (const e of entries) {
@@ -71,7 +77,7 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
       'presence_penalty', 'frequency_penalty', 'logit_bias', 'grammar', 'n_probs', 'top_k', 'min_p', 'repeat_penalty',
       'stop', 'stream_options', 'n', 'audio', 'modalities', 'prediction', 'web_search_options', 'functions',
       'function_call', 'verbosity', 'store', 'metadata', 'user', 'service_tier']) {
-      assert.match(table, new RegExp('\\| `' + f + '`'), `docs/api-fields.md has no row for ${f}`);
+      assert.match(table, new RegExp('^\\|[^|\\n]*`' + f + '`', 'm'), `docs/api-fields.md has no row for ${f}`);
     }
   });
 
@@ -80,7 +86,7 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
     const c = r.choices[0];
     assertLogprobs(c.logprobs.content, 3, 'non-streamed');
     assert.equal(c.logprobs.content.length, r.usage.completion_tokens, 'one entry per generated token');
-    assert.equal(lpBytes(c.logprobs.content).toString('utf8'), c.message.content);
+    assert.equal(spelled(c.logprobs.content), c.message.content);
     const plain = await srv.openai.chat.completions.create(base(1));
     assert.equal(plain.choices[0].logprobs, null, 'no logprobs unless asked');
     assert.equal(plain.choices[0].message.content, c.message.content, 'logprobs do not change the reply');
@@ -93,7 +99,7 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
     const entries = s.chunks.flatMap((c) => c.choices?.[0]?.logprobs?.content ?? []);
     assertLogprobs(entries, 2, 'streamed');
     assert.deepEqual(entries, r.choices[0].logprobs.content);
-    assert.equal(lpBytes(entries).toString('utf8'), s.content);
+    assert.equal(spelled(entries), s.content);
   });
 
   it('logprobs without alternatives, n_probs, and the limits', async () => {
@@ -133,7 +139,7 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
     const piece = Buffer.from(lp.choices[0].logprobs.content[0].bytes).toString('utf8');
     assert.deepEqual(await tokenize(piece), [tok], `the forced token ${JSON.stringify(piece)} is not ${tok}`);
     for (const e of lp.choices[0].logprobs.content) assert.equal(Buffer.from(e.bytes).toString('utf8'), piece);
-    assert.equal(lp.choices[0].message.content, piece.repeat(5));
+    assert.equal(lp.choices[0].message.content, piece.repeat(5).trimStart());
     const greedy = await srv.openai.chat.completions.create({ ...base(6, 3), logprobs: true });
     const first = greedy.choices[0].logprobs.content[0];
     const firstId = (await tokenize(Buffer.from(first.bytes).toString('utf8')))[0];
@@ -143,15 +149,48 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
     assert.equal(assertError(await post(srv, { ...base(6), logit_bias: { 5: 101 } }), 400).param, 'logit_bias');
   });
 
-  it('presence_penalty, frequency_penalty and repeat_penalty change a greedy reply that repeats', async () => {
-    const body = base(7, 40);
-    const plain = (await srv.openai.chat.completions.create(body)).choices[0].message.content;
-    for (const extra of [{ presence_penalty: 2 }, { frequency_penalty: 2 }, { repeat_penalty: 3 }]) {
-      const r = await post(srv, { ...body, ...extra });
-      assert.equal(r.status, 200, r.text);
-      assert.notEqual(r.json.choices[0].message.content, plain, `${JSON.stringify(extra)} changed nothing`);
+  it('presence_penalty and frequency_penalty: the first repeat within 2 nats of the runner-up is replaced', async () => {
+    // From the greedy reply's logprobs: the first position k whose token already appeared and
+    // whose lead over the next token is < 2 (a logprob difference is a logit difference). A
+    // penalty of 2 must keep the reply up to k and change the token at k.
+    let found = 0;
+    for (let seed = 7; seed < 27 && found < 2; seed++) {
+      const body = { ...base(seed, 40), logprobs: true, top_logprobs: 2 };
+      const greedy = await srv.openai.chat.completions.create(body);
+      const e = greedy.choices[0].logprobs.content;
+      const seen = new Set();
+      let k = -1;
+      for (let i = 0; i < e.length; i++) {
+        const key = e[i].bytes.join(',');
+        const lead = e[i].top_logprobs[0].logprob - e[i].top_logprobs[1].logprob;
+        if (seen.has(key) && lead < 2 && lead > 1e-3) { k = i; break; }
+        seen.add(key);
+      }
+      if (k < 0) continue;
+      found++;
+      for (const extra of [{ presence_penalty: 2 }, { frequency_penalty: 2 }]) {
+        const r = await srv.openai.chat.completions.create({ ...body, ...extra });
+        const p = r.choices[0].logprobs.content;
+        assert.deepEqual(p.slice(0, k).map((x) => x.bytes), e.slice(0, k).map((x) => x.bytes),
+          `${JSON.stringify(extra)} seed ${seed}: the reply changed before position ${k}`);
+        assert.notDeepEqual(p[k]?.bytes, e[k].bytes, `${JSON.stringify(extra)} seed ${seed}: position ${k} kept its repeat`);
+      }
     }
-    assert.equal(assertError(await post(srv, { ...body, presence_penalty: 2.5 }), 400).param, 'presence_penalty');
+    assert.ok(found > 0, 'no greedy reply with a close repeat in 20 prompts');
+    assert.equal(assertError(await post(srv, { ...base(7), presence_penalty: 2.5 }), 400).param, 'presence_penalty');
+    assert.equal(assertError(await post(srv, { ...base(7), frequency_penalty: -3 }), 400).param, 'frequency_penalty');
+  });
+
+  it('repeat_penalty changes a greedy reply that repeats', async () => {
+    let changed = false;
+    for (let seed = 7; seed < 12 && !changed; seed++) {
+      const body = base(seed, 40);
+      const plain = (await srv.openai.chat.completions.create(body)).choices[0].message.content;
+      const r = await post(srv, { ...body, repeat_penalty: 3 });
+      assert.equal(r.status, 200, r.text);
+      changed = r.json.choices[0].message.content !== plain;
+    }
+    assert.ok(changed, 'repeat_penalty 3 changed none of 5 greedy replies');
   });
 
   it('grammar (GBNF): the reply is in the language; a bad grammar is a 400', async () => {
@@ -198,7 +237,7 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
     const i = texts.findIndex((t, k) => k > 0 && /^ \S{2,}$/.test(t) && !texts.slice(0, k).join('').includes(t.slice(1)));
     assert.ok(i > 0, `no token with a leading space to stop on in ${JSON.stringify(texts)}`);
     const stop = texts[i].slice(1);
-    const want = texts.slice(0, i).join('');
+    const want = texts.slice(0, i).join('').trimStart();
     const cut = await srv.openai.chat.completions.create({ ...base(12, 16), stop: [stop] });
     assert.equal(cut.choices[0].message.content, want, `stop ${JSON.stringify(stop)}`);
     assert.equal(cut.choices[0].finish_reason, 'stop');

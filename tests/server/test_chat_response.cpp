@@ -99,12 +99,13 @@ TEST(ChatResponse, StreamStartsWithRoleThenContentThenFinishThenUsage) {
     ASSERT_EQ(all.size(), 5u);
     EXPECT_EQ(dump(all[0]),
               R"({"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"tiny",)"
-              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
+              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],)"
+              R"("usage":null})");
     EXPECT_EQ(all[1]["choices"][0]["delta"]["content"], "Hi");
     EXPECT_EQ(all[2]["choices"][0]["delta"]["content"], " there");
     EXPECT_EQ(all[3]["choices"][0]["finish_reason"], "stop");
     EXPECT_EQ(all[3]["choices"][0]["delta"], json::object());
-    EXPECT_FALSE(all[3].contains("usage"));  // usage comes in its own chunk
+    EXPECT_TRUE(all[3]["usage"].is_null());  // usage comes in its own chunk
     EXPECT_EQ(all[3]["timings"]["cached_n"], 6);
     EXPECT_EQ(all[4]["choices"], json::array());
     EXPECT_EQ(all[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 6);
@@ -187,7 +188,8 @@ TEST(ChatResponse, StreamNeverSplitsACharacterNorShowsAStopString) {
     for (auto & c : out.final_chunks(done(finish_reason::stop))) {
         all.push_back(c);
     }
-    EXPECT_EQ(streamed_content(all), "caf\xC3\xA9 \xF0\x9F\x98\x80 ");
+    // The stop string starts in the piece " <|": its leading space goes with it.
+    EXPECT_EQ(streamed_content(all), "caf\xC3\xA9 \xF0\x9F\x98\x80");
     EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "stop");
 }
 
