@@ -284,7 +284,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run",
         boolean(c.sched.kv_unified), true);
     add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
-        "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
+        "tokens per llama_decode call (prefill chunk size); at least --parallel + --cache-device-slots",
+        int_min(c.sched.n_batch, 1));
     add("--ubatch-size", "LINEAGE_UBATCH_SIZE", "TOKENS", std::to_string(d.sched.n_ubatch),
         "physical micro-batch size", int_min(c.sched.n_ubatch, 1));
     add("-t,--threads", "LINEAGE_THREADS", "N", "0",
@@ -513,6 +514,13 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          std::to_string(c.sched.cache.device_slots) + " = " +
                          std::to_string(c.sched.n_parallel + c.sched.cache.device_slots) + " sequences; llama.cpp holds at most " +
                          std::to_string(max_sequences) + ": lower one of them");
+    }
+    const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots;
+    if (errors.empty() && c.sched.n_batch < n_seq) {
+        // llama.cpp reserves one output row per sequence inside a batch (GGML_ASSERT otherwise).
+        errors.push_back("--batch-size " + std::to_string(c.sched.n_batch) + " is smaller than --parallel + " +
+                         "--cache-device-slots = " + std::to_string(n_seq) +
+                         " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

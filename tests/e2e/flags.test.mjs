@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
@@ -75,30 +76,40 @@ async function tryFlag(model, flag, value, use) {
   }
 }
 
-/** One chat request with a system prompt; asserts a 200 completion, or a 400 that says the
- *  prompt does not fit the context (a 1-token --ctx-size). */
+/** POST `body` as JSON to 127.0.0.1:port (node:http: fetch refuses ports such as 1). */
+function postJson(port, pathname, body) {
+  return new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    const req = http.request({ host: '127.0.0.1', port, path: pathname, method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+/** One chat request with a system prompt, twice; asserts 200 completions, or a 400 that says
+ *  the prompt does not fit the context (a 1-token --ctx-size). */
 async function serveOne(port, where) {
   const body = {
     model: 'tiny', max_tokens: 4, temperature: 0,
     messages: [{ role: 'system', content: words(60, 3) }, { role: 'user', content: words(8, 4) }],
   };
-  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  const text = await res.text();
-  if (res.status === 400) {
-    assert.match(text, /context length|context_length_exceeded/, `${where}: 400 that is not about the context: ${text}`);
-    return;
+  for (const attempt of ['first', 'second']) {
+    const { status, text } = await postJson(port, '/v1/chat/completions', body);
+    if (status === 400) {
+      assert.match(text, /context length|context_length_exceeded/, `${where}: 400 that is not about the context: ${text}`);
+      return;
+    }
+    assert.equal(status, 200, `${where} (${attempt} request): ${text}`);
+    const j = JSON.parse(text);
+    assert.equal(j.choices.length, 1, `${where}: ${text}`);
+    assert.ok(j.usage.completion_tokens >= 1 && j.usage.completion_tokens <= 4, `${where}: ${text}`);
   }
-  assert.equal(res.status, 200, `${where}: ${text}`);
-  const j = JSON.parse(text);
-  assert.equal(j.choices.length, 1, `${where}: ${text}`);
-  assert.ok(j.usage.completion_tokens >= 1 && j.usage.completion_tokens <= 4, `${where}: ${text}`);
-  // The second request restores what the first cached (or at least is served as well).
-  const again = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  });
-  assert.equal(again.status, 200, `${where}: second request: ${await again.text()}`);
 }
 
 describe('numeric flags: refused at startup with the flag named, or served', () => {
