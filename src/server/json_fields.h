@@ -1,0 +1,41 @@
+// server::fields: reading one JSON request body field by field, each failure a 400 that names
+// the field (`param`) and says what is accepted. Shared by the request parsers of the chat
+// completion body (chat_request.cpp, chat_request_options.cpp).
+// Internally a failed check throws bad_field; the parser's entry point catches it and returns
+// the api_error. Thread safety: pure functions.
+#pragma once
+
+#include "server/errors.h"
+
+#include <cstdint>
+#include <string>
+
+namespace lineage::server::fields {
+
+/** Thrown by fail(): the error to answer with. */
+struct bad_field {
+    api_error err;
+};
+
+/** Throws bad_field with a 400 invalid_request_error naming `param`. */
+[[noreturn]] void fail(const std::string & param, const std::string & message);
+
+/** "a string", "an integer", ... for messages. */
+const char * type_name(const json & j);
+
+/** A present, non-null field of `obj`, or nullptr (OpenAI clients send null for "unset"). */
+const json * field(const json & obj, const char * key);
+
+/** The value as the type, or fail(param) saying what it is. */
+std::string get_string(const json & v, const std::string & param);
+bool get_bool(const json & v, const std::string & param);
+int64_t get_int(const json & v, const std::string & param);
+double get_number(const json & v, const std::string & param);
+
+/** A number in [lo, hi], or fail(param) with the range. */
+double number_in(const json & v, const std::string & param, double lo, double hi);
+
+/** A number as JSON writes it (3.0, -2.5). */
+std::string fmt_number(double v);
+
+}  // namespace lineage::server::fields
