@@ -366,7 +366,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-max-checkpoints", "LINEAGE_CACHE_MAX_CHECKPOINTS", "N", std::to_string(dc.max_checkpoints),
         "checkpoints kept per conversation lineage", int_min(cc.max_checkpoints, 0));
     add("--cache-max-anchors", "LINEAGE_CACHE_MAX_ANCHORS", "N", std::to_string(dc.max_anchors),
-        "pinned system-prompt anchors kept", int_min(cc.max_anchors, 0));
+        "pinned system-prompt anchors kept; 0 = no anchors", int_min(cc.max_anchors, 0));
     add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
         format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
         bytes_min(cc.max_anchor_bytes, 0));
