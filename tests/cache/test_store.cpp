@@ -406,6 +406,34 @@ TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
     }
 }
 
+TEST_F(StoreTest, ColdSplitPointsAreTheCapturesOfAFirstRequest) {
+    // A prefill that bypasses the cache splits where a first cached request captures (issue 12
+    // item 5: Mamba2's chunked scan depends on the split).
+    config c = small_config();
+    c.resend_checkpoint = true;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        const plan_hints h{120, 290, 60};
+        const tokens prompt = seq(0, 300);
+        const auto split = st.cold_split_points(prompt, h);
+        EXPECT_EQ(st.get_stats().lookups, 0) << "no side effects";
+        const auto p = st.plan(key{"b", "s"}, prompt, h, 1.0);
+        ASSERT_EQ(split.size(), p.captures.size()) << (hybrid ? "hybrid" : "dense");
+        for (size_t i = 0; i < split.size(); ++i) {
+            EXPECT_EQ(split[i].n_tokens, p.captures[i].n_tokens);
+            EXPECT_EQ(split[i].kind, p.captures[i].kind);
+        }
+        if (hybrid) {
+            // anchor 118, tools anchor 58, turn 290, guard 299
+            std::vector<int32_t> at;
+            for (const auto & cp : split) {
+                at.push_back(cp.n_tokens);
+            }
+            EXPECT_EQ(at, (std::vector<int32_t>{58, 118, 290, 299}));
+        }
+    }
+}
+
 TEST_F(StoreTest, MaxEntriesEvictsOldest) {
     config c = small_config();
     c.max_entries = 2;
