@@ -292,6 +292,9 @@ void parse_body(const json & body, chat_request & r) {
         if (!so->is_object()) {
             fail("stream_options", "'stream_options' must be an object, got " + std::string(type_name(*so)));
         }
+        if (!r.stream) {  // as OpenAI answers it: an option of a stream that was not asked for
+            fail("stream_options", "'stream_options' is only allowed with \"stream\": true");
+        }
         if (const json * iu = field(*so, "include_usage")) {
             r.include_usage = get_bool(*iu, "stream_options.include_usage");
         }

@@ -215,6 +215,8 @@ describe(`request fields as docs/api-fields.md states them [${arch}]`, { timeout
       n: 2, audio: { voice: 'alloy', format: 'wav' }, modalities: ['text', 'audio'], prediction: { type: 'content', content: 'x' },
       web_search_options: {}, functions: [{ name: 'f' }], function_call: 'auto', verbosity: 'low',
     };
+    assert.equal(assertError(await post(srv, { ...base(10), stream_options: { include_usage: true } }), 400).param,
+      'stream_options', 'stream_options without stream');
     for (const [k, v] of Object.entries(refused)) {
       const e = assertError(await post(srv, { ...base(10), [k]: v }), 400, k);
       assert.equal(e.param, k, `${k}: ${JSON.stringify(e)}`);

@@ -231,7 +231,7 @@ TEST(ChatRequest, EachBadFieldGetsItsOwnError) {
          "'parallel_tool_calls' must be a boolean (true or false), got a string"},
         {with(R"("stream": 1)"), "stream", "'stream' must be a boolean (true or false), got an integer"},
         {with(R"("stream_options": true)"), "stream_options", "'stream_options' must be an object, got a boolean"},
-        {with(R"("stream_options": {"include_usage": "yes"})"), "stream_options.include_usage",
+        {with(R"("stream": true, "stream_options": {"include_usage": "yes"})"), "stream_options.include_usage",
          "'stream_options.include_usage' must be a boolean (true or false), got a string"},
         {with(R"("max_tokens": 0)"), "max_tokens", "'max_tokens' is 0; it must be at least 1"},
         {with(R"("max_tokens": -3)"), "max_tokens", "'max_tokens' is -3; it must be at least 1"},
@@ -322,6 +322,9 @@ TEST(ChatRequest, UnhonouredOpenAIFieldsAreRefusedByName) {
     EXPECT_EQ(bad(with(R"("logit_bias":{"1":-101})")).param, "logit_bias");
     EXPECT_EQ(bad(with(R"("presence_penalty":3)")).message, "'presence_penalty' is 3.0; it must be between -2.0 and 2.0");
     EXPECT_EQ(bad(with(R"("reasoning_effort":"max")")).param, "reasoning_effort");
+    EXPECT_EQ(bad(with(R"("stream_options":{"include_usage":true})")).message,
+              "'stream_options' is only allowed with \"stream\": true");
+    EXPECT_TRUE(ok(with(R"("stream":true,"stream_options":{"include_usage":true})")).include_usage);
     EXPECT_EQ(bad(with(R"("grammar":"root ::= \"x\"","response_format":{"type":"json_object"})")).param, "grammar");
     // Documented no-ops and vendor extras are accepted.
     ok(with(R"("store":true,"metadata":{"k":"v"},"service_tier":"auto","modalities":["text"],"some_vendor_field":1)"));
