@@ -58,8 +58,7 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
         return;
     }
 
-    scheduler::sampling_params sampling = cr.sampling;
-    sampling.grammar = prep.grammar;
+    const scheduler::sampling_params & sampling = cr.sampling;
     auto gr = make_generation_request(ctx, prep, sampling);
     completion_meta meta;
     meta.id = random_id("chatcmpl-");

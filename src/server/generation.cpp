@@ -266,6 +266,7 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     gr->id = ctx.next_id.fetch_add(1);
     gr->prompt = prep.prompt;
     gr->sampling = sampling;
+    gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
     gr->cache = prep.cache;
     spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} session='{}' bucket={}", gr->id,
                   prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,
