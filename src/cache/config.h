@@ -87,7 +87,7 @@ struct config {
     int32_t anchor_slack = 2;
     /** Checkpoints kept per lineage (seed 000: 4). */
     int32_t max_checkpoints = 4;
-    /** Anchor caps inside the total budget (seed 000: 16 entries, 16 GiB). */
+    /** Anchor caps inside the total budget (seed 000: 16 entries, 16 GiB); max_anchors 0 = no anchors. */
     int32_t max_anchors = 16;
     uint64_t max_anchor_bytes = 16ull << 30;
 };

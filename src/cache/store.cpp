@@ -342,6 +342,13 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     return p;
 }
 
+std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints,
+                                                    const std::vector<int32_t> & breakpoints) const {
+    restore_plan p;
+    add_captures(p, key{}, prompt, hints, breakpoints);  // no bucket "": nothing to diverge from, no anchor held
+    return p.captures;
+}
+
 void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
                          const std::vector<int32_t> & breakpoints) const {
     if (!cfg_.lineage) {
@@ -358,8 +365,11 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
     // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
     // same slack, when it falls before the anchor: what system texts that differ near their end
     // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
-    const int32_t anchor = h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
-    const int32_t tools_anchor = hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    // --cache-max-anchors 0 turns anchors off: none is planned.
+    const bool anchors_on = cfg_.max_anchors > 0;
+    const int32_t anchor = anchors_on && h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
+    const int32_t tools_anchor =
+        anchors_on && hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
     for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
         if (a < 0) {
             continue;
@@ -658,6 +668,9 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
                           file_id disk_file) {
     release_pending(reserved);
     const uint64_t size = size_of(full);
+    if (cfg_.max_anchors <= 0) {
+        return;  // --cache-max-anchors 0: no anchors (plan() schedules none)
+    }
     if (auto t = tries_.find(k.bucket); t != tries_.end()) {
         for (uint64_t id : t->second.exact(toks)) {
             if (by_id_.at(id)->anchor) {

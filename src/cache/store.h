@@ -177,8 +177,16 @@ public:
      *  the caller then frees the sequence. */
     bool commit(commit_input in, double now_s);
 
+    /** The capture points plan() gives `prompt` on an empty cache (anchor, tools anchor, turn,
+     *  guard; no divergence, no existing anchor), in ascending order. A prefill that bypasses
+     *  the cache splits its chunks there, so that on a model whose numerics depend on the split
+     *  (Mamba2's chunked scan) it computes what a first request with the cache on computes.
+     *  No side effects. */
+    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints,
+                                                 const std::vector<int32_t> & breakpoints = {}) const;
+
     /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM.
-     *  `reserved`: the bytes reserve()d for `full`. */
+     *  `reserved`: the bytes reserve()d for `full`. With max_anchors 0, stores nothing. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                        file_id disk_file = 0);
 

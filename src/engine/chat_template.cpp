@@ -27,6 +27,7 @@ struct chat_template::impl {
     bool supports_thinking = false;
     bool supports_parallel_tool_calls = false;
     std::string bos_text;  ///< prepended when the vocab adds BOS (the library strips it)
+    const model * mdl = nullptr;
 };
 
 namespace {
@@ -85,9 +86,50 @@ std::string gen_tool_call_id() {
     return id;
 }
 
+// tool_choice required / a named function: some formats' grammars (Qwen3-Coder XML, used by
+// Qwen3.5) let free text come before the first call, which a model may never end. The word that
+// starts a call (the lazy grammar's trigger under tool_choice auto) is put at the end of the
+// generation prompt, as llama.cpp does for a continued message: the grammar sampler and the
+// parser both start after it, so the reply is the call. Kept only when the forced grammar
+// accepts the longer generation prompt.
+void force_tool_call_start(const chat_template::impl & im, common_chat_templates_inputs inputs, common_chat_params & cp) {
+    if (cp.grammar.empty()) {
+        return;
+    }
+    inputs.tool_choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
+    common_chat_params lazy;
+    try {
+        lazy = common_chat_templates_apply(im.tmpls.get(), inputs);
+    } catch (const std::exception &) {
+        return;
+    }
+    std::string start;
+    for (const auto & t : lazy.grammar_triggers) {
+        if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD || t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN) {
+            start = t.value;
+            break;
+        }
+    }
+    if (start.empty() || cp.generation_prompt.empty() ||
+        cp.prompt.size() < cp.generation_prompt.size() ||
+        cp.prompt.compare(cp.prompt.size() - cp.generation_prompt.size(), std::string::npos, cp.generation_prompt) != 0) {
+        return;
+    }
+    grammar_spec g;
+    g.type = grammar_spec::kind::tool_calls;
+    g.gbnf = cp.grammar;
+    g.generation_prompt = cp.generation_prompt + start;
+    if (im.mdl == nullptr || !check_grammar(*im.mdl, g).empty()) {
+        return;
+    }
+    cp.prompt += start;
+    cp.generation_prompt += start;
+}
+
 }  // namespace
 
 chat_template::chat_template(const model & m, const std::string & override_source) : impl_(std::make_unique<impl>()) {
+    impl_->mdl = &m;
     try {
         impl_->tmpls = common_chat_templates_init(m.raw(), override_source);
     } catch (const std::exception & e) {
@@ -139,6 +181,8 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
     inputs.use_jinja = true;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
     inputs.chat_template_kwargs = in.kwargs;
+    inputs.json_schema = in.json_schema;
+    inputs.grammar = in.grammar;
 
     // enable_thinking: the template's capability, overridden by the kwarg (llama-server).
     inputs.enable_thinking = impl_->supports_thinking;
@@ -162,6 +206,10 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
                                     e.what());
     }
 
+    if (inputs.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !inputs.tools.empty() && inputs.json_schema.empty()) {
+        force_tool_call_start(*impl_, inputs, cp);
+    }
+
     chat_render_result out;
     out.prompt = std::move(cp.prompt);
     if (!impl_->bos_text.empty() && out.prompt.rfind(impl_->bos_text, 0) != 0) {
@@ -171,6 +219,20 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
     out.additional_stops = cp.additional_stops;
     out.preserved_tokens = cp.preserved_tokens;
     out.format = common_chat_format_name(cp.format);
+    out.grammar = cp.grammar;
+    out.grammar_lazy = cp.grammar_lazy;
+    for (const auto & t : cp.grammar_triggers) {
+        grammar_trigger g;
+        switch (t.type) {
+            case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:        g.type = grammar_trigger::kind::token; break;
+            case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:         g.type = grammar_trigger::kind::word; break;
+            case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:      g.type = grammar_trigger::kind::pattern; break;
+            case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: g.type = grammar_trigger::kind::pattern_full; break;
+        }
+        g.value = t.value;
+        g.tok = t.token;
+        out.grammar_triggers.push_back(std::move(g));
+    }
 
     auto pp = std::make_shared<chat_parse_params::impl>();
     pp->params = common_chat_parser_params(cp);

@@ -8,6 +8,8 @@
 // Ownership: move-only owners of the library objects (pimpl).
 #pragma once
 
+#include "engine/sampler.h"
+
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -54,6 +56,11 @@ struct chat_render_inputs {
     std::optional<bool> parallel_tool_calls;         ///< unset: what the template supports
     std::map<std::string, std::string> kwargs;       ///< chat_template_kwargs, values as JSON text
     bool add_generation_prompt = true;
+    /** response_format's JSON Schema as JSON text ("" = free text): the library builds an
+     *  output-format grammar from it (json-schema-to-grammar) that also parses the reply. */
+    std::string json_schema;
+    /** A client GBNF grammar ("" = none); REQUIRES: no tools unless tool_choice is none. */
+    std::string grammar;
 };
 
 /** How to parse what the model generates for one rendered prompt (opaque; cheap to copy). */
@@ -73,6 +80,12 @@ struct chat_render_result {
     std::string generation_prompt;
     std::string format;                        ///< the library's format name (for logs)
     chat_parse_params parser;
+    /** The library's grammar for this render ("" = none): response_format's schema, or the
+     *  tool-call grammar (lazy under tool_choice auto: applied from a trigger on; whole under
+     *  required / a named function). */
+    std::string grammar;
+    bool grammar_lazy = false;
+    std::vector<grammar_trigger> grammar_triggers;
 };
 
 /** The parsed assistant message. */

@@ -2,7 +2,6 @@
 
 #include "common.h"
 #include "llama.h"
-#include "sampling.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -121,33 +120,6 @@ const float * context::logits(int32_t i) const {
 
 int32_t context::n_ctx() const {
     return static_cast<int32_t>(llama_n_ctx(ctx_));
-}
-
-sampler::sampler(const model & m, float temperature, float top_p, uint32_t seed, int32_t top_k) {
-    common_params_sampling sp;
-    sp.seed = seed;
-    sp.temp = temperature;
-    sp.top_p = top_p;
-    // OpenAI semantics: temperature and top_p; top_k only when a request sets it (Anthropic).
-    sp.top_k = top_k;
-    sp.min_p = 0.0f;
-    sp.no_perf = true;
-    smpl_ = common_sampler_init(m.raw(), sp);
-    if (smpl_ == nullptr) {
-        throw std::runtime_error("could not create the sampler");
-    }
-}
-
-sampler::~sampler() {
-    if (smpl_ != nullptr) {
-        common_sampler_free(smpl_);
-    }
-}
-
-token sampler::sample(context & ctx, int32_t idx) {
-    const token t = common_sampler_sample(smpl_, ctx.raw(), idx);
-    common_sampler_accept(smpl_, t, true);
-    return t;
 }
 
 }  // namespace lineage::engine

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "engine/model.h"
+#include "engine/sampler.h"
 
 #include <atomic>
 #include <cstdint>
@@ -13,7 +14,6 @@
 #include <vector>
 
 struct llama_context;
-struct common_sampler;
 
 namespace lineage::engine {
 
@@ -97,22 +97,6 @@ private:
     int32_t n_batch_ = 512;
     bool unified_ = false;
     std::atomic<bool> * abort_ = nullptr;
-};
-
-/** Sampling chain for one request (llama.cpp common_sampler: top-k when > 0, top-p, temperature, seed).
- *  Greedy when temperature <= 0. Engine thread only. */
-class sampler {
-public:
-    sampler(const model & m, float temperature, float top_p, uint32_t seed, int32_t top_k = 0);
-    ~sampler();
-    sampler(const sampler &) = delete;
-    sampler & operator=(const sampler &) = delete;
-
-    /** Samples from the output row `idx` of ctx's last decode and accepts the token. */
-    token sample(context & ctx, int32_t idx);
-
-private:
-    common_sampler * smpl_ = nullptr;
 };
 
 }  // namespace lineage::engine

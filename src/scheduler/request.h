@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cache/key.h"
+#include "engine/sampler.h"
 
 #include <atomic>
 #include <chrono>
@@ -17,19 +18,46 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lineage::scheduler {
 
 using token = int32_t;
 
-/** Sampling settings (OpenAI names). Greedy when temperature <= 0. */
+/** Sampling settings (OpenAI names; llama-server's for its extensions). Greedy when
+ *  temperature <= 0. Every dialect maps its request fields here; docs/api-fields.md lists them. */
 struct sampling_params {
     float temperature = 1.0f;   ///< OpenAI default 1.0; <= 0 means greedy (argmax)
     float top_p = 1.0f;         ///< nucleus mass in (0, 1]
-    int32_t top_k = 0;          ///< keep the k most likely tokens; 0: no cut (Anthropic's top_k)
     int64_t seed = -1;          ///< -1: random seed per request
     int32_t max_tokens = -1;    ///< -1: until EOG or the context is full
+    int32_t top_k = 0;          ///< keep the k most likely tokens; 0 = off (Anthropic's top_k; llama-server's)
+    float min_p = 0.0f;         ///< llama-server extension; 0 = off
+    float presence_penalty = 0.0f;   ///< [-2, 2]
+    float frequency_penalty = 0.0f;  ///< [-2, 2]
+    float repeat_penalty = 1.0f;     ///< llama-server extension; 1 = off
+    std::vector<std::pair<token, float>> logit_bias;  ///< token id -> bias in [-100, 100]
+    bool logprobs = false;      ///< report each sampled token's log-probability
+    int32_t top_logprobs = 0;   ///< and this many alternatives per token (0-20)
+    engine::grammar_spec grammar;  ///< response_format / tool-call / user grammar; none by default
+
+    /** The engine's sampler settings for these, with the seed to use. */
+    engine::sampler_params engine_params(uint32_t seed_value) const {
+        engine::sampler_params p;
+        p.temperature = temperature;
+        p.top_p = top_p;
+        p.top_k = top_k;
+        p.min_p = min_p;
+        p.seed = seed_value;
+        p.presence_penalty = presence_penalty;
+        p.frequency_penalty = frequency_penalty;
+        p.repeat_penalty = repeat_penalty;
+        p.logit_bias = logit_bias;
+        p.n_probs = logprobs ? top_logprobs : 0;
+        p.grammar = grammar;
+        return p;
+    }
 };
 
 /** What the cache needs to know about a request besides its tokens (seed 001 "Cache Key
@@ -79,6 +107,10 @@ struct generation_event {
     enum class kind { token, done, error } type = kind::token;
     token tok = -1;                  ///< kind::token: the sampled token
     std::string piece;               ///< kind::token: its text (bytes; may split a UTF-8 char)
+    /** kind::token, when the request asked for logprobs: the token's log-probability and the
+     *  top_logprobs most likely tokens (descending). */
+    std::optional<float> logprob;
+    std::vector<engine::token_logprob> top_logprobs;
     finish_reason finish = finish_reason::none;  ///< kind::done
     request_stats stats;             ///< kind::done (and kind::error where known)
     int http_status = 500;           ///< kind::error

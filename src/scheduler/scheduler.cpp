@@ -166,7 +166,7 @@ struct scheduler::impl {
     void capture(slot & s, const cache::capture_point & c);
     void step();
     void after_prefill_chunk(slot & s);
-    void emit(slot & s, token t);
+    void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
     void fail(slot & s, int status, const std::string & type, const std::string & msg);
     void commit(slot & s);
@@ -542,10 +542,13 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
     const auto t0 = clock::now();
+    cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens};
     if (s.use_cache) {
-        cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens,
-                                s.req->cache.tools_anchor_tokens};
         s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
+    } else if (hybrid_) {
+        // Split where a first request with the cache on would capture (nothing is captured):
+        // Mamba2's chunked scan depends on the split, so cache off then computes as a miss.
+        s.plan.captures = store_.cold_split_points(s.req->prompt, hints, s.req->cache.breakpoint_tokens);
     }
     s.stats.lookup_s = seconds_since(t0);
     if (s.plan.op == cache::restore_op::take_device) {
@@ -557,8 +560,12 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
                                                      : static_cast<uint32_t>(std::random_device{}());
-    s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.temperature, s.req->sampling.top_p, seed,
-                                                   s.req->sampling.top_k);
+    try {
+        s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.engine_params(seed));
+    } catch (const std::invalid_argument & e) {  // a grammar the routes could not check
+        fail(s, 400, "invalid_request_error", e.what());
+        return;
+    }
     s.restore_started = clock::now();
     if (s.plan.op == cache::restore_op::load_disk) {
         // The disk thread reads the file; the other slots keep computing meanwhile.
@@ -802,7 +809,7 @@ void scheduler::impl::step() {
             after_prefill_chunk(s);
         } else if (s.ph == slot::phase::decode && s.logits_idx >= 0) {
             s.n_past += 1;
-            emit(s, s.smpl->sample(*ctx_, s.logits_idx));
+            emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
     }
 }
@@ -831,10 +838,11 @@ void scheduler::impl::after_prefill_chunk(slot & s) {
     s.ph = slot::phase::decode;
     s.first_token_at = clock::now();
     s.stats.ttft_s = seconds_since(s.req->submitted);
-    emit(s, s.smpl->sample(*ctx_, s.logits_idx));
+    emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
 }
 
-void scheduler::impl::emit(slot & s, token t) {
+void scheduler::impl::emit(slot & s, const engine::sampled_token & st) {
+    const token t = st.tok;
     if (model_.is_eog(t)) {
         finish(s, finish_reason::stop);
         return;
@@ -845,6 +853,10 @@ void scheduler::impl::emit(slot & s, token t) {
     e.type = generation_event::kind::token;
     e.tok = t;
     e.piece = model_.token_to_piece(t, false);
+    if (s.req->sampling.logprobs) {
+        e.logprob = st.logprob;
+        e.top_logprobs = st.top;
+    }
     s.req->events->push(std::move(e));
     const int32_t max_tokens = s.req->sampling.max_tokens;
     if (max_tokens >= 0 && static_cast<int32_t>(s.generated.size()) >= max_tokens) {

@@ -1,6 +1,7 @@
 // server::chat_handler: one chat completion from request body to response.
 #include "server/chat_handler.h"
 
+#include "engine/model.h"
 #include "scheduler/scheduler.h"
 #include "server/chat_prepare.h"
 #include "server/chat_request.h"
@@ -22,10 +23,11 @@ namespace {
 // The chat.completion / chat.completion.chunk dialect over chat_output.
 class chat_writer final : public response_writer {
 public:
-    chat_writer(completion_meta meta, const prepared_chat & prep, bool include_usage)
-        : out_(std::move(meta), prep.parser, prep.stops, include_usage, static_cast<int32_t>(prep.prompt.size())) {}
+    chat_writer(completion_meta meta, const prepared_chat & prep, bool include_usage, token_text_fn token_text)
+        : out_(std::move(meta), prep.parser, prep.stops, include_usage, static_cast<int32_t>(prep.prompt.size()),
+               std::move(token_text)) {}
 
-    bool add(const scheduler::generation_event &, std::string_view piece) override { return out_.add(piece); }
+    bool add(const scheduler::generation_event & ev, std::string_view piece) override { return out_.add(piece, &ev); }
     std::string take_stream() override { return sse_events(out_.take_chunks()); }
     std::string end_stream(const scheduler::generation_event & done) override {
         return sse_events(out_.final_chunks(done)) + sse_done();
@@ -64,12 +66,18 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
         return;
     }
 
-    auto gr = make_generation_request(ctx, prep, cr.sampling);
+    const scheduler::sampling_params & sampling = cr.sampling;
+    auto gr = make_generation_request(ctx, prep, sampling);
     completion_meta meta;
     meta.id = random_id("chatcmpl-");
     meta.model = ctx.model_id;
     meta.created = static_cast<int64_t>(std::time(nullptr));
-    auto writer = std::make_unique<chat_writer>(std::move(meta), prep, cr.include_usage);
+    token_text_fn token_text;
+    if (sampling.logprobs) {
+        const engine::model & m = ctx.model;
+        token_text = [&m](int32_t tok) { return m.token_to_piece(tok, false); };
+    }
+    auto writer = std::make_unique<chat_writer>(std::move(meta), prep, cr.include_usage, std::move(token_text));
     run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, cr.stream, std::move(writer), "chat");
 }
 

@@ -2,6 +2,7 @@
 #include "server/chat_prepare.h"
 
 #include "engine/model.h"
+#include "engine/sampler.h"
 #include "server/cache_key.h"
 
 #include <spdlog/spdlog.h>
@@ -106,6 +107,15 @@ engine::chat_render_inputs chat_preparer::render_inputs(const chat_request & r) 
         in.kwargs[k] = v;
     }
     in.add_generation_prompt = true;
+    in.json_schema = r.json_schema;
+    in.grammar = r.grammar;
+    // reasoning_effort (as llama-server): "none" turns thinking off unless the request's own
+    // kwargs say otherwise; another level goes to the template, which prepare() checks reads it.
+    if (r.reasoning_effort == "none") {
+        in.kwargs.emplace("enable_thinking", "false");
+    } else if (!r.reasoning_effort.empty()) {
+        in.kwargs["reasoning_effort"] = dump(json(r.reasoning_effort));
+    }
     return in;
 }
 
@@ -153,8 +163,78 @@ bool chat_preparer::supports_thinking() const {
     return tmpl_.supports_thinking();
 }
 
+std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
+                                                   prepared_chat & out) const {
+    using kind = engine::grammar_spec::kind;
+    engine::grammar_spec g;
+    const char * param = "grammar";
+    if (!rendered.grammar.empty()) {
+        // As llama-server maps common_chat_params (tools/server/server-common.cpp): the chat
+        // library's grammar starts at the generation prompt; a trigger word that is one
+        // preserved token becomes a token trigger.
+        g.type = r.json_schema.empty() ? kind::tool_calls : kind::output_format;
+        param = r.json_schema.empty() ? "tool_choice" : "response_format";
+        g.gbnf = rendered.grammar;
+        g.lazy = rendered.grammar_lazy;
+        g.generation_prompt = rendered.generation_prompt;
+        g.preserved_tokens.assign(out.preserved_tokens.begin(), out.preserved_tokens.end());
+        for (const auto & t : rendered.grammar_triggers) {
+            engine::grammar_trigger gt = t;
+            if (t.type == engine::grammar_trigger::kind::word) {
+                std::vector<int32_t> ids;
+                try {
+                    ids = model_.tokenize(t.value, true);
+                } catch (const std::exception &) {
+                    ids.clear();
+                }
+                if (ids.size() == 1 && out.preserved_tokens.count(ids[0]) > 0) {
+                    gt.type = engine::grammar_trigger::kind::token;
+                    gt.tok = ids[0];
+                }
+            }
+            g.triggers.push_back(std::move(gt));
+        }
+    } else if (!r.grammar.empty()) {
+        g.type = kind::user;
+        g.gbnf = r.grammar;
+    } else if (!r.json_schema.empty()) {
+        return server_error("the chat template gave no grammar for 'response_format'; the reply cannot be constrained");
+    }
+    if (!g.empty()) {
+        if (const std::string why = engine::check_grammar(model_, g); !why.empty()) {
+            return invalid_request("'" + std::string(param) + "' cannot be enforced: " + why, param);
+        }
+    }
+    spdlog::debug("grammar: kind {} ({} bytes, lazy {}, {} triggers), format {}", static_cast<int>(g.type), g.gbnf.size(),
+                  g.lazy, g.triggers.size(), out.format);
+    out.grammar = std::move(g);
+    return std::nullopt;
+}
+
 std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
                                                 prepared_chat & out) const {
+    if (!r.json_schema.empty()) {
+        if (const std::string why = engine::check_json_schema(r.json_schema); !why.empty()) {
+            return invalid_request("'response_format' has a JSON Schema this server cannot enforce (" + why +
+                                       "); simplify the schema",
+                                   "response_format");
+        }
+    }
+    if (!r.reasoning_effort.empty() && r.reasoning_effort != "none" &&
+        tmpl_.source().find("reasoning_effort") == std::string::npos) {
+        return invalid_request("'reasoning_effort' is '" + r.reasoning_effort +
+                                   "', but this model's chat template has no reasoning levels; send \"none\" to turn "
+                                   "thinking off, or leave it out",
+                               "reasoning_effort");
+    }
+    const int32_t n_vocab = model_.n_vocab();
+    for (const auto & [tok, bias] : r.sampling.logit_bias) {
+        if (tok >= n_vocab) {
+            return invalid_request("'logit_bias' names token " + std::to_string(tok) + ", but this model's vocabulary has " +
+                                       std::to_string(n_vocab) + " tokens (ids 0 to " + std::to_string(n_vocab - 1) + ")",
+                                   "logit_bias");
+        }
+    }
     const engine::chat_render_inputs in = render_inputs(r);
     engine::chat_render_result rendered;
     if (auto err = render(in, rendered)) {
@@ -192,7 +272,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     out.cache.anchor_tokens = -1;
     out.cache.history_tokens = -1;
     out.cache.tools_anchor_tokens = -1;
-    if (out.cache.cache_prompt) {
+    {  // also with the cache bypassed: a hybrid prefill splits at these points either way
         if (auto anchor = anchor_render(in)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
         }
@@ -240,6 +320,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     }
     out.parser = rendered.parser;
     out.format = rendered.format;
+    if (auto err = grammar_of(r, rendered, out)) {
+        return err;
+    }
     return std::nullopt;
 }
 

@@ -56,6 +56,9 @@ struct prepared_chat {
     std::vector<std::string> stops;                 ///< request stops + the template's
     std::unordered_set<int32_t> preserved_tokens;   ///< render as text in the output
     std::string format;                             ///< chat format name (logs)
+    /** The grammar the sampler enforces: response_format's schema, the tool-call grammar
+     *  (tool_choice required / a named function; lazy under auto), or the client's `grammar`. */
+    engine::grammar_spec grammar;
 };
 
 /** A raw prompt (POST /v1/completions): tokens as they go to the model, no template. */
@@ -73,7 +76,8 @@ public:
 
     /** Renders, tokenizes and keys `r`. Errors: 400 when the template rejects the
      *  conversation; 400 "context_length_exceeded" when the prompt has >= max_sequence_tokens
-     *  tokens; 500 when tokenization fails. */
+     *  tokens; 400 naming response_format / grammar / logit_bias when the schema, grammar or a
+     *  token id cannot be used with this model; 500 when tokenization fails. */
     std::optional<api_error> prepare(const chat_request & r, int32_t max_sequence_tokens, prepared_chat & out) const;
 
     /** Keys a raw prompt: the bucket is that of a chat request without tools, tool_choice
@@ -102,6 +106,10 @@ private:
      *  with the generation prompt. */
     engine::chat_render_inputs render_inputs(const chat_request & r) const;
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
+    /** Sets out.grammar from the render's grammar or the request's `grammar`; a 400 naming the
+     *  field when the engine cannot use it. REQUIRES: out.preserved_tokens set. */
+    std::optional<api_error> grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
+                                        prepared_chat & out) const;
 
     /** Tokens of the leading system messages + tools rendered without a generation prompt
      *  (memoised by content); nullptr when the template cannot render them alone. With

@@ -1,7 +1,9 @@
 // server::chat_request: a POST /v1/chat/completions body, parsed and validated into a native
-// struct (DESIGN.md "Layers and data flow": no raw JSON below the routes). Unknown fields are
-// ignored, as OpenAI clients send many; known fields with a wrong type or an out-of-range value
-// are rejected with a 400 that names the field (`param`) and says what is accepted.
+// struct (DESIGN.md "Layers and data flow": no raw JSON below the routes). Every field of
+// OpenAI's request is either honoured or refused with a 400 that names it (`param`), apart from
+// documented no-ops (docs/api-fields.md); fields unknown to OpenAI are ignored (clients send
+// vendor extras). Known fields with a wrong type or an out-of-range value are rejected with a
+// 400 that names the field and says what is accepted.
 // Thread safety: pure function over its input.
 #pragma once
 
@@ -35,10 +37,17 @@ struct chat_request {
     /** llama-server's add_generation_prompt: false renders the conversation without the
      *  assistant header (POST /apply-template only; chat completions refuse false). */
     bool add_generation_prompt = true;
+    /** response_format json_object / json_schema: the JSON Schema the reply must validate
+     *  against, as JSON text ({"type":"object"} for json_object); "" = free text. */
+    std::string json_schema;
+    std::string grammar;                         ///< llama-server's `grammar` extension (GBNF); "" = none
+    std::string reasoning_effort;                ///< "" = unset; none|minimal|low|medium|high|xhigh
 };
 
 /** Max stop strings per request (OpenAI). */
 inline constexpr size_t max_stop_strings = 4;
+/** Max top_logprobs (OpenAI: 0-20). */
+inline constexpr int32_t max_top_logprobs = 20;
 
 /** Parses `body` into `out`. Returns the error to send when the body is malformed or invalid. */
 std::optional<api_error> parse_chat_request(std::string_view body, chat_request & out);

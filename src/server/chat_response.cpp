@@ -1,6 +1,8 @@
 // server::chat_response: OpenAI response objects and the per-request output state.
 #include "server/chat_response.h"
 
+#include <algorithm>
+
 namespace lineage::server {
 
 json usage_json(const scheduler::request_stats & s, int32_t prompt_tokens) {
@@ -102,23 +104,106 @@ json chunk_json(const completion_meta & meta, json delta, const char * finish_re
     return c;
 }
 
+namespace {
+
+json bytes_json(std::string_view s) {
+    json b = json::array();
+    for (const char c : s) {
+        b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+    }
+    return b;
+}
+
+}  // namespace
+
+json logprob_entry_json(std::string_view piece, const scheduler::generation_event & ev, const token_text_fn & text_of) {
+    json e = json::object();
+    e["token"] = utf8_sanitize(piece);
+    e["logprob"] = ev.logprob.value_or(0.0f);
+    e["bytes"] = bytes_json(piece);
+    json top = json::array();
+    for (const auto & t : ev.top_logprobs) {
+        const std::string text = t.tok == ev.tok ? std::string(piece) : (text_of ? text_of(t.tok) : std::string());
+        json a = json::object();
+        a["token"] = utf8_sanitize(text);
+        a["logprob"] = t.logprob;
+        a["bytes"] = bytes_json(text);
+        top.push_back(std::move(a));
+    }
+    e["top_logprobs"] = std::move(top);
+    return e;
+}
+
 chat_output::chat_output(completion_meta meta, engine::chat_parse_params parser, std::vector<std::string> stops,
-                         bool include_usage, int32_t prompt_tokens)
+                         bool include_usage, int32_t prompt_tokens, token_text_fn token_text)
     : meta_(std::move(meta)),
       parser_(std::move(parser)),
       text_(std::move(stops)),
       include_usage_(include_usage),
-      prompt_tokens_(prompt_tokens) {}
+      prompt_tokens_(prompt_tokens),
+      token_text_(std::move(token_text)) {}
 
-bool chat_output::add(std::string_view piece) {
-    return text_.append(piece);
+bool chat_output::add(std::string_view piece, const scheduler::generation_event * ev) {
+    const size_t start = text_.text().size();
+    const bool stopped_before = text_.stopped();
+    const bool stop = text_.append(piece);
+    if (token_text_ && ev != nullptr && ev->logprob && !stopped_before) {
+        lp_entries_.push_back(logprob_entry_json(piece, *ev, token_text_));
+        lp_starts_.push_back(start);
+        lp_ends_.push_back(start + piece.size());
+    }
+    if (stop) {
+        // Tokens whose text the stop string cut away entirely are not part of the reply.
+        const size_t cut = text_.text().size();
+        while (lp_entries_.size() > lp_sent_ && lp_starts_.back() >= cut) {
+            lp_entries_.pop_back();
+            lp_starts_.pop_back();
+            lp_ends_.pop_back();
+        }
+        for (auto & end : lp_ends_) {
+            end = std::min(end, cut);
+        }
+    }
+    return stop;
+}
+
+json chat_output::chunk(json delta, const char * finish_reason) const {
+    json c = chunk_json(meta_, std::move(delta), finish_reason);
+    if (include_usage_) {
+        c["usage"] = nullptr;
+    }
+    return c;
+}
+
+void chat_output::attach_logprobs(std::vector<json> & out, size_t from, size_t upto, bool force) {
+    if (!token_text_) {
+        return;
+    }
+    json content = json::array();
+    size_t n = lp_sent_;
+    while (n < lp_entries_.size() && lp_ends_[n] <= upto) {
+        content.push_back(lp_entries_[n]);
+        n++;
+    }
+    if (content.empty()) {
+        return;
+    }
+    json * target = from < out.size() ? &out[from] : (force && !out.empty() ? &out.back() : nullptr);
+    if (target == nullptr || !target->contains("choices") || (*target)["choices"].empty()) {
+        return;
+    }
+    json lp = json::object();
+    lp["content"] = std::move(content);
+    lp["refusal"] = nullptr;
+    (*target)["choices"][0]["logprobs"] = std::move(lp);
+    lp_sent_ = n;
 }
 
 void chat_output::push_deltas(std::vector<json> & out, const std::vector<engine::chat_delta> & deltas) {
     for (const auto & d : deltas) {
         json dj = delta_json(d);
         if (!dj.empty()) {
-            out.push_back(chunk_json(meta_, std::move(dj), nullptr));
+            out.push_back(chunk(std::move(dj), nullptr));
         }
     }
 }
@@ -129,13 +214,15 @@ std::vector<json> chat_output::take_chunks() {
         json role = json::object();
         role["role"] = "assistant";
         role["content"] = "";
-        out.push_back(chunk_json(meta_, std::move(role), nullptr));
+        out.push_back(chunk(std::move(role), nullptr));
         role_sent_ = true;
     }
     const size_t len = text_.stable_length();
     if (len > parsed_len_) {
         parsed_len_ = len;
+        const size_t first = out.size();
         push_deltas(out, parser_.update(utf8_sanitize(std::string_view(text_.text()).substr(0, len)), /*is_partial=*/true));
+        attach_logprobs(out, first, len, /*force=*/false);
     }
     return out;
 }
@@ -156,14 +243,13 @@ std::vector<json> chat_output::final_chunks(const scheduler::generation_event & 
     if (!role_sent_) {
         out = take_chunks();  // role chunk (and any stable text, parsed as partial)
     }
+    const size_t first = out.size();
     push_deltas(out, parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false));
     const std::string reason = finish_reason(done);
-    json fin = chunk_json(meta_, json::object(), reason.c_str());
-    if (!include_usage_) {
-        fin["usage"] = usage_json(done.stats, prompt_tokens_);
-    }
+    json fin = chunk(json::object(), reason.c_str());
     fin["timings"] = timings_json(done.stats, prompt_tokens_);
     out.push_back(std::move(fin));
+    attach_logprobs(out, first, std::string::npos, /*force=*/true);
     if (include_usage_) {
         json u = json::object();
         u["id"] = meta_.id;
@@ -183,6 +269,12 @@ json chat_output::final_response(const scheduler::generation_event & done) {
     choice["index"] = 0;
     choice["message"] = message_json(parser_.message());
     choice["logprobs"] = nullptr;
+    if (token_text_) {
+        json lp = json::object();
+        lp["content"] = json(lp_entries_);
+        lp["refusal"] = nullptr;
+        choice["logprobs"] = std::move(lp);
+    }
     choice["finish_reason"] = finish_reason(done);
     json r = json::object();
     r["id"] = meta_.id;

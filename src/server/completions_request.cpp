@@ -8,7 +8,7 @@
 
 namespace lineage::server {
 
-using namespace json_fields;
+using namespace fields;
 
 namespace {
 
@@ -136,7 +136,7 @@ std::optional<api_error> parse_completions_request(std::string_view body, comple
     completions_request r;
     try {
         parse_body(j, r);
-    } catch (const field_error & b) {
+    } catch (const bad_field & b) {
         return b.err;
     }
     out = std::move(r);

@@ -17,6 +17,10 @@ namespace lineage::server {
 
 namespace {
 
+// llama.cpp limits (src/llama-cparams.h LLAMA_MAX_SEQ, ggml.h GGML_MAX_N_THREADS).
+constexpr int64_t max_sequences = 256;
+constexpr int64_t max_threads = 512;
+
 // A parser stores a value or returns what was wrong with it ("" = ok).
 using value_parser = std::function<std::string(const std::string &)>;
 
@@ -315,11 +319,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run",
         boolean(c.sched.kv_unified), true);
     add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
-        "tokens per llama_decode call (prefill chunk size)", int_min(c.sched.n_batch, 1));
+        "tokens per llama_decode call (prefill chunk size); at least --parallel + --cache-device-slots",
+        int_min(c.sched.n_batch, 1));
     add("--ubatch-size", "LINEAGE_UBATCH_SIZE", "TOKENS", std::to_string(d.sched.n_ubatch),
         "physical micro-batch size", int_min(c.sched.n_ubatch, 1));
-    add("-t,--threads", "LINEAGE_THREADS", "N", "0", "CPU threads for the engine; 0 = all hardware threads",
-        int_min(c.sched.n_threads, 0));
+    add("-t,--threads", "LINEAGE_THREADS", "N", "0",
+        "CPU threads for the engine, at most 512 (ggml's GGML_MAX_N_THREADS); 0 = all hardware threads",
+        int_in(c.sched.n_threads, 0, max_threads));
     // --- prompt cache ---
     add("--prompt-cache-enabled,--cache-prompt,!--no-cache-prompt", "LINEAGE_PROMPT_CACHE_ENABLED", "[=BOOL]", "true",
         "enable/disable the prompt cache (--cache-prompt / --no-cache-prompt are aliases); when no flag is given "
@@ -348,8 +354,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: an entry expires this long after its last hit",
         seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
-        "finished sequences kept parked on the device, besides the --parallel slots",
-        int_min(cc.device_slots, 0));
+        "finished sequences kept parked on the device, besides the --parallel slots; --parallel + "
+        "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ)",
+        int_in(cc.device_slots, 0, max_sequences - 1));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
     add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
@@ -394,7 +401,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-max-checkpoints", "LINEAGE_CACHE_MAX_CHECKPOINTS", "N", std::to_string(dc.max_checkpoints),
         "checkpoints kept per conversation lineage", int_min(cc.max_checkpoints, 0));
     add("--cache-max-anchors", "LINEAGE_CACHE_MAX_ANCHORS", "N", std::to_string(dc.max_anchors),
-        "pinned system-prompt anchors kept", int_min(cc.max_anchors, 0));
+        "pinned system-prompt anchors kept; 0 = no anchors", int_min(cc.max_anchors, 0));
     add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
         format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
         bytes_min(cc.max_anchor_bytes, 0));
@@ -556,6 +563,19 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
         c.responses_store = ":memory:";
     } else if (c.responses_store.empty()) {
         c.responses_store = c.sched.cache.disk_dir.empty() ? ":memory:" : c.sched.cache.disk_dir + "/responses.sqlite";
+    }
+    if (errors.empty() && static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots > max_sequences) {
+        errors.push_back("--parallel " + std::to_string(c.sched.n_parallel) + " + --cache-device-slots " +
+                         std::to_string(c.sched.cache.device_slots) + " = " +
+                         std::to_string(c.sched.n_parallel + c.sched.cache.device_slots) + " sequences; llama.cpp holds at most " +
+                         std::to_string(max_sequences) + ": lower one of them");
+    }
+    const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots;
+    if (errors.empty() && c.sched.n_batch < n_seq) {
+        // llama.cpp reserves one output row per sequence inside a batch (GGML_ASSERT otherwise).
+        errors.push_back("--batch-size " + std::to_string(c.sched.n_batch) + " is smaller than --parallel + " +
+                         "--cache-device-slots = " + std::to_string(n_seq) +
+                         " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

@@ -269,6 +269,7 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     if (gr->sampling.max_tokens < 0 && ctx.cfg.n_predict > 0) {
         gr->sampling.max_tokens = ctx.cfg.n_predict;  // --n-predict: the default cap
     }
+    gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
     gr->cache = prep.cache;
     spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} session='{}' bucket={}", gr->id,
                   prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,

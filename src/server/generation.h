@@ -61,8 +61,8 @@ public:
     virtual std::string finish_reason(const scheduler::generation_event & done) const = 0;
 };
 
-/** A scheduler request for a prepared prompt: a fresh id from `ctx`, the prompt tokens and
- *  cache hints of `prep`, and `sampling`. */
+/** A scheduler request for a prepared prompt: a fresh id from `ctx`, the prompt tokens, cache
+ *  hints and grammar of `prep`, and `sampling` (its own grammar is replaced by prep's). */
 std::shared_ptr<scheduler::generation_request> make_generation_request(server_context & ctx, const prepared_chat & prep,
                                                                        const scheduler::sampling_params & sampling);
 

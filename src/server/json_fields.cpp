@@ -1,12 +1,12 @@
-// server::json_fields: typed field checks with OpenAI-shaped 400s.
+// server::fields: typed reads of JSON request fields with 400s that name them.
 #include "server/json_fields.h"
 
 #include <limits>
 
-namespace lineage::server::json_fields {
+namespace lineage::server::fields {
 
 [[noreturn]] void fail(const std::string & param, const std::string & message) {
-    throw field_error{invalid_request(message, param)};
+    throw bad_field{invalid_request(message, param)};
 }
 
 const char * type_name(const json & j) {
@@ -59,16 +59,25 @@ int64_t get_int(const json & v, const std::string & param) {
     return v.get<int64_t>();
 }
 
-double get_number(const json & v, const std::string & param, double lo, double hi) {
+double get_number(const json & v, const std::string & param) {
     if (!v.is_number()) {
         fail(param, "'" + param + "' must be a number, got " + type_name(v));
     }
-    const double d = v.get<double>();
-    if (!(d >= lo && d <= hi)) {
-        fail(param, "'" + param + "' is " + json(d).dump() + "; it must be between " + json(lo).dump() + " and " +
-                        json(hi).dump());
+    return v.get<double>();
+}
+
+std::string fmt_number(double v) {
+    std::string s = json(v).dump();
+    return s;
+}
+
+double number_in(const json & v, const std::string & param, double lo, double hi) {
+    const double x = get_number(v, param);
+    if (!(x >= lo && x <= hi)) {
+        fail(param, "'" + param + "' is " + fmt_number(x) + "; it must be between " + fmt_number(lo) + " and " +
+                        fmt_number(hi));
     }
-    return d;
+    return x;
 }
 
 const json & require(const json & obj, const char * key, const std::string & param, const std::string & what) {
@@ -79,5 +88,4 @@ const json & require(const json & obj, const char * key, const std::string & par
     return *v;
 }
 
-
-}  // namespace lineage::server::json_fields
+}  // namespace lineage::server::fields

@@ -1,8 +1,9 @@
-// server::json_fields: the checks every request parser of the HTTP layer makes on JSON fields
-// (type, presence, range), each failing with a 400 that names the field (`param`) and says what
-// is accepted (STYLE.md "Errors"). A failed check throws field_error; a parser's public entry
-// point catches it and returns the api_error.
-// Thread safety: pure functions.
+// server::fields: reading one JSON request body field by field, each failure a 400 that names
+// the field (`param`) and says what is accepted. Shared by the request parsers of the chat
+// completion body (chat_request.cpp, chat_request_options.cpp) and of the Responses and
+// completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp).
+// Internally a failed check throws bad_field; the parser's entry point catches it and returns
+// the api_error. Thread safety: pure functions.
 #pragma once
 
 #include "server/errors.h"
@@ -10,30 +11,38 @@
 #include <cstdint>
 #include <string>
 
-namespace lineage::server::json_fields {
+namespace lineage::server::fields {
 
-/** What a failed check throws. */
-struct field_error {
+/** Thrown by fail(): the error to answer with. */
+struct bad_field {
     api_error err;
 };
 
-/** Throws field_error{invalid_request(message, param)}. */
+/** Throws bad_field with a 400 invalid_request_error naming `param`. */
 [[noreturn]] void fail(const std::string & param, const std::string & message);
 
 /** "a string", "an integer", ... for messages. */
 const char * type_name(const json & j);
 
-/** A present, non-null field of `obj`, or nullptr (clients send null for "unset"). */
+/** A present, non-null field of `obj`, or nullptr (OpenAI clients send null for "unset"). */
 const json * field(const json & obj, const char * key);
 
-/** The field `key` of `obj`; throws "'param' is required[: what]" when absent or null. */
-const json & require(const json & obj, const char * key, const std::string & param, const std::string & what);
-
+/** The value as the type, or fail(param) saying what it is. */
 std::string get_string(const json & v, const std::string & param);
 bool get_bool(const json & v, const std::string & param);
-/** An integer that fits int64_t. */
 int64_t get_int(const json & v, const std::string & param);
-/** A number in [lo, hi]. */
-double get_number(const json & v, const std::string & param, double lo, double hi);
+double get_number(const json & v, const std::string & param);
 
-}  // namespace lineage::server::json_fields
+/** A number in [lo, hi], or fail(param) with the range. */
+double number_in(const json & v, const std::string & param, double lo, double hi);
+inline double get_number(const json & v, const std::string & param, double lo, double hi) {
+    return number_in(v, param, lo, hi);
+}
+
+/** The field `key` of `obj`; fails "'param' is required[: what]" when absent or null. */
+const json & require(const json & obj, const char * key, const std::string & param, const std::string & what);
+
+/** A number as JSON writes it (3.0, -2.5). */
+std::string fmt_number(double v);
+
+}  // namespace lineage::server::fields

@@ -9,7 +9,7 @@
 
 namespace lineage::server {
 
-using namespace json_fields;
+using namespace fields;
 
 namespace {
 
@@ -330,7 +330,7 @@ std::optional<std::vector<response_item>> items_from_json_text(std::string_view 
         for (size_t i = 0; i < j.size(); ++i) {
             out.push_back(parse_response_item(j[i], "items[" + std::to_string(i) + "]"));
         }
-    } catch (const json_fields::field_error &) {
+    } catch (const fields::bad_field &) {
         return std::nullopt;
     }
     return out;

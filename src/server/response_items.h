@@ -44,7 +44,7 @@ struct response_item {
     std::string encrypted_content;         ///< as sent; opened when converting
 };
 
-/** Parses one item at `param` (e.g. "input[3]"). Throws json_fields::field_error naming the
+/** Parses one item at `param` (e.g. "input[3]"). Throws fields::bad_field naming the
  *  bad field: an unknown item type, images or files, item references. */
 response_item parse_response_item(const json & j, const std::string & param);
 

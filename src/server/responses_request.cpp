@@ -1,5 +1,5 @@
 // server::responses_request: validation of a Responses API body and its conversion to a
-// chat_request. Internally a failed check throws a json_fields::field_error; the public
+// chat_request. Internally a failed check throws a fields::bad_field; the public
 // functions turn it into a return value.
 #include "server/responses_request.h"
 
@@ -10,7 +10,7 @@
 
 namespace lineage::server {
 
-using namespace json_fields;
+using namespace fields;
 
 namespace {
 
@@ -299,7 +299,7 @@ std::optional<api_error> parse_responses_request(std::string_view body, response
     responses_request r;
     try {
         parse_body(j, r);
-    } catch (const field_error & b) {
+    } catch (const bad_field & b) {
         return b.err;
     }
     out = std::move(r);

@@ -2,6 +2,7 @@
 #include "server/text_stream.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace lineage::server {
 
@@ -108,6 +109,7 @@ bool text_stream::append(std::string_view piece) {
         return false;
     }
     const size_t old_size = text_.size();
+    starts_.push_back(old_size);
     text_.append(piece);
     if (stops_.empty() || piece.empty()) {
         return false;
@@ -126,16 +128,36 @@ bool text_stream::append(std::string_view piece) {
     if (best == std::string::npos) {
         return false;
     }
-    text_.resize(best);
+    const size_t cut = cut_point(best);
+    text_.resize(cut);
+    while (!starts_.empty() && starts_.back() >= cut) {
+        starts_.pop_back();  // pieces that start at or after the cut are gone
+    }
     stopped_ = true;
     return true;
+}
+
+size_t text_stream::cut_point(size_t pos) const {
+    // The piece holding byte `pos`: the last one that starts at or before it.
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), pos);
+    if (it == starts_.begin()) {
+        return pos;
+    }
+    const size_t start = *std::prev(it);
+    for (size_t i = start; i < pos; ++i) {
+        if (!std::isspace(static_cast<unsigned char>(text_[i]))) {
+            return pos;
+        }
+    }
+    return start;
 }
 
 size_t text_stream::stable_length() const {
     if (stopped_) {
         return text_.size();
     }
-    const size_t keep = text_.size() - partial_stop_suffix(text_, stops_);
+    const size_t partial = partial_stop_suffix(text_, stops_);
+    const size_t keep = partial > 0 ? cut_point(text_.size() - partial) : text_.size();
     return utf8_complete_prefix(std::string_view(text_).substr(0, keep));
 }
 

@@ -31,9 +31,16 @@ public:
     /** `stops`: strings that end generation; empty strings are ignored. */
     explicit text_stream(std::vector<std::string> stops);
 
-    /** Appends a piece. Returns true when this piece completed a stop string: the text is then
-     *  cut where the earliest stop string starts, and later appends are ignored. */
+    /** Appends a piece (one token's text). Returns true when this piece completed a stop
+     *  string: the text is then cut where the earliest stop string starts, and later appends are
+     *  ignored. When the piece in which the stop string starts has only whitespace before it (a
+     *  word's leading space: " Hello" with stop "Hello"), that whitespace goes too, as in
+     *  OpenAI's documented example ("Hello world" with stop "world" returns "Hello"). */
     bool append(std::string_view piece);
+
+    /** Byte offset in text() where the i-th appended piece starts (pieces wholly cut by a stop
+     *  string are not counted). */
+    const std::vector<size_t> & piece_starts() const { return starts_; }
 
     /** The text so far (cut before a matched stop string). */
     const std::string & text() const { return text_; }
@@ -47,8 +54,13 @@ public:
     const std::string & matched_stop() const { return matched_; }
 
 private:
+    /** Where a cut at byte `pos` really falls: the start of the piece holding `pos` when that
+     *  piece has only whitespace before `pos`, else `pos`. */
+    size_t cut_point(size_t pos) const;
+
     std::vector<std::string> stops_;
     std::string text_;
+    std::vector<size_t> starts_;  ///< byte offset of each piece
     size_t max_stop_ = 0;
     bool stopped_ = false;
     std::string matched_;

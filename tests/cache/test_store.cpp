@@ -386,6 +386,54 @@ TEST_F(StoreTest, AnchorCapEvictsLeastRecentlyUsedAnchor) {
     EXPECT_EQ(p.n_restore, 0) << "the oldest anchor was evicted";
 }
 
+TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
+    // --cache-max-anchors 0 (issue 12: it aborted the server at the first system prompt).
+    config c = small_config();
+    c.max_anchors = 0;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        auto p1 = run(st, key{"b", "s1"}, seq(0, 300), {120, 295, 100});
+        for (const auto & cap : p1.captures) {
+            EXPECT_NE(cap.kind, point_kind::anchor) << cap.n_tokens;
+        }
+        ASSERT_TRUE(st.reserve(100));
+        st.commit_anchor(key{"b", "s1"}, seq(0, 118), fake(100), 100, 1.0);  // refused, not a crash
+        st.check_invariants();
+        EXPECT_EQ(st.get_stats().anchors, 0);
+        // The conversation itself is still cached: a resend restores it.
+        auto p2 = st.plan(key{"b", "s1"}, seq(0, 300), {120, 295, 100}, 2.0);
+        EXPECT_GT(p2.n_restore, 0) << (hybrid ? "hybrid" : "dense");
+    }
+}
+
+TEST_F(StoreTest, ColdSplitPointsAreTheCapturesOfAFirstRequest) {
+    // A prefill that bypasses the cache splits where a first cached request captures (issue 12
+    // item 5: Mamba2's chunked scan depends on the split).
+    config c = small_config();
+    c.resend_checkpoint = true;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        const plan_hints h{120, 290, 60};
+        const tokens prompt = seq(0, 300);
+        const auto split = st.cold_split_points(prompt, h);
+        EXPECT_EQ(st.get_stats().lookups, 0) << "no side effects";
+        const auto p = st.plan(key{"b", "s"}, prompt, h, 1.0);
+        ASSERT_EQ(split.size(), p.captures.size()) << (hybrid ? "hybrid" : "dense");
+        for (size_t i = 0; i < split.size(); ++i) {
+            EXPECT_EQ(split[i].n_tokens, p.captures[i].n_tokens);
+            EXPECT_EQ(split[i].kind, p.captures[i].kind);
+        }
+        if (hybrid) {
+            // anchor 118, tools anchor 58, turn 290, guard 299
+            std::vector<int32_t> at;
+            for (const auto & cp : split) {
+                at.push_back(cp.n_tokens);
+            }
+            EXPECT_EQ(at, (std::vector<int32_t>{58, 118, 290, 299}));
+        }
+    }
+}
+
 TEST_F(StoreTest, MaxEntriesEvictsOldest) {
     config c = small_config();
     c.max_entries = 2;

@@ -231,7 +231,7 @@ TEST(ChatRequest, EachBadFieldGetsItsOwnError) {
          "'parallel_tool_calls' must be a boolean (true or false), got a string"},
         {with(R"("stream": 1)"), "stream", "'stream' must be a boolean (true or false), got an integer"},
         {with(R"("stream_options": true)"), "stream_options", "'stream_options' must be an object, got a boolean"},
-        {with(R"("stream_options": {"include_usage": "yes"})"), "stream_options.include_usage",
+        {with(R"("stream": true, "stream_options": {"include_usage": "yes"})"), "stream_options.include_usage",
          "'stream_options.include_usage' must be a boolean (true or false), got a string"},
         {with(R"("max_tokens": 0)"), "max_tokens", "'max_tokens' is 0; it must be at least 1"},
         {with(R"("max_tokens": -3)"), "max_tokens", "'max_tokens' is -3; it must be at least 1"},
@@ -276,4 +276,56 @@ TEST(ChatRequest, ErrorJsonHasOpenAIShape) {
     EXPECT_EQ(lineage::server::dump(j),
               R"({"error":{"message":"'n' is 3; this server generates one choice per request, so 'n' must be 1",)"
               R"("type":"invalid_request_error","param":"n","code":null}})");
+}
+
+TEST(ChatRequest, SamplingFieldsOfIssue12) {
+    auto r = ok(with(R"("seed":7,"presence_penalty":-1.5,"frequency_penalty":2,"logit_bias":{"15":-100,"3":2.5},)"
+                     R"("logprobs":true,"top_logprobs":5,"top_k":4,"min_p":0.25,"repeat_penalty":1.25)"));
+    EXPECT_EQ(r.sampling.seed, 7);
+    EXPECT_FLOAT_EQ(r.sampling.presence_penalty, -1.5f);
+    EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 2.0f);
+    const std::vector<std::pair<int32_t, float>> bias = {{15, -100.0f}, {3, 2.5f}};
+    EXPECT_EQ(r.sampling.logit_bias, bias);
+    EXPECT_TRUE(r.sampling.logprobs);
+    EXPECT_EQ(r.sampling.top_logprobs, 5);
+    EXPECT_EQ(r.sampling.top_k, 4);
+    EXPECT_FLOAT_EQ(r.sampling.min_p, 0.25f);
+    EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.25f);
+    auto n = ok(with(R"("n_probs":3)"));
+    EXPECT_TRUE(n.sampling.logprobs);
+    EXPECT_EQ(n.sampling.top_logprobs, 3);
+}
+
+TEST(ChatRequest, ResponseFormatBecomesASchema) {
+    EXPECT_EQ(ok(with(R"("response_format":{"type":"text"})")).json_schema, "");
+    EXPECT_EQ(ok(with(R"("response_format":{"type":"json_object"})")).json_schema, R"({"type":"object"})");
+    EXPECT_EQ(ok(with(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+                      R"("schema":{"type":"object","properties":{"a":{"type":"integer"}}}}})"))
+                  .json_schema,
+              R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+    EXPECT_EQ(ok(with(R"("grammar":"root ::= \"x\"")")).grammar, "root ::= \"x\"");
+}
+
+TEST(ChatRequest, UnhonouredOpenAIFieldsAreRefusedByName) {
+    for (const std::string f : {"audio", "prediction", "web_search_options", "functions", "function_call", "verbosity"}) {
+        const api_error e = bad(with("\"" + f + "\":{}"));
+        EXPECT_EQ(e.param, f);
+        EXPECT_EQ(e.status, 400);
+    }
+    EXPECT_EQ(bad(with(R"("modalities":["text","audio"])")).param, "modalities");
+    EXPECT_EQ(bad(with(R"("response_format":{"type":"xml"})")).message,
+              "'response_format.type' is 'xml'; expected \"text\", \"json_object\" or \"json_schema\"");
+    EXPECT_EQ(bad(with(R"("response_format":{"type":"xml"})")).param, "response_format");
+    EXPECT_EQ(bad(with(R"("top_logprobs":2)")).message, "'top_logprobs' requires 'logprobs': true");
+    EXPECT_EQ(bad(with(R"("logprobs":true,"top_logprobs":21)")).param, "top_logprobs");
+    EXPECT_EQ(bad(with(R"("logit_bias":{"x":1})")).param, "logit_bias");
+    EXPECT_EQ(bad(with(R"("logit_bias":{"1":-101})")).param, "logit_bias");
+    EXPECT_EQ(bad(with(R"("presence_penalty":3)")).message, "'presence_penalty' is 3.0; it must be between -2.0 and 2.0");
+    EXPECT_EQ(bad(with(R"("reasoning_effort":"max")")).param, "reasoning_effort");
+    EXPECT_EQ(bad(with(R"("stream_options":{"include_usage":true})")).message,
+              "'stream_options' is only allowed with \"stream\": true");
+    EXPECT_TRUE(ok(with(R"("stream":true,"stream_options":{"include_usage":true})")).include_usage);
+    EXPECT_EQ(bad(with(R"("grammar":"root ::= \"x\"","response_format":{"type":"json_object"})")).param, "grammar");
+    // Documented no-ops and vendor extras are accepted.
+    ok(with(R"("store":true,"metadata":{"k":"v"},"service_tier":"auto","modalities":["text"],"some_vendor_field":1)"));
 }

@@ -99,25 +99,77 @@ TEST(ChatResponse, StreamStartsWithRoleThenContentThenFinishThenUsage) {
     ASSERT_EQ(all.size(), 5u);
     EXPECT_EQ(dump(all[0]),
               R"({"id":"chatcmpl-test","object":"chat.completion.chunk","created":1700000000,"model":"tiny",)"
-              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
+              R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],)"
+              R"("usage":null})");
     EXPECT_EQ(all[1]["choices"][0]["delta"]["content"], "Hi");
     EXPECT_EQ(all[2]["choices"][0]["delta"]["content"], " there");
     EXPECT_EQ(all[3]["choices"][0]["finish_reason"], "stop");
     EXPECT_EQ(all[3]["choices"][0]["delta"], json::object());
-    EXPECT_FALSE(all[3].contains("usage"));  // usage comes in its own chunk
+    EXPECT_TRUE(all[3]["usage"].is_null());  // usage comes in its own chunk
     EXPECT_EQ(all[3]["timings"]["cached_n"], 6);
     EXPECT_EQ(all[4]["choices"], json::array());
     EXPECT_EQ(all[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 6);
     EXPECT_EQ(all[4]["usage"]["total_tokens"], 15);
 }
 
-TEST(ChatResponse, StreamWithoutIncludeUsagePutsUsageOnTheFinishChunk) {
+TEST(ChatResponse, StreamWithoutIncludeUsageCarriesNoUsage) {
+    // Issue 12: usage on the finish chunk without stream_options.include_usage was a bug (the
+    // API sends usage only when asked, in its own last chunk).
     chat_output out(meta(), {}, {}, false, 10);
     out.add("x");
-    auto fin = out.final_chunks(done(finish_reason::stop));
-    ASSERT_FALSE(fin.empty());
-    EXPECT_EQ(fin.back()["choices"][0]["finish_reason"], "stop");
-    EXPECT_EQ(fin.back()["usage"]["completion_tokens"], 5);
+    std::vector<json> all = out.take_chunks();
+    for (auto & c : out.final_chunks(done(finish_reason::stop))) {
+        all.push_back(c);
+    }
+    ASSERT_FALSE(all.empty());
+    EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "stop");
+    for (const auto & c : all) {
+        EXPECT_FALSE(c.contains("usage")) << dump(c);
+    }
+}
+
+TEST(ChatResponse, StreamWithIncludeUsageHasUsageNullOnEveryOtherChunk) {
+    chat_output out(meta(), {}, {}, true, 10);
+    out.add("x");
+    std::vector<json> all = out.take_chunks();
+    for (auto & c : out.final_chunks(done(finish_reason::stop))) {
+        all.push_back(c);
+    }
+    ASSERT_GE(all.size(), 3u);
+    for (size_t i = 0; i + 1 < all.size(); ++i) {
+        ASSERT_TRUE(all[i].contains("usage")) << dump(all[i]);
+        EXPECT_TRUE(all[i]["usage"].is_null()) << dump(all[i]);
+    }
+    EXPECT_EQ(all.back()["choices"], json::array());
+    EXPECT_EQ(all.back()["usage"]["completion_tokens"], 5);
+}
+
+TEST(ChatResponse, LogprobsFollowTheTokensKeptInTheReply) {
+    const auto text_of = [](int32_t tok) { return "<" + std::to_string(tok) + ">"; };
+    chat_output out(meta(), {}, {"STOP"}, false, 10, text_of);
+    auto ev = [](int32_t tok, float lp) {
+        generation_event e;
+        e.tok = tok;
+        e.logprob = lp;
+        e.top_logprobs = {{tok, lp}, {99, -3.5f}};
+        return e;
+    };
+    const auto e1 = ev(1, -0.25f), e2 = ev(2, -0.5f), e3 = ev(3, -1.0f);
+    EXPECT_FALSE(out.add("Hi", &e1));
+    EXPECT_FALSE(out.add(" \xC3", &e2));  // half a character: token text sanitized, bytes raw
+    EXPECT_TRUE(out.add(" STOP", &e3));   // cut away with its leading space: no entry
+    const json r = out.final_response(done(finish_reason::stop));
+    const json & lp = r["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["content"].size(), 2u) << dump(lp);
+    EXPECT_EQ(lp["content"][0]["token"], "Hi");
+    EXPECT_EQ(lp["content"][0]["logprob"], -0.25);
+    EXPECT_EQ(lp["content"][0]["bytes"], json::array({72, 105}));
+    EXPECT_EQ(lp["content"][0]["top_logprobs"][0]["token"], "Hi");
+    EXPECT_EQ(lp["content"][0]["top_logprobs"][1]["token"], "<99>");
+    EXPECT_EQ(lp["content"][0]["top_logprobs"][1]["logprob"], -3.5);
+    EXPECT_EQ(lp["content"][1]["token"], " \xEF\xBF\xBD");
+    EXPECT_EQ(lp["content"][1]["bytes"], json::array({32, 0xC3}));
+    EXPECT_TRUE(lp["refusal"].is_null());
 }
 
 TEST(ChatResponse, StreamNeverSplitsACharacterNorShowsAStopString) {
@@ -136,7 +188,8 @@ TEST(ChatResponse, StreamNeverSplitsACharacterNorShowsAStopString) {
     for (auto & c : out.final_chunks(done(finish_reason::stop))) {
         all.push_back(c);
     }
-    EXPECT_EQ(streamed_content(all), "caf\xC3\xA9 \xF0\x9F\x98\x80 ");
+    // The stop string starts in the piece " <|": its leading space goes with it.
+    EXPECT_EQ(streamed_content(all), "caf\xC3\xA9 \xF0\x9F\x98\x80");
     EXPECT_EQ(all.back()["choices"][0]["finish_reason"], "stop");
 }
 

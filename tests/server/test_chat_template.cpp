@@ -176,12 +176,14 @@ TEST_F(ChatTemplateTest, PreparedRequestCarriesAnchorAndHistory) {
                                 " tokens. However, your messages resulted in " + std::to_string(n) +
                                 " tokens. Please reduce the length of the messages (or start the server with a "
                                 "larger --ctx-size).");
-    // cache_prompt false: no hints used.
+    // cache_prompt false: the same split hints (a hybrid prefill that bypasses the cache is
+    // split where a cached one captures, issue 12 item 5), nothing read or written.
     req.cache_prompt = false;
     server::prepared_chat out4;
     ASSERT_FALSE(prep.prepare(req, 4096, out4));
     EXPECT_FALSE(out4.cache.cache_prompt);
-    EXPECT_EQ(out4.cache.anchor_tokens, -1);
+    EXPECT_EQ(out4.cache.anchor_tokens, out.cache.anchor_tokens);
+    EXPECT_EQ(out4.cache.history_tokens, out.cache.history_tokens);
 }
 
 TEST_F(ChatTemplateTest, AReasoningBlockCutShortStaysReasoning) {

@@ -437,3 +437,23 @@ TEST(Config, ByteSizes) {
     EXPECT_EQ(parse_bytes("99999999999999999999"), std::nullopt);
     EXPECT_EQ(parse_bytes("17179869184T"), std::nullopt);  // overflows 64 bits
 }
+
+TEST(Config, EngineLimitsAreRefusedAtStartupWithTheFlagsNamed) {
+    // Issue 12 item 4: values llama.cpp aborts on are refused here, with the flag named.
+    auto r = parse({"-m", "m.gguf", "--threads", "513"});
+    ASSERT_FALSE(r.config);
+    EXPECT_NE(r.output.find("--threads '513': expected an integer in [0, 512]"), std::string::npos) << r.output;
+    r = parse({"-m", "m.gguf", "--parallel", "200", "--cache-device-slots", "57"});
+    ASSERT_FALSE(r.config);
+    EXPECT_NE(r.output.find("--parallel 200 + --cache-device-slots 57 = 257 sequences"), std::string::npos) << r.output;
+    r = parse({"-m", "m.gguf", "--batch-size", "1"});  // --parallel 4 + 4 device slots by default
+    ASSERT_FALSE(r.config);
+    EXPECT_NE(r.output.find("--batch-size 1 is smaller than --parallel + --cache-device-slots = 8"), std::string::npos)
+        << r.output;
+    r = parse({"-m", "m.gguf", "--batch-size", "2", "--parallel", "1", "--cache-device-slots", "1"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.n_batch, 2);
+    r = parse({"-m", "m.gguf", "--cache-max-anchors", "0"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.cache.max_anchors, 0);
+}

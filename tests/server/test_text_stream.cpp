@@ -90,6 +90,38 @@ TEST(TextStream, StopInsideAnEarlierPieceIsNotSearchedAgain) {
     EXPECT_EQ(t.text(), "x");
 }
 
+TEST(TextStream, StopAfterALeadingSpaceTakesTheSpaceToo) {
+    // Issue 12: " Hello" with stop "Hello" left content " "; OpenAI's example ("Hello world",
+    // stop "world") returns "Hello": the stop's token goes with its leading space.
+    text_stream t({"Hello"});
+    EXPECT_TRUE(t.append(" Hello there"));
+    EXPECT_EQ(t.text(), "");
+    EXPECT_TRUE(t.piece_starts().empty());
+
+    text_stream u({"world"});
+    EXPECT_FALSE(u.append("Hello"));
+    EXPECT_TRUE(u.append(" world"));
+    EXPECT_EQ(u.text(), "Hello");
+    EXPECT_EQ(u.piece_starts(), std::vector<size_t>{0});
+
+    // Text before the stop inside the same piece stays ("." of a ".\n\n" token).
+    text_stream v({"\n\nUser:"});
+    EXPECT_FALSE(v.append("Sure"));
+    EXPECT_FALSE(v.append(".\n\n"));
+    EXPECT_TRUE(v.append("User: more"));
+    EXPECT_EQ(v.text(), "Sure.");
+    EXPECT_EQ(v.piece_starts(), (std::vector<size_t>{0, 4}));
+}
+
+TEST(TextStream, LeadingSpaceBeforeAPartialStopIsHeldBack) {
+    text_stream t({"Hello"});
+    t.append("ok");
+    t.append(" Hel");
+    EXPECT_EQ(t.stable_length(), 2u);  // " " may go with a stop that starts after it
+    t.append("icopter");
+    EXPECT_EQ(t.stable_length(), t.text().size());
+}
+
 TEST(TextStream, EmptyStopStringsAreIgnored) {
     text_stream t({"", "Z"});
     EXPECT_FALSE(t.append("abc"));
