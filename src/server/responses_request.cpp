@@ -204,13 +204,26 @@ void parse_body(const json & body, responses_request & r) {
                 fail("text.format", "'text.format' must be an object, got " + std::string(type_name(*fmt)));
             }
             const std::string t = get_string(require(*fmt, "type", "text.format.type", ""), "text.format.type");
-            if (t == "json_schema" || t == "json_object") {
-                fail("text.format", "'text.format' of type '" + t +
-                                        "' (structured output) is not supported on /v1/responses yet; send "
-                                        "{\"type\": \"text\"} and describe the format in the instructions");
-            }
-            if (t != "text") {
-                fail("text.format.type", "'text.format.type' is '" + t + "'; expected \"text\"");
+            // Structured output as chat completions' response_format (a JSON Schema grammar),
+            // with the Responses API's flat shape: {type, name, schema, strict}.
+            if (t == "json_object") {
+                c.json_schema = R"({"type":"object"})";
+            } else if (t == "json_schema") {
+                if (const json * n = field(*fmt, "name")) {
+                    (void) get_string(*n, "text.format.name");
+                }
+                if (const json * st = field(*fmt, "strict")) {
+                    (void) get_bool(*st, "text.format.strict");
+                }
+                const json * schema = field(*fmt, "schema");
+                if (schema && !schema->is_object()) {
+                    fail("text.format.schema", "'text.format.schema' must be a JSON Schema object, got " +
+                                                   std::string(type_name(*schema)));
+                }
+                c.json_schema = !schema || schema->empty() ? R"({"type":"object"})" : dump(*schema);
+            } else if (t != "text") {
+                fail("text.format.type", "'text.format.type' is '" + t + "'; expected \"text\", \"json_object\" or "
+                                         "\"json_schema\"");
             }
         }
     }

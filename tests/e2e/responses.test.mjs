@@ -190,9 +190,9 @@ for (const arch of ARCHS) {
       const bad = await srv.post('/v1/responses', { model: 'tiny', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] });
       assert.equal(bad.status, 400);
       assert.equal(bad.json.error.param, 'input[0].content[0].type');
-      const fmt = await srv.post('/v1/responses', { model: 'tiny', input: 'x', text: { format: { type: 'json_object' } } });
+      const fmt = await srv.post('/v1/responses', { model: 'tiny', input: 'x', text: { format: { type: 'xml' } } });
       assert.equal(fmt.status, 400);
-      assert.equal(fmt.json.error.param, 'text.format');
+      assert.equal(fmt.json.error.param, 'text.format.type');
       const hosted = await create({ input: 'Search the web.', tools: [{ type: 'web_search' }, responsesTool(TOOLS[0])], store: false });
       assert.deepEqual(hosted.tools.map((t) => t.name), [TOOLS[0].function.name]);
       assert.match(srv.log(), /ignored tools this server cannot run \(the model is not told about them\): web_search/);

@@ -124,6 +124,18 @@ for (const arch of FAMILIES) {
       });
     }
 
+    it('the Responses API: text.format json_schema validates, streamed and not', async () => {
+      const body = { model: 'tiny', input: messages(30), max_output_tokens: 160, temperature: 0, store: false,
+        reasoning: { effort: 'none' }, text: { format: { type: 'json_schema', name: 'person', schema: SCHEMA, strict: true } } };
+      const r = await srv.openai.responses.create(body);
+      assert.equal(r.status, 'completed', `${arch}: ${JSON.stringify(r.output)}`);
+      const v = assertValid(r.output_text, `${arch} responses`);
+      const s = await srv.openai.responses.create({ ...body, stream: true });
+      let text = '';
+      for await (const ev of s) if (ev.type === 'response.output_text.delta') text += ev.delta;
+      assert.deepEqual(assertValid(text, `${arch} responses streamed`), v, `${arch}: streamed != non-streamed`);
+    });
+
     it('json_schema with strict false and json_object: JSON all the same', async () => {
       const loose = { type: 'json_schema', json_schema: { name: 'person', schema: SCHEMA, strict: false } };
       const r = await srv.openai.chat.completions.create({ model: 'tiny', messages: messages(5), max_tokens: 160,

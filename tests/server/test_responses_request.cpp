@@ -216,6 +216,16 @@ TEST(ResponsesRequest, SamplingSessionAndOptions) {
     EXPECT_TRUE(medium.chat.chat_template_kwargs.empty());  // the template's default: same key as chat
 }
 
+TEST(ResponsesRequest, TextFormatIsStructuredOutput) {
+    EXPECT_EQ(ok(R"({"input":"x","text":{"format":{"type":"text"}}})").chat.json_schema, "");
+    EXPECT_EQ(ok(R"({"input":"x","text":{"format":{"type":"json_object"}}})").chat.json_schema, R"({"type":"object"})");
+    auto r = ok(R"({"input":"x","text":{"format":{"type":"json_schema","name":"n","strict":true,
+        "schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}})");
+    EXPECT_EQ(r.chat.json_schema, R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})");
+    EXPECT_EQ(ok(R"({"input":"x","text":{"format":{"type":"json_schema","name":"n"}}})").chat.json_schema,
+              R"({"type":"object"})");
+}
+
 TEST(ResponsesRequest, ExactErrors) {
     auto e = bad(R"({"model":"m"})");
     EXPECT_EQ(e.status, 400);
@@ -232,10 +242,11 @@ TEST(ResponsesRequest, ExactErrors) {
     EXPECT_EQ(e.param, "input[0].call_id");
     e = bad(R"({"input":[{"type":"item_reference","id":"x"}]})");
     EXPECT_EQ(e.param, "input[0].type");
-    e = bad(R"({"input":"x","text":{"format":{"type":"json_schema","name":"s","schema":{}}}})");
-    EXPECT_EQ(e.param, "text.format");
-    EXPECT_EQ(e.message, "'text.format' of type 'json_schema' (structured output) is not supported on /v1/responses yet; "
-                         "send {\"type\": \"text\"} and describe the format in the instructions");
+    e = bad(R"({"input":"x","text":{"format":{"type":"json_schema","name":"s","schema":[]}}})");
+    EXPECT_EQ(e.param, "text.format.schema");
+    EXPECT_EQ(e.message, "'text.format.schema' must be a JSON Schema object, got an array");
+    e = bad(R"({"input":"x","text":{"format":{"type":"xml"}}})");
+    EXPECT_EQ(e.param, "text.format.type");
     e = bad(R"({"input":"x","max_output_tokens":0})");
     EXPECT_EQ(e.param, "max_output_tokens");
     e = bad(R"({"input":"x","temperature":3})");
