@@ -33,8 +33,8 @@ std::string encode_checkpoints(const std::vector<checkpoint> & cps) {
     return s;
 }
 
-std::vector<std::pair<int32_t, point_kind>> decode_checkpoints(const std::string & s) {
-    std::vector<std::pair<int32_t, point_kind>> out;
+std::vector<checkpoint> decode_checkpoints(const std::string & s) {
+    std::vector<checkpoint> out;
     size_t i = 0;
     while (i < s.size()) {
         size_t comma = s.find(',', i);
@@ -46,7 +46,7 @@ std::vector<std::pair<int32_t, point_kind>> decode_checkpoints(const std::string
         if (colon != std::string::npos) {
             const int kind = std::atoi(item.c_str() + colon + 1);
             if (kind >= 0 && kind <= static_cast<int>(point_kind::divergence)) {
-                out.emplace_back(std::atoi(item.c_str()), static_cast<point_kind>(kind));
+                out.push_back({std::atoi(item.c_str()), static_cast<point_kind>(kind), nullptr});
             }
         }
         i = comma + 1;
@@ -82,7 +82,7 @@ private:
 
 }  // namespace
 
-disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)) {
+disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
     fs::create_directories(cfg_.dir, ec);
     if (ec) {
@@ -223,7 +223,7 @@ void disk_tier::startup_scan() {
                 drop.push_back(id);  // the file is gone or was cut short after it was indexed
                 continue;
             }
-            catalog_.emplace(id, std::move(e));
+            catalog_.add(std::move(e));
         }
     }
     for (file_id id : drop) {
@@ -253,7 +253,7 @@ void disk_tier::startup_scan() {
             next_id_ = std::max(next_id_, id + 1);
         }
     }
-    for (const auto & [id, e] : catalog_) {
+    for (const auto & [id, e] : catalog_.files()) {
         stats_.files++;
         stats_.bytes += e.bytes;
         stats_.anchor_files += e.anchor ? 1 : 0;
@@ -274,53 +274,24 @@ void disk_tier::startup_scan() {
     }
 }
 
+std::string_view to_string(file_removal r) {
+    switch (r) {
+        case file_removal::superseded: return "superseded";
+        case file_removal::capacity: return "capacity";
+        case file_removal::damaged: return "damaged";
+        case file_removal::reset: return "reset";
+    }
+    return "?";
+}
+
 std::string disk_tier::path_of(file_id id, const char * ext) const {
     return cfg_.dir + "/" + std::to_string(id) + ext;
 }
 
 std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const std::string & session,
                                               const tokens & prompt, int32_t longer_than) const {
-    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
-    std::optional<disk_candidate> in_session, cross;
     std::lock_guard<std::mutex> lk(mu_);
-    for (const auto & [id, e] : catalog_) {
-        if (e.bucket != bucket) {
-            continue;
-        }
-        const int32_t n_e = static_cast<int32_t>(e.toks.size());
-        const int32_t lcp = common_prefix(e.toks, prompt);
-        disk_candidate c;
-        c.id = id;
-        c.source_tokens = n_e;
-        c.history = e.history;
-        c.anchor = e.anchor;
-        c.same_session = e.session == session;
-        if (lcp == n_e && n_e <= limit) {
-            c.n = n_e;
-            c.kind = e.anchor ? point_kind::anchor : point_kind::full;
-        } else if (!cfg_.hybrid) {
-            c.n = std::min(lcp, limit);  // dense: any prefix of the stored KV
-            c.kind = e.anchor ? point_kind::anchor : point_kind::prefix;
-        } else {
-            for (const auto & [n, kind] : e.checkpoints) {
-                if (n <= std::min(lcp, limit)) {
-                    c.n = n;
-                    c.kind = kind;
-                }
-            }
-        }
-        if (c.n <= longer_than || c.n <= 0) {
-            continue;
-        }
-        auto & slot = c.same_session ? in_session : cross;
-        if (!slot || c.n > slot->n) {
-            slot = c;
-        }
-    }
-    if (cross && (!in_session || cross->n > in_session->n)) {
-        return cross;
-    }
-    return in_session;
+    return catalog_.best(bucket, session, prompt, longer_than);
 }
 
 void disk_tier::push(job j, bool front) {
@@ -417,7 +388,7 @@ void disk_tier::run() {
                 case job::kind::load: do_load(j); break;
                 case job::kind::remove:
                     for (file_id id : j.ids) {
-                        delete_file(id, "superseded");
+                        delete_file(id, file_removal::superseded);
                     }
                     break;
                 case job::kind::reset: {
@@ -425,13 +396,13 @@ void disk_tier::run() {
                     uint64_t bytes = 0;
                     {
                         std::lock_guard<std::mutex> lk(mu_);
-                        for (const auto & [id, e] : catalog_) {
+                        for (const auto & [id, e] : catalog_.files()) {
                             ids.push_back(id);
                             bytes += e.bytes;
                         }
                     }
                     for (file_id id : ids) {
-                        delete_file(id, nullptr);
+                        delete_file(id, file_removal::reset);
                     }
                     j.reset_done->set_value({static_cast<int64_t>(ids.size()), bytes});
                     break;
@@ -453,24 +424,23 @@ void disk_tier::run() {
     }
 }
 
-void disk_tier::delete_file(file_id id, const char * why) {
+void disk_tier::delete_file(file_id id, file_removal why) {
     uint64_t bytes = 0;
     bool anchor = false;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        auto it = catalog_.find(id);
-        if (it == catalog_.end()) {
+        auto gone = catalog_.remove(id);
+        if (!gone) {
             return;
         }
-        bytes = it->second.bytes;
-        anchor = it->second.anchor;
-        catalog_.erase(it);
+        bytes = gone->bytes;
+        anchor = gone->anchor;
         stats_.files--;
         stats_.bytes -= bytes;
         stats_.anchor_files -= anchor ? 1 : 0;
-        if (why != nullptr && std::strcmp(why, "superseded") == 0) {
+        if (why == file_removal::superseded) {
             stats_.superseded++;
-        } else if (why != nullptr && std::strcmp(why, "capacity") == 0) {
+        } else if (why == file_removal::capacity) {
             stats_.evictions++;
         }
     }
@@ -480,8 +450,9 @@ void disk_tier::delete_file(file_id id, const char * why) {
     d.step();
     std::error_code ec;
     fs::remove(path_of(id), ec);
-    if (why != nullptr) {
-        spdlog::debug("disk tier: deleted file {} ({} bytes{}): {}", id, bytes, anchor ? ", anchor" : "", why);
+    if (why != file_removal::reset) {
+        spdlog::debug("disk tier: deleted file {} ({} bytes{}): {}", id, bytes, anchor ? ", anchor" : "",
+                      to_string(why));
     }
 }
 
@@ -498,7 +469,7 @@ bool disk_tier::make_room(uint64_t bytes) {
             }
             // Least recently used; anchors are the last candidates, not exempt (seed 000).
             const entry * v = nullptr;
-            for (const auto & [id, e] : catalog_) {
+            for (const auto & [id, e] : catalog_.files()) {
                 if (v == nullptr || std::pair(e.anchor, e.last_use) < std::pair(v->anchor, v->last_use)) {
                     v = &e;
                 }
@@ -508,7 +479,7 @@ bool disk_tier::make_room(uint64_t bytes) {
             }
             victim = v->id;
         }
-        delete_file(victim, "capacity");
+        delete_file(victim, file_removal::capacity);
     }
 }
 
@@ -584,13 +555,13 @@ void disk_tier::do_write(job & j) {
         e.session = w.rec.session;
         e.toks = w.rec.toks;
         for (const auto & c : w.rec.checkpoints) {
-            e.checkpoints.emplace_back(c.n_tokens, c.kind);
+            e.checkpoints.push_back({c.n_tokens, c.kind, nullptr});
         }
         e.history = w.rec.history;
         e.anchor = w.rec.anchor;
         e.bytes = size;
         e.last_use = w.last_use;
-        catalog_.emplace(id, std::move(e));
+        catalog_.add(std::move(e));
         stats_.files++;
         stats_.bytes += size;
         stats_.anchor_files += w.rec.anchor ? 1 : 0;
@@ -601,7 +572,7 @@ void disk_tier::do_write(job & j) {
                   w.rec.checkpoints.size(), size, w.rec.anchor ? ", anchor" : "");
     // The successor is durable (file fsync'd, row committed): the files it supersedes go.
     for (file_id old : w.ancestors) {
-        delete_file(old, "superseded");
+        delete_file(old, file_removal::superseded);
     }
     done.file = id;
     std::lock_guard<std::mutex> lk(mu_);
@@ -612,10 +583,9 @@ void disk_tier::do_load(job & j) {
     bool known = false;
     {
         std::lock_guard<std::mutex> lk(mu_);
-        auto it = catalog_.find(j.id);
-        if (it != catalog_.end()) {
+        if (entry * f = catalog_.find(j.id)) {
             known = true;
-            it->second.last_use = wall_s();
+            f->last_use = wall_s();
         }
     }
     disk_load_result r;
@@ -639,7 +609,7 @@ void disk_tier::do_load(job & j) {
                 std::lock_guard<std::mutex> lk(mu_);
                 stats_.damaged++;
             }
-            delete_file(j.id, "damaged");
+            delete_file(j.id, file_removal::damaged);
         }
     }
     j.load_done->set_value(std::move(r));

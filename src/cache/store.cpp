@@ -84,7 +84,7 @@ uint64_t store::entry::ram_bytes() const {
     return b;
 }
 
-store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid) {
+store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid), rule_(restore_settings::from(cfg, hybrid)) {
     stats_.enabled = cfg.enabled;
     stats_.mode = cfg.lineage ? "lineage" : "exact";
     stats_.family = hybrid ? "hybrid" : "dense";
@@ -103,15 +103,6 @@ void store::set_budget(uint64_t bytes) {
 
 int64_t store::apc_num_blocks() const {
     return cfg_.apc_num_blocks > 0 ? cfg_.apc_num_blocks : int64_t{cfg_.max_entries} * 512;
-}
-
-std::vector<std::string> store::prompt_chain(const key & k, const tokens & prompt) const {
-    if (!apc_on() || prompt.size() < 2) {
-        return {};
-    }
-    // Only blocks inside [0, |prompt| - 1) can be restored (>= 1 token is always prefilled).
-    const tokens head(prompt.begin(), prompt.end() - 1);
-    return block_chain(k.bucket, head, cfg_.apc_block_size, static_cast<size_t>(-1), cfg_.apc_hash);
 }
 
 void store::index_add(iter it) {
@@ -158,41 +149,10 @@ void store::release_pending(uint64_t bytes) {
     pending_bytes_ -= std::min(pending_bytes_, bytes);
 }
 
-std::optional<store::candidate> store::best_in(const entry & e, iter it, const tokens & prompt) const {
-    return best_in(e, it, prompt, common_prefix(e.toks, prompt), prompt_chain(e.k, prompt));
-}
-
-std::optional<store::candidate> store::best_in(const entry & e, iter it, const tokens & prompt, int32_t lcp,
-                                               const std::vector<std::string> & req_chain) const {
-    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;  // >= 1 token is always prefilled
-    const int32_t n_e = static_cast<int32_t>(e.toks.size());
-    if (lcp == n_e && n_e <= limit) {
-        return candidate{it, n_e, e.anchor ? point_kind::anchor : point_kind::full, nullptr};
-    }
-    if (!hybrid_) {
-        // Dense: KV is append-only, so rows [0, n) of any stored KV are the KV at n. With APC,
-        // the lockstep walk of the two block chains clamps n to whole agreeing blocks.
-        int32_t n = std::min(lcp, limit);
-        if (apc_on()) {
-            const size_t bs = static_cast<size_t>(cfg_.apc_block_size);
-            n = static_cast<int32_t>(agreeing_blocks(e.chain, req_chain, static_cast<size_t>(n) / bs) * bs);
-        }
-        if (n <= 0) {
-            return std::nullopt;
-        }
-        return candidate{it, n, e.anchor ? point_kind::anchor : point_kind::prefix, nullptr};
-    }
-    const int32_t reach = std::min(lcp, limit);
-    const checkpoint * best = nullptr;
-    for (const auto & c : e.checkpoints) {
-        if (c.n_tokens <= reach) {
-            best = &c;
-        }
-    }
-    if (best == nullptr) {
-        return std::nullopt;
-    }
-    return candidate{it, best->n_tokens, best->kind, best};
+stored_state store::state_of(const entry & e, const std::string & session) const {
+    return stored_state{e.toks,       e.checkpoints,       e.anchor,
+                        e.history,    e.k.session == session, e.where == tier::device,
+                        static_cast<double>(e.mru), &e.chain};
 }
 
 restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
@@ -200,57 +160,21 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     stats_.lookups++;
     expire(now_s);
 
-    std::optional<candidate> in_session, cross;
-    auto better = [](const std::optional<candidate> & cur, const candidate & c) {
-        if (!cur) {
-            return true;
-        }
-        if (c.n != cur->n) {
-            return c.n > cur->n;
-        }
-        // Tie: prefer a parked sequence (no copy), then a full snapshot over a checkpoint, then
-        // the most recently used entry.
-        if ((c.it->where == tier::device) != (cur->it->where == tier::device)) {
-            return c.it->where == tier::device;
-        }
-        if ((c.ckpt == nullptr) != (cur->ckpt == nullptr)) {
-            return c.ckpt == nullptr;
-        }
-        return c.it->mru > cur->it->mru;
-    };
-    int32_t best_short = 0;  // longest match rejected by min_prefix, for the log
-    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
-    const std::vector<std::string> req_chain = prompt_chain(k, prompt);
+    // The restore-point choice is restore_rule's (best_point, prefer, the two-tier search),
+    // the same as the disk tier's.
+    const std::vector<std::string> req_chain = rule_.prompt_chain(k.bucket, prompt);
+    restore_search search(rule_, prompt, req_chain);
     if (auto t = tries_.find(k.bucket); t != tries_.end()) {
-        // Entries come in descending common prefix; a restore point is never longer than
-        // min(common prefix, limit), so stop once that bound cannot change the decision.
         t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
-            const int32_t bound = std::min(lcp, limit);
-            if (bound <= 0 || (in_session && bound < in_session->n) || (!in_session && cross && bound < cross->n) ||
-                (bound < cfg_.min_prefix && (in_session || cross || bound <= best_short))) {
+            if (!search.worth(lcp)) {
                 return false;
             }
-            const iter it = by_id_.at(id);
-            auto c = best_in(*it, it, prompt, lcp, req_chain);
-            if (!c) {
-                return true;
-            }
-            if (c->n < cfg_.min_prefix) {
-                best_short = std::max(best_short, c->n);
-                return true;
-            }
-            auto & slot = it->k.session == k.session ? in_session : cross;
-            if (better(slot, *c)) {
-                slot = c;
-            }
+            search.offer(id, state_of(*by_id_.at(id), k.session), lcp);
             return true;
         });
     }
-    // Two-tier lookup (seed 001 "session_key"): cross-session only when strictly longer.
-    std::optional<candidate> chosen = in_session;
-    if (cross && (!chosen || cross->n > chosen->n)) {
-        chosen = cross;
-    }
+    const std::optional<restore_candidate> chosen = search.chosen();
+    const int32_t best_short = search.best_short();
     // Tier 2 only for something longer than the best device/RAM restore point.
     std::optional<disk_candidate> on_disk;
     if (disk_ != nullptr && cfg_.enabled) {
@@ -265,8 +189,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.source_tokens = on_disk->source_tokens;
         p.source_history = on_disk->history;
         const int32_t len = on_disk->source_tokens;
-        p.absorbs = cfg_.lineage && !on_disk->anchor &&
-                    p.n_restore >= (on_disk->history >= 0 ? std::min(on_disk->history, len) : len);
+        p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
         if (p.absorbs) {
             p.disk_ancestors.push_back(on_disk->id);
         }
@@ -279,16 +202,17 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                    (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
                    (p.absorbs ? ", superseding it" : "");
     } else if (chosen) {
-        entry & e = *chosen->it;
+        const iter chosen_it = by_id_.at(chosen->id);
+        entry & e = *chosen_it;
         e.last_use = now_s;
         p.n_restore = chosen->n;
         p.kind = chosen->kind;
         p.source = e.id;
         p.source_tokens = static_cast<int32_t>(e.toks.size());
         p.source_history = e.history;
-        p.recurrent = chosen->ckpt ? chosen->ckpt->recurrent : nullptr;
+        p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
         // Absorption (seed 000 "final"): a prompt that continues a conversation entry takes it.
-        p.absorbs = cfg_.lineage && e.extended_by(p.n_restore);
+        p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
         if (e.where == tier::device) {
             p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
             p.device_seq = e.seq;
@@ -321,10 +245,10 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                 p.disk_ancestors.push_back(e.disk_file);
             }
             p.pending_write_of = e.writing ? e.id : 0;
-            index_remove(chosen->it);
-            entries_.erase(chosen->it);
+            index_remove(chosen_it);
+            entries_.erase(chosen_it);
         } else {
-            entries_.splice(entries_.begin(), entries_, chosen->it);
+            entries_.splice(entries_.begin(), entries_, chosen_it);
             e.mru = next_mru_++;
         }
     } else {
@@ -635,6 +559,58 @@ bool store::commit(commit_input in, double now_s) {
         entries_.front().final_recurrent.reset();
     }
     return true;
+}
+
+restore_plan cold_plan(restore_plan p) {
+    restore_plan cold;
+    cold.captures = std::move(p.captures);
+    return cold;
+}
+
+util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s) {
+    if (r.error == disk_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
+        // A hybrid restore short of the file's length needs the checkpoint the index named.
+        const auto & cps = r.record->checkpoints;
+        const bool has = std::any_of(cps.begin(), cps.end(),
+                                     [&](const checkpoint & c) { return c.n_tokens == p.n_restore && c.recurrent; });
+        if (!has) {
+            r.error = disk_load_error::corrupt;
+            r.detail = "the file has no checkpoint at " + std::to_string(p.n_restore) + " as its index says";
+            r.record.reset();
+        }
+    }
+    if (r.error != disk_load_error::none || !r.record) {
+        const std::string why =
+            fmt::format("disk file {} not loaded ({}: {})", p.disk_file, to_string(r.error), r.detail);
+        disk_load_failed(p);
+        p = cold_plan(std::move(p));
+        return util::status::error(why);
+    }
+    disk_record & rec = *r.record;
+    p.full = rec.full;
+    if (hybrid_ && p.n_restore < p.source_tokens) {
+        for (const auto & c : rec.checkpoints) {
+            if (c.n_tokens == p.n_restore) {
+                p.recurrent = c.recurrent;
+            }
+        }
+    }
+    if (p.absorbs) {
+        // Absorption from disk: the file's restore points up to the restore point return with
+        // the request's commit, as from a RAM entry.
+        for (auto & c : rec.checkpoints) {
+            const uint64_t size = size_of(c.recurrent);
+            if (c.n_tokens <= p.n_restore && reserve(size)) {
+                p.inflight_bytes += size;
+                p.inherited.push_back(std::move(c));
+            }
+        }
+        p.final_from_sequence = hybrid_ && p.n_restore == p.source_tokens;
+    } else if (p.kind == point_kind::anchor && reserve(size_of(rec.full))) {
+        // A system prompt seen before the restart: pinned in RAM again (its file stays).
+        commit_anchor(k, rec.toks, rec.full, size_of(rec.full), now_s, p.disk_file);
+    }
+    return util::status::ok();
 }
 
 void store::disk_load_failed(const restore_plan & p) {

@@ -27,9 +27,11 @@
 #include "cache/disk_tier.h"
 #include "cache/key.h"
 #include "cache/radix_trie.h"
+#include "cache/restore_rule.h"
 #include "cache/stats.h"
 #include "cache/trace.h"
 #include "cache/types.h"
+#include "util/status.h"
 
 #include <cstdint>
 #include <list>
@@ -103,6 +105,10 @@ struct restore_plan {
     /** absorbs: the taken entry's id when its write was still in flight (its file then
      *  becomes an ancestor of the new entry when it completes). */
     uint64_t pending_write_of = 0;
+    /** load_disk absorbing a hybrid file restored whole: the file keeps no separate final state,
+     *  so after the restore the sequence's recurrent state becomes the new entry's turn
+     *  checkpoint at source_tokens (seed 000 "final"; the scheduler reserves and takes it). */
+    bool final_from_sequence = false;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
     std::string reason;                    ///< one line for the decision log
 };
@@ -151,6 +157,10 @@ struct entry_view {
     std::vector<file_id> disk_ancestors;
 };
 
+/** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
+ *  planned capture lies ahead and is still taken. */
+restore_plan cold_plan(restore_plan p);
+
 class store {
 public:
     /** `hybrid`: the model has recurrent state (checkpoints needed); else dense (any prefix
@@ -177,6 +187,16 @@ public:
      *  `reserved`: the bytes reserve()d for `full`. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                        file_id disk_file = 0);
+
+    /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
+     *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
+     *  points up to n_restore return with the commit (RAM reserved for them; those that do not
+     *  fit are dropped) and final_from_sequence is set (hybrid, restored whole); a file restored
+     *  as an anchor is pinned in RAM again (its file stays). Fails when the file was damaged or
+     *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
+     *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
+     *  plan with the same captures; the status says which file and why. */
+    util::status disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s);
 
     /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
      *  (rejections["disk_damaged"]); the request prefills cold. */
@@ -270,30 +290,12 @@ private:
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
         uint64_t ram_bytes() const;
-        /** Restoring at n continues this conversation (seed 000 "a prompt that extends an
-         *  entry"): n reaches the entry's history boundary, or its whole length. */
-        bool extended_by(int32_t n) const {
-            const int32_t len = static_cast<int32_t>(toks.size());
-            return !anchor && n >= (history >= 0 ? std::min(history, len) : len);
-        }
     };
     using iter = std::list<entry>::iterator;
 
-    struct candidate {
-        iter it;
-        int32_t n = 0;
-        point_kind kind = point_kind::none;
-        const checkpoint * ckpt = nullptr;
-    };
-
-    /** The best restore point of `e` for `prompt`, given their common prefix `lcp` and the
-     *  prompt's APC chain (`req_chain`, used only with APC on). */
-    std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt, int32_t lcp,
-                                     const std::vector<std::string> & req_chain) const;
-    /** The same, computing the common prefix and the chain (the decision trace). */
-    std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt) const;
-    bool apc_on() const { return !hybrid_ && cfg_.apc_enabled; }
-    std::vector<std::string> prompt_chain(const key & k, const tokens & prompt) const;
+    /** What the restore rule (restore_rule.h) sees of `e` for a request in `session`. */
+    stored_state state_of(const entry & e, const std::string & session) const;
+    bool apc_on() const { return rule_.apc_on(); }
     /** Files a new front entry in the index (trie, id map, recency stamp, APC chain). */
     void index_add(iter it);
     /** Takes an entry out of the index; call before erasing it from entries_. */
@@ -311,6 +313,7 @@ private:
 
     config cfg_;
     bool hybrid_;
+    restore_settings rule_;
     std::list<entry> entries_;      // front = most recently used
     std::unordered_map<std::string, radix_trie> tries_;  // by bucket: entry tokens -> entry ids
     std::unordered_map<uint64_t, iter> by_id_;

@@ -14,6 +14,13 @@
 
 namespace lineage::scheduler {
 
+using clock = std::chrono::steady_clock;
+
+/** Seconds from `t` to now. */
+inline double seconds_since(clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+}
+
 struct slot {
     /** loading: waiting for the disk thread to read the plan's tier-2 file. */
     enum class phase { idle, loading, prefill, decode };

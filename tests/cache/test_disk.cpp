@@ -60,7 +60,7 @@ protected:
         c.dir = dir_.string();
         c.capacity_bytes = cap;
         c.model = "model-a";
-        c.hybrid = hybrid;
+        c.rule.hybrid = hybrid;
         return c;
     }
 
