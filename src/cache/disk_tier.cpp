@@ -1,3 +1,5 @@
+// cache::disk_tier: tier T2; see disk_tier.h. One file (~620 lines): the startup scan, the disk
+// thread's jobs and the index statements share the SQLite connection and its helpers.
 #include "cache/disk_tier.h"
 
 #include <spdlog/spdlog.h>
@@ -142,7 +144,7 @@ disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule
 
 disk_tier::~disk_tier() {
     {
-        std::lock_guard<std::mutex> lk(qmu_);
+        util::lock_guard lk(qmu_);
         stopping_ = true;
     }
     qcv_.notify_all();
@@ -290,13 +292,13 @@ std::string disk_tier::path_of(file_id id, const char * ext) const {
 
 std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const std::string & session,
                                               const tokens & prompt, int32_t longer_than) const {
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     return catalog_.best(bucket, session, prompt, longer_than);
 }
 
 void disk_tier::push(job j, bool front) {
     {
-        std::lock_guard<std::mutex> lk(qmu_);
+        util::lock_guard lk(qmu_);
         if (front) {
             queue_.push_front(std::move(j));
         } else {
@@ -335,7 +337,7 @@ void disk_tier::remove(std::vector<file_id> ids) {
 }
 
 std::vector<disk_completion> disk_tier::take_completions() {
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     std::vector<disk_completion> out;
     out.swap(completions_);
     return out;
@@ -362,10 +364,10 @@ std::pair<int64_t, uint64_t> disk_tier::reset() {
 disk_stats disk_tier::get_stats() const {
     disk_stats s;
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         s = stats_;
     }
-    std::lock_guard<std::mutex> lk(qmu_);
+    util::lock_guard lk(qmu_);
     s.queued = static_cast<int64_t>(queue_.size());
     return s;
 }
@@ -374,8 +376,10 @@ void disk_tier::run() {
     for (;;) {
         job j;
         {
-            std::unique_lock<std::mutex> lk(qmu_);
-            qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+            util::unique_lock lk(qmu_);
+            while (!stopping_ && queue_.empty()) {
+                lk.wait(qcv_);
+            }
             if (queue_.empty()) {
                 break;  // stopping, and everything queued is done (writes at shutdown included)
             }
@@ -395,7 +399,7 @@ void disk_tier::run() {
                     std::vector<file_id> ids;
                     uint64_t bytes = 0;
                     {
-                        std::lock_guard<std::mutex> lk(mu_);
+                        util::lock_guard lk(mu_);
                         for (const auto & [id, e] : catalog_.files()) {
                             ids.push_back(id);
                             bytes += e.bytes;
@@ -428,7 +432,7 @@ void disk_tier::delete_file(file_id id, file_removal why) {
     uint64_t bytes = 0;
     bool anchor = false;
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         auto gone = catalog_.remove(id);
         if (!gone) {
             return;
@@ -463,7 +467,7 @@ bool disk_tier::make_room(uint64_t bytes) {
     for (;;) {
         file_id victim = 0;
         {
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             if (stats_.bytes + bytes <= cfg_.capacity_bytes) {
                 return true;
             }
@@ -490,30 +494,33 @@ void disk_tier::do_write(job & j) {
     done.entry_id = w.entry_id;
     const uint64_t size = disk_file_size(w.rec);
     if (!make_room(size)) {
-        done.error = "larger than the disk capacity";
+        done.result = util::status::error("larger than the disk capacity");
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("disk tier: an entry of {} bytes is larger than the disk capacity of {} bytes and is not "
                          "written; raise --cache-disk-capacity-bytes (this warning is printed once)",
                          size, cfg_.capacity_bytes);
         }
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         stats_.write_failures++;
         completions_.push_back(std::move(done));
         return;
     }
     const file_id id = next_id_++;
     const std::string tmp = path_of(id, ".tmp");
-    const std::string err = write_disk_file(tmp, w.rec);
+    util::status written = write_disk_file(tmp, w.rec);
     std::error_code ec;
-    if (err.empty()) {
+    if (written) {
         fs::rename(tmp, path_of(id), ec);
+        if (ec) {
+            written = util::status::error(ec.message());
+        }
     }
-    if (!err.empty() || ec) {
+    if (!written) {
         fs::remove(tmp, ec);
-        done.error = err.empty() ? ec.message() : err;
-        spdlog::warn("disk tier: writing {} failed: {}", tmp, done.error);
-        std::lock_guard<std::mutex> lk(mu_);
+        done.result = written;
+        spdlog::warn("disk tier: writing {} failed: {}", tmp, written.message());
+        util::lock_guard lk(mu_);
         stats_.write_failures++;
         completions_.push_back(std::move(done));
         return;
@@ -538,17 +545,17 @@ void disk_tier::do_write(job & j) {
         sqlite3_bind_blob(s, 13, w.rec.toks.data(), static_cast<int>(w.rec.toks.size() * sizeof(token)),
                           SQLITE_TRANSIENT);
         if (ins.step() != SQLITE_DONE) {
-            done.error = std::string("index insert failed: ") + sqlite3_errmsg(db_);
-            spdlog::warn("disk tier: {}", done.error);
+            done.result = util::status::error(std::string("index insert failed: ") + sqlite3_errmsg(db_));
+            spdlog::warn("disk tier: {}", done.result.message());
             fs::remove(path_of(id), ec);
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             stats_.write_failures++;
             completions_.push_back(std::move(done));
             return;
         }
     }
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         entry e;
         e.id = id;
         e.bucket = w.rec.bucket;
@@ -575,14 +582,14 @@ void disk_tier::do_write(job & j) {
         delete_file(old, file_removal::superseded);
     }
     done.file = id;
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     completions_.push_back(std::move(done));
 }
 
 void disk_tier::do_load(job & j) {
     bool known = false;
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         if (entry * f = catalog_.find(j.id)) {
             known = true;
             f->last_use = wall_s();
@@ -599,14 +606,14 @@ void disk_tier::do_load(job & j) {
             sqlite3_bind_double(u.get(), 1, wall_s());
             sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(j.id));
             u.step();
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             stats_.loads++;
             stats_.bytes_read += disk_file_size(*r.record);
         } else {
             spdlog::warn("disk tier: file {} failed its checks ({}: {}); deleted, the request prefills cold",
                          path_of(j.id), to_string(r.error), r.detail);
             {
-                std::lock_guard<std::mutex> lk(mu_);
+                util::lock_guard lk(mu_);
                 stats_.damaged++;
             }
             delete_file(j.id, file_removal::damaged);

@@ -24,6 +24,7 @@
 #include "cache/disk_format.h"
 #include "cache/stats.h"
 #include "cache/types.h"
+#include "util/thread_annotations.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -77,8 +78,8 @@ struct disk_write {
 
 struct disk_completion {
     uint64_t entry_id = 0;
-    file_id file = 0;                 ///< 0: not written (see error)
-    std::string error;
+    file_id file = 0;                 ///< 0: not written (see result)
+    util::status result;              ///< why it was not written
 };
 
 class disk_tier : public disk_lookup {
@@ -127,7 +128,8 @@ private:
     };
 
     void open_index();
-    void startup_scan();
+    /** Constructor only, before the disk thread starts: nothing else can hold mu_. */
+    void startup_scan() NO_THREAD_SAFETY_ANALYSIS;
     void run();
     void do_write(job & j);
     void do_load(job & j);
@@ -141,18 +143,18 @@ private:
     int lock_fd_ = -1;
     sqlite3 * db_ = nullptr;  // disk thread only (and the constructor)
 
-    mutable std::mutex mu_;
-    disk_catalog catalog_;              // GUARDED_BY(mu_)
-    disk_stats stats_;                  // GUARDED_BY(mu_)
-    std::vector<disk_completion> completions_;  // GUARDED_BY(mu_)
+    mutable util::mutex mu_;
+    disk_catalog catalog_ GUARDED_BY(mu_);
+    disk_stats stats_ GUARDED_BY(mu_);
+    std::vector<disk_completion> completions_ GUARDED_BY(mu_);
     file_id next_id_ = 1;               // disk thread
     bool warned_too_large_ = false;     // disk thread
 
-    mutable std::mutex qmu_;
+    mutable util::mutex qmu_;
     std::condition_variable qcv_;
-    std::deque<job> queue_;             // GUARDED_BY(qmu_)
-    bool busy_ = false;                 // GUARDED_BY(qmu_): a job is running
-    bool stopping_ = false;             // GUARDED_BY(qmu_)
+    std::deque<job> queue_ GUARDED_BY(qmu_);
+    bool busy_ GUARDED_BY(qmu_) = false;  // a job is running
+    bool stopping_ GUARDED_BY(qmu_) = false;
     std::condition_variable idle_cv_;
     std::thread thread_;
 };

@@ -14,11 +14,19 @@
 //   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
+// Tier 2 (write-behind), beside the states above:
+//   no copy --idle / shutdown (take_idle_writes), or leaving for room/TTL (spill)--> WRITING
+//   WRITING --disk_written(f)--> has file f | --disk_written(0)--> write_failed (not offered again)
+//   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
+//   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
+//          anchor pinned in RAM again, or a counted miss (damaged)
 //
 // Lookup (seed 001 "RadixTrie", "lookup.rs"): one radix trie per bucket over the entries'
 // tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
 // stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
-// length plus the candidates that could win, not every entry times its length. Dense families
+// length plus the candidates that could win, not every entry times its length. The choice of
+// restore point, the tie order, the session rule and absorption are restore_rule.h's, shared
+// with the disk tier; a disk hit is completed here (disk_loaded). Dense families
 // with APC on (--apc-enabled) also keep a block hash chain per entry; a partial match is then
 // clamped to the whole blocks on which the prompt's chain and the entry's agree.
 #pragma once
@@ -27,6 +35,7 @@
 #include "cache/disk_tier.h"
 #include "cache/key.h"
 #include "cache/radix_trie.h"
+#include "cache/reasons.h"
 #include "cache/restore_rule.h"
 #include "cache/stats.h"
 #include "cache/trace.h"
@@ -43,17 +52,6 @@
 #include <vector>
 
 namespace lineage::cache {
-
-/** Cache key (seed 001 "Cache Key Composition"): entries only match within a bucket;
- *  session decides the two-tier precedence. */
-struct key {
-    key() = default;
-    key(std::string b, std::string s, key_dims d = {}) : bucket(std::move(b)), session(std::move(s)), dims(std::move(d)) {}
-
-    std::string bucket;
-    std::string session;
-    key_dims dims;  ///< the bucket's dimensions, for the decision trace only (may be empty)
-};
 
 /** Request facts the plan needs besides its tokens. */
 struct plan_hints {
@@ -266,7 +264,8 @@ public:
      *  6. conversation entries <= max_entries;
      *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
      *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
-     *     hashes, and the block counters match them. */
+     *     hashes, and the block counters match them;
+     *  9. tier 2: an entry with a file is neither being written nor marked write_failed. */
     void check_invariants() const;
 
 private:
@@ -302,11 +301,13 @@ private:
     void index_remove(iter it);
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
     void thin(std::vector<checkpoint> & cps);
-    void erase(iter it, const char * reason, std::string_view detail = {});
+    /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
+    void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
+    void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
-    bool evict_one_lru(uint64_t protect_id, const char * reason);
+    bool evict_one_lru(uint64_t protect_id, eviction_reason reason);
     void release_pending(uint64_t bytes);
     uint64_t held_bytes() const;
     entry_view view(const entry & e) const;

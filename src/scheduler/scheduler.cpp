@@ -47,7 +47,7 @@ struct scheduler::impl {
     void after_prefill_chunk(slot & s);
     void emit(slot & s, token t);
     void finish(slot & s, finish_reason why);
-    void fail(slot & s, int status, const std::string & type, const std::string & msg);
+    void fail(slot & s, request_failure why);
     void reset_slot(slot & s);
     void record(slot & s, finish_reason why);
     double now_s() const { return seconds_since(started_); }
@@ -67,11 +67,11 @@ struct scheduler::impl {
     std::vector<slot> slots_;
     clock::time_point started_ = clock::now();
 
-    std::mutex mu_;
+    util::mutex mu_;
     std::condition_variable cv_;
-    std::deque<std::shared_ptr<generation_request>> queue_;  // GUARDED_BY(mu_)
-    std::deque<std::function<void()>> tasks_;                // GUARDED_BY(mu_)
-    bool stopping_ = false;                                  // GUARDED_BY(mu_)
+    std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
+    std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+    bool stopping_ GUARDED_BY(mu_) = false;
     std::thread thread_;
 };
 
@@ -123,7 +123,7 @@ scheduler::impl::~impl() {
 
 void scheduler::impl::stop() {
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         stopping_ = true;
     }
     cv_.notify_all();
@@ -134,7 +134,7 @@ void scheduler::impl::stop() {
 
 void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         if (!stopping_) {
             queue_.push_back(std::move(req));
             req = nullptr;
@@ -143,9 +143,7 @@ void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
     if (req) {
         generation_event e;
         e.type = generation_event::kind::error;
-        e.http_status = 503;
-        e.error_type = "server_error";
-        e.message = "the server is shutting down; retry on another instance";
+        e.failure = {failure_kind::shutting_down, "the server is shutting down; retry on another instance"};
         req->events->push(std::move(e));
         return;
     }
@@ -158,7 +156,7 @@ auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
     auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
     auto fut = task->get_future();
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         if (stopping_) {
             return R{};
         }
@@ -173,16 +171,19 @@ void scheduler::impl::loop() {
         std::deque<std::function<void()>> tasks;
         std::deque<std::shared_ptr<generation_request>> admitted;
         {
-            std::unique_lock<std::mutex> lk(mu_);
+            util::unique_lock lk(mu_);
             const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
                 return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
             });
             const bool loading = std::any_of(slots_.begin(), slots_.end(),
                                              [](const slot & s) { return s.ph == slot::phase::loading; });
             if (!computing) {
-                cv_.wait_for(lk, loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000), [this] {
-                    return stopping_ || !queue_.empty() || !tasks_.empty() || load_ready_.load();
-                });
+                const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
+                while (!stopping_ && queue_.empty() && tasks_.empty() && !load_ready_.load()) {
+                    if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
+                        break;
+                    }
+                }
             }
             if (stopping_) {
                 break;
@@ -225,16 +226,14 @@ void scheduler::impl::loop() {
     // Shutdown: everything in flight or queued gets an error.
     for (auto & s : slots_) {
         if (s.active()) {
-            fail(s, 503, "server_error", "the server is shutting down");
+            fail(s, {failure_kind::shutting_down, "the server is shutting down"});
         }
     }
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     for (auto & r : queue_) {
         generation_event e;
         e.type = generation_event::kind::error;
-        e.http_status = 503;
-        e.error_type = "server_error";
-        e.message = "the server is shutting down";
+        e.failure = {failure_kind::shutting_down, "the server is shutting down"};
         r->events->push(std::move(e));
     }
     queue_.clear();
@@ -253,9 +252,9 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.stats.prompt_tokens = s.prompt_size();
     s.stats.queue_s = seconds_since(s.req->submitted);
     if (s.req->prompt.empty() || s.prompt_size() >= max_seq_tokens_) {
-        fail(s, 400, "invalid_request_error",
-             "the prompt has " + std::to_string(s.prompt_size()) + " tokens; this server holds at most " +
-                 std::to_string(max_seq_tokens_ - 1) + " per request");
+        fail(s, {failure_kind::prompt_too_long,
+                 "the prompt has " + std::to_string(s.prompt_size()) + " tokens; this server holds at most " +
+                 std::to_string(max_seq_tokens_ - 1) + " per request"});
         return;
     }
     if (s.req->cancelled->load()) {
@@ -282,7 +281,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         s.seq = *seq;
     } else {
         store_.abandon(s.plan, 0);
-        fail(s, 503, "server_error", "no free sequence: all are busy; retry shortly");
+        fail(s, {failure_kind::no_free_sequence, "no free sequence: all are busy; retry shortly"});
         return;
     }
     const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
@@ -375,9 +374,10 @@ void scheduler::impl::step() {
         const bool full = rc == engine::decode_result::no_kv_space;
         for (auto & s : slots_) {
             if (s.active() && (s.chunk > 0 || s.logits_idx >= 0)) {
-                fail(s, full ? 503 : 500, "server_error",
-                     full ? "the KV cache is full with the requests in flight; retry, or raise --ctx-size"
-                          : "the engine failed to decode the batch");
+                fail(s, full ? request_failure{failure_kind::kv_full,
+                                               "the KV cache is full with the requests in flight; retry, or raise "
+                                               "--ctx-size"}
+                             : request_failure{failure_kind::decode_failed, "the engine failed to decode the batch"});
             }
         }
         return;
@@ -447,18 +447,16 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
     reset_slot(s);
 }
 
-void scheduler::impl::fail(slot & s, int status, const std::string & type, const std::string & msg) {
+void scheduler::impl::fail(slot & s, request_failure why) {
     life_->abandon(s);
     generation_event e;
     e.type = generation_event::kind::error;
-    e.http_status = status;
-    e.error_type = type;
-    e.message = msg;
+    e.failure = std::move(why);
     if (s.req) {
         record(s, finish_reason::error);
     }
     e.stats = s.stats;
-    spdlog::warn("request {}: failed ({}): {}", s.req ? s.req->id : 0, status, msg);
+    spdlog::warn("request {}: failed ({}): {}", s.req ? s.req->id : 0, to_string(e.failure.kind), e.failure.message);
     if (s.req) {
         s.req->events->push(std::move(e));
     }
