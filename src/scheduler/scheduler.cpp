@@ -1,3 +1,7 @@
+// scheduler: the engine thread: its loop, admission, the batched step and finishing. The
+// rest sits behind narrow seams: settings.h (parameters in effect), sequence_pool.h (sequence
+// ids, demotion), lifecycle.h (restore, capture, commit over sequence_states), disk_link.h
+// (tier 2). See scheduler.h for the contract, docs/architecture.md for the map.
 #include "scheduler/scheduler.h"
 
 #include "cache/store.h"
