@@ -10,9 +10,14 @@
 //                           anchor; nothing is taken, so the store is unchanged between runs);
 //   BM_NextTurn/N/L         plan() + commit() of a conversation's next turn (32 new tokens:
 //                           absorbs its entry, stores the longer one), round robin over entries;
-//   BM_Resend/N/L           plan() + commit() of a verbatim resend (regenerate) of an entry.
+//   BM_Resend/N/L           plan() + commit() of a verbatim resend (regenerate) of an entry;
+//   BM_DiskLookup/F         the disk catalog's lookup (disk_catalog::best, what disk_tier::best
+//                           runs under its mutex) of a next turn in a bucket of 16 files of 1024
+//                           tokens, with F files of other buckets beside them: the cost must not
+//                           grow with F (the catalog is indexed by bucket, like the store).
 //
 //   build/bin/bench_cache [--benchmark_filter=NextTurn] [--benchmark_format=json]
+#include "cache/disk_catalog.h"
 #include "cache/store.h"
 
 #include <benchmark/benchmark.h>
@@ -163,6 +168,48 @@ void BM_Resend(benchmark::State & state, bool hybrid) {
     }
 }
 
+void BM_DiskLookup(benchmark::State & state) {
+    const auto others = static_cast<int32_t>(state.range(0));
+    constexpr int32_t len = 1024;
+    constexpr int32_t own = 16;
+    disk_catalog cat(restore_settings::from(config{}, true));
+    const tokens system = iota_tokens(1, len / 2);
+    file_id id = 1;
+    auto add = [&](const std::string & bucket, int32_t i) {
+        disk_catalog::file f;
+        f.id = id++;
+        f.bucket = bucket;
+        f.session = "s" + std::to_string(i);
+        f.toks = system;
+        const tokens tail = iota_tokens(1'000'000 * (i + 1), len / 2);
+        f.toks.insert(f.toks.end(), tail.begin(), tail.end());
+        f.history = len - 5;
+        f.checkpoints = {{len - 5, point_kind::turn, nullptr}, {len - 1, point_kind::guard, nullptr}};
+        f.last_use = static_cast<double>(i);
+        cat.add(std::move(f));
+    };
+    for (int32_t i = 0; i < own; ++i) {
+        add("b", i);
+    }
+    for (int32_t i = 0; i < others; ++i) {
+        add("other-" + std::to_string(i % 64), own + i);  // the same tokens, other buckets
+    }
+    tokens prompt = system;
+    const tokens tail = iota_tokens(1'000'000 * 4, len / 2);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    const tokens turn = iota_tokens(800'000'000, new_tokens);
+    prompt.insert(prompt.end(), turn.begin(), turn.end());
+    for (auto _ : state) {
+        auto c = cat.best("b", "s3", prompt, 0);
+        if (!c || c->n != len) {
+            state.SkipWithError("the next turn did not find its file");
+            break;
+        }
+        benchmark::DoNotOptimize(c->n);
+    }
+    state.counters["files"] = static_cast<double>(cat.files().size());
+}
+
 void args(benchmark::internal::Benchmark * b) {
     for (const int64_t len : {1024, 8192, 32768}) {
         for (const int64_t n : {1, 16, 128, 1024}) {
@@ -179,5 +226,7 @@ BENCHMARK_CAPTURE(BM_NextTurn, dense, false)->Apply(args);
 BENCHMARK_CAPTURE(BM_Resend, hybrid, true)->Apply(args);
 
 }  // namespace
+
+BENCHMARK(BM_DiskLookup)->Arg(0)->Arg(1000)->Arg(10000)->ArgNames({"other_files"})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -216,10 +216,10 @@ uint64_t disk_file_size(const disk_record & r) {
     return n;
 }
 
-std::string write_disk_file(const std::string & path, const disk_record & r) {
+util::status write_disk_file(const std::string & path, const disk_record & r) {
     file_ptr f(std::fopen(path.c_str(), "wb"));
     if (!f) {
-        return std::strerror(errno);
+        return util::status::error(std::strerror(errno));
     }
     writer w(f.get());
     w.bytes(disk_magic, sizeof disk_magic);
@@ -249,12 +249,12 @@ std::string write_disk_file(const std::string & path, const disk_record & r) {
     }
     w.finish();
     if (!w.ok() || std::fflush(f.get()) != 0) {
-        return std::string("write failed: ") + std::strerror(errno);
+        return util::status::error(std::string("write failed: ") + std::strerror(errno));
     }
     if (::fsync(fileno(f.get())) != 0) {
-        return std::string("fsync failed: ") + std::strerror(errno);
+        return util::status::error(std::string("fsync failed: ") + std::strerror(errno));
     }
-    return "";
+    return util::status::ok();
 }
 
 disk_load_result read_disk_header(const std::string & path) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cache/types.h"
+#include "util/status.h"
 
 #include <cstdint>
 #include <optional>
@@ -36,9 +37,9 @@ struct disk_record {
 /** Bytes the file of `r` takes: header + sections + 8-byte checksum. */
 uint64_t disk_file_size(const disk_record & r);
 
-/** Writes `r` to `path` (creating or truncating it) and fsyncs it. Returns "" on success,
- *  else the reason (errno text). Partial files are left for the caller to remove. */
-std::string write_disk_file(const std::string & path, const disk_record & r);
+/** Writes `r` to `path` (creating or truncating it) and fsyncs it. On failure the status says
+ *  why (errno text); a partial file is left for the caller to remove. */
+util::status write_disk_file(const std::string & path, const disk_record & r);
 
 /** Why a file was not loaded. */
 enum class disk_load_error { none, missing, truncated, bad_magic, other_format, other_model, corrupt, io };

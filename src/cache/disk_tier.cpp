@@ -1,3 +1,5 @@
+// cache::disk_tier: tier T2; see disk_tier.h. One file (~620 lines): the startup scan, the disk
+// thread's jobs and the index statements share the SQLite connection and its helpers.
 #include "cache/disk_tier.h"
 
 #include <spdlog/spdlog.h>
@@ -33,8 +35,8 @@ std::string encode_checkpoints(const std::vector<checkpoint> & cps) {
     return s;
 }
 
-std::vector<std::pair<int32_t, point_kind>> decode_checkpoints(const std::string & s) {
-    std::vector<std::pair<int32_t, point_kind>> out;
+std::vector<checkpoint> decode_checkpoints(const std::string & s) {
+    std::vector<checkpoint> out;
     size_t i = 0;
     while (i < s.size()) {
         size_t comma = s.find(',', i);
@@ -46,7 +48,7 @@ std::vector<std::pair<int32_t, point_kind>> decode_checkpoints(const std::string
         if (colon != std::string::npos) {
             const int kind = std::atoi(item.c_str() + colon + 1);
             if (kind >= 0 && kind <= static_cast<int>(point_kind::divergence)) {
-                out.emplace_back(std::atoi(item.c_str()), static_cast<point_kind>(kind));
+                out.push_back({std::atoi(item.c_str()), static_cast<point_kind>(kind), nullptr});
             }
         }
         i = comma + 1;
@@ -82,7 +84,7 @@ private:
 
 }  // namespace
 
-disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)) {
+disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
     fs::create_directories(cfg_.dir, ec);
     if (ec) {
@@ -142,7 +144,7 @@ disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)) {
 
 disk_tier::~disk_tier() {
     {
-        std::lock_guard<std::mutex> lk(qmu_);
+        util::lock_guard lk(qmu_);
         stopping_ = true;
     }
     qcv_.notify_all();
@@ -223,7 +225,7 @@ void disk_tier::startup_scan() {
                 drop.push_back(id);  // the file is gone or was cut short after it was indexed
                 continue;
             }
-            catalog_.emplace(id, std::move(e));
+            catalog_.add(std::move(e));
         }
     }
     for (file_id id : drop) {
@@ -253,7 +255,7 @@ void disk_tier::startup_scan() {
             next_id_ = std::max(next_id_, id + 1);
         }
     }
-    for (const auto & [id, e] : catalog_) {
+    for (const auto & [id, e] : catalog_.files()) {
         stats_.files++;
         stats_.bytes += e.bytes;
         stats_.anchor_files += e.anchor ? 1 : 0;
@@ -274,58 +276,29 @@ void disk_tier::startup_scan() {
     }
 }
 
+std::string_view to_string(file_removal r) {
+    switch (r) {
+        case file_removal::superseded: return "superseded";
+        case file_removal::capacity: return "capacity";
+        case file_removal::damaged: return "damaged";
+        case file_removal::reset: return "reset";
+    }
+    return "?";
+}
+
 std::string disk_tier::path_of(file_id id, const char * ext) const {
     return cfg_.dir + "/" + std::to_string(id) + ext;
 }
 
 std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const std::string & session,
                                               const tokens & prompt, int32_t longer_than) const {
-    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
-    std::optional<disk_candidate> in_session, cross;
-    std::lock_guard<std::mutex> lk(mu_);
-    for (const auto & [id, e] : catalog_) {
-        if (e.bucket != bucket) {
-            continue;
-        }
-        const int32_t n_e = static_cast<int32_t>(e.toks.size());
-        const int32_t lcp = common_prefix(e.toks, prompt);
-        disk_candidate c;
-        c.id = id;
-        c.source_tokens = n_e;
-        c.history = e.history;
-        c.anchor = e.anchor;
-        c.same_session = e.session == session;
-        if (lcp == n_e && n_e <= limit) {
-            c.n = n_e;
-            c.kind = e.anchor ? point_kind::anchor : point_kind::full;
-        } else if (!cfg_.hybrid) {
-            c.n = std::min(lcp, limit);  // dense: any prefix of the stored KV
-            c.kind = e.anchor ? point_kind::anchor : point_kind::prefix;
-        } else {
-            for (const auto & [n, kind] : e.checkpoints) {
-                if (n <= std::min(lcp, limit)) {
-                    c.n = n;
-                    c.kind = kind;
-                }
-            }
-        }
-        if (c.n <= longer_than || c.n <= 0) {
-            continue;
-        }
-        auto & slot = c.same_session ? in_session : cross;
-        if (!slot || c.n > slot->n) {
-            slot = c;
-        }
-    }
-    if (cross && (!in_session || cross->n > in_session->n)) {
-        return cross;
-    }
-    return in_session;
+    util::lock_guard lk(mu_);
+    return catalog_.best(bucket, session, prompt, longer_than);
 }
 
 void disk_tier::push(job j, bool front) {
     {
-        std::lock_guard<std::mutex> lk(qmu_);
+        util::lock_guard lk(qmu_);
         if (front) {
             queue_.push_front(std::move(j));
         } else {
@@ -364,7 +337,7 @@ void disk_tier::remove(std::vector<file_id> ids) {
 }
 
 std::vector<disk_completion> disk_tier::take_completions() {
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     std::vector<disk_completion> out;
     out.swap(completions_);
     return out;
@@ -391,10 +364,10 @@ std::pair<int64_t, uint64_t> disk_tier::reset() {
 disk_stats disk_tier::get_stats() const {
     disk_stats s;
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         s = stats_;
     }
-    std::lock_guard<std::mutex> lk(qmu_);
+    util::lock_guard lk(qmu_);
     s.queued = static_cast<int64_t>(queue_.size());
     return s;
 }
@@ -403,8 +376,10 @@ void disk_tier::run() {
     for (;;) {
         job j;
         {
-            std::unique_lock<std::mutex> lk(qmu_);
-            qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+            util::unique_lock lk(qmu_);
+            while (!stopping_ && queue_.empty()) {
+                lk.wait(qcv_);
+            }
             if (queue_.empty()) {
                 break;  // stopping, and everything queued is done (writes at shutdown included)
             }
@@ -417,21 +392,21 @@ void disk_tier::run() {
                 case job::kind::load: do_load(j); break;
                 case job::kind::remove:
                     for (file_id id : j.ids) {
-                        delete_file(id, "superseded");
+                        delete_file(id, file_removal::superseded);
                     }
                     break;
                 case job::kind::reset: {
                     std::vector<file_id> ids;
                     uint64_t bytes = 0;
                     {
-                        std::lock_guard<std::mutex> lk(mu_);
-                        for (const auto & [id, e] : catalog_) {
+                        util::lock_guard lk(mu_);
+                        for (const auto & [id, e] : catalog_.files()) {
                             ids.push_back(id);
                             bytes += e.bytes;
                         }
                     }
                     for (file_id id : ids) {
-                        delete_file(id, nullptr);
+                        delete_file(id, file_removal::reset);
                     }
                     j.reset_done->set_value({static_cast<int64_t>(ids.size()), bytes});
                     break;
@@ -453,24 +428,23 @@ void disk_tier::run() {
     }
 }
 
-void disk_tier::delete_file(file_id id, const char * why) {
+void disk_tier::delete_file(file_id id, file_removal why) {
     uint64_t bytes = 0;
     bool anchor = false;
     {
-        std::lock_guard<std::mutex> lk(mu_);
-        auto it = catalog_.find(id);
-        if (it == catalog_.end()) {
+        util::lock_guard lk(mu_);
+        auto gone = catalog_.remove(id);
+        if (!gone) {
             return;
         }
-        bytes = it->second.bytes;
-        anchor = it->second.anchor;
-        catalog_.erase(it);
+        bytes = gone->bytes;
+        anchor = gone->anchor;
         stats_.files--;
         stats_.bytes -= bytes;
         stats_.anchor_files -= anchor ? 1 : 0;
-        if (why != nullptr && std::strcmp(why, "superseded") == 0) {
+        if (why == file_removal::superseded) {
             stats_.superseded++;
-        } else if (why != nullptr && std::strcmp(why, "capacity") == 0) {
+        } else if (why == file_removal::capacity) {
             stats_.evictions++;
         }
     }
@@ -480,8 +454,9 @@ void disk_tier::delete_file(file_id id, const char * why) {
     d.step();
     std::error_code ec;
     fs::remove(path_of(id), ec);
-    if (why != nullptr) {
-        spdlog::debug("disk tier: deleted file {} ({} bytes{}): {}", id, bytes, anchor ? ", anchor" : "", why);
+    if (why != file_removal::reset) {
+        spdlog::debug("disk tier: deleted file {} ({} bytes{}): {}", id, bytes, anchor ? ", anchor" : "",
+                      to_string(why));
     }
 }
 
@@ -492,13 +467,13 @@ bool disk_tier::make_room(uint64_t bytes) {
     for (;;) {
         file_id victim = 0;
         {
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             if (stats_.bytes + bytes <= cfg_.capacity_bytes) {
                 return true;
             }
             // Least recently used; anchors are the last candidates, not exempt (seed 000).
             const entry * v = nullptr;
-            for (const auto & [id, e] : catalog_) {
+            for (const auto & [id, e] : catalog_.files()) {
                 if (v == nullptr || std::pair(e.anchor, e.last_use) < std::pair(v->anchor, v->last_use)) {
                     v = &e;
                 }
@@ -508,7 +483,7 @@ bool disk_tier::make_room(uint64_t bytes) {
             }
             victim = v->id;
         }
-        delete_file(victim, "capacity");
+        delete_file(victim, file_removal::capacity);
     }
 }
 
@@ -519,30 +494,33 @@ void disk_tier::do_write(job & j) {
     done.entry_id = w.entry_id;
     const uint64_t size = disk_file_size(w.rec);
     if (!make_room(size)) {
-        done.error = "larger than the disk capacity";
+        done.result = util::status::error("larger than the disk capacity");
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("disk tier: an entry of {} bytes is larger than the disk capacity of {} bytes and is not "
                          "written; raise --cache-disk-capacity-bytes (this warning is printed once)",
                          size, cfg_.capacity_bytes);
         }
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         stats_.write_failures++;
         completions_.push_back(std::move(done));
         return;
     }
     const file_id id = next_id_++;
     const std::string tmp = path_of(id, ".tmp");
-    const std::string err = write_disk_file(tmp, w.rec);
+    util::status written = write_disk_file(tmp, w.rec);
     std::error_code ec;
-    if (err.empty()) {
+    if (written) {
         fs::rename(tmp, path_of(id), ec);
+        if (ec) {
+            written = util::status::error(ec.message());
+        }
     }
-    if (!err.empty() || ec) {
+    if (!written) {
         fs::remove(tmp, ec);
-        done.error = err.empty() ? ec.message() : err;
-        spdlog::warn("disk tier: writing {} failed: {}", tmp, done.error);
-        std::lock_guard<std::mutex> lk(mu_);
+        done.result = written;
+        spdlog::warn("disk tier: writing {} failed: {}", tmp, written.message());
+        util::lock_guard lk(mu_);
         stats_.write_failures++;
         completions_.push_back(std::move(done));
         return;
@@ -567,30 +545,30 @@ void disk_tier::do_write(job & j) {
         sqlite3_bind_blob(s, 13, w.rec.toks.data(), static_cast<int>(w.rec.toks.size() * sizeof(token)),
                           SQLITE_TRANSIENT);
         if (ins.step() != SQLITE_DONE) {
-            done.error = std::string("index insert failed: ") + sqlite3_errmsg(db_);
-            spdlog::warn("disk tier: {}", done.error);
+            done.result = util::status::error(std::string("index insert failed: ") + sqlite3_errmsg(db_));
+            spdlog::warn("disk tier: {}", done.result.message());
             fs::remove(path_of(id), ec);
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             stats_.write_failures++;
             completions_.push_back(std::move(done));
             return;
         }
     }
     {
-        std::lock_guard<std::mutex> lk(mu_);
+        util::lock_guard lk(mu_);
         entry e;
         e.id = id;
         e.bucket = w.rec.bucket;
         e.session = w.rec.session;
         e.toks = w.rec.toks;
         for (const auto & c : w.rec.checkpoints) {
-            e.checkpoints.emplace_back(c.n_tokens, c.kind);
+            e.checkpoints.push_back({c.n_tokens, c.kind, nullptr});
         }
         e.history = w.rec.history;
         e.anchor = w.rec.anchor;
         e.bytes = size;
         e.last_use = w.last_use;
-        catalog_.emplace(id, std::move(e));
+        catalog_.add(std::move(e));
         stats_.files++;
         stats_.bytes += size;
         stats_.anchor_files += w.rec.anchor ? 1 : 0;
@@ -601,21 +579,20 @@ void disk_tier::do_write(job & j) {
                   w.rec.checkpoints.size(), size, w.rec.anchor ? ", anchor" : "");
     // The successor is durable (file fsync'd, row committed): the files it supersedes go.
     for (file_id old : w.ancestors) {
-        delete_file(old, "superseded");
+        delete_file(old, file_removal::superseded);
     }
     done.file = id;
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     completions_.push_back(std::move(done));
 }
 
 void disk_tier::do_load(job & j) {
     bool known = false;
     {
-        std::lock_guard<std::mutex> lk(mu_);
-        auto it = catalog_.find(j.id);
-        if (it != catalog_.end()) {
+        util::lock_guard lk(mu_);
+        if (entry * f = catalog_.find(j.id)) {
             known = true;
-            it->second.last_use = wall_s();
+            f->last_use = wall_s();
         }
     }
     disk_load_result r;
@@ -629,17 +606,17 @@ void disk_tier::do_load(job & j) {
             sqlite3_bind_double(u.get(), 1, wall_s());
             sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(j.id));
             u.step();
-            std::lock_guard<std::mutex> lk(mu_);
+            util::lock_guard lk(mu_);
             stats_.loads++;
             stats_.bytes_read += disk_file_size(*r.record);
         } else {
             spdlog::warn("disk tier: file {} failed its checks ({}: {}); deleted, the request prefills cold",
                          path_of(j.id), to_string(r.error), r.detail);
             {
-                std::lock_guard<std::mutex> lk(mu_);
+                util::lock_guard lk(mu_);
                 stats_.damaged++;
             }
-            delete_file(j.id, "damaged");
+            delete_file(j.id, file_removal::damaged);
         }
     }
     j.load_done->set_value(std::move(r));

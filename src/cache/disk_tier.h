@@ -4,7 +4,7 @@
 // so that the first requests after a restart restore from disk instead of a cold prefill.
 //
 // Threads: the disk thread owns the files and the SQLite connection; the engine thread calls
-// best() (an in-memory catalog under a mutex), queues write/load/remove jobs and takes
+// best() (an in-memory catalog indexed by bucket, disk_catalog.h, under a mutex), queues write/load/remove jobs and takes
 // completions (DESIGN.md "Threads and ownership": queues between them). Loads jump the queue.
 //
 // Rules:
@@ -20,9 +20,11 @@
 // - one server per directory: an flock on <dir>/lock; a second server fails to open it.
 #pragma once
 
+#include "cache/disk_catalog.h"
 #include "cache/disk_format.h"
 #include "cache/stats.h"
 #include "cache/types.h"
+#include "util/thread_annotations.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -45,18 +47,9 @@ struct disk_config {
     std::string dir;                    ///< created if missing
     uint64_t capacity_bytes = 16ull << 30;
     std::string model;                  ///< model_fingerprint() of the served model
-    bool hybrid = false;                ///< restore points inside a file are its checkpoints only
-};
-
-/** The best restore point a tier-2 file offers a prompt. */
-struct disk_candidate {
-    file_id id = 0;
-    int32_t n = 0;                       ///< prompt tokens restored
-    point_kind kind = point_kind::none;  ///< full, prefix (dense), a checkpoint kind, or anchor
-    int32_t source_tokens = 0;           ///< the file's whole length, tokens
-    int32_t history = -1;                ///< its history boundary
-    bool anchor = false;
-    bool same_session = false;
+    /** The restore rule (restore_rule.h), the store's: hybrid (restore points inside a file are
+     *  its checkpoints only), APC. */
+    restore_settings rule;
 };
 
 /** What the store consults for something longer than its best device/RAM restore point. */
@@ -64,11 +57,16 @@ class disk_lookup {
 public:
     virtual ~disk_lookup() = default;
     /** Longest restore point of a file in `bucket` for `prompt`, strictly longer than
-     *  `longer_than` tokens and at most |prompt| - 1; in-session files first, another
-     *  session's only when strictly longer (seed 001 two-tier lookup). */
+     *  `longer_than` tokens and at most |prompt| - 1, chosen by the rule memory uses
+     *  (restore_rule.h: in-session first, another session's only when strictly longer, the same
+     *  tie order and APC clamp). */
     virtual std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
                                                const tokens & prompt, int32_t longer_than) const = 0;
 };
+
+/** Why a tier-2 file is deleted (disk_stats counts superseded and capacity; the log names it). */
+enum class file_removal { superseded, capacity, damaged, reset };
+std::string_view to_string(file_removal r);
 
 /** A write the engine thread hands over: the entry's record and the files it supersedes. */
 struct disk_write {
@@ -80,8 +78,8 @@ struct disk_write {
 
 struct disk_completion {
     uint64_t entry_id = 0;
-    file_id file = 0;                 ///< 0: not written (see error)
-    std::string error;
+    file_id file = 0;                 ///< 0: not written (see result)
+    util::status result;              ///< why it was not written
 };
 
 class disk_tier : public disk_lookup {
@@ -117,16 +115,7 @@ public:
     const disk_config & cfg() const { return cfg_; }
 
 private:
-    struct entry {
-        file_id id = 0;
-        std::string bucket, session;
-        tokens toks;
-        std::vector<std::pair<int32_t, point_kind>> checkpoints;
-        int32_t history = -1;
-        bool anchor = false;
-        uint64_t bytes = 0;
-        double last_use = 0;
-    };
+    using entry = disk_catalog::file;
     struct job {
         enum class kind { write, load, remove, reset, barrier } k = kind::barrier;
         disk_write w;
@@ -139,11 +128,12 @@ private:
     };
 
     void open_index();
-    void startup_scan();
+    /** Constructor only, before the disk thread starts: nothing else can hold mu_. */
+    void startup_scan() NO_THREAD_SAFETY_ANALYSIS;
     void run();
     void do_write(job & j);
     void do_load(job & j);
-    void delete_file(file_id id, const char * why);
+    void delete_file(file_id id, file_removal why);
     bool make_room(uint64_t bytes);
     std::string path_of(file_id id, const char * ext = ".lcache") const;
     void exec(const char * sql);
@@ -153,18 +143,18 @@ private:
     int lock_fd_ = -1;
     sqlite3 * db_ = nullptr;  // disk thread only (and the constructor)
 
-    mutable std::mutex mu_;
-    std::map<file_id, entry> catalog_;  // GUARDED_BY(mu_)
-    disk_stats stats_;                  // GUARDED_BY(mu_)
-    std::vector<disk_completion> completions_;  // GUARDED_BY(mu_)
+    mutable util::mutex mu_;
+    disk_catalog catalog_ GUARDED_BY(mu_);
+    disk_stats stats_ GUARDED_BY(mu_);
+    std::vector<disk_completion> completions_ GUARDED_BY(mu_);
     file_id next_id_ = 1;               // disk thread
     bool warned_too_large_ = false;     // disk thread
 
-    mutable std::mutex qmu_;
+    mutable util::mutex qmu_;
     std::condition_variable qcv_;
-    std::deque<job> queue_;             // GUARDED_BY(qmu_)
-    bool busy_ = false;                 // GUARDED_BY(qmu_): a job is running
-    bool stopping_ = false;             // GUARDED_BY(qmu_)
+    std::deque<job> queue_ GUARDED_BY(qmu_);
+    bool busy_ GUARDED_BY(qmu_) = false;  // a job is running
+    bool stopping_ GUARDED_BY(qmu_) = false;
     std::condition_variable idle_cv_;
     std::thread thread_;
 };

@@ -1,12 +1,16 @@
-// cache::key_dims: the dimensions a bucket digest combines (seed 001 "Cache Key Composition":
-// model_id, lora_id, template_sig, rope_regime, mm_digest; and template_sig's own inputs),
-// each kept as a value or a digest beside the bucket so that the decision trace can say which
-// dimension made two requests land in different buckets ("template_sig differs (tools)").
-// The bucket digest alone decides matching; these are for explanation only.
+// cache::key: the one key vocabulary of the prompt cache (docs/architecture.md "Keys").
+// - bucket key: a digest of the dimensions that must match for two states to be interchangeable
+//   (model_id, lora_id, template_sig, rope_regime, mm_digest); entries only match in a bucket;
+// - key dimensions (key_dims): those dimensions one by one, so that the decision trace can say
+//   which one made two requests land in different buckets ("template_sig differs (tools)");
+//   never used for matching;
+// - session key: prompt_cache_key > user > anonymous; decides the two-tier precedence only.
+// Digests are computed on the HTTP thread (src/server/cache_key.h, cache/digest.h).
 // Thread safety: value types and pure functions.
 #pragma once
 
 #include <string>
+#include <utility>
 
 namespace lineage::cache {
 
@@ -25,6 +29,16 @@ struct key_dims {
     std::string tools;            ///< tools_digest, hex
 
     bool empty() const { return model_id.empty() && template_sig.empty(); }
+};
+
+/** A request's or an entry's cache key. */
+struct key {
+    key() = default;
+    key(std::string b, std::string s, key_dims d = {}) : bucket(std::move(b)), session(std::move(s)), dims(std::move(d)) {}
+
+    std::string bucket;   ///< bucket key (hex digest); states match only within one
+    std::string session;  ///< session key ("" = anonymous)
+    key_dims dims;        ///< the bucket's dimensions, for the decision trace only (may be empty)
 };
 
 /** Names the dimensions in which `a` and `b` differ, most significant first, e.g.

@@ -14,11 +14,19 @@
 //   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
+// Tier 2 (write-behind), beside the states above:
+//   no copy --idle / shutdown (take_idle_writes), or leaving for room/TTL (spill)--> WRITING
+//   WRITING --disk_written(f)--> has file f | --disk_written(0)--> write_failed (not offered again)
+//   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
+//   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
+//          anchor pinned in RAM again, or a counted miss (damaged)
 //
 // Lookup (seed 001 "RadixTrie", "lookup.rs"): one radix trie per bucket over the entries'
 // tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
 // stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
-// length plus the candidates that could win, not every entry times its length. Dense families
+// length plus the candidates that could win, not every entry times its length. The choice of
+// restore point, the tie order, the session rule and absorption are restore_rule.h's, shared
+// with the disk tier; a disk hit is completed here (disk_loaded). Dense families
 // with APC on (--apc-enabled) also keep a block hash chain per entry; a partial match is then
 // clamped to the whole blocks on which the prompt's chain and the entry's agree.
 #pragma once
@@ -27,9 +35,12 @@
 #include "cache/disk_tier.h"
 #include "cache/key.h"
 #include "cache/radix_trie.h"
+#include "cache/reasons.h"
+#include "cache/restore_rule.h"
 #include "cache/stats.h"
 #include "cache/trace.h"
 #include "cache/types.h"
+#include "util/status.h"
 
 #include <cstdint>
 #include <list>
@@ -41,17 +52,6 @@
 #include <vector>
 
 namespace lineage::cache {
-
-/** Cache key (seed 001 "Cache Key Composition"): entries only match within a bucket;
- *  session decides the two-tier precedence. */
-struct key {
-    key() = default;
-    key(std::string b, std::string s, key_dims d = {}) : bucket(std::move(b)), session(std::move(s)), dims(std::move(d)) {}
-
-    std::string bucket;
-    std::string session;
-    key_dims dims;  ///< the bucket's dimensions, for the decision trace only (may be empty)
-};
 
 /** Request facts the plan needs besides its tokens. */
 struct plan_hints {
@@ -103,6 +103,10 @@ struct restore_plan {
     /** absorbs: the taken entry's id when its write was still in flight (its file then
      *  becomes an ancestor of the new entry when it completes). */
     uint64_t pending_write_of = 0;
+    /** load_disk absorbing a hybrid file restored whole: the file keeps no separate final state,
+     *  so after the restore the sequence's recurrent state becomes the new entry's turn
+     *  checkpoint at source_tokens (seed 000 "final"; the scheduler reserves and takes it). */
+    bool final_from_sequence = false;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
     std::string reason;                    ///< one line for the decision log
 };
@@ -151,6 +155,10 @@ struct entry_view {
     std::vector<file_id> disk_ancestors;
 };
 
+/** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
+ *  planned capture lies ahead and is still taken. */
+restore_plan cold_plan(restore_plan p);
+
 class store {
 public:
     /** `hybrid`: the model has recurrent state (checkpoints needed); else dense (any prefix
@@ -189,6 +197,16 @@ public:
      *  `reserved`: the bytes reserve()d for `full`. With max_anchors 0, stores nothing. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                        file_id disk_file = 0);
+
+    /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
+     *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
+     *  points up to n_restore return with the commit (RAM reserved for them; those that do not
+     *  fit are dropped) and final_from_sequence is set (hybrid, restored whole); a file restored
+     *  as an anchor is pinned in RAM again (its file stays). Fails when the file was damaged or
+     *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
+     *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
+     *  plan with the same captures; the status says which file and why. */
+    util::status disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s);
 
     /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
      *  (rejections["disk_damaged"]); the request prefills cold. */
@@ -258,7 +276,8 @@ public:
      *  6. conversation entries <= max_entries;
      *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
      *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
-     *     hashes, and the block counters match them. */
+     *     hashes, and the block counters match them;
+     *  9. tier 2: an entry with a file is neither being written nor marked write_failed. */
     void check_invariants() const;
 
 private:
@@ -282,30 +301,12 @@ private:
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
         uint64_t ram_bytes() const;
-        /** Restoring at n continues this conversation (seed 000 "a prompt that extends an
-         *  entry"): n reaches the entry's history boundary, or its whole length. */
-        bool extended_by(int32_t n) const {
-            const int32_t len = static_cast<int32_t>(toks.size());
-            return !anchor && n >= (history >= 0 ? std::min(history, len) : len);
-        }
     };
     using iter = std::list<entry>::iterator;
 
-    struct candidate {
-        iter it;
-        int32_t n = 0;
-        point_kind kind = point_kind::none;
-        const checkpoint * ckpt = nullptr;
-    };
-
-    /** The best restore point of `e` for `prompt`, given their common prefix `lcp` and the
-     *  prompt's APC chain (`req_chain`, used only with APC on). */
-    std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt, int32_t lcp,
-                                     const std::vector<std::string> & req_chain) const;
-    /** The same, computing the common prefix and the chain (the decision trace). */
-    std::optional<candidate> best_in(const entry & e, iter it, const tokens & prompt) const;
-    bool apc_on() const { return !hybrid_ && cfg_.apc_enabled; }
-    std::vector<std::string> prompt_chain(const key & k, const tokens & prompt) const;
+    /** What the restore rule (restore_rule.h) sees of `e` for a request in `session`. */
+    stored_state state_of(const entry & e, const std::string & session) const;
+    bool apc_on() const { return rule_.apc_on(); }
     /** Files a new front entry in the index (trie, id map, recency stamp, APC chain). */
     void index_add(iter it);
     /** Takes an entry out of the index; call before erasing it from entries_. */
@@ -313,17 +314,20 @@ private:
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
                       const std::vector<int32_t> & breakpoints) const;
     void thin(std::vector<checkpoint> & cps);
-    void erase(iter it, const char * reason, std::string_view detail = {});
+    /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
+    void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
+    void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
-    bool evict_one_lru(uint64_t protect_id, const char * reason);
+    bool evict_one_lru(uint64_t protect_id, eviction_reason reason);
     void release_pending(uint64_t bytes);
     uint64_t held_bytes() const;
     entry_view view(const entry & e) const;
 
     config cfg_;
     bool hybrid_;
+    restore_settings rule_;
     std::list<entry> entries_;      // front = most recently used
     std::unordered_map<std::string, radix_trie> tries_;  // by bucket: entry tokens -> entry ids
     std::unordered_map<uint64_t, iter> by_id_;

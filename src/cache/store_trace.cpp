@@ -55,7 +55,7 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
         const std::string who = fmt::format("entry {} ({}{}, {} tokens, session {})", e.id, e.anchor ? "anchor, " : "",
                                             to_string(e.where), n_e, quote_for_log(e.k.session));
         std::string why;
-        const auto c = best_in(e, it, prompt);
+        const auto c = best_point(rule_, e.id, state_of(e, k.session), prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
         if (!c) {
             if (lcp == 0) {
                 why = "shares no tokens with the prompt";

@@ -59,12 +59,11 @@ metrics_snapshot::metrics_snapshot() {
 }
 
 void metrics::record(const request_stats & st, finish_reason why, bool used_cache) {
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     m_.requests[to_string(why)]++;
     m_.prompt_tokens += static_cast<uint64_t>(std::max(0, st.prompt_tokens));
     m_.prompt_tokens_prefilled += static_cast<uint64_t>(std::max(0, st.prefilled_tokens));
     m_.completion_tokens += static_cast<uint64_t>(std::max(0, st.completion_tokens));
-    auto observe = [this](phase p, double v) { m_.phases[static_cast<size_t>(p)].observe(v); };
     if (st.ttft_s > 0) {
         observe(phase::ttft, st.ttft_s);
     }
@@ -82,8 +81,12 @@ void metrics::record(const request_stats & st, finish_reason why, bool used_cach
     }
 }
 
+void metrics::observe(phase p, double v) {
+    m_.phases[static_cast<size_t>(p)].observe(v);
+}
+
 metrics_snapshot metrics::snapshot() const {
-    std::lock_guard<std::mutex> lk(mu_);
+    util::lock_guard lk(mu_);
     return m_;
 }
 

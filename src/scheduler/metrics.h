@@ -8,6 +8,7 @@
 #pragma once
 
 #include "scheduler/request.h"
+#include "util/thread_annotations.h"
 
 #include <array>
 #include <cstdint>
@@ -77,8 +78,10 @@ public:
     metrics_snapshot snapshot() const;
 
 private:
-    mutable std::mutex mu_;
-    metrics_snapshot m_;  // GUARDED_BY(mu_)
+    void observe(phase p, double v) REQUIRES(mu_);
+
+    mutable util::mutex mu_;
+    metrics_snapshot m_ GUARDED_BY(mu_);
 };
 
 }  // namespace lineage::scheduler

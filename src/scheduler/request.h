@@ -8,6 +8,7 @@
 
 #include "cache/key.h"
 #include "engine/sampler.h"
+#include "util/thread_annotations.h"
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <string_view>
 #include <vector>
 
 namespace lineage::scheduler {
@@ -84,6 +86,24 @@ struct cache_hints {
     std::vector<int32_t> breakpoint_tokens;
 };
 
+/** Why the scheduler could not serve a request (an error event). src/server/errors.cpp maps it
+ *  to an HTTP status and error shape, in one function, for every API dialect. */
+enum class failure_kind {
+    prompt_too_long,   ///< the prompt does not fit one sequence (the client's to fix)
+    bad_grammar,       ///< the request's grammar cannot be sampled with (the client's to fix)
+    no_free_sequence,  ///< every sequence id is busy (retry shortly)
+    kv_full,           ///< the KV cache is full with the requests in flight (retry)
+    decode_failed,     ///< the engine failed to decode the batch
+    shutting_down,     ///< the server is stopping (retry on another instance)
+};
+std::string_view to_string(failure_kind k);
+
+/** A typed failure with the message a client reads (what was wrong, what to do). */
+struct request_failure {
+    failure_kind kind = failure_kind::decode_failed;
+    std::string message;
+};
+
 /** Why generation stopped (OpenAI finish_reason). */
 enum class finish_reason { none, stop, length, cancelled, error };
 const char * to_string(finish_reason r);
@@ -113,9 +133,7 @@ struct generation_event {
     std::vector<engine::token_logprob> top_logprobs;
     finish_reason finish = finish_reason::none;  ///< kind::done
     request_stats stats;             ///< kind::done (and kind::error where known)
-    int http_status = 500;           ///< kind::error
-    std::string error_type;          ///< kind::error: OpenAI error type, e.g. "invalid_request_error"
-    std::string message;             ///< kind::error
+    request_failure failure;         ///< kind::error
 };
 
 /** Single-producer (engine thread) / single-consumer (HTTP thread) event queue. */
@@ -126,9 +144,9 @@ public:
     std::optional<generation_event> pop(std::chrono::milliseconds timeout);
 
 private:
-    std::mutex mu_;
+    util::mutex mu_;
     std::condition_variable cv_;
-    std::deque<generation_event> q_;  // GUARDED_BY(mu_)
+    std::deque<generation_event> q_ GUARDED_BY(mu_);
 };
 
 /** A tokenized, validated request. */

@@ -14,8 +14,20 @@
 
 namespace lineage::scheduler {
 
+using clock = std::chrono::steady_clock;
+
+/** Seconds from `t` to now. */
+inline double seconds_since(clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+}
+
 struct slot {
-    /** loading: waiting for the disk thread to read the plan's tier-2 file. */
+    /** Phases (the engine thread moves a slot through them):
+     *    idle --admit, plan load_disk--> loading (the disk thread reads the tier-2 file)
+     *    loading --read done (store::disk_loaded)--> prefill
+     *    idle --admit--> prefill --the whole prompt in--> decode
+     *    prefill|decode --EOG, max_tokens, stop string, cancel--> idle (lifecycle::commit)
+     *    any --failure (engine, no sequence, shutdown)--> idle (lifecycle::abandon) */
     enum class phase { idle, loading, prefill, decode };
 
     std::shared_ptr<generation_request> req;

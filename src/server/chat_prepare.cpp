@@ -66,7 +66,7 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     const std::string key =
         template_sig(tmpl_.source(), in.kwargs, in.tool_choice, in.tools) + ":" + messages_digest(in.messages);
     {
-        std::lock_guard<std::mutex> lock(mu_);
+        util::lock_guard lock(mu_);
         if (auto it = memo_.find(key); it != memo_.end()) {
             return it->second;
         }
@@ -88,7 +88,7 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
             spdlog::debug("anchor render failed: {}", e2.what());
         }
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    util::lock_guard lock(mu_);
     if (memo_.size() >= max_memo_) {
         memo_.clear();
     }

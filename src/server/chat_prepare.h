@@ -12,6 +12,8 @@
 #include "server/chat_request.h"
 #include "server/errors.h"
 
+#include "util/thread_annotations.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -122,8 +124,8 @@ private:
     prepare_options opt_;
 
     static constexpr size_t max_memo_ = 64;
-    mutable std::mutex mu_;
-    mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> memo_;  // GUARDED_BY(mu_)
+    mutable util::mutex mu_;
+    mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> memo_ GUARDED_BY(mu_);
 };
 
 }  // namespace lineage::server

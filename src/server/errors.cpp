@@ -21,6 +21,29 @@ api_error server_error(std::string message) {
     return e;
 }
 
+api_error to_api_error(const scheduler::request_failure & f) {
+    api_error e;
+    e.message = f.message.empty() ? "generation failed" : f.message;
+    switch (f.kind) {
+        case scheduler::failure_kind::prompt_too_long:
+        case scheduler::failure_kind::bad_grammar:
+            e.status = 400;
+            e.type = "invalid_request_error";
+            break;
+        case scheduler::failure_kind::no_free_sequence:
+        case scheduler::failure_kind::kv_full:
+        case scheduler::failure_kind::shutting_down:
+            e.status = 503;
+            e.type = "server_error";
+            break;
+        case scheduler::failure_kind::decode_failed:
+            e.status = 500;
+            e.type = "server_error";
+            break;
+    }
+    return e;
+}
+
 json to_json(const api_error & e) {
     json err = json::object();
     err["message"] = e.message;

@@ -4,6 +4,8 @@
 // Thread safety: value types and pure functions.
 #pragma once
 
+#include "scheduler/request.h"
+
 #include <nlohmann/json.hpp>
 
 #include <string>
@@ -25,6 +27,12 @@ api_error invalid_request(std::string message, std::string param = "", std::stri
 
 /** 500 server_error. */
 api_error server_error(std::string message);
+
+/** The one mapping of a scheduler failure to an HTTP status and error fields, for every API
+ *  dialect (each dialect's response_writer::error_body renders the shape):
+ *  prompt_too_long 400 invalid_request_error; no_free_sequence, kv_full, shutting_down 503
+ *  server_error; decode_failed 500 server_error. The message is the scheduler's. */
+api_error to_api_error(const scheduler::request_failure & f);
 
 /** {"error": {...}} */
 json to_json(const api_error & e);

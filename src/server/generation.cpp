@@ -70,26 +70,18 @@ struct run_state {
                      s.completion_tokens, s.ttft_s * 1e3, tps, s.hit_kind.empty() ? "miss" : s.hit_kind, finish);
     }
 
-    static api_error error_of(const generation_event & e) {
-        api_error err;
-        err.status = e.http_status > 0 ? e.http_status : 500;
-        err.type = e.error_type.empty() ? (err.status >= 500 ? "server_error" : "invalid_request_error") : e.error_type;
-        err.message = e.message.empty() ? "generation failed" : e.message;
-        return err;
-    }
+    static api_error error_of(const generation_event & e) { return to_api_error(e.failure); }
 
     // The error a done event stands for: cancelled (we cancel only when the client is gone,
     // so this is the server shutting down) or finished with an error.
     static std::optional<api_error> done_error(const generation_event & e) {
         if (e.finish == scheduler::finish_reason::cancelled) {
-            api_error err;
-            err.status = 503;
-            err.type = "server_error";
-            err.message = "the request was cancelled because the server is shutting down; retry on a running server";
-            return err;
+            return to_api_error({scheduler::failure_kind::shutting_down,
+                                 "the request was cancelled because the server is shutting down; retry on a "
+                                 "running server"});
         }
         if (e.finish == scheduler::finish_reason::error) {
-            return server_error(e.message.empty() ? "generation failed" : e.message);
+            return to_api_error({scheduler::failure_kind::decode_failed, e.failure.message});
         }
         return std::nullopt;
     }

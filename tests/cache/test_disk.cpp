@@ -60,7 +60,7 @@ protected:
         c.dir = dir_.string();
         c.capacity_bytes = cap;
         c.model = "model-a";
-        c.hybrid = hybrid;
+        c.rule.hybrid = hybrid;
         return c;
     }
 
@@ -88,7 +88,7 @@ using DiskFormat = TempDir;
 TEST_F(DiskFormat, RoundTripKeepsEverySection) {
     auto r = record(seq(10, 50), 777, {{20, point_kind::turn, fake(64, 1)}, {49, point_kind::guard, fake(32, 2)}});
     r.anchor = true;
-    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     EXPECT_EQ(fs::file_size(path("a")), disk_file_size(r));
     auto got = read_disk_file(path("a"), "model-a");
     ASSERT_EQ(got.error, disk_load_error::none) << got.detail;
@@ -109,7 +109,7 @@ TEST_F(DiskFormat, RoundTripKeepsEverySection) {
 
 TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
     auto r = record(seq(0, 8), 16, {{4, point_kind::turn, fake(8)}});
-    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     const auto size = fs::file_size(path("a"));
     std::ifstream in(path("a"), std::ios::binary);
     const std::string orig((std::istreambuf_iterator<char>(in)), {});
@@ -125,13 +125,13 @@ TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
 
 TEST_F(DiskFormat, TruncatedMissingForeignAndOtherFormat) {
     auto r = record(seq(0, 20), 200);
-    ASSERT_EQ(write_disk_file(path("a"), r), "");
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     fs::resize_file(path("a"), fs::file_size(path("a")) - 9);
     EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
     fs::resize_file(path("a"), 10);
     EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
     EXPECT_EQ(read_disk_file(path("nope"), "model-a").error, disk_load_error::missing);
-    ASSERT_EQ(write_disk_file(path("c"), r), "");
+    ASSERT_TRUE(write_disk_file(path("c"), r).is_ok());
     EXPECT_EQ(read_disk_file(path("c"), "model-b").error, disk_load_error::other_model);
     // Version field (bytes 8-11) of a later format.
     std::fstream f(path("c"), std::ios::binary | std::ios::in | std::ios::out);

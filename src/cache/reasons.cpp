@@ -1,0 +1,30 @@
+// cache::reasons: names of the eviction and rejection reasons; see reasons.h.
+#include "cache/reasons.h"
+
+namespace lineage::cache {
+
+std::string_view to_string(eviction_reason r) {
+    switch (r) {
+        case eviction_reason::lru: return "lru";
+        case eviction_reason::ttl: return "ttl";
+        case eviction_reason::capacity: return "capacity";
+        case eviction_reason::superseded: return "superseded";
+        case eviction_reason::anchor_cap: return "anchor_cap";
+    }
+    return "?";
+}
+
+std::string_view to_string(rejection_reason r) {
+    switch (r) {
+        case rejection_reason::too_large: return "too_large";
+        case rejection_reason::budget: return "budget";
+        case rejection_reason::min_prefix: return "min_prefix";
+        case rejection_reason::disabled: return "disabled";
+        case rejection_reason::anchor_too_large: return "anchor_too_large";
+        case rejection_reason::abandoned: return "abandoned";
+        case rejection_reason::disk_damaged: return "disk_damaged";
+    }
+    return "?";
+}
+
+}  // namespace lineage::cache

@@ -1,0 +1,100 @@
+// scheduler::disk_link: the scheduler's side of tier 2; see disk_link.h.
+#include "scheduler/disk_link.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace lineage::scheduler {
+
+disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+                     const std::string & model_path, bool hybrid)
+    : store_(store), st_(st), dir_(cfg.disk_dir), idle_s_(cfg.disk_idle_s) {
+    if (!cfg.enabled || cfg.disk_dir.empty()) {
+        return;
+    }
+    try {
+        cache::disk_config dc;
+        dc.dir = cfg.disk_dir;
+        dc.capacity_bytes = cfg.disk_capacity_bytes;
+        dc.model = cache::model_fingerprint(model_path);
+        dc.rule = cache::restore_settings::from(cfg, hybrid);
+        tier_ = std::make_unique<cache::disk_tier>(dc);
+        store_.attach_disk(tier_.get());
+    } catch (const std::exception & e) {
+        spdlog::warn("disk tier off: {}", e.what());
+    }
+}
+
+disk_link::~disk_link() {
+    close();
+}
+
+void disk_link::close() {
+    store_.attach_disk(nullptr);
+    tier_.reset();
+}
+
+void disk_link::write(cache::disk_job j) {
+    if (!tier_) {
+        return;
+    }
+    cache::disk_write w;
+    w.entry_id = j.entry_id;
+    w.rec.bucket = j.k.bucket;
+    w.rec.session = j.k.session;
+    w.rec.toks = std::move(j.toks);
+    w.rec.history = j.history;
+    w.rec.anchor = j.anchor;
+    // A parked sequence's state is read here, on the engine thread, before it is released.
+    w.rec.full = j.seq >= 0 ? cache::make_blob(st_.get_state(j.seq, false)) : std::move(j.full);
+    w.rec.checkpoints = std::move(j.checkpoints);
+    w.ancestors = std::move(j.ancestors);
+    w.last_use = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    tier_->write(std::move(w));
+}
+
+void disk_link::housekeeping(bool idle, double now_s) {
+    if (!tier_) {
+        return;
+    }
+    for (const auto & c : tier_->take_completions()) {
+        store_.disk_written(c.entry_id, c.file);
+    }
+    if (idle) {
+        for (auto & j : store_.take_idle_writes(now_s, idle_s_)) {
+            write(std::move(j));
+        }
+    }
+}
+
+void disk_link::flush(double now_s, const std::function<void()> & drain) {
+    if (!tier_) {
+        return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    drain();
+    auto jobs = store_.take_idle_writes(now_s, -1);
+    const size_t n_jobs = jobs.size();
+    for (auto & j : jobs) {
+        write(std::move(j));
+    }
+    const auto st = tier_->get_stats();
+    if (st.queued > 0) {
+        spdlog::info("disk tier: writing {} cache entries to {} before exit ({} jobs queued)...", n_jobs, dir_,
+                     st.queued);
+    }
+    tier_->drain();
+    const auto done = tier_->get_stats();
+    spdlog::info("disk tier: {} files ({:.1f} MiB) in {} at exit; {} written this run ({:.1f} MiB) in {:.2f} s at "
+                 "shutdown",
+                 done.files, static_cast<double>(done.bytes) / (1 << 20), dir_, done.writes,
+                 static_cast<double>(done.bytes_written) / (1 << 20),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+std::future<cache::disk_load_result> disk_link::load(cache::file_id f, std::function<void()> on_done) {
+    return tier_->load(f, std::move(on_done));
+}
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,56 @@
+// scheduler::disk_link: the scheduler's side of tier 2 (DESIGN.md "Tiers"; docs/architecture.md
+// "Tier 2"): opens the disk tier and attaches it to the store, turns the store's disk jobs into
+// writes (reading a parked entry's state from its sequence on the engine thread), feeds the
+// disk thread's completions back to the store, writes idle entries, queues loads, and flushes
+// everything at shutdown. Without --cache-dir (or when the tier cannot be opened) every call
+// is a no-op. Thread safety: engine thread only (the tier's own thread is behind its queue).
+// Ownership: owns the disk tier; borrows the store and the states; detaches the tier from the
+// store before it is destroyed.
+#pragma once
+
+#include "cache/disk_tier.h"
+#include "cache/store.h"
+#include "scheduler/sequence_states.h"
+
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+
+namespace lineage::scheduler {
+
+class disk_link {
+public:
+    /** Opens the tier in cfg.disk_dir when the cache is on and a directory is given (WARNs and
+     *  runs without it when it cannot be opened). `model_path` fingerprints the files. */
+    disk_link(cache::store & store, sequence_states & st, const cache::config & cfg, const std::string & model_path,
+              bool hybrid);
+    ~disk_link();
+    disk_link(const disk_link &) = delete;
+    disk_link & operator=(const disk_link &) = delete;
+
+    bool on() const { return tier_ != nullptr; }
+    /** Queues the write of `j` (a parked entry's state is read now, before its id is released). */
+    void write(cache::disk_job j);
+    /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s. */
+    void housekeeping(bool idle, double now_s);
+    /** At shutdown: writes every entry without a copy (`drain` first releases what the store let
+     *  go of) and waits for the disk thread. */
+    void flush(double now_s, const std::function<void()> & drain);
+    /** Queues the read of file `f` ahead of writes; `on_done` runs on the disk thread. REQUIRES: on(). */
+    std::future<cache::disk_load_result> load(cache::file_id f, std::function<void()> on_done);
+    /** The tier (nullptr when off), for stats and reset. */
+    cache::disk_tier * tier() { return tier_.get(); }
+    /** Detaches from the store and stops the disk thread (before the members its callbacks
+     *  touch go). Idempotent. */
+    void close();
+
+private:
+    cache::store & store_;
+    sequence_states & st_;
+    std::string dir_;
+    double idle_s_;
+    std::unique_ptr<cache::disk_tier> tier_;
+};
+
+}  // namespace lineage::scheduler

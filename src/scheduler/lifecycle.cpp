@@ -1,0 +1,186 @@
+// scheduler::lifecycle: restore, capture, commit over sequence_states; see lifecycle.h.
+#include "scheduler/lifecycle.h"
+
+#include <spdlog/spdlog.h>
+
+namespace lineage::scheduler {
+
+bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t seq) {
+    switch (p.op) {
+        case cache::restore_op::none:
+            return true;
+        case cache::restore_op::take_device:
+            // Continue the parked sequence itself: no KV is copied. Restoring an earlier point
+            // of it puts that checkpoint's recurrent state in place and trims the KV.
+            break;
+        case cache::restore_op::share_device:
+            // The parked entry's KV [0, n) (shared cells in a unified pool, a device copy with
+            // per-sequence buffers), then the restore point's recurrent state, then the trim.
+            st.seq_cp(p.device_seq, seq, p.n_restore);
+            break;
+        case cache::restore_op::load_ram:
+        case cache::restore_op::load_disk:
+            // Whole state at the entry's length, then the checkpoint, then trim the KV.
+            if (!p.full || !st.set_state(seq, *p.full, false)) {
+                return false;
+            }
+            break;
+    }
+    if (p.recurrent && !st.set_state(seq, *p.recurrent, true)) {
+        return false;
+    }
+    if (p.n_restore < p.source_tokens && !st.seq_rm(seq, p.n_restore, -1)) {
+        return false;
+    }
+    return st.seq_pos_max(seq) + 1 == p.n_restore;
+}
+
+void lifecycle::restore(slot & s, double now_s) {
+    if (!restore_point(st_, s.plan, s.seq)) {
+        spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
+                      cache::to_string(s.plan.kind), s.plan.n_restore);
+        LINEAGE_TRACE(store_.trace(), "restoring {} at {} failed in the engine; prefilling cold",
+                      cache::to_string(s.plan.kind), s.plan.n_restore);
+        store_.abandon(s.plan, 0);
+        s.plan = cache::cold_plan(std::move(s.plan));
+        st_.seq_rm(s.seq, -1, -1);
+    }
+    s.stats.restore_s = seconds_since(s.restore_started);
+    s.n_past = s.plan.n_restore;
+    s.stats.cached_tokens = s.plan.n_restore;
+    s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
+    if (s.plan.final_from_sequence) {
+        // The file's final state becomes a turn checkpoint of the new entry (seed 000 "final").
+        const size_t size = st_.state_size(s.seq, true);
+        if (store_.reserve(size)) {
+            s.plan.inflight_bytes += size;
+            s.plan.inherited.push_back(
+                {s.plan.source_tokens, cache::point_kind::turn, cache::make_blob(st_.get_state(s.seq, true))});
+        }
+    }
+    s.plan.full.reset();  // the loaded state is in the sequence now
+    spdlog::debug("request {}: {}", s.req->id, s.use_cache ? s.plan.reason : "cache bypassed (cache_prompt=false)");
+    // A capture exactly at the restore point (an anchor restored through a sibling) is taken now.
+    while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
+        capture(s, s.plan.captures[s.next_capture++], now_s);
+    }
+}
+
+bool lifecycle::after_chunk(slot & s, double now_s) {
+    while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
+        if (s.use_cache) {
+            capture(s, s.plan.captures[s.next_capture], now_s);
+        }
+        s.next_capture++;
+    }
+    if (s.n_past < s.prompt_size()) {
+        return false;
+    }
+    // The whole prompt is in: keep the recurrent state at the prompt end (the entry's own
+    // restore point once generation has moved the sequence on).
+    if (s.use_cache && hybrid_) {
+        const auto t0 = clock::now();
+        const size_t size = st_.state_size(s.seq, true);
+        if (store_.reserve(size)) {
+            s.reserved_bytes += size;
+            s.prompt_end_recurrent = cache::make_blob(st_.get_state(s.seq, true));
+        }
+        s.stats.capture_s += seconds_since(t0);
+    }
+    return true;
+}
+
+void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) {
+    const auto t0 = clock::now();
+    const bool whole = c.kind == cache::point_kind::anchor;
+    if (!whole && !hybrid_) {
+        return;
+    }
+    cache::trace_scope trace(store_.trace(), s.req->id);
+    const size_t size = st_.state_size(s.seq, !whole);
+    if (!store_.reserve(size)) {
+        LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind),
+                      c.n_tokens, cache::human_bytes(size));
+        s.stats.capture_s += seconds_since(t0);
+        return;
+    }
+    auto blob = cache::make_blob(st_.get_state(s.seq, !whole));
+    if (whole) {
+        cache::tokens prefix(s.req->prompt.begin(), s.req->prompt.begin() + c.n_tokens);
+        store_.commit_anchor(s.key, std::move(prefix), std::move(blob), size, now_s);
+        pool_.drain_released();
+        spdlog::debug("request {}: pinned anchor at {} tokens ({} bytes)", s.req->id, c.n_tokens, size);
+    } else {
+        s.reserved_bytes += size;
+        s.captured.push_back({c.n_tokens, c.kind, std::move(blob)});
+        LINEAGE_TRACE(store_.trace(), "captured the {} checkpoint at {} ({})", cache::to_string(c.kind), c.n_tokens,
+                      cache::human_bytes(size));
+        spdlog::debug("request {}: captured {} checkpoint at {} tokens ({} bytes)", s.req->id,
+                      cache::to_string(c.kind), c.n_tokens, size);
+    }
+    s.stats.capture_s += seconds_since(t0);
+}
+
+void lifecycle::commit(slot & s, double now_s) {
+    const auto t0 = clock::now();
+    if (s.seq < 0) {
+        return;
+    }
+    if (!s.use_cache) {
+        pool_.release(s.seq);
+        s.seq = -1;
+        return;
+    }
+    cache::trace_scope trace(store_.trace(), s.req->id);
+    // The entry is the state at the prompt end for hybrids (generation moved the recurrent
+    // state on: put the prompt-end state back and trim the KV), or everything decoded for
+    // dense models (any prefix of their KV is a restore point). A request cancelled during
+    // prefill holds whole chunks: its state at n_past is exact.
+    cache::commit_input in;
+    in.k = s.key;
+    int32_t n_keep = s.n_past;
+    if (hybrid_ && s.n_past > s.prompt_size()) {
+        n_keep = s.prompt_size();
+        if (!s.prompt_end_recurrent || !st_.set_state(s.seq, *s.prompt_end_recurrent, true) ||
+            !st_.seq_rm(s.seq, n_keep, -1)) {
+            LINEAGE_TRACE(store_.trace(), "not stored: {}",
+                          s.prompt_end_recurrent ? "the engine could not put the prompt-end state back"
+                                                 : "the prompt-end state was not kept (no RAM for it)");
+            store_.abandon(s.plan, s.reserved_bytes);
+            pool_.release(s.seq);
+            s.seq = -1;
+            return;
+        }
+    }
+    cache::tokens all = s.req->prompt;
+    all.insert(all.end(), s.generated.begin(), s.generated.end());
+    in.toks.assign(all.begin(), all.begin() + n_keep);
+    in.seq = s.seq;
+    in.device_bytes = st_.state_size(s.seq, false);
+    in.final_recurrent = n_keep == s.prompt_size() ? s.prompt_end_recurrent : nullptr;
+    in.captured = std::move(s.captured);
+    in.reserved_bytes = s.reserved_bytes;
+    in.history_tokens = s.req->cache.history_tokens;
+    if (s.plan.absorbs) {
+        in.absorbed = std::move(s.plan);
+    }
+    if (!store_.commit(std::move(in), now_s)) {
+        pool_.release(s.seq);
+    }
+    s.seq = -1;
+    pool_.drain_released();
+    s.stats.commit_s = seconds_since(t0);
+}
+
+void lifecycle::abandon(slot & s) {
+    if (s.seq < 0) {
+        return;
+    }
+    if (s.use_cache) {
+        store_.abandon(s.plan, s.reserved_bytes);
+    }
+    pool_.release(s.seq);
+    s.seq = -1;
+}
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,62 @@
+// scheduler::lifecycle: a request's way through the cache on the engine thread, between the
+// store's decisions and the engine's states: restore the plan's restore point into the
+// request's sequence (falling back to a cold prefill when the engine refuses), capture the
+// planned checkpoints and anchors as the prefill passes them, keep the prompt-end recurrent
+// state, and commit the sequence (or abandon the plan when the request fails). It works over
+// sequence_states, so tests drive it with fake states (tests/scheduler/test_lifecycle.cpp).
+// Thread safety: engine thread only. Ownership: borrows the states, the store and the pool.
+#pragma once
+
+#include "cache/store.h"
+#include "scheduler/sequence_pool.h"
+#include "scheduler/sequence_states.h"
+#include "scheduler/slot.h"
+
+namespace lineage::scheduler {
+
+/** Puts `p`'s restore point into sequence `seq` (empty, or the parked sequence itself for
+ *  take_device): the parked KV or the whole-state blob, then the checkpoint's recurrent state,
+ *  then the KV trimmed to n_restore. REQUIRES for load_ram/load_disk: p.full set. False when the
+ *  engine refused a step or the sequence does not end at n_restore afterwards. */
+bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t seq);
+
+class lifecycle {
+public:
+    lifecycle(sequence_states & st, cache::store & store, sequence_pool & pool, bool hybrid)
+        : st_(st), store_(store), pool_(pool), hybrid_(hybrid) {}
+
+    /** Restores s.plan into s.seq (REQUIRES: acquired; a load_disk plan completed by the store):
+     *  sets n_past, cached_tokens, hit_kind and restore_s (from s.restore_started). An engine
+     *  failure abandons the plan and prefills cold with the same captures. Absorbing a file
+     *  restored whole keeps the sequence's recurrent state as a turn checkpoint. Captures
+     *  planned exactly at the restore point are taken. */
+    void restore(slot & s, double now_s);
+
+    /** After a prefill chunk brought s.n_past forward: takes the captures planned there (when
+     *  the request uses the cache) and, once the whole prompt is in, keeps the recurrent state
+     *  at the prompt end (hybrid). Returns true when the whole prompt is in. */
+    bool after_chunk(slot & s, double now_s);
+
+    /** Takes capture `c` at s.n_past: an anchor (the whole state) is pinned in the store; a
+     *  checkpoint (recurrent state, hybrid) joins s.captured. Skipped (traced) when the RAM
+     *  budget has no room. */
+    void capture(slot & s, const cache::capture_point & c, double now_s);
+
+    /** The request is done: its sequence becomes an entry parked on the device (hybrid: the
+     *  prompt-end state is put back and the KV trimmed to the prompt; dense: everything
+     *  decoded), or is released when the cache is bypassed or the store does not keep it.
+     *  Sets commit_s; s.seq is -1 afterwards. */
+    void commit(slot & s, double now_s);
+
+    /** The request failed: the plan is abandoned (its reservations released) and the sequence
+     *  released. s.seq is -1 afterwards. */
+    void abandon(slot & s);
+
+private:
+    sequence_states & st_;
+    cache::store & store_;
+    sequence_pool & pool_;
+    bool hybrid_;
+};
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,75 @@
+// scheduler::sequence_pool: sequence ids shared by requests and parked entries; see sequence_pool.h.
+#include "scheduler/sequence_pool.h"
+
+#include <spdlog/spdlog.h>
+
+namespace lineage::scheduler {
+
+sequence_pool::sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
+                             std::function<void(cache::disk_job)> spill)
+    : st_(st), store_(store), spill_(std::move(spill)) {
+    for (int32_t s = n_seq - 1; s >= 0; --s) {
+        free_.push_back(s);
+    }
+}
+
+void sequence_pool::release(int32_t seq) {
+    st_.seq_rm(seq, -1, -1);
+    free_.push_back(seq);
+}
+
+void sequence_pool::drain_released() {
+    // Entries that left the store for lack of room are written to disk first: a parked one's
+    // state is read before its sequence is released.
+    for (auto & j : store_.take_spills()) {
+        if (spill_) {
+            spill_(std::move(j));
+        }
+    }
+    for (int32_t seq : store_.take_released_seqs()) {
+        release(seq);
+    }
+}
+
+bool sequence_pool::demote_one(uint64_t protect) {
+    auto victim = store_.device_lru();
+    if (victim && victim->id == protect) {
+        // The entry a request is about to restore from stays; try the next one.
+        victim.reset();
+        for (const auto & e : store_.entries()) {
+            if (e.where == cache::tier::device && e.id != protect) {
+                victim = e;  // entries() is most recent first: keep the last match (LRU)
+            }
+        }
+    }
+    if (!victim) {
+        return false;
+    }
+    const size_t size = st_.state_size(victim->seq, false);
+    cache::blob_ptr blob;
+    uint64_t reserved = 0;
+    if (store_.reserve(size, victim->id)) {
+        reserved = size;
+        blob = cache::make_blob(st_.get_state(victim->seq, false));
+    }
+    spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim->id, victim->n_tokens,
+                  blob ? "RAM" : "nowhere (over budget)");
+    store_.demote(victim->id, blob, reserved);
+    drain_released();
+    return true;
+}
+
+std::optional<int32_t> sequence_pool::acquire(uint64_t protect) {
+    drain_released();
+    while (free_.empty()) {
+        if (!demote_one(protect)) {
+            return std::nullopt;
+        }
+    }
+    const int32_t seq = free_.back();
+    free_.pop_back();
+    st_.seq_rm(seq, -1, -1);
+    return seq;
+}
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,46 @@
+// scheduler::sequence_pool: the engine's sequence ids, shared between active requests and the
+// cache's parked entries (tier T0). A request acquires an id; when none is free the least
+// recently used parked entry is demoted to RAM (its whole state read into a blob, or dropped
+// when the RAM budget has no room) and its id reused. Ids the store lets go of are released
+// here, after the entries that left the store for lack of room were handed to the disk tier
+// (a parked one's state is read before its id is released).
+// Thread safety: engine thread only. Ownership: borrows the states and the store.
+#pragma once
+
+#include "cache/store.h"
+#include "scheduler/sequence_states.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+namespace lineage::scheduler {
+
+class sequence_pool {
+public:
+    /** `n_seq` ids [0, n_seq) start free. `spill` receives the entries the store pushed out
+     *  (write-behind); empty: dropped. */
+    sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
+                  std::function<void(cache::disk_job)> spill = {});
+
+    /** A free sequence id, emptied; demotes parked entries (never entry `protect`, the one the
+     *  request restores from) until one is free. nullopt when every id is busy. */
+    std::optional<int32_t> acquire(uint64_t protect);
+    /** Empties `seq` and returns it to the pool. */
+    void release(int32_t seq);
+    /** Hands the store's spills to `spill`, then releases the ids the store let go of. */
+    void drain_released();
+    /** Demotes the least recently used parked entry other than `protect` to RAM (or drops it
+     *  when RAM has no room). False when there is none. */
+    bool demote_one(uint64_t protect);
+    size_t n_free() const { return free_.size(); }
+
+private:
+    sequence_states & st_;
+    cache::store & store_;
+    std::function<void(cache::disk_job)> spill_;
+    std::vector<int32_t> free_;  // back = next handed out
+};
+
+}  // namespace lineage::scheduler

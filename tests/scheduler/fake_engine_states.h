@@ -1,0 +1,89 @@
+// A fake of scheduler::sequence_states for the scheduler's unit tests (no model): each sequence
+// holds a KV length and the position its recurrent state is at, and the rules the real engine
+// enforces on them: a whole-state blob restores both, a recurrent-only blob the recurrent
+// position only, seq_rm of a partial range is refused on a hybrid when the recurrent state is
+// past p0 (DESIGN.md "Engine"), seq_cp copies the whole sequence (per-sequence buffers).
+#pragma once
+
+#include "scheduler/sequence_states.h"
+
+#include <cstring>
+#include <map>
+
+namespace lineage::scheduler::fakes {
+
+class fake_engine_states : public sequence_states {
+public:
+    struct seq_state {
+        int32_t n_kv = 0;  ///< positions [0, n_kv) held
+        int32_t rec = 0;   ///< tokens the recurrent state has seen (hybrid)
+    };
+
+    explicit fake_engine_states(bool hybrid) : hybrid_(hybrid) {}
+
+    /** The engine computing `n` more tokens of `seq`. */
+    void decode(int32_t seq, int32_t n) {
+        auto & s = seqs_[seq];
+        s.n_kv += n;
+        s.rec = s.n_kv;
+    }
+    seq_state at(int32_t seq) const {
+        auto it = seqs_.find(seq);
+        return it == seqs_.end() ? seq_state{} : it->second;
+    }
+
+    cache::blob get_state(int32_t seq, bool recurrent_only) const override {
+        const seq_state s = at(seq);
+        cache::blob b(state_size(seq, recurrent_only), 0);
+        b[0] = recurrent_only ? 'R' : 'F';
+        std::memcpy(b.data() + 1, &s.n_kv, 4);
+        std::memcpy(b.data() + 5, &s.rec, 4);
+        return b;
+    }
+    size_t state_size(int32_t seq, bool recurrent_only) const override {
+        return recurrent_only ? 64 : 64 + 8 * static_cast<size_t>(at(seq).n_kv);
+    }
+    bool set_state(int32_t seq, const cache::blob & b, bool recurrent_only) override {
+        n_set_state++;
+        if (refuse_set_state || b.size() < 9 || b[0] != (recurrent_only ? 'R' : 'F')) {
+            seqs_.erase(seq);
+            return false;
+        }
+        seq_state in;
+        std::memcpy(&in.n_kv, b.data() + 1, 4);
+        std::memcpy(&in.rec, b.data() + 5, 4);
+        auto & s = seqs_[seq];
+        if (!recurrent_only) {
+            s.n_kv = in.n_kv;
+        }
+        s.rec = in.rec;
+        return true;
+    }
+    bool seq_rm(int32_t seq, int32_t p0, int32_t p1) override {
+        auto & s = seqs_[seq];
+        if (p0 < 0 || (p0 == 0 && p1 < 0)) {
+            s = seq_state{};
+            return true;
+        }
+        if (hybrid_ && s.rec > p0) {
+            return false;  // the recurrent state cannot be cut back
+        }
+        s.n_kv = std::min(s.n_kv, p0);
+        return true;
+    }
+    void seq_cp(int32_t src, int32_t dst, int32_t) override {
+        n_seq_cp++;
+        seqs_[dst] = at(src);
+    }
+    int32_t seq_pos_max(int32_t seq) const override { return at(seq).n_kv - 1; }
+
+    bool refuse_set_state = false;
+    int n_set_state = 0;
+    int n_seq_cp = 0;
+
+private:
+    bool hybrid_;
+    std::map<int32_t, seq_state> seqs_;
+};
+
+}  // namespace lineage::scheduler::fakes

@@ -1,0 +1,247 @@
+// Unit tests of the scheduler's cache lifecycle (lifecycle.h, sequence_pool.h) over fake engine
+// states (no model): a request's restore, captures, prompt-end state and commit, a next turn
+// continuing the parked sequence without a copy, an edit restoring a checkpoint through
+// seq_cp, demotion when the sequence ids run out, the cold fallback when the engine refuses a
+// restore, and abandoning a failed request. The store's check_invariants() after each request.
+#include "scheduler/lifecycle.h"
+#include "scheduler/sequence_pool.h"
+
+#include "fake_engine_states.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+
+namespace lineage::scheduler {
+namespace {
+
+using fakes::fake_engine_states;
+
+cache::tokens seq_of(int32_t from, int32_t n) {
+    cache::tokens t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+cache::tokens cat(cache::tokens a, const cache::tokens & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+cache::config test_config() {
+    cache::config c;
+    c.ram_bytes = 1 << 20;
+    c.min_prefix = 4;
+    c.divergence_min_gain = 1 << 20;
+    return c;
+}
+
+class Lifecycle : public ::testing::Test {
+protected:
+    void make(bool hybrid, int32_t n_seq = 6) {
+        hybrid_ = hybrid;
+        st_ = std::make_unique<fake_engine_states>(hybrid);
+        store_ = std::make_unique<cache::store>(test_config(), hybrid);
+        pool_ = std::make_unique<sequence_pool>(*st_, *store_, n_seq);
+        life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid);
+    }
+
+    /** Admits `prompt` like the scheduler: plan, a sequence, restore. */
+    std::unique_ptr<slot> admit(const cache::tokens & prompt, int32_t history = -1, const std::string & session = "s") {
+        auto s = std::make_unique<slot>();
+        s->req = std::make_shared<generation_request>();
+        s->req->id = ++next_id_;
+        s->req->prompt = prompt;
+        s->req->cache.history_tokens = history;
+        s->use_cache = true;
+        s->key = cache::key{"b", session};
+        s->plan = store_->plan(s->key, prompt, {-1, history, -1}, now_);
+        if (s->plan.op == cache::restore_op::take_device) {
+            s->seq = s->plan.device_seq;
+        } else {
+            auto seq = pool_->acquire(s->plan.source);
+            EXPECT_TRUE(seq.has_value());
+            s->seq = seq.value_or(-1);
+        }
+        s->restore_started = clock::now();
+        s->ph = slot::phase::prefill;
+        life_->restore(*s, now_);
+        return s;
+    }
+
+    /** Prefills the rest of the prompt in chunks that stop at the capture points, then
+     *  decodes `n_gen` tokens, then commits. */
+    void finish(slot & s, int32_t n_gen = 3) {
+        bool done = s.n_past >= s.prompt_size() && life_->after_chunk(s, now_);
+        while (!done) {
+            const int32_t n = std::min(64, s.next_stop() - s.n_past);
+            st_->decode(s.seq, n);
+            s.n_past += n;
+            done = life_->after_chunk(s, now_);
+        }
+        for (int32_t i = 0; i < n_gen; ++i) {
+            st_->decode(s.seq, 1);
+            s.n_past++;
+            s.generated.push_back(900000 + i);
+        }
+        life_->commit(s, now_);
+        store_->check_invariants();
+        now_ += 1;
+    }
+
+    std::vector<std::pair<int32_t, cache::point_kind>> checkpoints_of_front() const {
+        return store_->entries().front().checkpoints;
+    }
+
+    bool hybrid_ = true;
+    double now_ = 1;
+    uint64_t next_id_ = 0;
+    std::unique_ptr<fake_engine_states> st_;
+    std::unique_ptr<cache::store> store_;
+    std::unique_ptr<sequence_pool> pool_;
+    std::unique_ptr<lifecycle> life_;
+};
+
+TEST_F(Lifecycle, ColdRequestCapturesAndParksItsPromptEndState) {
+    make(true);
+    auto s = admit(seq_of(0, 300), 290);
+    EXPECT_EQ(s->n_past, 0);
+    EXPECT_EQ(s->stats.hit_kind, "miss");
+    const int32_t seq = s->seq;
+    finish(*s);
+    EXPECT_EQ(s->seq, -1);
+    // Generation moved the sequence on; the entry is the prompt end: KV trimmed, recurrent put back.
+    EXPECT_EQ(st_->at(seq).n_kv, 300);
+    EXPECT_EQ(st_->at(seq).rec, 300);
+    const auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);
+    EXPECT_EQ(es[0].where, cache::tier::device);
+    EXPECT_EQ(es[0].seq, seq);
+    EXPECT_EQ(es[0].n_tokens, 300);
+    using cp = std::pair<int32_t, cache::point_kind>;
+    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}}));
+}
+
+TEST_F(Lifecycle, NextTurnContinuesTheParkedSequenceWithoutACopy) {
+    make(true);
+    auto t1 = admit(seq_of(0, 300), 290);
+    const int32_t seq = t1->seq;
+    finish(*t1);
+    auto t2 = admit(cat(seq_of(0, 300), seq_of(5000, 60)), 350);
+    EXPECT_EQ(t2->plan.op, cache::restore_op::take_device);
+    EXPECT_EQ(t2->seq, seq);
+    EXPECT_EQ(t2->n_past, 300);
+    EXPECT_EQ(t2->stats.cached_tokens, 300);
+    EXPECT_EQ(t2->stats.hit_kind, "full");
+    EXPECT_EQ(st_->n_seq_cp, 0);
+    EXPECT_EQ(st_->n_set_state, 1);  // commit of turn 1 put the prompt-end state back; nothing since
+    finish(*t2);
+    const auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);  // absorbed: one entry per lineage
+    EXPECT_EQ(es[0].n_tokens, 360);
+    using cp = std::pair<int32_t, cache::point_kind>;
+    // The old entry's checkpoints, its final state as a turn boundary (300), the new captures;
+    // thinned to 4: the old guard (299) goes first.
+    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn},
+                                                  {300, cache::point_kind::turn},
+                                                  {350, cache::point_kind::turn},
+                                                  {359, cache::point_kind::guard}}));
+}
+
+TEST_F(Lifecycle, EditOfAnEarlierTurnRestoresACheckpointThroughSeqCp) {
+    make(true);
+    auto t1 = admit(seq_of(0, 200), 190);
+    finish(*t1);
+    auto t2 = admit(cat(seq_of(0, 200), seq_of(5000, 100)), 290);
+    const int32_t parked = t2->seq;
+    finish(*t2);
+    // The second turn's user message edited: the prompt leaves the entry at 250, before its
+    // history boundary (290); the turn boundary at 200 serves, from the parked sequence.
+    auto t3 = admit(cat(cat(seq_of(0, 200), seq_of(5000, 50)), seq_of(7000, 40)), 280);
+    EXPECT_EQ(t3->plan.op, cache::restore_op::share_device);
+    EXPECT_NE(t3->seq, parked);
+    EXPECT_EQ(st_->n_seq_cp, 1);
+    EXPECT_EQ(t3->n_past, 200);
+    EXPECT_EQ(t3->stats.hit_kind, "turn");
+    EXPECT_EQ(st_->at(t3->seq).n_kv, 200);
+    EXPECT_EQ(st_->at(t3->seq).rec, 200);
+    EXPECT_EQ(st_->at(parked).n_kv, 300);  // the parked entry is untouched
+    finish(*t3);
+    EXPECT_EQ(store_->entries().size(), 2u);
+}
+
+TEST_F(Lifecycle, DemotionFreesASequenceAndTheDemotedEntryRestoresFromRam) {
+    make(true, 2);
+    auto a = admit(seq_of(0, 100), 90, "a");
+    finish(*a);
+    auto b = admit(seq_of(10000, 100), 90, "b");
+    finish(*b);
+    // Both ids are parked: the third request demotes the least recently used (a) to RAM.
+    auto c = admit(seq_of(20000, 100), 90, "c");
+    EXPECT_EQ(c->n_past, 0);
+    const auto es = store_->entries();
+    const auto it = std::find_if(es.begin(), es.end(),
+                                 [](const cache::entry_view & e) { return e.n_tokens == 100 && e.k.session == "a"; });
+    ASSERT_NE(it, es.end());
+    EXPECT_EQ(it->where, cache::tier::ram);
+    finish(*c);
+    // a's next turn loads its whole state from RAM (demoting another entry for an id).
+    auto a2 = admit(cat(seq_of(0, 100), seq_of(30000, 20)), 110, "a");
+    EXPECT_EQ(a2->plan.op, cache::restore_op::load_ram);
+    EXPECT_EQ(a2->n_past, 100);
+    EXPECT_EQ(st_->at(a2->seq).n_kv, 100);
+    EXPECT_EQ(st_->at(a2->seq).rec, 100);
+    finish(*a2);
+}
+
+TEST_F(Lifecycle, EngineRefusalFallsBackToAColdPrefillWithTheSameCaptures) {
+    make(true, 2);
+    auto a = admit(seq_of(0, 100), 90);
+    finish(*a);
+    ASSERT_TRUE(pool_->demote_one(0));  // a's entry to RAM
+    st_->refuse_set_state = true;
+    auto b = admit(cat(seq_of(0, 100), seq_of(40000, 30)), 120);
+    EXPECT_EQ(b->n_past, 0);
+    EXPECT_EQ(b->stats.hit_kind, "miss");
+    EXPECT_EQ(b->plan.op, cache::restore_op::none);
+    EXPECT_EQ(st_->at(b->seq).n_kv, 0);
+    ASSERT_EQ(b->plan.captures.size(), 2u);  // still taken from token 0: turn 120, guard 129
+    EXPECT_EQ(b->plan.captures[0].n_tokens, 120);
+    st_->refuse_set_state = false;
+    finish(*b);
+    EXPECT_EQ(store_->get_stats().rejections.at("abandoned"), 1);  // the taken entry was abandoned
+}
+
+TEST_F(Lifecycle, DenseCommitKeepsEverythingDecoded) {
+    make(false);
+    auto s = admit(seq_of(0, 100), 95);
+    finish(*s, 5);
+    EXPECT_EQ(store_->entries().front().n_tokens, 105);
+    EXPECT_TRUE(store_->entries().front().checkpoints.empty());
+    // A prompt that shares the prompt and 3 of the 5 generated tokens: any prefix of a dense KV.
+    auto t = admit(cat(cat(seq_of(0, 100), {900000, 900001, 900002}), seq_of(50000, 10)));
+    EXPECT_EQ(t->plan.op, cache::restore_op::take_device);
+    EXPECT_EQ(t->n_past, 103);
+    EXPECT_EQ(st_->at(t->seq).n_kv, 103);
+    EXPECT_EQ(t->stats.hit_kind, "prefix");
+}
+
+TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {
+    make(true, 2);
+    auto s = admit(seq_of(0, 300), 290);
+    st_->decode(s->seq, 290);
+    s->n_past = 290;
+    life_->after_chunk(*s, now_);
+    EXPECT_EQ(s->captured.size(), 1u);
+    EXPECT_GT(store_->ram_bytes(), 0u);
+    life_->abandon(*s);
+    EXPECT_EQ(s->seq, -1);
+    EXPECT_EQ(store_->ram_bytes(), 0u);
+    EXPECT_EQ(pool_->n_free(), 2u);
+    store_->check_invariants();
+}
+
+}  // namespace
+}  // namespace lineage::scheduler

@@ -1,0 +1,50 @@
+// Unit tests of the one mapping from a scheduler failure to an HTTP error (errors.h
+// to_api_error): every failure kind's status, type and message, and the OpenAI body.
+#include "server/errors.h"
+
+#include <gtest/gtest.h>
+
+namespace lineage::server {
+namespace {
+
+using scheduler::failure_kind;
+
+TEST(ToApiError, EveryFailureKindHasItsStatusAndType) {
+    struct row {
+        failure_kind kind;
+        int status;
+        const char * type;
+    };
+    for (const row & r : {row{failure_kind::prompt_too_long, 400, "invalid_request_error"},
+                          row{failure_kind::bad_grammar, 400, "invalid_request_error"},
+                          row{failure_kind::no_free_sequence, 503, "server_error"},
+                          row{failure_kind::kv_full, 503, "server_error"},
+                          row{failure_kind::decode_failed, 500, "server_error"},
+                          row{failure_kind::shutting_down, 503, "server_error"}}) {
+        const api_error e = to_api_error({r.kind, "what was wrong; what to do"});
+        EXPECT_EQ(e.status, r.status) << scheduler::to_string(r.kind);
+        EXPECT_EQ(e.type, r.type) << scheduler::to_string(r.kind);
+        EXPECT_EQ(e.message, "what was wrong; what to do");
+        EXPECT_EQ(e.param, "");
+        EXPECT_EQ(e.code, "");
+    }
+}
+
+TEST(ToApiError, RendersTheOpenAiShape) {
+    const api_error e = to_api_error({failure_kind::prompt_too_long, "the prompt has 9000 tokens"});
+    EXPECT_EQ(dump(to_json(e)),
+              R"({"error":{"message":"the prompt has 9000 tokens","type":"invalid_request_error","param":null,"code":null}})");
+    EXPECT_EQ(to_api_error({failure_kind::decode_failed, ""}).message, "generation failed");
+}
+
+TEST(FailureKind, Names) {
+    EXPECT_EQ(scheduler::to_string(failure_kind::prompt_too_long), "prompt_too_long");
+    EXPECT_EQ(scheduler::to_string(failure_kind::bad_grammar), "bad_grammar");
+    EXPECT_EQ(scheduler::to_string(failure_kind::no_free_sequence), "no_free_sequence");
+    EXPECT_EQ(scheduler::to_string(failure_kind::kv_full), "kv_full");
+    EXPECT_EQ(scheduler::to_string(failure_kind::decode_failed), "decode_failed");
+    EXPECT_EQ(scheduler::to_string(failure_kind::shutting_down), "shutting_down");
+}
+
+}  // namespace
+}  // namespace lineage::server
