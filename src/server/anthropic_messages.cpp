@@ -1,13 +1,13 @@
 // server::anthropic_messages: Messages API conversation -> chat_request messages.
 #include "server/anthropic_messages.h"
 
-#include "server/anthropic_fields.h"
+#include "server/json_fields.h"
 
 namespace lineage::server {
 
 namespace {
 
-using namespace anthropic_fields;
+using namespace fields;
 
 std::string block_type(const json & b, const std::string & p) {
     if (!b.is_object()) {

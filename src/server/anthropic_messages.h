@@ -11,7 +11,7 @@
 namespace lineage::server {
 
 /** Converts `body`'s `system` and `messages` into `r.chat.messages` and `r.breakpoints`.
- *  Throws anthropic_fields::bad_field (a 400 naming the field) when they are invalid. */
+ *  Throws fields::bad_field (a 400 naming the field) when they are invalid. */
 void convert_conversation(const json & body, const thinking_signer & signer, anthropic_request & r);
 
 }  // namespace lineage::server

@@ -3,10 +3,9 @@
 // parse_anthropic_request returns it.
 #include "server/anthropic_request.h"
 
-#include "server/json_body.h"
-
-#include "server/anthropic_fields.h"
 #include "server/anthropic_messages.h"
+#include "server/json_body.h"
+#include "server/json_fields.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -16,7 +15,7 @@ namespace lineage::server {
 
 namespace {
 
-using namespace anthropic_fields;
+using namespace fields;
 
 void parse_tools(const json & tools, anthropic_request & r) {
     if (!tools.is_array()) {

@@ -45,6 +45,13 @@ bool get_bool(const json & v, const std::string & param) {
     return v.get<bool>();
 }
 
+const json & get_object(const json & v, const std::string & param) {
+    if (!v.is_object()) {
+        fail(param, "'" + param + "' must be an object, got " + type_name(v));
+    }
+    return v;
+}
+
 int64_t get_int(const json & v, const std::string & param) {
     if (v.is_number_unsigned()) {
         const auto u = v.get<uint64_t>();

@@ -1,7 +1,8 @@
 // server::fields: reading one JSON request body field by field, each failure a 400 that names
 // the field (`param`) and says what is accepted. Shared by the request parsers of the chat
-// completion body (chat_request.cpp, chat_request_options.cpp) and of the Responses and
-// completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp).
+// completion body (chat_request.cpp, chat_request_options.cpp), of the Responses and
+// completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp) and
+// of the Anthropic Messages body (anthropic_request.cpp, anthropic_messages.cpp).
 // Internally a failed check throws bad_field; the parser's entry point catches it and returns
 // the api_error. Thread safety: pure functions.
 #pragma once
@@ -30,6 +31,8 @@ const json * field(const json & obj, const char * key);
 /** The value as the type, or fail(param) saying what it is. */
 std::string get_string(const json & v, const std::string & param);
 bool get_bool(const json & v, const std::string & param);
+/** `v` itself when it is an object, or fail(param) saying what it is. */
+const json & get_object(const json & v, const std::string & param);
 int64_t get_int(const json & v, const std::string & param);
 double get_number(const json & v, const std::string & param);
 
