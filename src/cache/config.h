@@ -99,8 +99,12 @@ struct config {
     int32_t ladder_max_rungs = 24;
     /** A divergence checkpoint moves back to the start of the line it falls in when that is at
      *  most this many tokens earlier, else back by anchor_slack tokens: a variation that parts
-     *  a few tokens earlier next time still restores it (issue 14; --cache-divergence-slack). */
+     *  a few tokens earlier next time still restores it (issue 14; --cache-divergence-slack).
+     *  0: at the exact divergence token (seed 000). */
     int32_t divergence_slack = 64;
+    /** A turn checkpoint at the start of the last user message, so that an edit of it restores
+     *  up to it (issue 14; --cache-last-user-checkpoint). */
+    bool last_user_checkpoint = true;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;
     /** Checkpoints kept per lineage (seed 000: 4). */

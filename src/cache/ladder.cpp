@@ -35,9 +35,12 @@ std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anch
         if (lo <= from) {
             break;  // the restore point (or the region's start) is within one gap
         }
-        // The earliest line start in [lo, next): the fewest rungs for the allowed gap.
+        // The earliest line start in [lo, next - min_gap]: the fewest rungs for the allowed
+        // gap, none right before the next rung (a line start a few tokens before the anchor,
+        // e.g. the end-of-message line, restores next to nothing more than the anchor does).
+        const int32_t min_gap = std::max(1, near_step / 4);
         auto it = std::lower_bound(line_starts.begin(), line_starts.end(), lo);
-        const int32_t rung = it != line_starts.end() && *it < next ? *it : lo;
+        const int32_t rung = it != line_starts.end() && *it <= next - min_gap ? *it : lo;
         if (rung < min_len) {
             break;
         }
@@ -49,6 +52,9 @@ std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anch
 }
 
 int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts) {
+    if (cfg.divergence_slack <= 0) {
+        return n;  // seed 000: at the divergence token itself
+    }
     // The last line start at or before n.
     auto it = std::upper_bound(line_starts.begin(), line_starts.end(), n);
     if (it != line_starts.begin()) {

@@ -20,8 +20,8 @@ struct config;
 /** The rungs of a system region ending at `anchor` (the anchor capture point, tokens), strictly
  *  after `from` (what the request restored or the region's start, tokens), ascending. Walking
  *  back from the anchor, each rung is the earliest line start (`line_starts`: prompt positions
- *  where a line begins, ascending) within the allowed gap of the rung after it, or the gap's
- *  end when no line starts there: the gap is cfg.ladder_near_step within cfg.ladder_near_tokens
+ *  where a line begins, ascending) within the allowed gap of the rung after it and at least
+ *  a quarter of the near step before it, or the gap's end when no line starts there: the gap is cfg.ladder_near_step within cfg.ladder_near_tokens
  *  of the anchor, cfg.ladder_step before (stretched so that at most cfg.ladder_max_rungs
  *  rungs cover the region). Rungs closer than `min_len` (--prompt-cache-min-prefix) to the
  *  start are left out. Empty when cfg.ladder_step <= 0 or the region is shorter than one gap. */
@@ -30,7 +30,8 @@ std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anch
 
 /** Where a divergence checkpoint at `n` (the common prefix with the closest stored state,
  *  tokens) goes: the start of the line holding token n when it is at most cfg.divergence_slack
- *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0. */
+ *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0; n itself when
+ *  cfg.divergence_slack is 0 (seed 000). */
 int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts);
 
 }  // namespace lineage::cache

@@ -36,8 +36,10 @@ std::string_view to_string(rejection_reason r);
  *  short_hit_tokens fewer tokens than the longest prefix the prompt shares with a live entry, a
  *  ghost of an evicted one, or an entry under another key. */
 enum class miss_cause {
-    no_shared_prefix,   ///< nothing seen shares the prompt's start: a new prompt (nothing to do)
-    below_min_prefix,   ///< what is shared is shorter than --prompt-cache-min-prefix
+    no_shared_prefix,   ///< nothing reusable seen: < --prompt-cache-min-prefix shared (a template
+                        ///< header at most) and less than half the prompt: a new prompt
+    below_min_prefix,   ///< a short prompt mostly seen before (>= half shared), but the shared
+                        ///< part is shorter than --prompt-cache-min-prefix
     key_differs,        ///< an entry under another key shares more (which dimension: key_differs map)
     before_first_restore_point,  ///< a live entry shares more, but (hybrid) has no restore point in reach
     evicted,            ///< an entry that shared more was evicted (the budget, not the traffic)

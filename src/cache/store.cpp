@@ -294,6 +294,11 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // turn: the history boundary (prompt without its generation prompt), where the next
         // turn's prompt leaves this one when the template re-renders the assistant turn.
         add(h.history_tokens, point_kind::turn);
+        // the start of the last user message: an edit of it restores up to there instead of
+        // the previous request's history boundary (before the reply and tool results since).
+        if (cfg_.last_user_checkpoint) {
+            add(h.last_user_tokens, point_kind::turn);
+        }
         // cache_control breakpoints: where the client says it will come back.
         for (const int32_t b : breakpoints) {
             add(b - cfg_.anchor_slack, point_kind::turn);

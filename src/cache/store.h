@@ -68,6 +68,9 @@ struct plan_hints {
      *  ladder rungs and divergence checkpoints go (ladder.h). Empty: none known. The span must
      *  outlive the plan() call. */
     std::span<const int32_t> line_starts = {};
+    /** Start of the last message when it is a user message, tokens (-1: none): a turn
+     *  checkpoint there lets an edit of that message restore up to it. Hybrid only. */
+    int32_t last_user_tokens = -1;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */

@@ -219,9 +219,11 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, res
     }
     miss_cause c;
     std::string detail;
-    if (known == 0) {
+    if (known < cfg_.min_prefix && 2 * known < limit) {
+        // Nothing reusable: at most a chat template's header is shared.
         c = miss_cause::no_shared_prefix;
     } else if (known < cfg_.min_prefix) {
+        // A short prompt, mostly seen before, shorter than what the cache stores.
         c = miss_cause::below_min_prefix;
         detail = fmt::format("shares {} tokens < --prompt-cache-min-prefix {}", known, cfg_.min_prefix);
     } else if (live >= known) {

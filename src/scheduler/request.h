@@ -88,6 +88,10 @@ struct cache_hints {
      *  where the cache puts ladder rungs and divergence checkpoints (cache/ladder.h). Filled
      *  for hybrid families only. */
     std::vector<int32_t> line_starts;
+    /** Where the last message starts when it is a user message (the conversation before it
+     *  rendered alone: its common prefix with the prompt), tokens, or -1: an edit of that
+     *  message restores up to it (issue 14). Hybrid families only. */
+    int32_t last_user_tokens = -1;
 };
 
 /** Why the scheduler could not serve a request (an error event). src/server/errors.cpp maps it

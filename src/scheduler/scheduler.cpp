@@ -302,7 +302,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     const auto t0 = clock::now();
     cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
-                            s.req->cache.line_starts};
+                            s.req->cache.line_starts, s.req->cache.last_user_tokens};
     if (s.use_cache) {
         s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
     } else if (hybrid_) {

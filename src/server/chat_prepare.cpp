@@ -295,6 +295,18 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         // user message. After a tool result the next request either extends the whole prompt
         // (the loop goes on) or is a user message, which the template re-renders from the first
         // assistant turn after the previous user message: an earlier boundary. So none here.
+        // Where the last user message starts (hybrid: an edit of it then restores up to it).
+        if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 &&
+            r.messages.back().role == "user") {
+            engine::chat_render_inputs head = in;
+            head.messages.pop_back();
+            head.add_generation_prompt = false;
+            try {
+                out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(tmpl_.render(head).prompt, true));
+            } catch (const std::exception & e) {  // a template that needs a user query: no such point
+                spdlog::debug("last user message start not rendered: {}", e.what());
+            }
+        }
         const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";
         if (!rendered.generation_prompt.empty() && !ends_with_tool) {
             try {

@@ -398,8 +398,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-divergence-slack", "LINEAGE_CACHE_DIVERGENCE_SLACK", "TOKENS", std::to_string(dc.divergence_slack),
         "hybrid models: a divergence checkpoint moves back to the start of its line when that is at most this many "
         "tokens earlier (else back by --cache-anchor-slack), so a variation that parts a little earlier next time "
-        "still restores it",
+        "still restores it; 0 = at the exact divergence token (seed 000)",
         int_min(cc.divergence_slack, 0));
+    add("--cache-last-user-checkpoint", "LINEAGE_CACHE_LAST_USER_CHECKPOINT", "[=BOOL]", "true",
+        "hybrid models: a checkpoint at the start of the last user message, so an edit of that message restores up "
+        "to it instead of the previous turn",
+        boolean(cc.last_user_checkpoint), true);
     add("--cache-ladder-step", "LINEAGE_CACHE_LADDER_STEP", "TOKENS", std::to_string(dc.ladder_step),
         "hybrid models: when a new system prompt is pinned as an anchor, checkpoints (ladder rungs) are taken "
         "inside it at line starts at most this many tokens apart, so a new session whose system text ends "

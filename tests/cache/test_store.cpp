@@ -732,12 +732,15 @@ TEST_F(StoreTest, MissesAndShortHitsAreClassifiedByCause) {
     auto p4 = st.plan(key{"b", "s"}, seq(0, 300), {}, 5.0);
     EXPECT_EQ(p4.n_restore, 0);
     EXPECT_EQ(p4.cause, miss_cause::evicted);
-    // Shares only 3 tokens (< min prefix 4) with the live entry.
-    auto p5 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 50)), {}, 6.0);
+    // A short prompt (5 tokens) sharing 3 (< min prefix 4) with the live entry: below the
+    // minimum; a long one sharing the same 3 (a template header at most): nothing reusable.
+    auto p5 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 2)), {}, 6.0);
     EXPECT_EQ(p5.cause, miss_cause::below_min_prefix);
+    auto p6 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 50)), {}, 6.5);
+    EXPECT_EQ(p6.cause, miss_cause::no_shared_prefix);
     st.count_bypassed();
     const auto m = causes();
-    EXPECT_EQ(m.at("no_shared_prefix"), 2);  // p1 and the 7000.. prompt
+    EXPECT_EQ(m.at("no_shared_prefix"), 3);  // p1, the 7000.. prompt and p6
     EXPECT_EQ(m.at("before_first_restore_point"), 1);
     EXPECT_EQ(m.at("key_differs"), 1);
     EXPECT_EQ(m.at("evicted"), 1);
@@ -773,6 +776,23 @@ TEST_F(StoreTest, AHitThatRestoresWhatIsSharedIsNotShortAndOneFarShortOfItIs) {
         }
         EXPECT_TRUE(st.get_stats().misses_by_cause.count("before_first_restore_point") == 0);
     }
+}
+
+TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
+    store st(small_config(), /*hybrid=*/true);
+    const key k{"b", "s"};
+    // Turn 1, then turn 2: the reply and a long tool result (200 tokens) before the next user
+    // message, which starts at 500.
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens head = cat(seq(0, 200), seq(3000, 300));
+    auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    EXPECT_TRUE(std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & c) {
+        return c.n_tokens == 500 && c.kind == point_kind::turn;
+    }));
+    // The user edits that message from its 20th token on: restored up to its start.
+    auto p3 = st.plan(k, cat(cat(head, seq(8000, 20)), seq(9500, 40)), plan_hints{-1, 555, -1, {}, 500}, 3.0);
+    EXPECT_EQ(p3.n_restore, 500);
+    EXPECT_EQ(p3.kind, point_kind::turn);
 }
 
 }  // namespace

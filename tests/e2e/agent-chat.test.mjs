@@ -13,7 +13,10 @@
 //    computed here from the recorded bodies with /apply-template + /tokenize: on the dense model
 //    the whole shared prefix (one token less when it is the whole prompt); on the hybrid model
 //    the restore point at or before it, the previous prompt's history boundary (its tokens
-//    without the assistant header, /apply-template with add_generation_prompt false).
+//    without the assistant header, /apply-template with add_generation_prompt false);
+//  - a new session in another project folder (the agents write the folder, and pi the date,
+//    into their system prompts) restores >= the prefix its first agent request shares with the
+//    first folder's minus 64 tokens (issue 14: the anchor's ladder on the hybrid model).
 //
 //   cd tests/e2e && node --test agent-chat.test.mjs
 import assert from 'node:assert/strict';
@@ -96,11 +99,15 @@ for (const agent of [piAgent, opencodeAgent]) {
           XDG_DATA_HOME: path.join(home, '.local/share'), XDG_CACHE_HOME: path.join(home, '.cache'),
           XDG_STATE_HOME: path.join(home, '.local/state'), TERM: 'dumb', NO_COLOR: '1', CI: '1',
           ...agent.setup(home, baseUrl) };
-        const turns = [['List the files in this project.', false], ['What does main.py print?', false],
-          ['Now add a test for it.', true]];
-        for (const [prompt, resume] of turns) {
+        // Another project, in a folder whose path differs from the first one's.
+        const other = path.join(work, 'another-project-folder');
+        fs.mkdirSync(other, { recursive: true });
+        fs.writeFileSync(path.join(other, 'README.md'), '# other\n\nAnother tiny project.\n');
+        const turns = [['List the files in this project.', false, project], ['What does main.py print?', false, project],
+          ['Now add a test for it.', true, project], ['List the files in this project.', false, other]];
+        for (const [prompt, resume, cwd] of turns) {
           const from = proxy.requests.length;
-          const result = await runAgent(bin, agent.args(prompt, resume), { cwd: project, env });
+          const result = await runAgent(bin, agent.args(prompt, resume), { cwd, env });
           runs.push({ result, requests: proxy.requests.slice(from) });
         }
       });
@@ -162,6 +169,24 @@ for (const agent of [piAgent, opencodeAgent]) {
         assert.ok(want > 0.5 * tokens.length, `the resumed turn must share most of its prompt (${shared} of ${tokens.length})`);
         assert.ok(line.cached >= want,
           `resumed turn: cached ${line.cached}, shared prefix ${shared}, want >= ${want} (${family}) of ${tokens.length}`);
+      });
+
+      it('a new session in another folder restores >= the prefix it shares with the first folder minus 64', async (t) => {
+        const first = agentRequest(runs[0]);
+        const moved = agentRequest(runs[3]);
+        assert.ok(first && moved, 'each session must send a request with tools');
+        const a = await chatTokens(srv, first.body);
+        const b = await chatTokens(srv, moved.body);
+        const shared = lcp(a, b);
+        const line = await served(moved);
+        assert.equal(line.prompt, b.length);
+        t.diagnostic(`${agent.name} [${arch}] another folder: cached ${line.cached} of ${b.length}, shared ${shared}`);
+        // The folder really changes the system prompt (else this checks nothing new), and most of
+        // the prompt is still shared.
+        assert.ok(shared < b.length - 16, `the other folder's prompt shares ${shared} of ${b.length}: no variation`);
+        assert.ok(shared > 0.5 * b.length, `the other folder's prompt shares only ${shared} of ${b.length}`);
+        assert.ok(line.cached >= shared - 64,
+          `another folder: cached ${line.cached}, shared prefix ${shared}, want >= ${shared - 64} (${family})`);
       });
     });
   }

@@ -130,8 +130,10 @@ for (const arch of ARCHS) {
         lineage_time_to_first_token_seconds_count: 1,
       });
       let trace = traceSince(srv, mark);
-      assert.ok(trace.some((l) => new RegExp(`cache-trace: request \\d+: lookup of ${u1.prompt} tokens .*: miss$`).test(l)),
+      assert.ok(trace.some((l) => new RegExp(`cache-trace: request \\d+: lookup of ${u1.prompt} tokens .*: miss; miss cause: no_shared_prefix$`).test(l)),
         `no miss line in the trace:\n${trace.join('\n')}`);
+      assert.equal(val(m1, 'lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"}') -
+        val(m0, 'lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"}'), 1, 'a new prompt: no_shared_prefix');
       // The entry: the prompt (hybrid), or everything decoded (dense: the last sampled token of a
       // reply cut by max_tokens was never decoded).
       const stored = hybrid ? u1.prompt : u1.prompt + u1.completion - (r1.choices[0].finish_reason === 'length' ? 1 : 0);
@@ -168,7 +170,7 @@ for (const arch of ARCHS) {
       assert.equal(d3.lineage_prompt_cache_prefix_tokens_reused_total, u3.cached);
       assert.equal(d3.lineage_prompt_tokens_prefilled_total, u3.prompt - u3.cached);
       let kinds = 0;
-      for (const k of ['full', 'prefix', 'turn', 'guard', 'anchor', 'divergence']) {
+      for (const k of ['full', 'prefix', 'turn', 'guard', 'anchor', 'divergence', 'ladder']) {
         kinds += val(m3, `lineage_prompt_cache_restore_point_hits_total{kind="${k}"}`);
       }
       assert.equal(kinds, val(m3, 'lineage_prompt_cache_hits_total'), 'hits by kind add up to the hits');
@@ -204,6 +206,27 @@ for (const arch of ARCHS) {
       const trace = traceSince(srv, mark);
       assert.ok(trace.some((l) => /in another bucket: template_sig differs \(tools\)$/.test(l)),
         `no bucket-mismatch line in the trace:\n${trace.join('\n')}`);
+    });
+
+    it('a miss because the key differs is counted by cause and dimension', async () => {
+      // The same messages as the first test with one more chat_template_kwargs entry: the same
+      // prompt tokens under another key (template_sig: kwargs). The entry under the first key
+      // shares the whole prompt, so the miss is "key_differs", not "no_shared_prefix".
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
+      const before = await srv.cacheStats();
+      const mark = srv.log().length;
+      const r = await chat(srv, messages, { chat_template_kwargs: { add_vision_id: false } }, 'other kwargs');
+      assert.equal(usageOf(r).cached, 0);
+      const after = await srv.cacheStats();
+      const d = (m, k) => (after[m][k] ?? 0) - (before[m][k] ?? 0);
+      assert.equal(d('misses_by_cause', 'key_differs'), 1, JSON.stringify(after.misses_by_cause));
+      assert.equal(d('key_differs', 'template_sig'), 1, JSON.stringify(after.key_differs));
+      const trace = traceSince(srv, mark);
+      assert.ok(trace.some((l) => /miss cause: key_differs: an entry under another key shares \d+ tokens \(template_sig differs \(kwargs\)\)$/.test(l)),
+        `no key_differs cause in the trace:\n${trace.join('\n')}`);
+      // Positive case: the same request again hits under its own key.
+      const again = await chat(srv, messages, { chat_template_kwargs: { add_vision_id: false } }, 'other kwargs again');
+      assert.equal(usageOf(again).cached, usageOf(again).prompt - 1);
     });
   });
 }

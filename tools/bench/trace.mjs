@@ -33,10 +33,10 @@ export const DEFAULTS = {
   dropAfterMax: 6,
   restartAt: 2 / 3,
   personaScale: 1,
-  // Per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
+  // systemVariation (not in the defaults, so that the default trace's options stay the same):
+  // per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
   // the working folder and the date as its last lines (pi, opencode); 'mid': a per-project
   // memory path at ~80% of its length (qwen-code).
-  systemVariation: 'none',
 };
 
 const PROJECTS = ['lineage', 'atlas', 'orchard', 'quill', 'harbor', 'ember', 'tessellate', 'juniper'];
@@ -83,7 +83,7 @@ export function makeTrace(options = {}) {
     })();
     const session = sessions[persona]++;
     const prompt = personaPrompt(persona, session, o.personaScale);
-    const system = withSessionLines(prompt.system, o.systemVariation, persona, session);
+    const system = withSessionLines(prompt.system, o.systemVariation ?? 'none', persona, session);
     const { tools } = prompt;
     const nSteps = between(r, o.turnsMin, o.turnsMax);
     const steps = [];

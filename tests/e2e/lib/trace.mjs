@@ -19,7 +19,7 @@
 //
 // The log lines read (src/scheduler/scheduler.cpp, src/server/chat_handler.cpp):
 //   info  request N: <finish> | prompt P tokens, cached C (<kind>), completion ...
-//   debug req N format=... prompt=P anchor=A history=H tools_anchor=T session=... bucket=...
+//   debug req N format=... prompt=P anchor=A history=H tools_anchor=T last_user=L session=... bucket=...
 //   debug request N: restore <kind> at n/P from entry ... | miss ...
 //   debug request N: captured <kind> checkpoint at n tokens (b bytes)
 //   debug request N: pinned anchor at n tokens (b bytes)
@@ -55,9 +55,10 @@ function parseTrace(text, id, hit) {
     if (!mine.test(line)) continue;
     t.lines.push(line);
     let m;
-    if ((m = new RegExp(`req ${id} .*\\bprompt=(\\d+) anchor=(-?\\d+) history=(-?\\d+)(?: tools_anchor=(-?\\d+))?`).exec(line))) {
+    if ((m = new RegExp(`req ${id} .*\\bprompt=(\\d+) anchor=(-?\\d+) history=(-?\\d+)(?: tools_anchor=(-?\\d+))?(?: last_user=(-?\\d+))?`).exec(line))) {
       t.hints = { prompt: Number(m[1]), anchor: Number(m[2]), history: Number(m[3]) };
       t.toolsAnchor = m[4] === undefined ? null : Number(m[4]);
+      t.lastUser = m[5] === undefined ? null : Number(m[5]);
     } else if ((m = /captured (\w+) checkpoint at (\d+) tokens/.exec(line))) {
       t.captures.push({ kind: m[1], n: Number(m[2]) });
     } else if ((m = /pinned anchor at (\d+) tokens/.exec(line))) {

@@ -1,0 +1,148 @@
+// Issue 14's restore points with the server's defaults, over real HTTP with the openai client,
+// on every tiny model (three hybrid families and the dense one):
+//  - the anchor ladder: a new session whose system text parts from a known one in its last lines
+//    (another working folder and date, as agents write them) restores the last rung before the
+//    parting point (>= the shared prefix minus 64 tokens) on hybrids; a server with the ladder
+//    off restores nothing there (the positive case: this fails with the ladder off); dense
+//    models restore the whole shared prefix and capture no rungs;
+//  - divergence slack: the divergence checkpoint goes back to the start of its line, so a third
+//    prompt that parts a few tokens earlier in that line still restores it;
+//  - the last user message's start: an edit of that message restores up to where it starts,
+//    computed here from the server's own /apply-template + /tokenize.
+// Every restored reply equals the reply of a server that never cached anything.
+// seed 000's capture set (these additions off) is pinned by scenarios.test.mjs.
+//
+//   cd tests/e2e && node --test scenarios-ladder.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { chatTokens, lcp } from './lib/agents.mjs';
+import { echo, words } from './lib/chat.mjs';
+import { BASE_ARGS, SEED000_ARGS, SCENARIO_ARCHS, Scenario, detail, expectSame, sys, user } from './lib/scenario.mjs';
+import { modelPath, startServer } from './lib/server.mjs';
+
+/** A system text of 10 lines of prose, then the per-session lines agents end theirs with. */
+function systemText(folder, date) {
+  const lines = [];
+  for (let i = 0; i < 10; i++) lines.push(words(22, 100 + i));
+  return `You are a coding agent working in a repository.\n\n${lines.join('\n')}\n` +
+    `Working directory: /home/dev/src/${folder}\nToday's date: ${date}`;
+}
+
+/** A user message of `n` lines of 40 words; line `changed` (when given) gets new words from
+ *  word `at` on. */
+function longMessage(n, changed = -1, at = 0, salt = 0) {
+  const lines = [];
+  for (let i = 0; i < n; i++) {
+    let w = words(40, 300 + i).split(' ');
+    if (i === changed) w = [...w.slice(0, at), ...words(40 - at, 900 + salt).split(' ')];
+    lines.push(w.join(' '));
+  }
+  return lines.join('\n');
+}
+
+const tokensOf = (srv, messages, addGenerationPrompt = true) => chatTokens(srv, { messages }, addGenerationPrompt);
+
+for (const arch of SCENARIO_ARCHS) {
+  describe(`scenarios, issue 14 restore points [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    let off;
+    let ref;
+    let sc;
+    let scOff;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `ladder-${arch}`, args: BASE_ARGS });
+      off = await startServer({ model: modelPath(arch), name: `ladder-off-${arch}`, args: [...BASE_ARGS, ...SEED000_ARGS] });
+      ref = await startServer({ model: modelPath(arch), name: `ladder-ref-${arch}`, args: [...BASE_ARGS, '--no-cache-prompt'] });
+      sc = new Scenario(srv, arch, ref);
+      scOff = new Scenario(off, arch);
+    });
+    after(async () => {
+      await srv?.stopGracefully();
+      await off?.stopGracefully();
+      await ref?.stopGracefully();
+    });
+
+    it('a new session in another folder restores the rung before where its system text parts', async () => {
+      await sc.reset();
+      await scOff.reset();
+      const first = [sys(systemText('alpha', '2026-06-01')), user(words(20, 1))];
+      const moved = [sys(systemText('beta-project', '2026-06-04')), user(words(20, 2))];
+      const r1 = await sc.ask('session 1, folder alpha', first);
+      assert.equal(r1.u.cached, 0);
+      const rungs = r1.trace.captures.filter((c) => c.kind === 'ladder').map((c) => c.n);
+      const shared = lcp(await tokensOf(srv, first), await tokensOf(srv, moved));
+      const r2 = await sc.ask('session 2, folder beta-project', moved);
+      assert.ok(shared > 0.5 * r2.u.prompt && shared < r2.u.prompt - 16, `the folders share ${shared} of ${r2.u.prompt}`);
+      if (sc.hybrid) {
+        // Rungs inside the system region, ascending, kept with the anchor pinned by request 1.
+        assert.ok(rungs.length >= 2, `no ladder rungs captured${detail(r1)}`);
+        assert.deepEqual(r1.trace.anchors.length, 1, `one anchor pinned${detail(r1)}`);
+        for (const n of rungs) assert.ok(n < r1.trace.anchors[0], `rung ${n} past the anchor${detail(r1)}`);
+        const want = Math.max(...rungs.filter((n) => n <= shared));
+        assert.equal(r2.u.cached, want, `want the last rung at or before ${shared}${detail(r2)}`);
+        assert.equal(r2.hit, 'ladder', detail(r2));
+        assert.ok(r2.u.cached >= shared - 64, `restored ${r2.u.cached} < shared ${shared} - 64${detail(r2)}`);
+        // With the ladder off, the same two sessions restore nothing there.
+        await scOff.ask('session 1 (ladder off)', first);
+        const o2 = await scOff.ask('session 2 (ladder off)', moved);
+        assert.ok(o2.u.cached < shared - 64, `ladder off restored ${o2.u.cached} of ${shared}${detail(o2)}`);
+      } else {
+        assert.deepEqual(rungs, [], 'a dense model captures no rungs');
+        assert.equal(r2.u.cached, shared, detail(r2));
+      }
+      expectSame(r2, await sc.cold('session 2', moved), 'a restored rung');
+      const s = await sc.stats();
+      if (sc.hybrid) assert.equal(s.hits.ladder, 1, JSON.stringify(s.hits));
+    });
+
+    it('a divergence checkpoint goes back to its line start, so an earlier parting still restores it', async (t) => {
+      if (!sc.hybrid) return t.skip('dense: any prefix restores');
+      await sc.reset();
+      // Line 7 of a 12-line first message changes from word 20 on, then from word 17 on.
+      const p1 = [user(longMessage(12))];
+      const p2 = [user(longMessage(12, 7, 20, 1))];
+      const p3 = [user(longMessage(12, 7, 17, 2))];
+      await sc.ask('original', p1);
+      const t1 = await tokensOf(srv, p1);
+      const t2 = await tokensOf(srv, p2);
+      const t3 = await tokensOf(srv, p3);
+      const parts12 = lcp(t1, t2);
+      const r2 = await sc.ask('variant parting at word 20 of line 7', p2);
+      const div = r2.trace.captures.filter((c) => c.kind === 'divergence').map((c) => c.n);
+      assert.equal(div.length, 1, `one divergence checkpoint${detail(r2)}`);
+      assert.ok(div[0] < parts12 && div[0] >= parts12 - 64, `divergence at ${div[0]}, parting at ${parts12}${detail(r2)}`);
+      const parts3 = Math.max(lcp(t3, t1), lcp(t3, t2));
+      assert.ok(parts3 < parts12 && parts3 >= div[0], `p3 parts at ${parts3}: not between ${div[0]} and ${parts12}`);
+      const r3 = await sc.ask('variant parting at word 17 of line 7', p3);
+      assert.equal(r3.u.cached, div[0], detail(r3));
+      assert.equal(r3.hit, 'divergence', detail(r3));
+      expectSame(r3, await sc.cold('variant 3', p3), 'a restored divergence checkpoint');
+    });
+
+    it('an edit of the last user message restores up to where it starts', async (t) => {
+      if (!sc.hybrid) return t.skip('dense: any prefix restores');
+      for (const s of [sc, scOff]) await s.reset();
+      const system = sys(systemText('alpha', '2026-06-01'));
+      const turn1 = [system, user(words(30, 3))];
+      const r1 = await sc.ask('turn 1', turn1);
+      const before = [...turn1, echo(r1.res.choices[0].message)];
+      const turn2 = [...before, user(words(60, 4))];
+      const r2 = await sc.ask('turn 2', turn2);
+      // Where the last user message starts: the conversation before it, rendered alone.
+      const start = lcp(await tokensOf(srv, before, false), await tokensOf(srv, turn2));
+      assert.equal(r2.trace.lastUser, start, `the server's last_user hint${detail(r2)}`);
+      assert.ok(r2.trace.captures.some((c) => c.kind === 'turn' && c.n === start), `no turn checkpoint at ${start}${detail(r2)}`);
+      const edited = [...before, user(`${words(60, 4).split(' ').slice(0, 30).join(' ')} ${words(30, 5)}`)];
+      const r3 = await sc.ask('turn 2 edited', edited);
+      assert.equal(r3.u.cached, start, detail(r3));
+      assert.equal(r3.hit, 'turn', detail(r3));
+      expectSame(r3, await sc.cold('turn 2 edited', edited), 'a restored last-user checkpoint');
+      // Without the checkpoint the edit lands on an earlier restore point.
+      const o1 = await scOff.ask('turn 1 (off)', turn1);
+      await scOff.ask('turn 2 (off)', [...turn1, echo(o1.res.choices[0].message), user(words(60, 4))]);
+      const o3 = await scOff.ask('turn 2 edited (off)', [...turn1, echo(o1.res.choices[0].message), edited.at(-1)]);
+      assert.ok(o3.u.cached < start, `without the checkpoint the edit restored ${o3.u.cached} >= ${start}${detail(o3)}`);
+    });
+  });
+}
