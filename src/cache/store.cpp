@@ -221,6 +221,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                 p.disk_ancestors.push_back(e.disk_file);
             }
             p.pending_write_of = e.writing ? e.id : 0;
+            p.unwritten_since = e.disk_file == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
             index_remove(chosen_it);
             entries_.erase(chosen_it);
         } else {
