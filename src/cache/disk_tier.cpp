@@ -39,9 +39,13 @@ void fsync_dir(const std::string & dir) {
 
 disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
-    fs::create_directories(cfg_.dir, ec);
+    const bool created = fs::create_directories(cfg_.dir, ec);
     if (ec) {
         throw std::runtime_error("cannot create the cache directory " + cfg_.dir + ": " + ec.message());
+    }
+    if (created) {
+        // The files hold conversations' states: readable and writable by this user only.
+        fs::permissions(cfg_.dir, fs::perms::owner_all, fs::perm_options::replace, ec);
     }
     const std::string lock = cfg_.dir + "/lock";
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
