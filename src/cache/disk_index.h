@@ -19,10 +19,6 @@ struct sqlite3;
 
 namespace lineage::cache {
 
-/** Largest file id the tier allocates or accepts (2^48): ids above it in a row or a header are
- *  damage, so that no counter can wrap and no id collides with another file's. */
-inline constexpr file_id max_file_id = 1ull << 48;
-
 /** Thrown when the index cannot be opened, fails its integrity check or a read fails mid-scan:
  *  the caller moves it aside and starts a new one. */
 class index_damaged : public std::runtime_error {

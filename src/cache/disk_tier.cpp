@@ -216,6 +216,23 @@ disk_stats disk_tier::get_stats() const {
     return s;
 }
 
+void disk_tier::check_invariants() const {
+    util::lock_guard lk(mu_);
+    catalog_.check_invariants();
+    int64_t files = 0, anchors = 0;
+    uint64_t bytes = 0;
+    for (const auto & [id, f] : catalog_.files()) {
+        files++;
+        anchors += f.anchor ? 1 : 0;
+        bytes += f.bytes;
+    }
+    if (files != stats_.files || bytes != stats_.bytes || anchors != stats_.anchor_files) {
+        throw std::logic_error("disk tier invariant broken: stats say " + std::to_string(stats_.files) + " files, " +
+                               std::to_string(stats_.bytes) + " bytes; the catalog holds " + std::to_string(files) +
+                               ", " + std::to_string(bytes));
+    }
+}
+
 void disk_tier::run() {
     for (;;) {
         job j;

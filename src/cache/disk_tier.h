@@ -130,6 +130,9 @@ public:
 
     disk_stats get_stats() const;
     const disk_config & cfg() const { return cfg_; }
+    /** The catalog's invariants (disk_catalog.h), and files/bytes/anchor_files equal to the
+     *  catalog's count and sums; throws std::logic_error naming the first broken one. */
+    void check_invariants() const;
 
 private:
     using entry = disk_catalog::file;

@@ -363,6 +363,9 @@ void store::check_invariants() const {
             fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.disk_file) +
                  " and a write in flight or failed");
         }
+        if (e.unwritten_since > e.last_use) {
+            fail("10: entry " + std::to_string(e.id) + " unwritten since after its last use");
+        }
         if (e.anchor) {
             n_anchor++;
             anchor_bytes += e.ram_bytes();

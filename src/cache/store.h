@@ -287,7 +287,9 @@ public:
      *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
      *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
      *     hashes, and the block counters match them;
-     *  9. tier 2: an entry with a file is neither being written nor marked write_failed. */
+     *  9. tier 2: an entry with a file is neither being written nor marked write_failed;
+     * 10. write-behind bound: an entry's content has gone unwritten since no later than its last
+     *     use (unwritten_since <= last_use; absorption only moves it earlier). */
     void check_invariants() const;
 
 private:

@@ -74,6 +74,7 @@ protected:
         t.drain();
         auto done = t.take_completions();
         EXPECT_EQ(done.size(), 1u);
+        t.check_invariants();
         return done.empty() ? 0 : done[0].file;
     }
 

@@ -127,6 +127,7 @@ TEST_F(DiskDamage, SwappedFilesAreNeverServed) {
     fs::rename(path(name(b)), path(name(a)));
     fs::rename(path("swap"), path(name(b)));
     disk_tier t(cfg());
+    t.check_invariants();
     auto st = t.get_stats();
     EXPECT_EQ(st.files, 0);
     EXPECT_EQ(st.damaged, 2);
@@ -144,6 +145,7 @@ TEST_F(DiskDamage, SwappedFilesAreNeverServed) {
 
 TEST_F(DiskDamage, FilesSwappedWhileRunningAreCaughtOnLoad) {
     disk_tier t(cfg());
+    t.check_invariants();
     const file_id a = put(t, record(seq(0, 40), 500));
     const file_id b = put(t, record(seq(1000, 40), 500));
     fs::rename(path(name(a)), path("swap"));
@@ -172,6 +174,7 @@ TEST_F(DiskDamage, SwappedIndexRowsAreCaughtAtStartup) {
     sql(path("index.sqlite"), "UPDATE files SET id = -1 WHERE id = " + A + "; UPDATE files SET id = " + A +
                                   " WHERE id = " + B + "; UPDATE files SET id = " + B + " WHERE id = -1;");
     disk_tier t(cfg());
+    t.check_invariants();
     EXPECT_EQ(t.get_stats().files, 0);
     EXPECT_EQ(t.get_stats().damage.at("identity"), 2);
     EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
@@ -179,6 +182,7 @@ TEST_F(DiskDamage, SwappedIndexRowsAreCaughtAtStartup) {
 
 TEST_F(DiskDamage, ALoadMustHoldTheRequestsPrefix) {
     disk_tier t(cfg());
+    t.check_invariants();
     const file_id a = put(t, record(seq(0, 40), 500));
     // The right file for another prompt (e.g. a catalog gone wrong): refused, counted, deleted.
     tokens other = seq(0, 30);
@@ -215,6 +219,7 @@ TEST_F(DiskDamage, DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved) {
         sql(path("index.sqlite"), std::string("UPDATE files SET ") + damage[i] + " WHERE id = " + std::to_string(ids[i]));
     }
     disk_tier t(cfg());
+    t.check_invariants();
     const auto st = t.get_stats();
     EXPECT_EQ(st.damage.at("index_row"), 7);
     EXPECT_EQ(st.damaged, 7);
@@ -235,6 +240,7 @@ TEST_F(DiskDamage, OlderFormatRowsAreDiscarded) {
     }
     sql(path("index.sqlite"), "UPDATE files SET format = 1 WHERE id = " + std::to_string(a));
     disk_tier t(cfg());
+    t.check_invariants();
     EXPECT_EQ(t.get_stats().discarded_old_format, 1);
     EXPECT_EQ(t.get_stats().files, 1);
     EXPECT_FALSE(fs::exists(path(name(a))));
@@ -250,6 +256,7 @@ TEST_F(DiskDamage, StrayHugeNamesNeitherSetIdsNorOverwriteFiles) {
     fs::copy_file(path(name(a)), path("18446744073709551615.lcache"));
     write_all(path("18446744073709551614.lcache"), "junk");
     disk_tier t(cfg());
+    t.check_invariants();
     EXPECT_EQ(t.get_stats().files, 1);
     EXPECT_EQ(t.get_stats().removed_at_startup, 2);
     const file_id b = put(t, record(seq(100, 40), 200));
@@ -260,6 +267,7 @@ TEST_F(DiskDamage, StrayHugeNamesNeitherSetIdsNorOverwriteFiles) {
 
 TEST_F(DiskDamage, AFifoInPlaceOfAFileNeverBlocksTheDiskThread) {
     disk_tier t(cfg());
+    t.check_invariants();
     const file_id a = put(t, record(seq(0, 40), 200));
     fs::remove(path(name(a)));
     ASSERT_EQ(::mkfifo(path(name(a)).c_str(), 0600), 0);
@@ -281,6 +289,7 @@ TEST_F(DiskDamage, AFifoFoundAtStartupIsDamage) {
     fs::remove(path(name(a)));
     ASSERT_EQ(::mkfifo(path(name(a)).c_str(), 0600), 0);
     disk_tier t(cfg());
+    t.check_invariants();
     EXPECT_EQ(t.get_stats().damage.at("not_regular"), 1);
     EXPECT_EQ(t.get_stats().files, 1);
     EXPECT_TRUE(t.best("bucket-1", "s1", seq(100, 50), 0));
@@ -289,6 +298,7 @@ TEST_F(DiskDamage, AFifoFoundAtStartupIsDamage) {
 
 TEST_F(DiskDamage, CraftedSizesOnLoadAreDamageNotBadAlloc) {
     disk_tier t(cfg());
+    t.check_invariants();
     const file_id a = put(t, record(seq(0, 40), 200));
     std::string bytes = read_all(path(name(a)));
     const uint64_t huge = 1ull << 62;
@@ -321,6 +331,7 @@ TEST_F(DiskDamage, ACorruptIndexIsMovedAsideAndRebuiltFromTheFiles) {
     }
     write_all(path("index.sqlite"), db);
     disk_tier t(cfg());
+    t.check_invariants();
     EXPECT_TRUE(fs::exists(path("index.sqlite.damaged")));
     const auto st = t.get_stats();
     EXPECT_EQ(st.damage.at("index"), 1);
