@@ -74,7 +74,7 @@ bool decode_checkpoints(const std::string & s, int32_t n_tokens, std::vector<che
         }
         int64_t n = 0, kind = 0;
         if (!parse_int(s.data() + i, s.data() + colon, 1, n_tokens - 1, n) ||
-            !parse_int(s.data() + colon + 1, s.data() + comma, 0, static_cast<int64_t>(point_kind::divergence), kind) ||
+            !parse_int(s.data() + colon + 1, s.data() + comma, 0, static_cast<int64_t>(last_point_kind), kind) ||
             (!out.empty() && n <= out.back().n_tokens) || out.size() >= max_checkpoints_row) {
             return false;
         }
