@@ -70,6 +70,11 @@ struct config {
     /** Write-behind: an entry unused for this many seconds is written to disk
      *  (--cache-disk-idle-s). Besides, entries are written when they leave RAM and at shutdown. */
     double disk_idle_s = 30;
+    /** Write-behind under load (issue 15): an entry whose content has had no tier-2 copy for this
+     *  many seconds is written even while the engine is busy, at most one state read per engine
+     *  step (--cache-disk-max-unwritten-s); this bounds what a kill -9 under continuous load
+     *  loses. 0 = off (written only when idle, leaving RAM or at shutdown). */
+    double disk_max_unwritten_s = 10;
 
     // --- lineage rules (seed 000; DESIGN.md "Lineage rules") ---
     /** Guard checkpoint distance from the prompt end, tokens (seed 000: 16). */

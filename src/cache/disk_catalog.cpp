@@ -95,6 +95,17 @@ void disk_catalog::check_invariants() const {
             throw std::logic_error("disk catalog invariant broken: file " + std::to_string(id) +
                                    " is not indexed under its tokens");
         }
+        const auto n = static_cast<int32_t>(f.toks.size());
+        bool sound = id == f.id && id >= 1 && id <= max_file_id && n >= 1 && f.history >= -1 && f.history <= n &&
+                     f.bytes > 0;
+        for (size_t i = 0; sound && i < f.checkpoints.size(); ++i) {
+            const int32_t c = f.checkpoints[i].n_tokens;
+            sound = c >= 1 && c < n && (i == 0 || f.checkpoints[i - 1].n_tokens < c);
+        }
+        if (!sound) {
+            throw std::logic_error("disk catalog invariant broken: file " + std::to_string(id) +
+                                   " has a row the index loader would refuse");
+        }
         if (f.chain.empty() == (rule_.apc_on() && f.toks.size() >= static_cast<size_t>(rule_.apc_block_size))) {
             throw std::logic_error("disk catalog invariant broken: APC chain of file " + std::to_string(id));
         }

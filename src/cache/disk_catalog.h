@@ -5,8 +5,10 @@
 // is chosen by the shared rule (restore_rule.h), exactly as in memory.
 // Thread safety: not thread-safe; disk_tier guards it with its mutex. Ownership: owns its rows.
 //
-// Invariants (check_invariants()): every file is in its bucket's trie under its tokens, and
-// the tries hold nothing else; APC chains are present exactly when the rule has APC on.
+// Invariants (check_invariants()): 1. every file is in its bucket's trie under its tokens, and
+// the tries hold nothing else; 2. APC chains are present exactly when the rule has APC on;
+// 3. every row is one the index loader accepts (disk_index.h): id in [1, max_file_id], tokens
+// non-empty, history in [-1, |tokens|], checkpoints ascending in [1, |tokens|), bytes > 0.
 #pragma once
 
 #include "cache/radix_trie.h"
@@ -21,6 +23,10 @@
 #include <vector>
 
 namespace lineage::cache {
+
+/** Largest file id the tier allocates or accepts (2^48): ids above it in an index row or a
+ *  file header are damage, so that no counter can wrap and no id collides with another file's. */
+inline constexpr file_id max_file_id = 1ull << 48;
 
 /** The best restore point a tier-2 file offers a prompt. */
 struct disk_candidate {

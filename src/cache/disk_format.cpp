@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <memory>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -15,16 +16,17 @@ namespace lineage::cache {
 namespace {
 
 // Layout (little-endian, as the engine's state blobs on the platforms we build for):
-//   magic[8] u32 version u32 reserved
+//   magic[8] u32 version u32 reserved u64 file_id
 //   u32 len + model | u32 len + bucket | u32 len + session
-//   i32 n_tokens i32 history u8 anchor u32 n_checkpoints u64 full_bytes
+//   i32 n_tokens u64 tokens_digest i32 history u8 anchor u32 n_checkpoints u64 full_bytes
 //   n_checkpoints x (i32 n_tokens u8 kind u64 bytes)
 //   tokens (n_tokens x i32) | full | checkpoint bytes in order | u64 XXH3-64 of all the above
 constexpr uint32_t max_string = 1u << 20;        // key digests and session keys are far shorter
 constexpr uint32_t max_checkpoints = 1u << 12;   // seed 000 keeps 4; a sanity bound on damage
 
 uint64_t header_size(const disk_record & r) {
-    return 8 + 4 + 4 + (4 + r.model.size()) + (4 + r.bucket.size()) + (4 + r.session.size()) + 4 + 4 + 1 + 4 + 8 +
+    return 8 + 4 + 4 + 8 + (4 + r.model.size()) + (4 + r.bucket.size()) + (4 + r.session.size()) + 4 + 8 + 4 + 1 +
+           4 + 8 +
            r.checkpoints.size() * (4 + 1 + 8);
 }
 
@@ -109,7 +111,9 @@ using file_ptr = std::unique_ptr<FILE, file_closer>;
 
 struct header {
     uint32_t version = 0;
+    uint64_t id = 0;
     std::string model, bucket, session;
+    uint64_t digest = 0;
     int32_t n_tokens = 0, history = -1;
     uint8_t anchor = 0;
     uint32_t n_checkpoints = 0;
@@ -124,16 +128,45 @@ disk_load_result fail(disk_load_error e, std::string detail) {
     return r;
 }
 
-/** Opens `path` and parses its header. `payload` = file size - checksum. */
-disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::unique_ptr<reader> & rd, header & h) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-        return fail(disk_load_error::missing, std::strerror(errno));
+/** Opens `path` read-only as a regular file: O_NOFOLLOW (a symlink is refused), O_NONBLOCK (a
+ *  FIFO cannot block the disk thread), then fstat: anything but a regular file is refused. */
+disk_load_result open_regular(const std::string & path, file_ptr & f, uint64_t & size) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        if (e == ENOENT) {
+            return fail(disk_load_error::missing, std::strerror(e));
+        }
+        return fail(e == ELOOP ? disk_load_error::not_regular : disk_load_error::io, std::strerror(e));
     }
-    const auto size = static_cast<uint64_t>(st.st_size);
-    f.reset(std::fopen(path.c_str(), "rb"));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        const int e = errno;
+        ::close(fd);
+        return fail(disk_load_error::io, std::strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return fail(disk_load_error::not_regular, "not a regular file");
+    }
+    // Regular files never block; reads go back to blocking mode for plain fread semantics.
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    f.reset(::fdopen(fd, "rb"));
     if (!f) {
-        return fail(disk_load_error::io, std::strerror(errno));
+        const int e = errno;
+        ::close(fd);
+        return fail(disk_load_error::io, std::strerror(e));
+    }
+    size = static_cast<uint64_t>(st.st_size);
+    return {};
+}
+
+/** Opens `path` and parses its header; every declared size is checked against what the file
+ *  holds (overflow-safe) before anything is allocated for it. */
+disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::unique_ptr<reader> & rd, header & h) {
+    uint64_t size = 0;
+    if (disk_load_result r = open_regular(path, f, size); r.error != disk_load_error::none) {
+        return r;
     }
     if (size < 8 + 4 + 4 + 8) {
         return fail(disk_load_error::truncated, "file of " + std::to_string(size) + " bytes is shorter than a header");
@@ -152,14 +185,26 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
                     "format version " + std::to_string(h.version) + " (this build reads " +
                         std::to_string(disk_format_version) + ")");
     }
-    if (!rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->pod(h.n_tokens) ||
-        !rd->pod(h.history) || !rd->pod(h.anchor) || !rd->pod(h.n_checkpoints) || !rd->pod(h.full_bytes)) {
+    if (!rd->pod(h.id) || !rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->pod(h.n_tokens) ||
+        !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) || !rd->pod(h.n_checkpoints) ||
+        !rd->pod(h.full_bytes)) {
         return fail(disk_load_error::truncated, "header cut short");
     }
-    if (h.n_tokens < 1 || h.n_checkpoints > max_checkpoints) {
+    if (h.n_tokens < 1 || h.n_checkpoints > max_checkpoints || h.history < -1 || h.history > h.n_tokens ||
+        h.anchor > 1 || h.id == 0) {
         return fail(disk_load_error::corrupt, "header out of range");
     }
-    uint64_t body = static_cast<uint64_t>(h.n_tokens) * 4 + h.full_bytes;
+    // Sizes: each against what is left, so that no sum can wrap.
+    const uint64_t left = rd->left();
+    uint64_t body = static_cast<uint64_t>(h.n_tokens) * sizeof(token);
+    auto add = [&](uint64_t n) {
+        if (n > left || body > left - n) {
+            return false;
+        }
+        body += n;
+        return true;
+    };
+    bool fits = body <= left && add(h.full_bytes);
     for (uint32_t i = 0; i < h.n_checkpoints; ++i) {
         checkpoint c;
         uint8_t kind = 0;
@@ -167,15 +212,20 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
         if (!rd->pod(c.n_tokens) || !rd->pod(kind) || !rd->pod(bytes)) {
             return fail(disk_load_error::truncated, "checkpoint table cut short");
         }
-        if (kind > static_cast<uint8_t>(last_point_kind) || c.n_tokens < 1 || c.n_tokens >= h.n_tokens) {
+        if (kind > static_cast<uint8_t>(last_point_kind) || c.n_tokens < 1 || c.n_tokens >= h.n_tokens ||
+            (!h.cps.empty() && c.n_tokens <= h.cps.back().first.n_tokens)) {
             return fail(disk_load_error::corrupt, "checkpoint table out of range");
         }
         c.kind = static_cast<point_kind>(kind);
-        body += bytes;
+        fits = fits && add(bytes);
         h.cps.emplace_back(std::move(c), bytes);
     }
+    if (!fits) {
+        return fail(disk_load_error::truncated,
+                    "the header declares sections larger than the " + std::to_string(rd->left()) + " bytes left");
+    }
     if (body != rd->left()) {
-        return fail(body > rd->left() ? disk_load_error::truncated : disk_load_error::corrupt,
+        return fail(disk_load_error::corrupt,
                     "sections of " + std::to_string(body) + " bytes, file holds " + std::to_string(rd->left()));
     }
     return {};
@@ -184,6 +234,7 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
 /** The header's fields of a record (no sections yet). */
 disk_record record_of(header & h) {
     disk_record rec;
+    rec.id = h.id;
     rec.model = std::move(h.model);
     rec.bucket = std::move(h.bucket);
     rec.session = std::move(h.session);
@@ -204,8 +255,14 @@ const char * to_string(disk_load_error e) {
         case disk_load_error::other_model: return "other_model";
         case disk_load_error::corrupt: return "corrupt";
         case disk_load_error::io: return "io";
+        case disk_load_error::identity: return "identity";
+        case disk_load_error::not_regular: return "not_regular";
     }
     return "?";
+}
+
+uint64_t tokens_digest(const tokens & t) {
+    return XXH3_64bits(t.data(), t.size() * sizeof(token));
 }
 
 uint64_t disk_file_size(const disk_record & r) {
@@ -217,18 +274,26 @@ uint64_t disk_file_size(const disk_record & r) {
 }
 
 util::status write_disk_file(const std::string & path, const disk_record & r) {
-    file_ptr f(std::fopen(path.c_str(), "wb"));
-    if (!f) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
         return util::status::error(std::strerror(errno));
+    }
+    file_ptr f(::fdopen(fd, "wb"));
+    if (!f) {
+        const int e = errno;
+        ::close(fd);
+        return util::status::error(std::strerror(e));
     }
     writer w(f.get());
     w.bytes(disk_magic, sizeof disk_magic);
     w.pod(disk_format_version);
     w.pod(uint32_t{0});
+    w.pod(static_cast<uint64_t>(r.id));
     w.str(r.model);
     w.str(r.bucket);
     w.str(r.session);
     w.pod(static_cast<int32_t>(r.toks.size()));
+    w.pod(tokens_digest(r.toks));
     w.pod(r.history);
     w.pod(static_cast<uint8_t>(r.anchor ? 1 : 0));
     w.pod(static_cast<uint32_t>(r.checkpoints.size()));
@@ -257,13 +322,28 @@ util::status write_disk_file(const std::string & path, const disk_record & r) {
     return util::status::ok();
 }
 
-disk_load_result read_disk_header(const std::string & path) {
+disk_load_result read_disk_header(const std::string & path, bool with_tokens) {
     file_ptr f;
     std::unique_ptr<reader> rd;
     header h;
     disk_load_result r = open_and_parse(path, f, rd, h);
     if (r.error == disk_load_error::none) {
+        r.version = h.version;
+        r.n_tokens = h.n_tokens;
+        r.digest = h.digest;
         r.record = record_of(h);
+        for (auto & [c, bytes] : h.cps) {
+            r.record->checkpoints.push_back(std::move(c));
+        }
+        if (with_tokens) {
+            r.record->toks.resize(static_cast<size_t>(h.n_tokens));
+            if (!rd->bytes(r.record->toks.data(), r.record->toks.size() * sizeof(token)) ||
+                tokens_digest(r.record->toks) != h.digest) {
+                return fail(disk_load_error::corrupt, "the tokens do not match the header's token digest");
+            }
+        }
+    } else {
+        r.version = h.version;
     }
     return r;
 }
@@ -273,9 +353,12 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
     std::unique_ptr<reader> rd;
     header h;
     disk_load_result r = open_and_parse(path, f, rd, h);
+    r.version = h.version;
     if (r.error != disk_load_error::none) {
         return r;
     }
+    r.n_tokens = h.n_tokens;
+    r.digest = h.digest;
     if (h.model != model) {
         return fail(disk_load_error::other_model, "written by model " + h.model + ", this server runs " + model);
     }
@@ -283,6 +366,9 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
     rec.toks.resize(static_cast<size_t>(h.n_tokens));
     if (!rd->bytes(rec.toks.data(), rec.toks.size() * sizeof(token))) {
         return fail(disk_load_error::truncated, "tokens cut short");
+    }
+    if (tokens_digest(rec.toks) != h.digest) {
+        return fail(disk_load_error::corrupt, "the tokens do not match the header's token digest");
     }
     auto section = [&](uint64_t n) -> blob_ptr {
         blob b(n);

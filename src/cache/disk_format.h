@@ -1,8 +1,10 @@
 // cache::disk_format: the tier-2 (disk) blob file of one cache entry (DESIGN.md "Tiers"):
-// a header (magic, format version, model fingerprint, key digest, token count, section sizes),
-// the sections (tokens, whole state, checkpoints) and an XXH3-64 checksum of everything before
-// it. A file is written under a temporary name, fsync'd and renamed, so a crash leaves either
-// the old file, no file, or a *.tmp the disk tier deletes at startup.
+// a header (magic, format version, its identity: file id, model fingerprint, key digest,
+// session, token count and token digest; then section sizes), the sections (tokens, whole
+// state, checkpoints) and an XXH3-64 checksum of everything before it. A file is written under a
+// temporary name, fsync'd and renamed, so a crash leaves either the old file, no file, or a
+// *.tmp the disk tier deletes at startup. Readers open regular files only (O_NOFOLLOW,
+// O_NONBLOCK, fstat) and check every declared size against the file's size before allocating.
 // Thread safety: pure functions on their arguments (the disk thread calls them).
 #pragma once
 
@@ -19,11 +21,13 @@ namespace lineage::cache {
 /** File magic, 8 bytes. */
 inline constexpr char disk_magic[8] = {'L', 'N', 'G', 'C', 'A', 'C', 'H', 'E'};
 /** Format version of the file layout and of the engine's state blobs inside it (the engine
- *  pin: llama.cpp 80fb11ac). Bump it when either changes: older files are then ignored. */
-inline constexpr uint32_t disk_format_version = 1;
+ *  pin: llama.cpp 80fb11ac). Bump it when either changes: older files are then discarded
+ *  (counted), newer ones left alone. 2: the header carries the file id and a token digest. */
+inline constexpr uint32_t disk_format_version = 2;
 
 /** One entry as stored on disk. */
 struct disk_record {
+    file_id id = 0;             ///< the file's id in the index (its name is <id>.lcache)
     std::string model;          ///< model fingerprint (model_fingerprint())
     std::string bucket;         ///< the key's bucket digest (hex)
     std::string session;        ///< the key's session ("" = anonymous)
@@ -34,15 +38,22 @@ struct disk_record {
     std::vector<checkpoint> checkpoints;  ///< recurrent-only states at earlier lengths, ascending
 };
 
+/** XXH3-64 of the tokens' bytes (the header's token digest). */
+uint64_t tokens_digest(const tokens & t);
+
 /** Bytes the file of `r` takes: header + sections + 8-byte checksum. */
 uint64_t disk_file_size(const disk_record & r);
 
-/** Writes `r` to `path` (creating or truncating it) and fsyncs it. On failure the status says
- *  why (errno text); a partial file is left for the caller to remove. */
+/** Writes `r` to `path` (creating or truncating it; a symlink there is refused) and fsyncs it.
+ *  On failure the status says why (errno text); a partial file is left for the caller to remove. */
 util::status write_disk_file(const std::string & path, const disk_record & r);
 
-/** Why a file was not loaded. */
-enum class disk_load_error { none, missing, truncated, bad_magic, other_format, other_model, corrupt, io };
+/** Why a file was not loaded. `identity`: a sound file that is not the one its index row or the
+ *  request names (another id, bucket, session or tokens: e.g. files swapped); `not_regular`: a
+ *  symlink, FIFO, directory or device in place of a file. */
+enum class disk_load_error {
+    none, missing, truncated, bad_magic, other_format, other_model, corrupt, io, identity, not_regular
+};
 
 const char * to_string(disk_load_error e);
 
@@ -50,15 +61,23 @@ struct disk_load_result {
     disk_load_error error = disk_load_error::none;
     std::string detail;              ///< one line for the log
     std::optional<disk_record> record;
+    uint32_t version = 0;            ///< the header's format version (0: not read)
+    int32_t n_tokens = 0;            ///< the header's token count
+    uint64_t digest = 0;             ///< the header's token digest
 };
 
-/** Reads and verifies the file at `path`: magic, format version, model fingerprint equal to
- *  `model`, section sizes equal to the file's size, the checksum. On any failure `record` is
- *  empty and `error` says why. */
+/** Reads and verifies the file at `path`: a regular file (not followed through a symlink, not
+ *  blocking on a FIFO), magic, format version, model fingerprint equal to `model`, declared
+ *  section sizes adding up to the file's size (checked before any allocation), the token
+ *  digest, the checksum. On any failure `record` is empty and `error` says why; never throws
+ *  for what the file holds. */
 disk_load_result read_disk_file(const std::string & path, const std::string & model);
 
-/** Reads the header only (magic, version, model), for the startup scan. */
-disk_load_result read_disk_header(const std::string & path);
+/** Reads and checks the header only (the checks above up to the sizes; `record` holds the
+ *  identity, the header fields and the checkpoints' lengths and kinds, no states; `n_tokens`,
+ *  `digest` are set), for the startup scan; `with_tokens` also reads the tokens and checks them
+ *  against the digest. */
+disk_load_result read_disk_header(const std::string & path, bool with_tokens = false);
 
 /** Fingerprint of a model file: XXH3-128 over its size and its first and last 16 MiB, hex
  *  (32 characters). Cheap on multi-GiB files; a different GGUF (weights, vocab, metadata)

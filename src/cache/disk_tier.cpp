@@ -1,9 +1,8 @@
-// cache::disk_tier: tier T2; see disk_tier.h. One file (~620 lines): the startup scan, the disk
-// thread's jobs and the index statements share the SQLite connection and its helpers.
+// cache::disk_tier: tier T2; see disk_tier.h. The startup scan and the disk thread's jobs; the
+// SQLite statements are disk_index's.
 #include "cache/disk_tier.h"
 
 #include <spdlog/spdlog.h>
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +14,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace lineage::cache {
@@ -27,35 +27,6 @@ double wall_s() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string encode_checkpoints(const std::vector<checkpoint> & cps) {
-    std::string s;
-    for (const auto & c : cps) {
-        s += (s.empty() ? "" : ",") + std::to_string(c.n_tokens) + ":" + std::to_string(static_cast<int>(c.kind));
-    }
-    return s;
-}
-
-std::vector<checkpoint> decode_checkpoints(const std::string & s) {
-    std::vector<checkpoint> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t comma = s.find(',', i);
-        if (comma == std::string::npos) {
-            comma = s.size();
-        }
-        const std::string item = s.substr(i, comma - i);
-        const size_t colon = item.find(':');
-        if (colon != std::string::npos) {
-            const int kind = std::atoi(item.c_str() + colon + 1);
-            if (kind >= 0 && kind <= static_cast<int>(last_point_kind)) {
-                out.push_back({std::atoi(item.c_str()), static_cast<point_kind>(kind), nullptr});
-            }
-        }
-        i = comma + 1;
-    }
-    return out;
-}
-
 void fsync_dir(const std::string & dir) {
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
@@ -64,31 +35,17 @@ void fsync_dir(const std::string & dir) {
     }
 }
 
-/** RAII prepared statement. */
-class stmt {
-public:
-    stmt(sqlite3 * db, const char * sql) {
-        if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK) {
-            throw std::runtime_error(std::string("disk index: ") + sqlite3_errmsg(db));
-        }
-    }
-    ~stmt() { sqlite3_finalize(s_); }
-    stmt(const stmt &) = delete;
-    stmt & operator=(const stmt &) = delete;
-    sqlite3_stmt * get() const { return s_; }
-    int step() { return sqlite3_step(s_); }
-
-private:
-    sqlite3_stmt * s_ = nullptr;
-};
-
 }  // namespace
 
 disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
-    fs::create_directories(cfg_.dir, ec);
+    const bool created = fs::create_directories(cfg_.dir, ec);
     if (ec) {
         throw std::runtime_error("cannot create the cache directory " + cfg_.dir + ": " + ec.message());
+    }
+    if (created) {
+        // The files hold conversations' states: readable and writable by this user only.
+        fs::permissions(cfg_.dir, fs::perms::owner_all, fs::perm_options::replace, ec);
     }
     const std::string lock = cfg_.dir + "/lock";
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -104,38 +61,33 @@ disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule
     stats_.enabled = true;
     stats_.dir = cfg_.dir;
     stats_.capacity_bytes = cfg_.capacity_bytes;
+    const std::string index = cfg_.dir + "/index.sqlite";
     try {
         try {
-            open_index();
+            index_ = std::make_unique<disk_index>(index);
             startup_scan();
-        } catch (const std::runtime_error & e) {
-            // A damaged index loses the tier's contents, not the tier: it is moved aside and a
-            // new one started; the blob files it listed are unindexed now and removed.
-            if (db_) {
-                sqlite3_close(db_);
-                db_ = nullptr;
-            }
-            const std::string index = cfg_.dir + "/index.sqlite";
+        } catch (const index_damaged & e) {
+            // A damaged index loses no file: it is moved aside, a new one started, and the sound
+            // blob files are indexed again from their headers (which carry their identity).
+            index_.reset();
             const std::string aside = index + ".damaged";
             std::error_code ec;
             fs::rename(index, aside, ec);
             for (const char * ext : {"-wal", "-shm"}) {
-                fs::remove(index + ext, ec);
+                fs::rename(index + ext, aside + ext, ec);
             }
-            spdlog::warn("disk tier: the index {} could not be read ({}); moved to {}, starting an empty index", index,
-                         e.what(), aside);
+            spdlog::warn("disk tier: the index {} is damaged ({}); moved to {}, rebuilding it from the files' headers",
+                         index, e.what(), aside);
             catalog_.clear();
-            stats_ = disk_stats{};
-            stats_.enabled = true;
-            stats_.dir = cfg_.dir;
-            stats_.capacity_bytes = cfg_.capacity_bytes;
-            open_index();
+            stats_.files = 0;
+            stats_.bytes = 0;
+            stats_.anchor_files = 0;
+            count_damage(std::string("index"));
+            index_ = std::make_unique<disk_index>(index);
             startup_scan();
         }
     } catch (...) {
-        if (db_) {
-            sqlite3_close(db_);
-        }
+        index_.reset();
         ::close(lock_fd_);
         throw;
     }
@@ -151,129 +103,20 @@ disk_tier::~disk_tier() {
     if (thread_.joinable()) {
         thread_.join();
     }
-    if (db_) {
-        sqlite3_close(db_);
-    }
+    index_.reset();
     if (lock_fd_ >= 0) {
         ::close(lock_fd_);
     }
 }
 
-void disk_tier::exec(const char * sql) {
-    char * err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-        std::string msg = err ? err : "unknown error";
-        sqlite3_free(err);
-        throw std::runtime_error("disk index: " + msg + " (in: " + sql + ")");
-    }
+void disk_tier::count_damage(const std::string & kind) {
+    stats_.damaged++;
+    stats_.damage[kind]++;
 }
 
-void disk_tier::open_index() {
-    const std::string path = cfg_.dir + "/index.sqlite";
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        nullptr) != SQLITE_OK) {
-        throw std::runtime_error("cannot open the disk index " + path + ": " +
-                                 (db_ ? sqlite3_errmsg(db_) : "out of memory"));
-    }
-    sqlite3_busy_timeout(db_, 5000);
-    // WAL: a crash mid-transaction leaves the last committed index; FULL: a row is durable
-    // before the files it supersedes are deleted.
-    exec("PRAGMA journal_mode=WAL");
-    exec("PRAGMA synchronous=FULL");
-    exec("CREATE TABLE IF NOT EXISTS files ("
-         " id INTEGER PRIMARY KEY, model TEXT NOT NULL, format INTEGER NOT NULL,"
-         " bucket TEXT NOT NULL, session TEXT NOT NULL, n_tokens INTEGER NOT NULL,"
-         " history INTEGER NOT NULL, anchor INTEGER NOT NULL, checkpoints TEXT NOT NULL,"
-         " bytes INTEGER NOT NULL, last_use REAL NOT NULL, created REAL NOT NULL, tokens BLOB NOT NULL)");
-}
-
-void disk_tier::startup_scan() {
-    std::set<file_id> indexed;
-    std::vector<file_id> drop;
-    {
-        stmt q(db_, "SELECT id, model, format, bucket, session, history, anchor, checkpoints, bytes, last_use, tokens "
-                    "FROM files");
-        while (q.step() == SQLITE_ROW) {
-            sqlite3_stmt * s = q.get();
-            const auto id = static_cast<file_id>(sqlite3_column_int64(s, 0));
-            next_id_ = std::max(next_id_, id + 1);
-            indexed.insert(id);
-            const std::string model = reinterpret_cast<const char *>(sqlite3_column_text(s, 1));
-            const int format = sqlite3_column_int(s, 2);
-            if (format != static_cast<int>(disk_format_version)) {
-                stats_.ignored_other_format++;
-                continue;
-            }
-            if (model != cfg_.model) {
-                stats_.ignored_other_model++;
-                continue;
-            }
-            entry e;
-            e.id = id;
-            e.bucket = reinterpret_cast<const char *>(sqlite3_column_text(s, 3));
-            e.session = reinterpret_cast<const char *>(sqlite3_column_text(s, 4));
-            e.history = sqlite3_column_int(s, 5);
-            e.anchor = sqlite3_column_int(s, 6) != 0;
-            e.checkpoints = decode_checkpoints(reinterpret_cast<const char *>(sqlite3_column_text(s, 7)));
-            e.bytes = static_cast<uint64_t>(sqlite3_column_int64(s, 8));
-            e.last_use = sqlite3_column_double(s, 9);
-            const auto * t = static_cast<const token *>(sqlite3_column_blob(s, 10));
-            e.toks.assign(t, t + sqlite3_column_bytes(s, 10) / static_cast<int>(sizeof(token)));
-            std::error_code ec;
-            const auto size = fs::file_size(path_of(id), ec);
-            if (ec || size != e.bytes || e.toks.empty()) {
-                drop.push_back(id);  // the file is gone or was cut short after it was indexed
-                continue;
-            }
-            catalog_.add(std::move(e));
-        }
-    }
-    for (file_id id : drop) {
-        stmt d(db_, "DELETE FROM files WHERE id = ?");
-        sqlite3_bind_int64(d.get(), 1, static_cast<sqlite3_int64>(id));
-        d.step();
-        std::error_code ec;
-        fs::remove(path_of(id), ec);
-        stats_.removed_at_startup++;
-    }
-    // Temporary files of writes a crash interrupted, and files renamed but never indexed.
-    std::error_code ec;
-    for (const auto & de : fs::directory_iterator(cfg_.dir, ec)) {
-        const auto & p = de.path();
-        const std::string ext = p.extension().string();
-        if (ext == ".tmp") {
-            fs::remove(p, ec);
-            stats_.removed_at_startup++;
-        } else if (ext == ".lcache") {
-            const std::string stem = p.stem().string();
-            char * end = nullptr;
-            const auto id = static_cast<file_id>(std::strtoull(stem.c_str(), &end, 10));
-            if (end == nullptr || *end != '\0' || !indexed.count(id)) {
-                fs::remove(p, ec);
-                stats_.removed_at_startup++;
-            }
-            next_id_ = std::max(next_id_, id + 1);
-        }
-    }
-    for (const auto & [id, e] : catalog_.files()) {
-        stats_.files++;
-        stats_.bytes += e.bytes;
-        stats_.anchor_files += e.anchor ? 1 : 0;
-    }
-    spdlog::info("disk tier: {} ({} files of this model, {:.1f} MiB, capacity {:.1f} MiB)", cfg_.dir, stats_.files,
-                 static_cast<double>(stats_.bytes) / (1 << 20), static_cast<double>(cfg_.capacity_bytes) / (1 << 20));
-    if (stats_.ignored_other_model + stats_.ignored_other_format > 0) {
-        spdlog::info("disk tier: ignored {} files written by another model and {} written in another format version "
-                     "(left in place; they never match this server)",
-                     stats_.ignored_other_model, stats_.ignored_other_format);
-    }
-    if (stats_.removed_at_startup > 0) {
-        spdlog::info("disk tier: removed {} temporary, unindexed or missing files left by an earlier run",
-                     stats_.removed_at_startup);
-    }
-    if (stats_.bytes > cfg_.capacity_bytes) {
-        make_room(0);  // the cap was lowered since the last run
-    }
+void disk_tier::count_damage(disk_load_error e) {
+    util::lock_guard lk(mu_);
+    count_damage(std::string(to_string(e)));
 }
 
 std::string_view to_string(file_removal r) {
@@ -315,10 +158,11 @@ void disk_tier::write(disk_write w) {
     push(std::move(j), false);
 }
 
-std::future<disk_load_result> disk_tier::load(file_id id, std::function<void()> on_done) {
+std::future<disk_load_result> disk_tier::load(file_id id, disk_expect want, std::function<void()> on_done) {
     job j;
     j.k = job::kind::load;
     j.id = id;
+    j.want = std::move(want);
     j.load_done = std::make_shared<std::promise<disk_load_result>>();
     j.on_done = std::move(on_done);
     auto fut = j.load_done->get_future();
@@ -370,6 +214,23 @@ disk_stats disk_tier::get_stats() const {
     util::lock_guard lk(qmu_);
     s.queued = static_cast<int64_t>(queue_.size());
     return s;
+}
+
+void disk_tier::check_invariants() const {
+    util::lock_guard lk(mu_);
+    catalog_.check_invariants();
+    int64_t files = 0, anchors = 0;
+    uint64_t bytes = 0;
+    for (const auto & [id, f] : catalog_.files()) {
+        files++;
+        anchors += f.anchor ? 1 : 0;
+        bytes += f.bytes;
+    }
+    if (files != stats_.files || bytes != stats_.bytes || anchors != stats_.anchor_files) {
+        throw std::logic_error("disk tier invariant broken: stats say " + std::to_string(stats_.files) + " files, " +
+                               std::to_string(stats_.bytes) + " bytes; the catalog holds " + std::to_string(files) +
+                               ", " + std::to_string(bytes));
+    }
 }
 
 void disk_tier::run() {
@@ -449,9 +310,7 @@ void disk_tier::delete_file(file_id id, file_removal why) {
         }
     }
     // Index row first: a crash in between leaves an unindexed file, removed at startup.
-    stmt d(db_, "DELETE FROM files WHERE id = ?");
-    sqlite3_bind_int64(d.get(), 1, static_cast<sqlite3_int64>(id));
-    d.step();
+    index_->erase(static_cast<int64_t>(id));
     std::error_code ec;
     fs::remove(path_of(id), ec);
     if (why != file_removal::reset) {
@@ -506,7 +365,15 @@ void disk_tier::do_write(job & j) {
         completions_.push_back(std::move(done));
         return;
     }
+    if (next_id_ > max_file_id) {
+        done.result = util::status::error("no file id left");
+        util::lock_guard lk(mu_);
+        stats_.write_failures++;
+        completions_.push_back(std::move(done));
+        return;
+    }
     const file_id id = next_id_++;
+    w.rec.id = id;
     const std::string tmp = path_of(id, ".tmp");
     util::status written = write_disk_file(tmp, w.rec);
     std::error_code ec;
@@ -526,33 +393,14 @@ void disk_tier::do_write(job & j) {
         return;
     }
     fsync_dir(cfg_.dir);
-    {
-        stmt ins(db_, "INSERT INTO files (id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, "
-                      "bytes, last_use, created, tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        sqlite3_stmt * s = ins.get();
-        sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(id));
-        sqlite3_bind_text(s, 2, cfg_.model.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(s, 3, static_cast<int>(disk_format_version));
-        sqlite3_bind_text(s, 4, w.rec.bucket.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(s, 5, w.rec.session.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(s, 6, static_cast<int>(w.rec.toks.size()));
-        sqlite3_bind_int(s, 7, w.rec.history);
-        sqlite3_bind_int(s, 8, w.rec.anchor ? 1 : 0);
-        sqlite3_bind_text(s, 9, encode_checkpoints(w.rec.checkpoints).c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(s, 10, static_cast<sqlite3_int64>(size));
-        sqlite3_bind_double(s, 11, w.last_use);
-        sqlite3_bind_double(s, 12, wall_s());
-        sqlite3_bind_blob(s, 13, w.rec.toks.data(), static_cast<int>(w.rec.toks.size() * sizeof(token)),
-                          SQLITE_TRANSIENT);
-        if (ins.step() != SQLITE_DONE) {
-            done.result = util::status::error(std::string("index insert failed: ") + sqlite3_errmsg(db_));
-            spdlog::warn("disk tier: {}", done.result.message());
-            fs::remove(path_of(id), ec);
-            util::lock_guard lk(mu_);
-            stats_.write_failures++;
-            completions_.push_back(std::move(done));
-            return;
-        }
+    if (!index_->insert(id, w.rec, size, w.last_use)) {
+        done.result = util::status::error("index insert failed: " + index_->error());
+        spdlog::warn("disk tier: {}", done.result.message());
+        fs::remove(path_of(id), ec);
+        util::lock_guard lk(mu_);
+        stats_.write_failures++;
+        completions_.push_back(std::move(done));
+        return;
     }
     {
         util::lock_guard lk(mu_);
@@ -586,36 +434,71 @@ void disk_tier::do_write(job & j) {
     completions_.push_back(std::move(done));
 }
 
+void disk_tier::count_overdue_write(double read_seconds) {
+    util::lock_guard lk(mu_);
+    stats_.overdue_writes++;
+    stats_.overdue_read_seconds += read_seconds;
+}
+
+namespace {
+
+/** Why the sound file `r` is not the one its row `f` and the request `want` name ("" when it is). */
+std::string identity_mismatch(const disk_record & r, const disk_catalog::file & f, const disk_expect & want) {
+    if (r.id != f.id) {
+        return "its header names file " + std::to_string(r.id);
+    }
+    if (r.bucket != f.bucket || r.session != f.session || r.toks != f.toks || r.history != f.history ||
+        r.anchor != f.anchor) {
+        return "its key or tokens differ from its index row";
+    }
+    if (!want.bucket.empty() && r.bucket != want.bucket) {
+        return "its bucket is not the request's";
+    }
+    if (want.prefix.size() > r.toks.size() || !std::equal(want.prefix.begin(), want.prefix.end(), r.toks.begin())) {
+        return "its tokens do not start with the prompt's " + std::to_string(want.prefix.size()) + " restored tokens";
+    }
+    return {};
+}
+
+}  // namespace
+
 void disk_tier::do_load(job & j) {
-    bool known = false;
+    std::optional<entry> row;
     {
         util::lock_guard lk(mu_);
         if (entry * f = catalog_.find(j.id)) {
-            known = true;
             f->last_use = wall_s();
+            row = *f;
         }
     }
     disk_load_result r;
-    if (!known) {
+    if (!row) {
         r.error = disk_load_error::missing;
         r.detail = "file " + std::to_string(j.id) + " was deleted before it could be loaded";
     } else {
-        r = read_disk_file(path_of(j.id), cfg_.model);
+        try {
+            r = read_disk_file(path_of(j.id), cfg_.model);
+        } catch (const std::exception & e) {  // e.g. bad_alloc for a section the size of the disk
+            r = disk_load_result{};
+            r.error = disk_load_error::io;
+            r.detail = e.what();
+        }
         if (r.error == disk_load_error::none) {
-            stmt u(db_, "UPDATE files SET last_use = ? WHERE id = ?");
-            sqlite3_bind_double(u.get(), 1, wall_s());
-            sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(j.id));
-            u.step();
+            if (std::string why = identity_mismatch(*r.record, *row, j.want); !why.empty()) {
+                r.error = disk_load_error::identity;
+                r.detail = std::move(why);
+                r.record.reset();
+            }
+        }
+        if (r.error == disk_load_error::none) {
+            index_->touch(j.id, wall_s());
             util::lock_guard lk(mu_);
             stats_.loads++;
             stats_.bytes_read += disk_file_size(*r.record);
         } else {
             spdlog::warn("disk tier: file {} failed its checks ({}: {}); deleted, the request prefills cold",
                          path_of(j.id), to_string(r.error), r.detail);
-            {
-                util::lock_guard lk(mu_);
-                stats_.damaged++;
-            }
+            count_damage(r.error);
             delete_file(j.id, file_removal::damaged);
         }
     }

@@ -8,20 +8,28 @@
 // completions (DESIGN.md "Threads and ownership": queues between them). Loads jump the queue.
 //
 // Rules:
-// - a write goes to <id>.tmp, is fsync'd, renamed to <id>.lcache (directory fsync'd), then
-//   indexed; only then are the files it supersedes (its ancestors) deleted;
+// - file ids come from the index (one past the largest indexed id, never a file name); a write
+//   goes to <id>.tmp, is fsync'd, renamed to <id>.lcache (directory fsync'd), then indexed; only
+//   then are the files it supersedes (its ancestors) deleted;
 // - usage stays <= capacity_bytes at all times: before a write, least recently used files are
 //   deleted, anchors last (seed 000: "the last candidates, not exempt"); a write larger than
 //   the cap is skipped (WARN once); a write never evicts itself;
-// - a file that fails its checks on load is a counted miss, deleted and logged once;
-// - at startup: *.tmp and unindexed files are deleted, index rows without a file dropped; rows
-//   of another model or format version are left alone and not used (one INFO line, counts);
-//   an index that cannot be read is moved to index.sqlite.damaged and a new one started (WARN);
+// - damage (issue 15) is counted by kind (disk_stats::damage), deleted and logged, never served:
+//   a file that fails its checks on load, or whose identity (id, bucket, session, tokens in its
+//   header) differs from its index row or from the request's prompt, is a counted miss; only
+//   regular files are opened, and sizes are checked before allocating;
+// - at startup: every indexed file's header is checked against its row; rows with a damaged
+//   column are dropped with their files; *.tmp files are deleted; sound .lcache files missing
+//   from the index are indexed again from their headers, others deleted; rows of an older format
+//   are discarded, of another model or a newer format left alone (one INFO line, counts); an
+//   index that fails PRAGMA quick_check or a read is moved to index.sqlite.damaged and rebuilt
+//   from the files' headers (WARN, counted);
 // - one server per directory: an flock on <dir>/lock; a second server fails to open it.
 #pragma once
 
 #include "cache/disk_catalog.h"
 #include "cache/disk_format.h"
+#include "cache/disk_index.h"
 #include "cache/stats.h"
 #include "cache/types.h"
 #include "util/thread_annotations.h"
@@ -38,8 +46,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-struct sqlite3;
 
 namespace lineage::cache {
 
@@ -76,6 +82,13 @@ struct disk_write {
     double last_use = 0;              ///< wall-clock seconds (LRU order across restarts)
 };
 
+/** What a load must find besides the file its row describes: the request's bucket and the
+ *  prompt's first n_restore tokens (the restored prefix must equal them). Empty: not checked. */
+struct disk_expect {
+    std::string bucket;
+    tokens prefix;
+};
+
 struct disk_completion {
     uint64_t entry_id = 0;
     file_id file = 0;                 ///< 0: not written (see result)
@@ -99,9 +112,13 @@ public:
     /** Queues a write (write-behind). */
     void write(disk_write w);
     /** Queues a load ahead of writes; `on_done` runs on the disk thread after the future is
-     *  ready (to wake the engine thread). A damaged or missing file comes back as an error
-     *  and is deleted; the request then prefills cold. Marks the file used (LRU). */
-    std::future<disk_load_result> load(file_id id, std::function<void()> on_done = {});
+     *  ready (to wake the engine thread). A damaged or missing file, or one whose identity is
+     *  not its row's or does not hold `want` (error identity), comes back as an error, is
+     *  counted as damage and deleted; the request then prefills cold. Marks the file used (LRU). */
+    std::future<disk_load_result> load(file_id id, disk_expect want = {}, std::function<void()> on_done = {});
+    /** Counts a write forced by --cache-disk-max-unwritten-s and the engine thread's seconds
+     *  spent reading its state (disk_stats::overdue_writes). */
+    void count_overdue_write(double read_seconds);
     /** Queues the deletion of files (e.g. superseded ones). */
     void remove(std::vector<file_id> ids);
     /** Writes done or failed since the last call. */
@@ -113,6 +130,9 @@ public:
 
     disk_stats get_stats() const;
     const disk_config & cfg() const { return cfg_; }
+    /** The catalog's invariants (disk_catalog.h), and files/bytes/anchor_files equal to the
+     *  catalog's count and sums; throws std::logic_error naming the first broken one. */
+    void check_invariants() const;
 
 private:
     using entry = disk_catalog::file;
@@ -120,6 +140,7 @@ private:
         enum class kind { write, load, remove, reset, barrier } k = kind::barrier;
         disk_write w;
         file_id id = 0;
+        disk_expect want;
         std::vector<file_id> ids;
         std::shared_ptr<std::promise<disk_load_result>> load_done;
         std::function<void()> on_done;
@@ -127,27 +148,33 @@ private:
         std::shared_ptr<std::promise<void>> barrier;
     };
 
-    void open_index();
-    /** Constructor only, before the disk thread starts: nothing else can hold mu_. */
+    /** Constructor only, before the disk thread starts: nothing else can hold mu_. Throws
+     *  index_damaged (the caller moves the index aside and calls it again). */
     void startup_scan() NO_THREAD_SAFETY_ANALYSIS;
+    /** Startup: checks an indexed file of this model against its row; the damage kind or "". */
+    std::string check_indexed(const entry & f) const;
+    /** Startup: indexes again a sound file of `path` missing from the index; false when it is
+     *  not one (the caller deletes it). */
+    bool reindex(const std::string & path, const std::string & stem) NO_THREAD_SAFETY_ANALYSIS;
+    void count_damage(disk_load_error e);
+    void count_damage(const std::string & kind) REQUIRES(mu_);
     void run();
     void do_write(job & j);
     void do_load(job & j);
     void delete_file(file_id id, file_removal why);
     bool make_room(uint64_t bytes);
     std::string path_of(file_id id, const char * ext = ".lcache") const;
-    void exec(const char * sql);
     void push(job j, bool front);
 
     disk_config cfg_;
     int lock_fd_ = -1;
-    sqlite3 * db_ = nullptr;  // disk thread only (and the constructor)
+    std::unique_ptr<disk_index> index_;  // disk thread only (and the constructor)
 
     mutable util::mutex mu_;
     disk_catalog catalog_ GUARDED_BY(mu_);
     disk_stats stats_ GUARDED_BY(mu_);
     std::vector<disk_completion> completions_ GUARDED_BY(mu_);
-    file_id next_id_ = 1;               // disk thread
+    file_id next_id_ = 1;               // disk thread: one past the largest indexed id
     bool warned_too_large_ = false;     // disk thread
 
     mutable util::mutex qmu_;

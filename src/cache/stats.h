@@ -21,12 +21,25 @@ struct disk_stats {
     int64_t write_failures = 0;       ///< writes that failed (I/O error, or larger than the cap)
     int64_t loads = 0;                ///< files read for a restore
     uint64_t bytes_read = 0;
-    int64_t damaged = 0;              ///< files that failed their checks on load (deleted)
+    /** Damaged files and index rows found (each deleted; the request, if any, prefilled cold):
+     *  the sum of `damage`. */
+    int64_t damaged = 0;
+    /** By kind: a file's check (checksum "corrupt", "truncated", "bad_magic", "identity": not the
+     *  file its row or the prompt names, "not_regular", "other_model", "io"), "index_row" (a row
+     *  with a NULL, wrong type or out-of-range column), "index" (the index failed its integrity
+     *  check or a read; moved aside). */
+    std::map<std::string, int64_t> damage;
     int64_t superseded = 0;           ///< files deleted once their successor was durable
     int64_t evictions = 0;            ///< files deleted to stay under the cap (LRU)
     int64_t ignored_other_model = 0;  ///< files of another model found at startup (left alone)
-    int64_t ignored_other_format = 0; ///< files of another format version found at startup (left alone)
-    int64_t removed_at_startup = 0;   ///< temporary, orphaned or missing files cleaned up at startup
+    int64_t ignored_other_format = 0; ///< files of a newer format version found at startup (left alone)
+    int64_t discarded_old_format = 0; ///< files of an older format version found at startup (deleted)
+    int64_t removed_at_startup = 0;   ///< temporary, unreadable unindexed or missing files cleaned up at startup
+    int64_t reindexed = 0;            ///< sound files missing from the index, indexed again at startup
+    /** Writes forced by --cache-disk-max-unwritten-s (the engine busy or not) and the engine
+     *  thread's seconds spent handing them over (reading a parked sequence's state). */
+    int64_t overdue_writes = 0;
+    double overdue_read_seconds = 0;
     int64_t queued = 0;               ///< jobs waiting for the disk thread
 };
 

@@ -225,6 +225,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                 p.disk_ancestors.push_back(e.disk_file);
             }
             p.pending_write_of = e.writing ? e.id : 0;
+            p.unwritten_since = e.disk_file == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
             index_remove(chosen_it);
             entries_.erase(chosen_it);
         } else {
@@ -393,6 +394,9 @@ void store::check_invariants() const {
         if (e.disk_file != 0 && (e.writing || e.write_failed)) {
             fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.disk_file) +
                  " and a write in flight or failed");
+        }
+        if (e.unwritten_since > e.last_use) {
+            fail("10: entry " + std::to_string(e.id) + " unwritten since after its last use");
         }
         if (e.anchor) {
             n_anchor++;

@@ -15,7 +15,8 @@
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
 // Tier 2 (write-behind), beside the states above:
-//   no copy --idle / shutdown (take_idle_writes), or leaving for room/TTL (spill)--> WRITING
+//   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
+//          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
 //   WRITING --disk_written(f)--> has file f | --disk_written(0)--> write_failed (not offered again)
 //   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
 //   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
@@ -111,6 +112,10 @@ struct restore_plan {
     /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
      *  its unfinished deletions); deleted once the new entry's file is durable. */
     std::vector<file_id> disk_ancestors;
+    /** absorbs: since when (monotonic seconds) the taken entry's content has had no tier-2 copy
+     *  and none in flight; -1 when it had one. The request's entry inherits it, so that a
+     *  conversation extended faster than --cache-disk-max-unwritten-s is still written. */
+    double unwritten_since = -1;
     /** absorbs: the taken entry's id when its write was still in flight (its file then
      *  becomes an ancestor of the new entry when it completes). */
     uint64_t pending_write_of = 0;
@@ -257,6 +262,11 @@ public:
      *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
      *  is marked as being written. */
     std::vector<disk_job> take_idle_writes(double now_s, double idle_s);
+    /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed)
+     *  whose content has gone unwritten longest, when that is at least `max_unwritten_s`
+     *  seconds (inherited across absorption); nullopt otherwise. At most one per call: the
+     *  scheduler calls it once per engine step, so the cost (one state read) is bounded. */
+    std::optional<disk_job> take_overdue_write(double now_s, double max_unwritten_s);
 
     /** Entries without a tier-2 copy that left the store for lack of room or by TTL since the
      *  last call (write-behind "when it leaves RAM"). Device ones name their sequence: the
@@ -297,7 +307,9 @@ public:
      *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
      *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
      *     hashes, and the block counters match them;
-     *  9. tier 2: an entry with a file is neither being written nor marked write_failed. */
+     *  9. tier 2: an entry with a file is neither being written nor marked write_failed;
+     * 10. write-behind bound: an entry's content has gone unwritten since no later than its last
+     *     use (unwritten_since <= last_use; absorption only moves it earlier). */
     void check_invariants() const;
 
 private:
@@ -314,6 +326,7 @@ private:
         bool anchor = false;
         int32_t history = -1;  // history boundary of the prompt that made it (-1: unknown)
         double last_use = 0;
+        double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
         file_id disk_file = 0;             // its tier-2 copy (0: none)
         bool writing = false;              // a write of it is in flight
         bool write_failed = false;         // not offered to the disk tier again

@@ -75,6 +75,8 @@ bool store::commit(commit_input in, double now_s) {
     e.seq = in.seq;
     e.device_bytes = in.device_bytes;
     e.last_use = now_s;
+    e.unwritten_since = in.absorbed && in.absorbed->unwritten_since >= 0 ? std::min(in.absorbed->unwritten_since, now_s)
+                                                                         : now_s;
     e.history = in.history_tokens;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
@@ -253,6 +255,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.checkpoints = std::move(rungs);
     e.anchor = true;
     e.last_use = now_s;
+    e.unwritten_since = now_s;
     e.disk_file = disk_file;
     if (e.checkpoints.empty()) {
         LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));

@@ -250,6 +250,25 @@ std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
     return out;
 }
 
+std::optional<disk_job> store::take_overdue_write(double now_s, double max_unwritten_s) {
+    if (disk_ == nullptr || max_unwritten_s <= 0) {
+        return std::nullopt;
+    }
+    entry * due = nullptr;
+    for (auto & e : entries_) {
+        if (e.disk_file == 0 && !e.writing && !e.write_failed && now_s - e.unwritten_since >= max_unwritten_s &&
+            (due == nullptr || e.unwritten_since < due->unwritten_since)) {
+            due = &e;
+        }
+    }
+    if (due == nullptr) {
+        return std::nullopt;
+    }
+    LINEAGE_TRACE(trace_, "entry {} ({} tokens) unwritten for {:.0f} s while the engine is busy: written to disk",
+                  due->id, due->toks.size(), now_s - due->unwritten_since);
+    return job_of(*due);
+}
+
 std::vector<disk_job> store::take_spills() {
     std::vector<disk_job> out;
     out.swap(spills_);

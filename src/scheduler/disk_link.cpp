@@ -3,13 +3,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace lineage::scheduler {
 
 disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
                      const std::string & model_path, bool hybrid)
-    : store_(store), st_(st), dir_(cfg.disk_dir), idle_s_(cfg.disk_idle_s) {
+    : store_(store), st_(st), dir_(cfg.disk_dir), idle_s_(cfg.disk_idle_s),
+      max_unwritten_s_(cfg.disk_max_unwritten_s) {
     if (!cfg.enabled || cfg.disk_dir.empty()) {
         return;
     }
@@ -66,6 +68,15 @@ void disk_link::housekeeping(bool idle, double now_s) {
             write(std::move(j));
         }
     }
+    if (auto j = store_.take_overdue_write(now_s, max_unwritten_s_)) {
+        // Busy or not: when busy this costs the step one state read (device entries) and a copy.
+        const auto t0 = std::chrono::steady_clock::now();
+        write(std::move(*j));
+        const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        tier_->count_overdue_write(read_s);
+        spdlog::debug("disk tier: writing an entry unwritten for --cache-disk-max-unwritten-s ({}; state read "
+                      "{:.2f} ms)", idle ? "idle" : "engine busy", read_s * 1e3);
+    }
 }
 
 void disk_link::flush(double now_s, const std::function<void()> & drain) {
@@ -93,8 +104,13 @@ void disk_link::flush(double now_s, const std::function<void()> & drain) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-std::future<cache::disk_load_result> disk_link::load(cache::file_id f, std::function<void()> on_done) {
-    return tier_->load(f, std::move(on_done));
+std::future<cache::disk_load_result> disk_link::load(cache::file_id f, const std::string & bucket,
+                                                     const cache::tokens & prompt, int32_t n_restore,
+                                                     std::function<void()> on_done) {
+    cache::disk_expect want;
+    want.bucket = bucket;
+    want.prefix.assign(prompt.begin(), prompt.begin() + std::clamp<int32_t>(n_restore, 0, static_cast<int32_t>(prompt.size())));
+    return tier_->load(f, std::move(want), std::move(on_done));
 }
 
 }  // namespace lineage::scheduler

@@ -1,7 +1,8 @@
 // scheduler::disk_link: the scheduler's side of tier 2 (DESIGN.md "Tiers"; docs/architecture.md
 // "Tier 2"): opens the disk tier and attaches it to the store, turns the store's disk jobs into
 // writes (reading a parked entry's state from its sequence on the engine thread), feeds the
-// disk thread's completions back to the store, writes idle entries, queues loads, and flushes
+// disk thread's completions back to the store, writes idle entries (and, under load, entries
+// unwritten too long, one per step), queues loads, and flushes
 // everything at shutdown. Without --cache-dir (or when the tier cannot be opened) every call
 // is a no-op. Thread safety: engine thread only (the tier's own thread is behind its queue).
 // Ownership: owns the disk tier; borrows the store and the states; detaches the tier from the
@@ -32,13 +33,19 @@ public:
     bool on() const { return tier_ != nullptr; }
     /** Queues the write of `j` (a parked entry's state is read now, before its id is released). */
     void write(cache::disk_job j);
-    /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s. */
+    /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s;
+     *  busy or not, writes at most one entry unwritten for --cache-disk-max-unwritten-s (called
+     *  once per engine step: at most one forced state read per step). */
     void housekeeping(bool idle, double now_s);
     /** At shutdown: writes every entry without a copy (`drain` first releases what the store let
      *  go of) and waits for the disk thread. */
     void flush(double now_s, const std::function<void()> & drain);
-    /** Queues the read of file `f` ahead of writes; `on_done` runs on the disk thread. REQUIRES: on(). */
-    std::future<cache::disk_load_result> load(cache::file_id f, std::function<void()> on_done);
+    /** Queues the read of file `f` ahead of writes, for a request of `bucket` whose prompt's
+     *  first `n_restore` tokens it restores (the tier checks the file holds them); `on_done`
+     *  runs on the disk thread. REQUIRES: on(), n_restore <= |prompt|. */
+    std::future<cache::disk_load_result> load(cache::file_id f, const std::string & bucket,
+                                              const cache::tokens & prompt, int32_t n_restore,
+                                              std::function<void()> on_done);
     /** The tier (nullptr when off), for stats and reset. */
     cache::disk_tier * tier() { return tier_.get(); }
     /** Detaches from the store and stops the disk thread (before the members its callbacks
@@ -50,6 +57,7 @@ private:
     sequence_states & st_;
     std::string dir_;
     double idle_s_;
+    double max_unwritten_s_;
     std::unique_ptr<cache::disk_tier> tier_;
 };
 

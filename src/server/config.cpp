@@ -445,6 +445,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "write an entry to disk once it has been unused this long; 0 = as soon as it is stored (entries are "
         "also written when they leave RAM and at shutdown)",
         seconds(cc.disk_idle_s, true));
+    add("--cache-disk-max-unwritten-s", "LINEAGE_CACHE_DISK_MAX_UNWRITTEN_S", "SECONDS",
+        fmt_double(dc.disk_max_unwritten_s),
+        "write an entry to disk once it has gone this long without a copy there, even while the engine is busy "
+        "(at most one state read per engine step), so a crash under continuous load loses at most this much; "
+        "0 = off",
+        seconds(cc.disk_max_unwritten_s, true));
     // --- stored responses (POST /v1/responses with store: true) ---
     add("--responses-store", "LINEAGE_RESPONSES_STORE", "PATH", "<--cache-dir>/responses.sqlite",
         "SQLite file of the stored Responses API responses (previous_response_id, GET/DELETE /v1/responses/{id}); "

@@ -194,8 +194,16 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               static_cast<double>(d.bytes_written));
     x.counter("lineage_prompt_cache_disk_loads_total", "Tier-2 files read for a restore.", static_cast<double>(d.loads));
     x.counter("lineage_prompt_cache_disk_damaged_total",
-              "Tier-2 files that failed their checks on load (deleted; the request prefilled cold).",
-              static_cast<double>(d.damaged));
+              "Damaged tier-2 files and index rows found (deleted; never served), by kind: corrupt, truncated, "
+              "bad_magic, identity, not_regular, other_model, missing, io, index_row, index.",
+              "kind",
+              with_known(d.damage, {"corrupt", "truncated", "bad_magic", "identity", "not_regular", "index_row", "index"}));
+    x.counter("lineage_prompt_cache_disk_overdue_writes_total",
+              "Tier-2 writes forced by --cache-disk-max-unwritten-s (the engine busy or not).",
+              static_cast<double>(d.overdue_writes));
+    x.counter("lineage_prompt_cache_disk_overdue_read_seconds_total",
+              "Engine-thread seconds spent reading the states of the forced writes.",
+              d.overdue_read_seconds);
     x.counter("lineage_prompt_cache_disk_evictions_total",
               "Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was written).",
               "reason",

@@ -86,11 +86,16 @@ json stats_json(const cache::stats & s) {
                {"loads", d.loads},
                {"bytes_read", d.bytes_read},
                {"damaged", d.damaged},
+               {"damage", map_json(d.damage)},
                {"superseded", d.superseded},
                {"evictions", d.evictions},
                {"ignored_other_model", d.ignored_other_model},
                {"ignored_other_format", d.ignored_other_format},
+               {"discarded_old_format", d.discarded_old_format},
                {"removed_at_startup", d.removed_at_startup},
+               {"reindexed", d.reindexed},
+               {"overdue_writes", d.overdue_writes},
+               {"overdue_read_seconds", d.overdue_read_seconds},
                {"queued", d.queued}};
     j["disk"] = dj;
     j["apc_enabled"] = s.apc_enabled;

@@ -6,6 +6,7 @@
 #include "cache/disk_tier.h"
 #include "cache/store.h"
 
+#include "disk_fixture.h"
 #include "fake_states.h"
 
 #include <gtest/gtest.h>
@@ -21,65 +22,6 @@ using fakes::seq;
 using fakes::fake;
 
 namespace fs = std::filesystem;
-
-disk_record record(tokens toks, size_t full_bytes = 1000, std::vector<checkpoint> cps = {}) {
-    disk_record r;
-    r.model = "model-a";
-    r.bucket = "bucket-1";
-    r.session = "s1";
-    r.toks = std::move(toks);
-    r.history = static_cast<int32_t>(r.toks.size()) - 2;
-    r.full = fake(full_bytes);
-    r.checkpoints = std::move(cps);
-    return r;
-}
-
-class TempDir : public ::testing::Test {
-protected:
-    void SetUp() override {
-        dir_ = fs::temp_directory_path() /
-               ("lineage-disk-test-" + std::to_string(::getpid()) + "-" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-    }
-    void TearDown() override { fs::remove_all(dir_); }
-    std::string path(const std::string & name) const { return (dir_ / name).string(); }
-    std::vector<std::string> blob_files() const {
-        std::vector<std::string> out;
-        for (const auto & e : fs::directory_iterator(dir_)) {
-            if (e.path().extension() == ".lcache") {
-                out.push_back(e.path().filename().string());
-            }
-        }
-        return out;
-    }
-
-    disk_config cfg(uint64_t cap = 1 << 20, bool hybrid = true) const {
-        disk_config c;
-        c.dir = dir_.string();
-        c.capacity_bytes = cap;
-        c.model = "model-a";
-        c.rule.hybrid = hybrid;
-        return c;
-    }
-
-    /** Writes `r` through the tier and waits; returns its file id (0 when not written). */
-    static file_id put(disk_tier & t, disk_record r, std::vector<file_id> ancestors = {}, double last_use = 1) {
-        disk_write w;
-        w.entry_id = 7;
-        w.rec = std::move(r);
-        w.ancestors = std::move(ancestors);
-        w.last_use = last_use;
-        t.write(std::move(w));
-        t.drain();
-        auto done = t.take_completions();
-        EXPECT_EQ(done.size(), 1u);
-        return done.empty() ? 0 : done[0].file;
-    }
-
-    fs::path dir_;
-};
 
 // --- file format -------------------------------------------------------------------------------
 
@@ -329,29 +271,36 @@ TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
     const auto st = t.get_stats();
     EXPECT_EQ(st.files, 1);
     EXPECT_EQ(st.ignored_other_model, 1);
-    EXPECT_EQ(st.removed_at_startup, 3);
+    EXPECT_EQ(st.removed_at_startup, 2);
+    EXPECT_EQ(st.damage.at("truncated"), 1);  // indexed, so fsync'd whole: damage, not a crash
+    EXPECT_EQ(st.damaged, 1);
     EXPECT_FALSE(fs::exists(path("99.tmp")));
     EXPECT_FALSE(fs::exists(path("98.lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(cut) + ".lcache")));
     EXPECT_TRUE(fs::exists(path(std::to_string(kept) + ".lcache")));
-    // New ids never reuse an old file name.
-    EXPECT_GT(put(t, record(seq(0, 50), 10)), 98u);
+    // Ids come from the index (one past the largest, model-b's file 3 included), never from names.
+    EXPECT_EQ(put(t, record(seq(0, 50), 10)), 4u);
 }
 
 TEST_F(DiskTier, DamagedIndexIsMovedAsideAndTheTierStillWorks) {
+    file_id a = 0;
     {
         disk_tier t(cfg());
-        put(t, record(seq(0, 40), 500));
+        a = put(t, record(seq(0, 40), 500));
     }
     std::ofstream(path("index.sqlite"), std::ios::binary | std::ios::trunc) << "not a database, not at all";
     fs::remove(path("index.sqlite-wal"));
     disk_tier t(cfg());
     EXPECT_TRUE(fs::exists(path("index.sqlite.damaged")));
     const auto st = t.get_stats();
-    EXPECT_EQ(st.files, 0);
-    EXPECT_EQ(st.removed_at_startup, 1);  // the file the damaged index listed
-    EXPECT_TRUE(blob_files().empty());
-    ASSERT_NE(put(t, record(seq(0, 40), 500)), 0u);
-    EXPECT_TRUE(t.best("bucket-1", "s1", seq(0, 60), 0));
+    EXPECT_EQ(st.damage.at("index"), 1);
+    EXPECT_EQ(st.files, 1);  // the file the damaged index listed, indexed again from its header
+    EXPECT_EQ(st.reindexed, 1);
+    EXPECT_EQ(st.removed_at_startup, 0);
+    auto c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);
+    EXPECT_EQ(put(t, record(seq(100, 40), 500)), a + 1);
 }
 
 TEST_F(DiskTier, OneServerPerDirectory) {
@@ -434,6 +383,57 @@ TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     ASSERT_EQ(shut.size(), 1u);
     EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{11});
     st.check_invariants();
+}
+
+TEST(StoreDisk, UnderLoadAnEntryUnwrittenTooLongIsWrittenOnePerCall) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 10.0);
+    park(st, k, seq(1000, 40), 2, 12.0);
+    EXPECT_FALSE(st.take_overdue_write(19.0, 10));  // 9 s < 10 s
+    EXPECT_FALSE(st.take_overdue_write(100.0, 0));   // 0 = off
+    // Both overdue: one per call, the longest unwritten first.
+    auto j = st.take_overdue_write(22.5, 10);
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->toks, seq(0, 40));
+    EXPECT_EQ(j->seq, 1);
+    auto j2 = st.take_overdue_write(22.5, 10);
+    ASSERT_TRUE(j2);
+    EXPECT_EQ(j2->toks, seq(1000, 40));
+    EXPECT_FALSE(st.take_overdue_write(22.5, 10));  // both in flight
+    st.check_invariants();
+}
+
+TEST(StoreDisk, AConversationExtendedFasterThanTheBoundIsStillWritten) {
+    // Each turn absorbs the last before the bound: the unwritten time carries over.
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 0.0);
+    double now = 0;
+    int32_t n = 40;
+    for (; now < 9; now += 3) {
+        EXPECT_FALSE(st.take_overdue_write(now, 10)) << "at " << now;
+        auto p = st.plan(k, seq(0, n + 10), {}, now);
+        ASSERT_TRUE(p.absorbs);
+        EXPECT_EQ(p.unwritten_since, 0.0);
+        n += 10;
+        park(st, k, seq(0, n), 1, now, p);
+    }
+    auto j = st.take_overdue_write(10.0, 10);
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->toks, seq(0, n));
+    // Once it has a copy, the next turn's clock starts at its own commit.
+    st.disk_written(j->entry_id, 9);
+    auto p = st.plan(k, seq(0, n + 10), {}, 11.0);
+    ASSERT_TRUE(p.absorbs);
+    EXPECT_EQ(p.unwritten_since, -1.0);
+    park(st, k, seq(0, n + 10), 1, 11.0, p);
+    EXPECT_FALSE(st.take_overdue_write(20.0, 10));
+    EXPECT_TRUE(st.take_overdue_write(21.0, 10));
 }
 
 TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {

@@ -210,6 +210,7 @@ TEST(RestoreRuleOrder, ApcClampsTheDiskCatalogLikeMemory) {
     f.bucket = "b";
     f.session = "s";
     f.toks = seq(0, 100);
+    f.bytes = 1000;
     cat.add(f);
     cat.check_invariants();
     tokens p = seq(0, 40);

@@ -145,14 +145,18 @@ for (const arch of ARCHS) {
       assert.equal(r3.u.cached, r3.u.prompt - 1, `resend after the damaged file: cached ${r3.u.cached}`);
       await srv.stopGracefully();
 
-      // Truncated files: caught at startup by the index's sizes, removed, never loaded.
-      for (const f of blobFiles(d)) fs.truncateSync(path.join(d, f), 100);
+      // Truncated files: caught at startup by the index's sizes, counted as damage, removed,
+      // never loaded.
+      const truncated = blobFiles(d);
+      assert.ok(truncated.length >= 1);
+      for (const f of truncated) fs.truncateSync(path.join(d, f), 100);
       srv = await startOn(arch, d, `disk-d2c-${arch}`);
       sc.srv = srv;
       s = await sc.stats();
       assert.equal(s.disk.files, 0, JSON.stringify(s.disk));
-      assert.ok(s.disk.removed_at_startup >= 1, JSON.stringify(s.disk));
-      assert.match(srv.log(), /removed \d+ temporary, unindexed or missing files/);
+      assert.equal(s.disk.damage.truncated, truncated.length, JSON.stringify(s.disk));
+      assert.equal(blobFiles(d).length, 0);
+      assert.match(srv.log(), /failed its startup check \(truncated\); deleted/);
       const r4 = await sc.ask('follow-up over truncated files', msgs);
       expectHit(r4, 0, 'miss');
       expectSame(r4, r2, 'after truncated files vs cold');

@@ -42,6 +42,9 @@ cache::stats known_cache_stats() {
     s.disk.bytes_written = 4500;
     s.disk.loads = 2;
     s.disk.damaged = 1;
+    s.disk.damage = {{"identity", 1}};
+    s.disk.overdue_writes = 2;
+    s.disk.overdue_read_seconds = 0.25;
     s.disk.superseded = 1;
     s.apc_enabled = true;
     s.total_blocks_stored = 40;
@@ -197,9 +200,21 @@ lineage_prompt_cache_disk_written_bytes_total 4500
 # HELP lineage_prompt_cache_disk_loads_total Tier-2 files read for a restore.
 # TYPE lineage_prompt_cache_disk_loads_total counter
 lineage_prompt_cache_disk_loads_total 2
-# HELP lineage_prompt_cache_disk_damaged_total Tier-2 files that failed their checks on load (deleted; the request prefilled cold).
+# HELP lineage_prompt_cache_disk_damaged_total Damaged tier-2 files and index rows found (deleted; never served), by kind: corrupt, truncated, bad_magic, identity, not_regular, other_model, missing, io, index_row, index.
 # TYPE lineage_prompt_cache_disk_damaged_total counter
-lineage_prompt_cache_disk_damaged_total 1
+lineage_prompt_cache_disk_damaged_total{kind="corrupt"} 0
+lineage_prompt_cache_disk_damaged_total{kind="truncated"} 0
+lineage_prompt_cache_disk_damaged_total{kind="bad_magic"} 0
+lineage_prompt_cache_disk_damaged_total{kind="identity"} 1
+lineage_prompt_cache_disk_damaged_total{kind="not_regular"} 0
+lineage_prompt_cache_disk_damaged_total{kind="index_row"} 0
+lineage_prompt_cache_disk_damaged_total{kind="index"} 0
+# HELP lineage_prompt_cache_disk_overdue_writes_total Tier-2 writes forced by --cache-disk-max-unwritten-s (the engine busy or not).
+# TYPE lineage_prompt_cache_disk_overdue_writes_total counter
+lineage_prompt_cache_disk_overdue_writes_total 2
+# HELP lineage_prompt_cache_disk_overdue_read_seconds_total Engine-thread seconds spent reading the states of the forced writes.
+# TYPE lineage_prompt_cache_disk_overdue_read_seconds_total counter
+lineage_prompt_cache_disk_overdue_read_seconds_total 0.25
 # HELP lineage_prompt_cache_disk_evictions_total Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was written).
 # TYPE lineage_prompt_cache_disk_evictions_total counter
 lineage_prompt_cache_disk_evictions_total{reason="capacity"} 0
