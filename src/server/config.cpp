@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -614,27 +613,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          "--cache-device-slots = " + std::to_string(n_seq) +
                          " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
-    if (errors.empty() && !c.api_key_file.empty()) {
-        std::ifstream f(c.api_key_file, std::ios::binary);
-        std::ostringstream text;
-        if (!f || !(text << f.rdbuf())) {
-            errors.push_back("--api-key-file '" + c.api_key_file + "': cannot read the file");
-        } else if (const std::string err = parse_key_file(text.str(), c.tenant_keys); !err.empty()) {
-            errors.push_back("--api-key-file '" + c.api_key_file + "': " + err);
+    if (errors.empty()) {
+        if (const std::string err = load_tenant_keys(c.api_key_file, c.api_key, c.admin_api_key, c.tenant_keys);
+            !err.empty()) {
+            errors.push_back(err);
         }
-    }
-    if (errors.empty() && !c.admin_api_key.empty()) {
-        const bool reused = c.admin_api_key == c.api_key ||
-                            std::any_of(c.tenant_keys.begin(), c.tenant_keys.end(),
-                                        [&](const tenant_key & k) { return k.key == c.admin_api_key; });
-        if (reused) {
-            errors.push_back("--admin-api-key is also a tenant's key (--api-key or --api-key-file): give the admin "
-                             "a key of its own");
-        }
-    }
-    if (errors.empty() && !c.api_key.empty() &&
-        std::any_of(c.tenant_keys.begin(), c.tenant_keys.end(), [&](const tenant_key & k) { return k.key == c.api_key; })) {
-        errors.push_back("--api-key is also in --api-key-file: give each key once");
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

@@ -272,8 +272,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         return httplib::Server::HandlerResponse::Unhandled;
     });
 
-    // httplib answers 400 on its own when the header block breaks its compiled limits (more than
-    // 100 lines, a line over 8 KiB): remember it so that the error handler says 431.
+    // httplib answers 400 on its own when it cannot read the header block (more than 100 lines,
+    // a line over 8 KiB, a malformed line): remember it so that the error handler says which
+    // (431 for the line count).
     srv.set_error_logger([](const httplib::Error & err, const httplib::Request *) {
         if (err == httplib::Error::InvalidHeaders) {
             header_limit_hit = true;
@@ -287,12 +288,19 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         }
         if (res.status == 400 && header_limit_hit) {
             header_limit_hit = false;
+            // httplib stops reading at its header count limit with exactly that many parsed; any
+            // other failure (a line over 8 KiB, a malformed line, a client that stopped sending)
+            // leaves fewer and stays a 400.
+            const bool too_many = req.headers.size() >= CPPHTTPLIB_HEADER_MAX_COUNT;
             api_error e;
-            e.status = 431;
-            e.message = "the request headers could not be read: more than 100 header lines, a header line over 8192 "
-                        "bytes, or a malformed line; send fewer or shorter headers";
-            e.code = "request_header_fields_too_large";
-            res.status = 431;
+            e.status = too_many ? 431 : 400;
+            e.message = too_many ? "more than " + std::to_string(CPPHTTPLIB_HEADER_MAX_COUNT) +
+                                       " request header lines: send fewer headers"
+                                 : "the request headers could not be read: a header line over " +
+                                       std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH) +
+                                       " bytes, a malformed line, or the client stopped sending";
+            e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
+            res.status = e.status;
             res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
             return httplib::Server::HandlerResponse::Handled;
         }

@@ -4,6 +4,8 @@
 #include "server/http_guard.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -66,6 +68,30 @@ std::string parse_key_file(const std::string & text, std::vector<tenant_key> & o
         return "no key in the file: add lines 'KEY TENANT'";
     }
     out.insert(out.end(), found.begin(), found.end());
+    return "";
+}
+
+std::string load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
+                             std::vector<tenant_key> & out) {
+    if (!path.empty()) {
+        std::ifstream f(path, std::ios::binary);
+        if (!f) {
+            return "--api-key-file '" + path + "': cannot read the file";
+        }
+        const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+        if (const std::string err = parse_key_file(text, out); !err.empty()) {
+            return "--api-key-file '" + path + "': " + err;
+        }
+    }
+    auto in_file = [&](const std::string & key) {
+        return std::any_of(out.begin(), out.end(), [&](const tenant_key & k) { return k.key == key; });
+    };
+    if (!admin_key.empty() && (admin_key == api_key || in_file(admin_key))) {
+        return "--admin-api-key is also a tenant's key (--api-key or --api-key-file): give the admin a key of its own";
+    }
+    if (!api_key.empty() && in_file(api_key)) {
+        return "--api-key is also in --api-key-file: give each key once";
+    }
     return "";
 }
 

@@ -33,6 +33,14 @@ inline constexpr const char * admin_tenant = "(admin)";
  *  twice, a file with no key at all. */
 std::string parse_key_file(const std::string & text, std::vector<tenant_key> & out);
 
+/** The keys of a server: reads the key file at `path` ("" = none) into `out` (parse_key_file)
+ *  and checks that `admin_key` is no tenant's key and `api_key` not in the file. Returns "" or
+ *  the error, naming the flag: "--api-key-file 'PATH': line 3: ...", "--api-key-file 'PATH':
+ *  cannot read the file", "--admin-api-key is also a tenant's key ...", "--api-key is also in
+ *  --api-key-file ...". */
+std::string load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
+                             std::vector<tenant_key> & out);
+
 /** The caller a request's key identifies. */
 struct caller {
     bool known = false;   ///< the key matched (always true when no key is configured)
