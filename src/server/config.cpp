@@ -311,13 +311,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--max-header-bytes", "LINEAGE_MAX_HEADER_BYTES", "BYTES", format_bytes_default(d.max_header_bytes),
         "most bytes of request headers (names + values) accepted; more, or more than 100 header lines, get HTTP 431",
         bytes_min(c.max_header_bytes, 1024));
-    add("--http-threads", "LINEAGE_HTTP_THREADS", "N", "0",
-        "HTTP worker threads kept running; 0 = --parallel + 4. A connection holds a worker while it is open",
-        int_in(c.http_threads, 0, 4096));
-    add("--http-threads-max", "LINEAGE_HTTP_THREADS_MAX", "N", std::to_string(d.http_threads_max),
-        "most HTTP worker threads (started on demand, stopped when idle): the number of slow or idle "
-        "connections the server can hold while still answering others",
-        int_in(c.http_threads_max, 1, 65536));
+    add("--http-threads", "LINEAGE_HTTP_THREADS", "N", std::to_string(d.http_threads),
+        "HTTP worker threads; an open connection (streaming, slow or idle) holds one, so this many connections "
+        "are served at once; must exceed --parallel",
+        int_in(c.http_threads, 2, 65536));
     add("--http-queue", "LINEAGE_HTTP_QUEUE", "N", std::to_string(d.http_queue),
         "accepted connections waiting for a free worker; beyond it new connections are closed at once; 0 = "
         "no bound",
@@ -607,6 +604,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          std::to_string(max_sequences) + ": lower one of them");
     }
     const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots;
+    if (errors.empty() && c.http_threads <= c.sched.n_parallel) {
+        errors.push_back("--http-threads " + std::to_string(c.http_threads) + " is not more than --parallel " +
+                         std::to_string(c.sched.n_parallel) +
+                         ": every running request holds an HTTP thread, leave some for /health and new requests");
+    }
     if (errors.empty() && c.sched.n_batch < n_seq) {
         // llama.cpp reserves one output row per sequence inside a batch (GGML_ASSERT otherwise).
         errors.push_back("--batch-size " + std::to_string(c.sched.n_batch) + " is smaller than --parallel + " +

@@ -34,8 +34,7 @@ struct server_config {
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     int32_t max_json_depth = 128;         ///< --max-json-depth: deeper bodies get 400 (json_body.h)
     // Connections (cpp-httplib; docs/prompt-cache.md "Security and failure model")
-    int32_t http_threads = 0;             ///< --http-threads: worker threads kept; 0 = --parallel + 4
-    int32_t http_threads_max = 256;       ///< --http-threads-max: most worker threads (one per open connection)
+    int32_t http_threads = 128;           ///< --http-threads: worker threads (one per open connection); > --parallel
     int32_t http_queue = 256;             ///< --http-queue: connections waiting for a worker; more are closed
     double http_read_timeout_s = 5;       ///< --http-read-timeout: longest wait for the next bytes of a request
     double http_write_timeout_s = 5;      ///< --http-write-timeout: longest wait for a client to take bytes

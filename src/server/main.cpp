@@ -114,17 +114,14 @@ int serve(const server::server_config & cfg) {
 
     httplib::Server srv;
     // Every open connection holds a worker thread (a streaming request, a slow client, an idle
-    // kept-alive connection); threads beyond --http-threads start on demand up to
-    // --http-threads-max, so that slow clients leave workers for /health and real requests
-    // (docs/prompt-cache.md "Connections"). Connections beyond that wait in a queue of
-    // --http-queue, and beyond it are closed.
-    const size_t n_threads =
-        cfg.http_threads > 0 ? static_cast<size_t>(cfg.http_threads) : static_cast<size_t>(cfg.sched.n_parallel) + 4;
-    const size_t max_threads = std::max(n_threads, static_cast<size_t>(cfg.http_threads_max));
-    const size_t max_queued = static_cast<size_t>(cfg.http_queue);
-    srv.new_task_queue = [n_threads, max_threads, max_queued] {
-        return new httplib::ThreadPool(n_threads, max_threads, max_queued);
-    };
+    // kept-alive connection). A fixed pool of --http-threads: httplib's on-demand threads start
+    // only when no thread is idle at the moment a connection is queued, so a burst of slow
+    // clients could leave later connections (/health) queued behind them while the pool is
+    // below its maximum (docs/prompt-cache.md "Connections"). Connections that find every
+    // worker busy wait in a queue of --http-queue, and beyond it are closed.
+    const auto n_threads = static_cast<size_t>(cfg.http_threads);
+    const auto max_queued = static_cast<size_t>(cfg.http_queue);
+    srv.new_task_queue = [n_threads, max_queued] { return new httplib::ThreadPool(n_threads, n_threads, max_queued); };
     auto split = [](double s) {
         const auto sec = static_cast<time_t>(s);
         return std::pair<time_t, time_t>{sec, static_cast<time_t>((s - static_cast<double>(sec)) * 1e6)};

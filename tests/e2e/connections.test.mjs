@@ -1,8 +1,8 @@
 // Connections (issue 15 "Hostile HTTP input", docs/prompt-cache.md "Connections"): clients that
 // send their headers one byte at a time hold a worker each, and /health still answers at once
-// while 40 of them trickle (more than the 32 workers that used to be the ceiling); the same
-// load with --http-threads-max 4 --http-queue 2 does starve it (the limit the docs state, and
-// the proof that the first check can fail); a silent client is closed after
+// while 40 of them trickle (more than the 32 workers that used to be the ceiling); with
+// --http-threads 4 --http-queue 2, 12 of them do starve it, 4 served, 2 queued, 6 closed at
+// once (the limit the docs state, and the proof that the first check can fail); a silent client is closed after
 // --http-read-timeout; keep-alive settings reach the Keep-Alive header; an over-long request
 // target gets 414 and an over-large header block 431, in the OpenAI error shape.
 //
@@ -15,22 +15,32 @@ import { modelPath, startServer } from './lib/server.mjs';
 
 const SLOW_CLIENTS = 40;
 
-/** Opens `n` connections that send a request line, then one header byte every `everyMs`.
- *  Resolves once all are connected; returns {sockets, stop()}. */
-async function slowClients(port, n, everyMs = 1000) {
+/** Opens `n` connections, `gapMs` apart, that send a request line, then one header byte every
+ *  `everyMs`. Resolves once all are connected; returns {sockets, closed(), stop()}: closed()
+ *  counts those the server has closed. */
+async function slowClients(port, n, { everyMs = 1000, gapMs = 0 } = {}) {
   const sockets = [];
   const timers = [];
-  await Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
-    const s = net.connect(port, '127.0.0.1', () => {
-      s.write('GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ');
-      timers.push(setInterval(() => { if (!s.destroyed) s.write('a'); }, everyMs));
-      resolve();
+  let closed = 0;
+  for (let i = 0; i < n; i++) {
+    await new Promise((resolve, reject) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.write('GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ');
+        timers.push(setInterval(() => { if (!s.destroyed) s.write('a'); }, everyMs));
+        resolve();
+      });
+      s.on('error', () => {});  // the server may close some of them (queue full): expected
+      s.on('close', () => { closed++; });
+      s.once('error', reject);
+      sockets.push(s);
     });
-    s.on('error', () => {});  // the server may close some of them (queue full): expected
-    s.once('error', reject);
-    sockets.push(s);
-  })));
-  return { sockets, stop() { timers.forEach(clearInterval); sockets.forEach((s) => s.destroy()); } };
+    if (gapMs) await new Promise((r) => setTimeout(r, gapMs));
+  }
+  return {
+    sockets,
+    closed: () => closed,
+    stop() { timers.forEach(clearInterval); sockets.forEach((s) => s.destroy()); },
+  };
 }
 
 /** GET /health on a new connection; resolves to {status, ms} or {error, ms} within `limitMs`. */
@@ -92,7 +102,7 @@ describe('connections [qwen3]', { timeout: 240_000 }, () => {
       args: ['--parallel', '1', '--ctx-size', '512', '--http-read-timeout', '3', '--http-keep-alive-max', '7',
         '--http-keep-alive-timeout', '9'] });
     small = await startServer({ model: modelPath('qwen3'), name: 'connections-small',
-      args: ['--parallel', '1', '--ctx-size', '512', '--http-threads', '2', '--http-threads-max', '4', '--http-queue', '2',
+      args: ['--parallel', '1', '--ctx-size', '512', '--http-threads', '4', '--http-queue', '2',
         '--http-read-timeout', '3'] });
   });
   after(async () => { await srv?.stopGracefully(); await small?.stopGracefully(); });
@@ -114,12 +124,17 @@ describe('connections [qwen3]', { timeout: 240_000 }, () => {
     }
   });
 
-  it('the limit: past --http-threads-max + --http-queue slow clients, /health is starved', async () => {
-    const slow = await slowClients(small.port, 12);
+  it('the limit: past --http-threads + --http-queue slow clients, /health is starved', async () => {
+    // 100 ms apart: each is taken by a worker or queued before the next arrives.
+    const slow = await slowClients(small.port, 12, { gapMs: 100 });
     try {
-      await new Promise((r) => setTimeout(r, 1500));
+      await new Promise((r) => setTimeout(r, 500));
+      const closed = slow.closed();
       const h = await timedHealth(small.port, 2000);
-      assert.notEqual(h.status, 200, `4 workers and a queue of 2 cannot serve /health past 12 slow clients: ${JSON.stringify(h)}`);
+      assert.notEqual(h.status, 200, `4 workers and a queue of 2 cannot serve /health past 12 slow clients ` +
+        `(${closed} of them closed by the server): ${JSON.stringify(h)}`);
+      assert.equal(closed, 12 - 4 - 2, 'the connections past 4 workers and a queue of 2 are closed at once');
+      assert.equal(slow.closed(), 6, 'the 4 served and the 2 queued stay open');
     } finally {
       slow.stop();
     }

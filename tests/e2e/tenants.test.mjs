@@ -50,7 +50,7 @@ for (const arch of ARCHS) {
       const keyFile = path.join(dir, 'keys.txt');
       fs.writeFileSync(keyFile, KEY_FILE_TEXT);
       srv = await startServer({ model: modelPath(arch), name: `tenants-${arch}`,
-        args: ['--parallel', '1', '--ctx-size', '1024', '--api-key-file', keyFile, '--metrics', '--cache-disk', 'false'],
+        args: ['--parallel', '1', '--ctx-size', '1024', '--api-key-file', keyFile, '--metrics', '--cache-disk=false'],
         env: { LINEAGE_ADMIN_API_KEY: KEYS.admin } });
       for (const [name, key] of Object.entries(KEYS)) {
         client[name] = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: key, maxRetries: 0, timeout: 120_000 });

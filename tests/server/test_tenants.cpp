@@ -211,8 +211,7 @@ TEST(TenantConfig, BadKeyFilesStopTheStart) {
 TEST(ConnectionConfig, DefaultsFlagsAndEnvironment) {
     auto d = parse({"-m", "x.gguf"});
     ASSERT_TRUE(d.config) << d.output;
-    EXPECT_EQ(d.config->http_threads, 0);
-    EXPECT_EQ(d.config->http_threads_max, 256);
+    EXPECT_EQ(d.config->http_threads, 128);
     EXPECT_EQ(d.config->http_queue, 256);
     EXPECT_EQ(d.config->http_read_timeout_s, 5.0);
     EXPECT_EQ(d.config->http_write_timeout_s, 5.0);
@@ -221,12 +220,11 @@ TEST(ConnectionConfig, DefaultsFlagsAndEnvironment) {
     EXPECT_EQ(d.config->max_uri_bytes, 8192u);
     EXPECT_EQ(d.config->max_header_bytes, 32768u);
 
-    auto r = parse({"-m", "x.gguf", "--http-threads", "8", "--http-threads-max", "64", "--http-queue", "0",
+    auto r = parse({"-m", "x.gguf", "--http-threads", "8", "--http-queue", "0",
                     "--http-read-timeout", "2.5", "--http-write-timeout", "30", "--http-keep-alive-max", "7",
                     "--http-keep-alive-timeout", "9", "--max-uri-bytes", "4KiB", "--max-header-bytes", "64KiB"});
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->http_threads, 8);
-    EXPECT_EQ(r.config->http_threads_max, 64);
     EXPECT_EQ(r.config->http_queue, 0);
     EXPECT_EQ(r.config->http_read_timeout_s, 2.5);
     EXPECT_EQ(r.config->http_write_timeout_s, 30.0);
@@ -235,17 +233,21 @@ TEST(ConnectionConfig, DefaultsFlagsAndEnvironment) {
     EXPECT_EQ(r.config->max_uri_bytes, 4096u);
     EXPECT_EQ(r.config->max_header_bytes, 65536u);
 
-    auto e = parse({"-m", "x.gguf"}, {{"LINEAGE_HTTP_THREADS_MAX", "40"}, {"LINEAGE_HTTP_READ_TIMEOUT", "1"}});
+    auto e = parse({"-m", "x.gguf"}, {{"LINEAGE_HTTP_THREADS", "40"}, {"LINEAGE_HTTP_READ_TIMEOUT", "1"}});
     ASSERT_TRUE(e.config) << e.output;
-    EXPECT_EQ(e.config->http_threads_max, 40);
+    EXPECT_EQ(e.config->http_threads, 40);
     EXPECT_EQ(e.config->http_read_timeout_s, 1.0);
 
-    auto bad = parse({"-m", "x.gguf", "--http-read-timeout", "0", "--http-threads-max", "0", "--max-uri-bytes", "10"});
+    auto bad = parse({"-m", "x.gguf", "--http-read-timeout", "0", "--http-threads", "1", "--max-uri-bytes", "10"});
     EXPECT_FALSE(bad.config);
     EXPECT_NE(bad.output.find("--http-read-timeout '0': expected a number of seconds > 0"), std::string::npos)
         << bad.output;
-    EXPECT_NE(bad.output.find("--http-threads-max '0': expected an integer in [1, 65536]"), std::string::npos)
+    EXPECT_NE(bad.output.find("--http-threads '1': expected an integer in [2, 65536]"), std::string::npos)
         << bad.output;
     EXPECT_NE(bad.output.find("--max-uri-bytes '10': expected a byte count >= 256"), std::string::npos)
         << bad.output;
+    auto few = parse({"-m", "x.gguf", "--parallel", "4", "--http-threads", "4"});
+    EXPECT_FALSE(few.config);
+    EXPECT_NE(few.output.find("error: --http-threads 4 is not more than --parallel 4"), std::string::npos) << few.output;
+    EXPECT_TRUE(parse({"-m", "x.gguf", "--parallel", "4", "--http-threads", "5"}).config);
 }
