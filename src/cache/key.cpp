@@ -11,6 +11,9 @@ std::string key_difference(const key_dims & a, const key_dims & b) {
         return "";
     }
     std::vector<std::string> dims;
+    if (a.tenant != b.tenant) {
+        dims.push_back("tenant differs");
+    }
     if (a.model_id != b.model_id) {
         dims.push_back("model_id differs");
     }

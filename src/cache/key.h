@@ -1,6 +1,7 @@
 // cache::key: the one key vocabulary of the prompt cache (docs/architecture.md "Keys").
 // - bucket key: a digest of the dimensions that must match for two states to be interchangeable
-//   (model_id, lora_id, template_sig, rope_regime, mm_digest); entries only match in a bucket;
+//   (model_id, lora_id, template_sig, rope_regime, mm_digest, and the tenant: the API key's
+//   owner, so that no state is shared across tenants); entries only match in a bucket;
 // - key dimensions (key_dims): those dimensions one by one, so that the decision trace can say
 //   which one made two requests land in different buckets ("template_sig differs (tools)");
 //   never used for matching;
@@ -22,6 +23,7 @@ struct key_dims {
     std::string template_sig;  ///< hex digest of the four inputs below
     std::string rope;          ///< "" when the model's RoPE does not depend on length, else the tag
     std::string mm;            ///< hex digest of the multimodal inputs
+    std::string tenant;        ///< the API key's tenant ("" without API keys)
     // template_sig's inputs (seed 001 "template_sig")
     std::string template_source;  ///< hex digest of the Jinja source
     std::string kwargs;           ///< hex digest of the merged, canonicalised chat_template_kwargs
@@ -38,11 +40,14 @@ struct key {
 
     std::string bucket;   ///< bucket key (hex digest); states match only within one
     std::string session;  ///< session key ("" = anonymous)
+    /** The tenant whose API key made the entry ("" without API keys). Also a bucket dimension
+     *  (so never a match across tenants); kept in the clear for per-tenant stats and reset. */
+    std::string tenant;
     key_dims dims;        ///< the bucket's dimensions, for the decision trace only (may be empty)
 };
 
 /** Names the dimensions in which `a` and `b` differ, most significant first, e.g.
- *  "model_id differs", "template_sig differs (tools, kwargs)", "mm_digest differs"; "" when
+ *  "tenant differs", "model_id differs", "template_sig differs (tools, kwargs)", "mm_digest differs"; "" when
  *  they are equal or when either side is empty (not recorded). */
 std::string key_difference(const key_dims & a, const key_dims & b);
 

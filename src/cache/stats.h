@@ -43,6 +43,14 @@ struct disk_stats {
     int64_t queued = 0;               ///< jobs waiting for the disk thread
 };
 
+/** One tenant's share of the store (issue 15 "per-tenant stats"): its entries in the device
+ *  and RAM tiers (anchors included) and their bytes. */
+struct tenant_usage {
+    int64_t entries = 0;
+    int64_t anchors = 0;
+    uint64_t bytes = 0;               ///< device + RAM bytes of those entries
+};
+
 struct stats {
     bool enabled = true;
     std::string mode;                 ///< "lineage" or "exact"
@@ -80,6 +88,8 @@ struct stats {
     int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths
     int64_t unique_block_hashes = 0;  ///< distinct block hashes over all entries
     int64_t apc_active_entries = 0;   ///< entries carrying a non-empty chain
+    /** By key::tenant, for entries with a non-empty tenant (servers with API keys). */
+    std::map<std::string, tenant_usage> tenants;
 };
 
 struct reset_result {

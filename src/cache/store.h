@@ -45,6 +45,7 @@
 #include "util/status.h"
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <optional>
@@ -253,6 +254,12 @@ public:
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
     reset_result reset();
+
+    /** Removes the entries (anchors included) whose key satisfies `which`, as reset() does for
+     *  all: no eviction counted, nothing written to disk, device sequences released (see
+     *  take_released_seqs). Returns entries and bytes freed (disk fields 0: the caller owns the
+     *  tier-2 files). Used for a tenant's POST /v1/cache/reset. */
+    reset_result reset_if(const std::function<bool(const key &)> & which);
 
     /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
      *  (DESIGN.md "Tiers"); nullptr detaches. `d` must outlive the store's use of it. */

@@ -235,6 +235,21 @@ reset_result store::reset() {
     return r;
 }
 
+reset_result store::reset_if(const std::function<bool(const key &)> & which) {
+    reset_result r;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        auto next = std::next(it);
+        if (which(it->k)) {
+            r.entries_freed++;
+            r.bytes_freed += it->ram_bytes() + it->device_bytes;
+            erase(it, std::nullopt);  // no reason: neither counted as an eviction nor spilled
+        }
+        it = next;
+    }
+    LINEAGE_TRACE(trace_, "reset (filtered): freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
+    return r;
+}
+
 std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
     std::vector<disk_job> out;
     if (disk_ == nullptr) {
@@ -348,6 +363,11 @@ stats store::get_stats() const {
         s.bytes["device"] += e.device_bytes;
         s.bytes["ram"] += e.ram_bytes();
         s.apc_active_entries += e.chain.empty() ? 0 : 1;
+        if (!e.k.tenant.empty()) {
+            tenant_usage & t = s.tenants[e.k.tenant];
+            (e.anchor ? t.anchors : t.entries)++;
+            t.bytes += e.ram_bytes() + e.device_bytes;
+        }
     }
     s.total_blocks_stored = apc_blocks_;
     s.unique_block_hashes = static_cast<int64_t>(block_refs_.size());

@@ -58,8 +58,15 @@ metrics_snapshot::metrics_snapshot() {
     phases.assign(all_phases.size(), histogram(phase_seconds_buckets()));
 }
 
-void metrics::record(const request_stats & st, finish_reason why, bool used_cache) {
+void metrics::record(const request_stats & st, finish_reason why, bool used_cache, const std::string & tenant) {
     util::lock_guard lk(mu_);
+    if (!tenant.empty()) {
+        auto & t = m_.tenants[tenant];
+        t.requests++;
+        t.prompt_tokens += static_cast<uint64_t>(std::max(0, st.prompt_tokens));
+        t.cached_tokens += static_cast<uint64_t>(std::max(0, st.cached_tokens));
+        t.completion_tokens += static_cast<uint64_t>(std::max(0, st.completion_tokens));
+    }
     m_.requests[to_string(why)]++;
     m_.prompt_tokens += static_cast<uint64_t>(std::max(0, st.prompt_tokens));
     m_.prompt_tokens_prefilled += static_cast<uint64_t>(std::max(0, st.prefilled_tokens));

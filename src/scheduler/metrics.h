@@ -64,6 +64,15 @@ struct metrics_snapshot {
      *  capture, commit: requests that used the cache; restore: requests that restored >= 1
      *  token (hits); prefill: requests that prefilled >= 1 token. */
     std::vector<histogram> phases;
+    /** Per tenant (cache_hints::tenant; requests without one are not listed): requests ended,
+     *  their prompt tokens, of those restored from the cache, and completion tokens. */
+    struct tenant_counts {
+        uint64_t requests = 0;
+        uint64_t prompt_tokens = 0;
+        uint64_t cached_tokens = 0;
+        uint64_t completion_tokens = 0;
+    };
+    std::map<std::string, tenant_counts> tenants;
 
     metrics_snapshot();
     const histogram & of(phase p) const { return phases[static_cast<size_t>(p)]; }
@@ -72,8 +81,8 @@ struct metrics_snapshot {
 class metrics {
 public:
     /** Records one request that ended (its done or error event); `used_cache`: it read the
-     *  cache (cache on and cache_prompt true). */
-    void record(const request_stats & st, finish_reason why, bool used_cache);
+     *  cache (cache on and cache_prompt true); `tenant`: its API key's tenant ("": none). */
+    void record(const request_stats & st, finish_reason why, bool used_cache, const std::string & tenant = {});
 
     metrics_snapshot snapshot() const;
 

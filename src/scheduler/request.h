@@ -66,7 +66,8 @@ struct sampling_params {
  *  Composition"). Digests are hex strings computed on the HTTP thread. */
 struct cache_hints {
     bool cache_prompt = true;          ///< false: neither read nor write the cache
-    std::string bucket;                ///< digest of model, lora, template_sig, rope, mm
+    std::string bucket;                ///< digest of model, lora, template_sig, rope, mm, tenant
+    std::string tenant;                ///< the API key's tenant ("" without keys): per-tenant stats and reset
     cache::key_dims dims;              ///< the bucket's dimensions; filled only with --cache-trace
     std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
     /** Tokens of the shared system prompt + tools (the anchor length, DESIGN.md "Lineage

@@ -295,6 +295,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     cache::trace_scope trace(store_.trace(), s.req->id);
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
+    s.key.tenant = s.req->cache.tenant;
     if (!s.use_cache) {
         store_.count_bypassed();
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
@@ -513,7 +514,7 @@ void scheduler::impl::record(slot & s, finish_reason why) {
     // Prompt tokens the engine computed: the prefill reached n_past (capped at the prompt; the
     // rest is decode) from the restore point.
     s.stats.prefilled_tokens = std::max(0, std::min(s.n_past, s.prompt_size()) - s.stats.cached_tokens);
-    metrics_.record(s.stats, why, s.use_cache);
+    metrics_.record(s.stats, why, s.use_cache, s.req ? s.req->cache.tenant : std::string());
 }
 
 void scheduler::impl::reset_slot(slot & s) {
@@ -573,6 +574,15 @@ cache::reset_result scheduler::reset_cache() {
             d->take_completions();  // writes finished before the reset: their files are gone
         }
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
+        return r;
+    });
+}
+
+cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
+    return impl_->run_on_engine([this, &tenant] {
+        auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
+        impl_->pool_->drain_released();
+        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes", tenant, r.entries_freed, r.bytes_freed);
         return r;
     });
 }

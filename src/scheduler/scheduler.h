@@ -56,6 +56,11 @@ public:
     /** Frees every cache entry (POST /v1/cache/reset); returns what was freed. */
     cache::reset_result reset_cache();
 
+    /** Frees the device and RAM entries of `tenant` (cache::key::tenant; a tenant's POST
+     *  /v1/cache/reset). Its tier-2 files stay: they match only its own bucket (the tenant is a
+     *  bucket dimension) and leave by LRU or an admin reset. REQUIRES: `tenant` non-empty. */
+    cache::reset_result reset_cache_of(const std::string & tenant);
+
     /** Stops accepting work and joins the engine thread. Idempotent. */
     void stop();
 

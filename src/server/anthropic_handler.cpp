@@ -73,6 +73,7 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
     if (!parse(req, res, ctx, /*count_tokens=*/false, ar)) {
         return;
     }
+    ar.chat.tenant = ctx.tenant_of(req);
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare(ar.chat, ctx.sched.max_sequence_tokens(), prep)) {
         spdlog::debug("messages request rejected: {}", err->message);

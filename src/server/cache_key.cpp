@@ -76,6 +76,12 @@ std::string bucket_digest(const bucket_inputs & in, hash_algo algo) {
     const char rope[2] = {static_cast<char>(in.rope_regime ? 1 : 0), static_cast<char>(in.rope_regime.value_or(0))};
     h.raw(std::string_view(rope, 2));
     h.field(in.mm_digest);
+    if (!in.tenant.empty()) {
+        // After the last length-prefixed field: an empty tenant leaves the digest as it was,
+        // and no other input can produce these extra fields.
+        h.field("tenant");
+        h.field(in.tenant);
+    }
     return h.hex();
 }
 
@@ -88,6 +94,7 @@ cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & templat
     d.template_sig = b.template_sig;
     d.rope = b.rope_regime ? std::to_string(*b.rope_regime) : "";
     d.mm = cache::to_hex(b.mm_digest);
+    d.tenant = b.tenant;
     d.template_source = sha256_hex(template_source);
     hasher h;
     h.field("lineage:kwargs:v1");

@@ -1,6 +1,6 @@
 // server::cache_key: the digests that place a request in the prompt cache (seed 001 "Cache Key
 // Composition"): template_sig, the bucket (model, lora, template_sig, rope regime, multimodal
-// digest), the session key, and the anchor length (DESIGN.md "Lineage rules").
+// digest, tenant), the session key, and the anchor length (DESIGN.md "Lineage rules").
 // Why here: they are computed on the HTTP thread from the request before it is queued.
 // Digests are SHA-256 (OpenSSL EVP) by default, XXH3-128 with --prompt-cache-hash xxh3 (cache::digest),
 // with domain separators, as lowercase hex (DESIGN.md "Keys").
@@ -50,15 +50,17 @@ struct bucket_inputs {
     std::string template_sig;
     std::optional<uint8_t> rope_regime;   ///< nullopt: the model's RoPE does not depend on length
     std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
+    std::string tenant;                   ///< the API key's tenant (issue 15); "" without API keys
 };
 
 /** Bucket digest: `algo` (SHA-256: 64 hex characters; XXH3-128: 32) of "lineage:prompt-cache:v1"
  *  then each dimension (strings length-prefixed with a u64 little-endian; rope as presence byte
- *  + tag byte). Hex. */
+ *  + tag byte), then, for a non-empty tenant, the field "tenant" and the tenant's name (so a
+ *  server without API keys keeps the digests it always had). Hex. */
 std::string bucket_digest(const bucket_inputs & in, cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** The bucket's dimensions one by one, for the decision trace (cache::key_dims): the values of
- *  `b` (rope as "" or its tag, mm as hex) and template_sig's inputs (the template source and
+ *  `b` (rope as "" or its tag, mm as hex, the tenant) and template_sig's inputs (the template source and
  *  the merged kwargs as digests, tool_choice as is, tools_digest). */
 cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & template_source,
                             const std::map<std::string, std::string> & kwargs, const std::string & tool_choice,

@@ -59,6 +59,7 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
         send_json_body(res, to_json(err), err.status);
         return;
     }
+    cr.tenant = ctx.tenant_of(req);
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare(cr, ctx.sched.max_sequence_tokens(), prep)) {
         spdlog::debug("chat request rejected: {}", err->message);

@@ -263,7 +263,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     bucket_inputs b;
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
+    b.tenant = r.tenant;
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
+    out.cache.tenant = r.tenant;
     // The dimensions one by one: the decision trace and the key_differs miss cause name them.
     if (opt_.cache_enabled && r.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
@@ -360,7 +362,9 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
     bucket_inputs b;
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
+    b.tenant = p.tenant;
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
+    out.cache.tenant = p.tenant;
     out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;
     if (out.cache.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), opt_.default_kwargs, "auto", no_tools);

@@ -69,6 +69,7 @@ struct raw_prompt {
     std::vector<std::string> stops;
     std::string user;
     std::string prompt_cache_key;
+    std::string tenant;  ///< the caller's tenant (chat_request::tenant)
     bool cache_prompt = true;
 };
 

@@ -31,6 +31,9 @@ struct chat_request {
     std::vector<std::string> stop;               ///< up to 4, non-empty
     std::string user;
     std::string prompt_cache_key;                ///< root, else extra_body
+    /** The caller's tenant, from its API key (server_context::tenant_of); never read from the
+     *  body. A bucket dimension: "" without API keys. */
+    std::string tenant;
     bool cache_prompt = true;                    ///< root, else extra_body
     std::map<std::string, std::string> chat_template_kwargs;  ///< values as JSON text
     std::string model;                           ///< as sent (informational)

@@ -138,6 +138,7 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
     raw.stops = cr.stop;
     raw.user = cr.user;
     raw.prompt_cache_key = cr.prompt_cache_key;
+    raw.tenant = ctx.tenant_of(req);
     raw.cache_prompt = cr.cache_prompt;
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare_raw(std::move(raw), ctx.sched.max_sequence_tokens(), prep)) {

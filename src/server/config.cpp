@@ -279,7 +279,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--port", "LINEAGE_PORT", "PORT", std::to_string(d.port), "TCP port to listen on", int_in(c.port, 1, 65535));
     add("--api-key", "LINEAGE_API_KEY", "KEY", "(none)",
         "require 'Authorization: Bearer KEY' on every endpoint except /health", text(c.api_key));
-    add("--allowed-hosts", "LINEAGE_ALLOWED_HOSTS", "LIST", "(* with --api-key, else none)",
+    add("--api-key-file", "LINEAGE_API_KEY_FILE", "PATH", "(none)",
+        "tenants: a file of 'KEY TENANT' lines (# comments and blank lines allowed); each tenant has its own "
+        "prompt cache (no hit across tenants), stats and reset; may be combined with --api-key (tenant default)",
+        text(c.api_key_file));
+    add("--admin-api-key", "LINEAGE_ADMIN_API_KEY", "KEY", "(none; --api-key when it is the only key)",
+        "key for the global endpoints: all tenants' stats, reset of every tenant, GET /metrics", text(c.admin_api_key));
+    add("--allowed-hosts", "LINEAGE_ALLOWED_HOSTS", "LIST", "(* with an API key, else none)",
         "host names a request's Host header may carry besides IP addresses and localhost (DNS-rebinding "
         "protection); comma-separated, * allows any; others get HTTP 403",
         name_list(c.allowed_hosts));
@@ -298,6 +304,33 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "deepest nesting of arrays/objects accepted in a request body (checked before parsing); deeper "
         "bodies get HTTP 400",
         int_in(c.max_json_depth, 2, 1024));
+    add("--max-uri-bytes", "LINEAGE_MAX_URI_BYTES", "BYTES", std::to_string(d.max_uri_bytes),
+        "longest request target (path + query) accepted; longer ones get HTTP 414 (above 32 KiB the connection "
+        "is closed without a status, a cpp-httplib limit)",
+        bytes_min(c.max_uri_bytes, 256));
+    add("--max-header-bytes", "LINEAGE_MAX_HEADER_BYTES", "BYTES", format_bytes_default(d.max_header_bytes),
+        "most bytes of request headers (names + values) accepted; more, or more than 100 header lines, get HTTP 431",
+        bytes_min(c.max_header_bytes, 1024));
+    add("--http-threads", "LINEAGE_HTTP_THREADS", "N", std::to_string(d.http_threads),
+        "HTTP worker threads; an open connection (streaming, slow or idle) holds one, so this many connections "
+        "are served at once; must exceed --parallel",
+        int_in(c.http_threads, 2, 65536));
+    add("--http-queue", "LINEAGE_HTTP_QUEUE", "N", std::to_string(d.http_queue),
+        "accepted connections waiting for a free worker; beyond it new connections are closed at once; 0 = "
+        "no bound",
+        int_min(c.http_queue, 0));
+    add("--http-read-timeout", "LINEAGE_HTTP_READ_TIMEOUT", "SECONDS", fmt_double(d.http_read_timeout_s),
+        "a request's next bytes (request line, headers, body) must arrive within this time, else the connection "
+        "is closed",
+        seconds(c.http_read_timeout_s));
+    add("--http-write-timeout", "LINEAGE_HTTP_WRITE_TIMEOUT", "SECONDS", fmt_double(d.http_write_timeout_s),
+        "a client must take response bytes within this time, else the connection is closed",
+        seconds(c.http_write_timeout_s));
+    add("--http-keep-alive-max", "LINEAGE_HTTP_KEEP_ALIVE_MAX", "N", std::to_string(d.http_keep_alive_max),
+        "requests served on one connection before it is closed", int_in(c.http_keep_alive_max, 1, 1000000));
+    add("--http-keep-alive-timeout", "LINEAGE_HTTP_KEEP_ALIVE_TIMEOUT", "SECONDS",
+        std::to_string(d.http_keep_alive_timeout_s), "an idle kept-alive connection is closed after this many whole seconds",
+        int_in(c.http_keep_alive_timeout_s, 1, 3600));
     add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",
@@ -601,11 +634,22 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          std::to_string(max_sequences) + ": lower one of them");
     }
     const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots;
+    if (errors.empty() && c.http_threads <= c.sched.n_parallel) {
+        errors.push_back("--http-threads " + std::to_string(c.http_threads) + " is not more than --parallel " +
+                         std::to_string(c.sched.n_parallel) +
+                         ": every running request holds an HTTP thread, leave some for /health and new requests");
+    }
     if (errors.empty() && c.sched.n_batch < n_seq) {
         // llama.cpp reserves one output row per sequence inside a batch (GGML_ASSERT otherwise).
         errors.push_back("--batch-size " + std::to_string(c.sched.n_batch) + " is smaller than --parallel + " +
                          "--cache-device-slots = " + std::to_string(n_seq) +
                          " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
+    }
+    if (errors.empty()) {
+        if (const std::string err = load_tenant_keys(c.api_key_file, c.api_key, c.admin_api_key, c.tenant_keys);
+            !err.empty()) {
+            errors.push_back(err);
+        }
     }
     if (errors.empty() && c.model_path.empty()) {
         errors.push_back("no model given: pass -m/--model PATH or set LINEAGE_MODEL");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "scheduler/scheduler.h"
+#include "server/tenants.h"
 
 #include <cstdint>
 #include <functional>
@@ -22,13 +23,25 @@ struct server_config {
     std::string host = "127.0.0.1";       ///< --host
     int32_t port = 8080;                  ///< --port
     int32_t n_predict = -1;               ///< --n-predict: max tokens of a request that sets none; -1 = no cap
-    std::string api_key;                  ///< --api-key; "" = no authentication
+    std::string api_key;                  ///< --api-key; "" = none (tenant "default", tenants.h)
+    std::string api_key_file;             ///< --api-key-file: "KEY TENANT" lines; "" = none
+    std::vector<tenant_key> tenant_keys;  ///< the keys of --api-key-file, parsed by parse_config
+    std::string admin_api_key;            ///< --admin-api-key: global stats, reset and /metrics
     std::vector<std::string> allowed_hosts;  ///< --allowed-hosts; empty = the default (routes.h)
     std::string chat_template_file;       ///< --chat-template-file; "" = the model's template
     std::string alias;                    ///< --alias: model id in /v1/models; "" = file name
     std::vector<std::string> model_aliases;  ///< --model-alias (repeatable): more ids in /v1/models
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     int32_t max_json_depth = 128;         ///< --max-json-depth: deeper bodies get 400 (json_body.h)
+    // Connections (cpp-httplib; docs/prompt-cache.md "Security and failure model")
+    int32_t http_threads = 128;           ///< --http-threads: worker threads (one per open connection); > --parallel
+    int32_t http_queue = 256;             ///< --http-queue: connections waiting for a worker; more are closed
+    double http_read_timeout_s = 5;       ///< --http-read-timeout: longest wait for the next bytes of a request
+    double http_write_timeout_s = 5;      ///< --http-write-timeout: longest wait for a client to take bytes
+    int32_t http_keep_alive_max = 100;    ///< --http-keep-alive-max: requests per connection
+    int32_t http_keep_alive_timeout_s = 5;  ///< --http-keep-alive-timeout: idle seconds before a kept-alive connection closes
+    uint64_t max_uri_bytes = 8192;        ///< --max-uri-bytes: longer request targets get 414
+    uint64_t max_header_bytes = 32768;    ///< --max-header-bytes: more header bytes get 431
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
     bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
@@ -38,6 +51,9 @@ struct server_config {
     std::string responses_store;
     double responses_ttl_s = 30 * 24 * 3600.0;      ///< --responses-ttl-s
     uint64_t responses_capacity_bytes = 1ull << 30;  ///< --responses-capacity-bytes
+
+    /** True when any API key is configured (--api-key, --api-key-file or --admin-api-key). */
+    bool has_keys() const { return !api_key.empty() || !tenant_keys.empty() || !admin_api_key.empty(); }
 };
 
 /** Reads an environment variable; nullptr when unset. */

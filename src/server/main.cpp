@@ -113,11 +113,23 @@ int serve(const server::server_config & cfg) {
                  cfg.sched.cache.lineage ? "lineage" : "exact");
 
     httplib::Server srv;
-    // Every running or queued request holds a worker thread while it streams; keep spares for
-    // /health and /v1/cache/stats.
-    const size_t n_threads = static_cast<size_t>(cfg.sched.n_parallel) + 4;
-    const size_t max_threads = std::max<size_t>(n_threads * 4, 32);
-    srv.new_task_queue = [n_threads, max_threads] { return new httplib::ThreadPool(n_threads, max_threads); };
+    // Every open connection holds a worker thread (a streaming request, a slow client, an idle
+    // kept-alive connection). A fixed pool of --http-threads: httplib's on-demand threads start
+    // only when no thread is idle at the moment a connection is queued, so a burst of slow
+    // clients could leave later connections (/health) queued behind them while the pool is
+    // below its maximum (docs/prompt-cache.md "Connections"). Connections that find every
+    // worker busy wait in a queue of --http-queue, and beyond it are closed.
+    const auto n_threads = static_cast<size_t>(cfg.http_threads);
+    const auto max_queued = static_cast<size_t>(cfg.http_queue);
+    srv.new_task_queue = [n_threads, max_queued] { return new httplib::ThreadPool(n_threads, n_threads, max_queued); };
+    auto split = [](double s) {
+        const auto sec = static_cast<time_t>(s);
+        return std::pair<time_t, time_t>{sec, static_cast<time_t>((s - static_cast<double>(sec)) * 1e6)};
+    };
+    srv.set_read_timeout(split(cfg.http_read_timeout_s).first, split(cfg.http_read_timeout_s).second);
+    srv.set_write_timeout(split(cfg.http_write_timeout_s).first, split(cfg.http_write_timeout_s).second);
+    srv.set_keep_alive_max_count(static_cast<size_t>(cfg.http_keep_alive_max));
+    srv.set_keep_alive_timeout(static_cast<time_t>(cfg.http_keep_alive_timeout_s));
     server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
     server::server_context ctx(cfg, *model, *tmpl, *sched);
     server::install_routes(srv, ctx);

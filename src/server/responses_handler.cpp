@@ -184,6 +184,7 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         send_error(res, *err);
         return;
     }
+    r.chat.tenant = ctx.tenant_of(req);
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare(r.chat, ctx.sched.max_sequence_tokens(), prep)) {
         spdlog::debug("responses request rejected: {}", err->message);

@@ -129,14 +129,34 @@ bool get_flag(const json & body, const char * name, bool & out, httplib::Respons
     return true;
 }
 
-bool authorized(const httplib::Request & req, const std::string & key) {
-    if (req.has_header("x-api-key")) {
-        return api_key_matches(req.get_header_value("x-api-key"), key);  // Anthropic clients
+// The error logger records why httplib is about to answer 400 on its own, for the error
+// handler on the same thread (a header block over httplib's limits becomes a 431).
+thread_local bool header_limit_hit = false;
+
+// Total bytes of the request's header names and values.
+uint64_t header_bytes(const httplib::Request & req) {
+    uint64_t n = 0;
+    for (const auto & [k, v] : req.headers) {
+        n += k.size() + v.size() + 4;  // ": " and CRLF
     }
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    const bool bearer = auth.compare(0, prefix.size(), prefix) == 0;
-    return api_key_matches(bearer ? std::string_view(auth).substr(prefix.size()) : std::string_view(), key) && bearer;
+    return n;
+}
+
+json tenant_stats_json(const std::string & tenant, const cache::stats & s, const scheduler::metrics_snapshot & m) {
+    json j = json::object();
+    const auto u = s.tenants.find(tenant);
+    const auto t = m.tenants.find(tenant);
+    const cache::tenant_usage usage = u == s.tenants.end() ? cache::tenant_usage{} : u->second;
+    const scheduler::metrics_snapshot::tenant_counts counts =
+        t == m.tenants.end() ? scheduler::metrics_snapshot::tenant_counts{} : t->second;
+    j["requests"] = counts.requests;
+    j["prompt_tokens"] = counts.prompt_tokens;
+    j["cached_tokens"] = counts.cached_tokens;
+    j["completion_tokens"] = counts.completion_tokens;
+    j["entries"] = usage.entries;
+    j["anchors"] = usage.anchors;
+    j["bytes"] = usage.bytes;
+    return j;
 }
 
 // Paths answered in Anthropic's error shape.
@@ -154,8 +174,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
       model_id(c.alias.empty() ? m.id() : c.alias),
       created(static_cast<int64_t>(std::time(nullptr))),
       allowed_hosts(!c.allowed_hosts.empty() ? c.allowed_hosts
-                    : c.api_key.empty()      ? std::vector<std::string>{}
+                    : !c.has_keys()          ? std::vector<std::string>{}
                                              : std::vector<std::string>{"*"}),
+      access(c.api_key, c.tenant_keys, c.admin_api_key),
       preparer(m, t,
                prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
                                .cache_enabled = c.sched.cache.enabled,
@@ -175,6 +196,28 @@ server_context::server_context(const server_config & c, const engine::model & m,
     }
 }
 
+caller server_context::caller_of(const httplib::Request & req) const {
+    std::string given;
+    bool present = false;
+    if (req.has_header("x-api-key")) {
+        given = req.get_header_value("x-api-key");
+        present = true;
+    } else {
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.compare(0, prefix.size(), prefix) == 0) {
+            given = auth.substr(prefix.size());
+            present = true;
+        }
+    }
+    const std::string_view v(given);
+    return access.identify(present ? &v : nullptr);
+}
+
+std::string server_context::tenant_of(const httplib::Request & req) const {
+    return caller_of(req).tenant;
+}
+
 void install_routes(httplib::Server & srv, server_context & ctx) {
     const uint64_t max_body = ctx.cfg.max_body_bytes;
     srv.set_payload_max_length(static_cast<size_t>(max_body));
@@ -186,6 +229,23 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             send_json(res, anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e), e.status);
             return httplib::Server::HandlerResponse::Handled;
         };
+        header_limit_hit = false;
+        if (req.target.size() > ctx.cfg.max_uri_bytes) {
+            api_error e;
+            e.status = 414;
+            e.message = "the request target is " + std::to_string(req.target.size()) + " bytes, more than " +
+                        std::to_string(ctx.cfg.max_uri_bytes) + " (--max-uri-bytes): send the data in a JSON body";
+            e.code = "uri_too_long";
+            return reject(e);
+        }
+        if (const uint64_t n = header_bytes(req); n > ctx.cfg.max_header_bytes) {
+            api_error e;
+            e.status = 431;
+            e.message = "the request headers are " + std::to_string(n) + " bytes, more than " +
+                        std::to_string(ctx.cfg.max_header_bytes) + " (--max-header-bytes): send fewer or shorter headers";
+            e.code = "request_header_fields_too_large";
+            return reject(e);
+        }
         const std::string host = req.get_header_value("Host");
         if (!host_allowed(host, ctx.allowed_hosts)) {
             api_error e;
@@ -203,16 +263,55 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             e.code = "unsupported_media_type";
             return reject(e);
         }
-        if (ctx.cfg.api_key.empty() || req.path == "/health" || req.path == "/" || authorized(req, ctx.cfg.api_key)) {
+        if (ctx.access.open() || req.path == "/health" || req.path == "/") {
             return httplib::Server::HandlerResponse::Unhandled;
         }
-        return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+        const caller c = ctx.caller_of(req);
+        if (!c.known) {
+            return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+        }
+        if (req.path == "/metrics" && !c.admin) {
+            api_error e;
+            e.status = 403;
+            e.message = "GET /metrics shows every tenant's figures: send the admin key (--admin-api-key); a tenant's "
+                        "own figures are at GET /v1/cache/stats";
+            e.code = "admin_key_required";
+            return reject(e);
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    // httplib answers 400 on its own when it cannot read the header block (more than 100 lines,
+    // a line over 8 KiB, a malformed line): remember it so that the error handler says which
+    // (431 for the line count).
+    srv.set_error_logger([](const httplib::Error & err, const httplib::Request *) {
+        if (err == httplib::Error::InvalidHeaders) {
+            header_limit_hit = true;
+        }
     });
 
     // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
     srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {
         if (!res.body.empty()) {
             return httplib::Server::HandlerResponse::Unhandled;
+        }
+        if (res.status == 400 && header_limit_hit) {
+            header_limit_hit = false;
+            // httplib stops reading at its header count limit with exactly that many parsed; any
+            // other failure (a line over 8 KiB, a malformed line, a client that stopped sending)
+            // leaves fewer and stays a 400.
+            const bool too_many = req.headers.size() >= CPPHTTPLIB_HEADER_MAX_COUNT;
+            api_error e;
+            e.status = too_many ? 431 : 400;
+            e.message = too_many ? "more than " + std::to_string(CPPHTTPLIB_HEADER_MAX_COUNT) +
+                                       " request header lines: send fewer headers"
+                                 : "the request headers could not be read: a header line over " +
+                                       std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH) +
+                                       " bytes, a malformed line, or the client stopped sending";
+            e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
+            res.status = e.status;
+            res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
+            return httplib::Server::HandlerResponse::Handled;
         }
         const api_error e = error_for_status(res.status, req.method, req.path, max_body);
         res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
@@ -358,8 +457,36 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         send_json(res, j);
     });
 
-    srv.Get("/v1/cache/stats", [&ctx](const httplib::Request &, httplib::Response & res) {
-        send_json(res, stats_json(ctx.sched.snapshot_stats()));
+    // Without API keys, and for the admin key: the global figures (with the admin key also
+    // "tenants": each tenant's). For a tenant's key: that tenant's figures only.
+    srv.Get("/v1/cache/stats", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        const caller c = ctx.caller_of(req);
+        const cache::stats s = ctx.sched.snapshot_stats();
+        if (!c.admin) {
+            json j = tenant_stats_json(c.tenant, s, ctx.sched.snapshot_metrics());
+            j["tenant"] = c.tenant;
+            j["enabled"] = s.enabled;
+            j["mode"] = s.mode;
+            send_json(res, j);
+            return;
+        }
+        json j = stats_json(s);
+        if (!ctx.access.open()) {
+            const scheduler::metrics_snapshot m = ctx.sched.snapshot_metrics();
+            std::vector<std::string> names = ctx.access.tenants();
+            for (const auto & [name, _] : s.tenants) {
+                names.push_back(name);
+            }
+            for (const auto & [name, _] : m.tenants) {
+                names.push_back(name);
+            }
+            json tenants = json::object();
+            for (const auto & name : names) {
+                tenants[name] = tenant_stats_json(name, s, m);
+            }
+            j["tenants"] = std::move(tenants);
+        }
+        send_json(res, j);
     });
 
     // Prometheus text format (docs/prompt-cache.md "Metrics"); behind the API key like the rest.
@@ -377,10 +504,16 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         res.set_content(render_metrics(cs, ctx.sched.snapshot_metrics()), prometheus_content_type);
     });
 
-    srv.Post("/v1/cache/reset", [&ctx](const httplib::Request &, httplib::Response & res) {
-        const cache::reset_result r = ctx.sched.reset_cache();
-        spdlog::info("cache reset: {} entries, {} bytes freed", r.entries_freed, r.bytes_freed);
+    // The admin key (or no keys) resets everything; a tenant's key its own entries only.
+    srv.Post("/v1/cache/reset", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        const caller c = ctx.caller_of(req);
+        const cache::reset_result r = c.admin ? ctx.sched.reset_cache() : ctx.sched.reset_cache_of(c.tenant);
+        spdlog::info("cache reset{}: {} entries, {} bytes freed", c.admin ? "" : " of tenant " + c.tenant,
+                     r.entries_freed, r.bytes_freed);
         json j = json::object();
+        if (!c.admin) {
+            j["tenant"] = c.tenant;
+        }
         j["entries_freed"] = r.entries_freed;
         j["bytes_freed"] = r.bytes_freed;
         j["disk_files_freed"] = r.disk_files_freed;

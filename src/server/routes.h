@@ -3,7 +3,9 @@
 // /v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, GET and HEAD / (200:
 // clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
 // POST /apply-template (as llama-server's); API-key check ('Authorization: Bearer' or
-// Anthropic's 'x-api-key'); OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for
+// Anthropic's 'x-api-key') naming the caller's tenant (tenants.h), which scopes the cache stats
+// and reset (the admin key sees and resets all, and alone reads /metrics); 414 for long
+// request targets and 431 for large headers; OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for
 // everything httplib rejects on its own (404, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
@@ -17,6 +19,7 @@
 #include "server/thinking_signature.h"
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
+#include "server/tenants.h"
 
 #include <atomic>
 #include <cstdint>
@@ -26,6 +29,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 }
 
 namespace lineage::engine {
@@ -51,11 +55,18 @@ struct server_context {
     /** Host names accepted besides IP literals and localhost (http_guard.h host_allowed):
      *  --allowed-hosts, else "*" when an API key is set, else none. */
     std::vector<std::string> allowed_hosts;
+    access_table access;      ///< API keys -> tenants
     chat_preparer preparer;
     thinking_signer signer;   ///< signs /v1/messages thinking blocks (key: model id + --api-key)
     std::unique_ptr<response_store> responses;  ///< stored Responses API responses
     std::unique_ptr<reasoning_seal> seal;       ///< encrypted_content of reasoning items (key in the store)
     std::atomic<uint64_t> next_id{1};
+
+    /** The caller of `req`, from its 'x-api-key' header (Anthropic clients) or else its
+     *  'Authorization: Bearer KEY' header. */
+    caller caller_of(const httplib::Request & req) const;
+    /** caller_of(req).tenant: "" without API keys. Handlers put it in the cache key. */
+    std::string tenant_of(const httplib::Request & req) const;
 };
 
 /** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s

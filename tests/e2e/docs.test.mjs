@@ -1,6 +1,7 @@
-// docs/prompt-cache.md "Configuration" against `lineage-server --help`: every row of the table
-// names a flag that --help lists with the same environment variable and default, and every
-// cache, lineage and metrics flag of --help has a row. So the operator guide cannot drift from
+// docs/prompt-cache.md "Configuration" and "Security and failure model" against
+// `lineage-server --help`: every row of their tables names a flag that --help lists with the
+// same environment variable and default, and every cache, lineage, metrics, connection (http,
+// max-uri/header/body) and API-key flag of --help has a row. So the operator guide cannot drift from
 // the binary. Needs only the binary (no model).
 //
 //   cd tests/e2e && node --test docs.test.mjs
@@ -42,7 +43,9 @@ function helpEntries() {
 /** Rows of the guide's configuration table: {flags, env, def}. */
 function guideRows() {
   const text = fs.readFileSync(GUIDE, 'utf8');
-  const section = text.split('\n## Configuration')[1].split('\n## ')[0];
+  // The configuration table, and those of "Security and failure model" (connections, keys).
+  const section = ['\n## Configuration', '\n## Security and failure model']
+    .map((h) => text.split(h)[1].split('\n## ')[0]).join('\n');
   return section.split('\n').filter((l) => l.startsWith('| `--')).map((l) => {
     const cells = l.split('|').map((c) => c.trim());
     return {
@@ -69,8 +72,9 @@ describe('docs/prompt-cache.md configuration table', () => {
     }
   });
 
-  it('every cache, lineage and metrics flag of --help has a row', () => {
-    for (const e of help.filter((x) => x.names.some((n) => /cache|lineage|metrics/.test(n)))) {
+  it('every cache, lineage, metrics, connection and key flag of --help has a row', () => {
+    const covered = /cache|lineage|metrics|http|api-key|max-uri|max-header|max-body/;
+    for (const e of help.filter((x) => x.names.some((n) => covered.test(n)))) {
       assert.ok(rows.some((r) => r.flags.some((f) => e.names.includes(f))),
         `${e.names.join(',')} [env ${e.env}; default ${e.def}] is missing from ${GUIDE}`);
     }
