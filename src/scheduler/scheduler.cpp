@@ -6,6 +6,7 @@
 
 #include "cache/store.h"
 #include "engine/context.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "scheduler/disk_link.h"
 #include "scheduler/lifecycle.h"
@@ -38,7 +39,7 @@ struct scheduler::impl {
 
     // --- cross-thread ---
     void submit(std::shared_ptr<generation_request> req);
-    template <typename F> auto run_on_engine(F f) -> decltype(f());
+    template <typename F> auto run_on_engine(F f, bool when_idle = false) -> decltype(f());
     void stop();
 
     // --- engine thread ---
@@ -48,6 +49,7 @@ struct scheduler::impl {
     void poll_loads();
     void complete_load(slot & s);
     void step();
+    std::vector<float> choose_lora_set();
     void after_prefill_chunk(slot & s);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
@@ -70,11 +72,16 @@ struct scheduler::impl {
     metrics metrics_;
     std::vector<slot> slots_;
     clock::time_point started_ = clock::now();
+    std::vector<std::unique_ptr<engine::lora_adapter>> loras_;  // id = index
+    std::vector<float> applied_lora_;  // the set the context applies now (empty: none)
+    uint64_t lora_epoch_ = 0;          // adapter generation (reload_lora)
+    size_t lora_turn_ = 0;             // slot whose adapter set the next step serves first
 
     util::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+    std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
     bool stopping_ GUARDED_BY(mu_) = false;
     std::thread thread_;
 };
@@ -99,6 +106,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
     ctx_ = std::make_unique<engine::context>(m, cp);
+    for (const auto & path : p_.lora_paths) {
+        loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
+    }
     states_ = std::make_unique<engine_states>(*ctx_);
     apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
@@ -155,7 +165,7 @@ void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
 }
 
 template <typename F>
-auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
+auto scheduler::impl::run_on_engine(F f, bool when_idle) -> decltype(f()) {
     using R = decltype(f());
     auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
     auto fut = task->get_future();
@@ -164,7 +174,7 @@ auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
         if (stopping_) {
             return R{};
         }
-        tasks_.push_back([task] { (*task)(); });
+        (when_idle ? idle_tasks_ : tasks_).push_back([task] { (*task)(); });
     }
     cv_.notify_one();
     return fut.get();
@@ -173,6 +183,7 @@ auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
 void scheduler::impl::loop() {
     for (;;) {
         std::deque<std::function<void()>> tasks;
+        std::deque<std::function<void()>> idle_tasks;
         std::deque<std::shared_ptr<generation_request>> admitted;
         {
             util::unique_lock lk(mu_);
@@ -183,7 +194,7 @@ void scheduler::impl::loop() {
                                              [](const slot & s) { return s.ph == slot::phase::loading; });
             if (!computing) {
                 const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
-                while (!stopping_ && queue_.empty() && tasks_.empty() && !load_ready_.load()) {
+                while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load()) {
                     if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                         break;
                     }
@@ -193,15 +204,23 @@ void scheduler::impl::loop() {
                 break;
             }
             tasks.swap(tasks_);
+            // Idle tasks (an adapter reload) wait for the slots to empty; no request is
+            // admitted while one waits, so it cannot be starved.
+            if (std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); })) {
+                idle_tasks.swap(idle_tasks_);
+            }
             // New requests join between steps, as many as there are idle slots.
             for (auto & s : slots_) {
-                if (!s.active() && !queue_.empty()) {
+                if (!s.active() && !queue_.empty() && idle_tasks_.empty()) {
                     admitted.push_back(std::move(queue_.front()));
                     queue_.pop_front();
                 }
             }
         }
         for (auto & t : tasks) {
+            t();
+        }
+        for (auto & t : idle_tasks) {
             t();
         }
         // A request whose client left is committed before new ones are planned: a retry sent
@@ -245,6 +264,10 @@ void scheduler::impl::loop() {
         t();
     }
     tasks_.clear();
+    for (auto & t : idle_tasks_) {
+        t();
+    }
+    idle_tasks_.clear();
     disk_->flush(now_s(), [this] { pool_->drain_released(); });
 }
 
@@ -268,7 +291,11 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     cache::trace_scope trace(store_.trace(), s.req->id);
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
-    if (!s.use_cache) {
+    if (s.use_cache && !s.req->lora.empty() && s.req->lora_epoch != lora_epoch_) {
+        s.use_cache = false;
+        LINEAGE_TRACE(store_.trace(), "cache bypassed (a LoRA adapter file was reloaded after this request was "
+                      "keyed); {} prompt tokens to prefill", s.prompt_size());
+    } else if (!s.use_cache) {
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
@@ -345,19 +372,21 @@ void scheduler::impl::step() {
             finish(s, finish_reason::stop);
         }
     }
+    // One llama_decode applies one LoRA set: only the slots with the chosen set join this step.
+    const std::vector<float> lora = choose_lora_set();
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
     for (auto & s : slots_) {
         s.logits_idx = -1;
         s.chunk = 0;
-        if (s.ph == slot::phase::decode && budget > 0) {
+        if (s.ph == slot::phase::decode && budget > 0 && s.req->lora == lora) {
             s.logits_idx = static_cast<int32_t>(batch.size());
             batch.push_back({s.pending, s.n_past, s.seq, true});
             budget--;
         }
     }
     for (auto & s : slots_) {
-        if (s.ph != slot::phase::prefill || budget <= 0) {
+        if (s.ph != slot::phase::prefill || budget <= 0 || s.req->lora != lora) {
             continue;
         }
         // The chunk ends exactly at the next capture point so the state there can be taken.
@@ -375,6 +404,14 @@ void scheduler::impl::step() {
     }
     if (batch.empty()) {
         return;
+    }
+    if (lora != applied_lora_) {
+        std::vector<const engine::lora_adapter *> adapters;
+        for (const auto & a : loras_) {
+            adapters.push_back(a.get());
+        }
+        ctx_->set_loras(adapters, lora);
+        applied_lora_ = lora;
     }
     const auto t0 = clock::now();
     engine::decode_result rc = ctx_->decode(batch);
@@ -404,6 +441,22 @@ void scheduler::impl::step() {
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
     }
+}
+
+std::vector<float> scheduler::impl::choose_lora_set() {
+    // Round robin over the slots: each step serves the set of the next computing slot from
+    // lora_turn_, so no adapter set waits more than n_parallel steps.
+    const size_t n = slots_.size();
+    std::vector<float> chosen;
+    for (size_t k = 0; k < n; ++k) {
+        const slot & s = slots_[(lora_turn_ + k) % n];
+        if (s.ph == slot::phase::prefill || s.ph == slot::phase::decode) {
+            chosen = s.req->lora;
+            break;
+        }
+    }
+    lora_turn_ = (lora_turn_ + 1) % n;
+    return chosen;
 }
 
 void scheduler::impl::after_prefill_chunk(slot & s) {
@@ -546,6 +599,27 @@ cache::reset_result scheduler::reset_cache() {
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
         return r;
     });
+}
+
+std::string scheduler::reload_lora(size_t id, uint64_t epoch) {
+    return impl_->run_on_engine(
+        [this, id, epoch]() -> std::string {
+            auto & slot_adapter = impl_->loras_.at(id);
+            std::unique_ptr<engine::lora_adapter> fresh;
+            try {
+                fresh = std::make_unique<engine::lora_adapter>(impl_->model_, slot_adapter->path());
+            } catch (const std::exception & e) {
+                return e.what();
+            }
+            // The context must not point at the adapter freed below: back to the base model.
+            impl_->ctx_->set_loras({}, {});
+            impl_->applied_lora_.clear();
+            slot_adapter = std::move(fresh);
+            impl_->lora_epoch_ = epoch;
+            spdlog::info("lora: adapter {} reloaded from {} (generation {})", id, slot_adapter->path(), epoch);
+            return "";
+        },
+        /*when_idle=*/true);
 }
 
 void scheduler::stop() {

@@ -263,6 +263,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     bucket_inputs b;
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
+    if (auto err = select_lora(r.lora, out, b)) {
+        return err;
+    }
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
     if (opt_.cache_trace && opt_.cache_enabled && r.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
@@ -326,6 +329,24 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     return std::nullopt;
 }
 
+std::optional<api_error> chat_preparer::select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
+                                                    bucket_inputs & b) const {
+    out.lora = lora_selection{};
+    if (opt_.loras == nullptr) {
+        if (!requested.empty()) {
+            return invalid_request("'lora' names adapter " + std::to_string(requested.front().id) +
+                                       " but this server has no LoRA adapters (start it with --lora FILE)",
+                                   "lora");
+        }
+        return std::nullopt;
+    }
+    if (auto err = opt_.loras->select(requested, out.lora)) {
+        return err;
+    }
+    b.lora_id = out.lora.lora_id;
+    return std::nullopt;
+}
+
 std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_sequence_tokens,
                                                     prepared_chat & out) const {
     if (p.tokens.empty()) {
@@ -344,6 +365,9 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
     bucket_inputs b;
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
+    if (auto err = select_lora(p.lora, out, b)) {
+        return err;
+    }
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
     out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;
     if (opt_.cache_trace && out.cache.cache_prompt) {

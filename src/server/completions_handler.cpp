@@ -139,6 +139,7 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
     raw.user = cr.user;
     raw.prompt_cache_key = cr.prompt_cache_key;
     raw.cache_prompt = cr.cache_prompt;
+    raw.lora = cr.lora;
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare_raw(std::move(raw), ctx.sched.max_sequence_tokens(), prep)) {
         send_json_body(res, to_json(*err), err->status);
