@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "scheduler/disk_link.h"
 #include "scheduler/lifecycle.h"
+#include "scheduler/lora_turns.h"
 #include "scheduler/metrics.h"
 #include "scheduler/sequence_pool.h"
 #include "scheduler/sequence_states.h"
@@ -49,7 +50,6 @@ struct scheduler::impl {
     void poll_loads();
     void complete_load(slot & s);
     void step();
-    std::vector<float> choose_lora_set();
     void after_prefill_chunk(slot & s);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
@@ -373,7 +373,7 @@ void scheduler::impl::step() {
         }
     }
     // One llama_decode applies one LoRA set: only the slots with the chosen set join this step.
-    const std::vector<float> lora = choose_lora_set();
+    const std::vector<float> lora = next_lora_set(slots_, lora_turn_);
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
     for (auto & s : slots_) {
@@ -441,22 +441,6 @@ void scheduler::impl::step() {
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
     }
-}
-
-std::vector<float> scheduler::impl::choose_lora_set() {
-    // Round robin over the slots: each step serves the set of the next computing slot from
-    // lora_turn_, so no adapter set waits more than n_parallel steps.
-    const size_t n = slots_.size();
-    std::vector<float> chosen;
-    for (size_t k = 0; k < n; ++k) {
-        const slot & s = slots_[(lora_turn_ + k) % n];
-        if (s.ph == slot::phase::prefill || s.ph == slot::phase::decode) {
-            chosen = s.req->lora;
-            break;
-        }
-    }
-    lora_turn_ = (lora_turn_ + 1) % n;
-    return chosen;
 }
 
 void scheduler::impl::after_prefill_chunk(slot & s) {
