@@ -144,6 +144,23 @@ for (const arch of ARCHS) {
       }
     });
 
+    it('/v1/messages takes the same lora field', async () => {
+      const body = (lora) => ({ model: 'tiny', max_tokens: GEN, temperature: 0, system: P[0].content,
+        messages: [{ role: 'user', content: P[1].content }], lora });
+      const text = (r) => JSON.stringify(r.json.content);
+      const a = await srv.post('/v1/messages', body([{ id: 0, scale: 1 }]));
+      assert.equal(a.status, 200, a.text);
+      const n = await srv.post('/v1/messages', body([{ id: 0, scale: 0 }]));
+      assert.equal(n.status, 200, n.text);
+      const aCold = await srv.post('/v1/messages', { ...body([{ id: 0, scale: 1 }]), cache_prompt: false });
+      assert.equal(text(a), text(aCold));
+      assert.notEqual(text(a), text(n), 'adapter A changes the Messages reply');
+      const bad = await srv.post('/v1/messages', body([{ id: 7, scale: 1 }]));
+      assert.equal(bad.status, 400, bad.text);
+      assert.equal(bad.json.type, 'error');
+      assert.match(bad.json.error.message, /lora/);
+    });
+
     it('bad lora fields get a 400 that names them', async () => {
       const r = await srv.post('/v1/chat/completions',
         { model: 'tiny', messages: P, max_tokens: 1, lora: [{ id: 7, scale: 1 }] });
