@@ -84,6 +84,24 @@ TEST(LoraConfig, FlagsGiveIdsInOrderAndPaths) {
     EXPECT_NE(bad.output.find("--lora-scaled"), std::string::npos) << bad.output;
 }
 
+TEST(LoraConfig, EnvironmentVariables) {
+    const char * argv[] = {"lineage-server", "-m", "m.gguf"};
+    auto r = parse_config(3, argv, [](const char * name) -> const char * {
+        if (std::string(name) == "LINEAGE_LORA") {
+            return "a.gguf,b.gguf";
+        }
+        if (std::string(name) == "LINEAGE_LORA_SCALED") {
+            return "s.gguf:0.25";
+        }
+        return nullptr;
+    });
+    ASSERT_TRUE(r.config) << r.output;
+    ASSERT_EQ(r.config->loras.size(), 3u);
+    EXPECT_EQ(r.config->loras[1].path, "b.gguf");
+    EXPECT_EQ(r.config->loras[2].path, "s.gguf");
+    EXPECT_EQ(r.config->loras[2].scale, 0.25f);
+}
+
 TEST(LoraList, ParsesAndRejects) {
     const auto l = parse_lora_list(json::parse(R"([{"id": 1, "scale": 0.5}, {"id": 0}])"), "lora");
     ASSERT_EQ(l.size(), 2u);
