@@ -70,6 +70,18 @@ decode_result context::decode(const std::vector<batch_token> & tokens) {
     }
 }
 
+void context::set_loras(const std::vector<const lora_adapter *> & adapters, const std::vector<float> & scales) {
+    std::vector<llama_adapter_lora *> raw;
+    std::vector<float> sc;
+    for (size_t i = 0; i < adapters.size() && i < scales.size(); ++i) {
+        if (adapters[i] != nullptr && scales[i] != 0.0f) {
+            raw.push_back(adapters[i]->raw());
+            sc.push_back(scales[i]);
+        }
+    }
+    llama_set_adapters_lora(ctx_, raw.empty() ? nullptr : raw.data(), raw.size(), sc.empty() ? nullptr : sc.data());
+}
+
 bytes context::get_state(seq_id s, bool recurrent_only) const {
     const auto flags = flags_for(recurrent_only);
     bytes out(llama_state_seq_get_size_ext(ctx_, s, flags));

@@ -5,6 +5,7 @@
 // Ownership: move-only; owns the llama_context; the model must outlive it.
 #pragma once
 
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 
@@ -56,6 +57,11 @@ public:
     /** Runs one llama_decode over `tokens` (<= n_batch). On no_kv_space or error the memory is
      *  as before the call (llama.cpp contract); on aborted, processed ubatches remain. */
     decode_result decode(const std::vector<batch_token> & tokens);
+
+    /** Applies LoRA adapters[i] with scales[i] (same sizes; a zero scale leaves it out) to every
+     *  decode() from now on; empty vectors: the base model. Cheap when the set is unchanged
+     *  (llama.cpp compares); a change makes the next decode rebuild its graph. */
+    void set_loras(const std::vector<const lora_adapter *> & adapters, const std::vector<float> & scales);
 
     /** Set from another thread to abort a running decode() at the next ubatch boundary. */
     void set_abort_flag(std::atomic<bool> * flag);

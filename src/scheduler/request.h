@@ -166,6 +166,14 @@ struct generation_request {
     cache_hints cache;
     std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
     std::shared_ptr<event_channel> events = std::make_shared<event_channel>();
+    /** LoRA scales in force for this request, one per loaded adapter in id order (the server's
+     *  global scales, or the request's own `lora`); empty = the base model (also when every
+     *  scale is 0). Slots with different sets never share a llama_decode. */
+    std::vector<float> lora;
+    /** The adapter generation the request's key was computed under (server::lora_registry): a
+     *  request with adapters admitted after a reload of a changed adapter file bypasses the
+     *  cache, since its lora_id named the old file. */
+    uint64_t lora_epoch = 0;
     /** Set by any thread to stop the request: checked between prefill chunks and decode steps. */
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
     /** Set by the HTTP thread when a stop string matched: ends with finish_reason::stop. */

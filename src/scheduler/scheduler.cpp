@@ -6,9 +6,11 @@
 
 #include "cache/store.h"
 #include "engine/context.h"
+#include "engine/lora.h"
 #include "engine/model.h"
 #include "scheduler/disk_link.h"
 #include "scheduler/lifecycle.h"
+#include "scheduler/lora_turns.h"
 #include "scheduler/metrics.h"
 #include "scheduler/sequence_pool.h"
 #include "scheduler/sequence_states.h"
@@ -41,7 +43,7 @@ struct scheduler::impl {
 
     // --- cross-thread ---
     void submit(std::shared_ptr<generation_request> req);
-    template <typename F> auto run_on_engine(F f) -> decltype(f());
+    template <typename F> auto run_on_engine(F f, bool when_idle = false) -> decltype(f());
     void stop();
 
     // --- engine thread ---
@@ -78,11 +80,16 @@ struct scheduler::impl {
     bool check_invariants_ = false;
     clock::time_point started_ = clock::now();
     void verify() const;
+    std::vector<std::unique_ptr<engine::lora_adapter>> loras_;  // id = index
+    std::vector<float> applied_lora_;  // the set the context applies now (empty: none)
+    uint64_t lora_epoch_ = 0;          // adapter generation (reload_lora)
+    size_t lora_turn_ = 0;             // slot whose adapter set the next step serves first
 
     util::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+    std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
     bool stopping_ GUARDED_BY(mu_) = false;
     std::thread thread_;
 };
@@ -107,6 +114,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
     ctx_ = std::make_unique<engine::context>(m, cp);
+    for (const auto & path : p_.lora_paths) {
+        loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
+    }
     states_ = std::make_unique<engine_states>(*ctx_);
     apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
@@ -169,7 +179,7 @@ void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
 }
 
 template <typename F>
-auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
+auto scheduler::impl::run_on_engine(F f, bool when_idle) -> decltype(f()) {
     using R = decltype(f());
     auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
     auto fut = task->get_future();
@@ -178,7 +188,7 @@ auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
         if (stopping_) {
             return R{};
         }
-        tasks_.push_back([task] { (*task)(); });
+        (when_idle ? idle_tasks_ : tasks_).push_back([task] { (*task)(); });
     }
     cv_.notify_one();
     return fut.get();
@@ -187,6 +197,7 @@ auto scheduler::impl::run_on_engine(F f) -> decltype(f()) {
 void scheduler::impl::loop() {
     for (;;) {
         std::deque<std::function<void()>> tasks;
+        std::deque<std::function<void()>> idle_tasks;
         std::deque<std::shared_ptr<generation_request>> admitted;
         {
             util::unique_lock lk(mu_);
@@ -197,7 +208,7 @@ void scheduler::impl::loop() {
                                              [](const slot & s) { return s.ph == slot::phase::loading; });
             if (!computing) {
                 const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
-                while (!stopping_ && queue_.empty() && tasks_.empty() && !load_ready_.load()) {
+                while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load()) {
                     if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                         break;
                     }
@@ -207,15 +218,23 @@ void scheduler::impl::loop() {
                 break;
             }
             tasks.swap(tasks_);
+            // Idle tasks (an adapter reload) wait for the slots to empty; no request is
+            // admitted while one waits, so it cannot be starved.
+            if (std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); })) {
+                idle_tasks.swap(idle_tasks_);
+            }
             // New requests join between steps, as many as there are idle slots.
             for (auto & s : slots_) {
-                if (!s.active() && !queue_.empty()) {
+                if (!s.active() && !queue_.empty() && idle_tasks_.empty()) {
                     admitted.push_back(std::move(queue_.front()));
                     queue_.pop_front();
                 }
             }
         }
         for (auto & t : tasks) {
+            t();
+        }
+        for (auto & t : idle_tasks) {
             t();
         }
         // A request whose client left is committed before new ones are planned: a retry sent
@@ -262,6 +281,10 @@ void scheduler::impl::loop() {
         t();
     }
     tasks_.clear();
+    for (auto & t : idle_tasks_) {
+        t();
+    }
+    idle_tasks_.clear();
     disk_->flush(now_s(), [this] { pool_->drain_released(); });
 }
 
@@ -296,7 +319,12 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     s.key.tenant = s.req->cache.tenant;
-    if (!s.use_cache) {
+    if (s.use_cache && !s.req->lora.empty() && s.req->lora_epoch != lora_epoch_) {
+        s.use_cache = false;
+        store_.count_bypassed();
+        LINEAGE_TRACE(store_.trace(), "cache bypassed (a LoRA adapter file was reloaded after this request was "
+                      "keyed); {} prompt tokens to prefill", s.prompt_size());
+    } else if (!s.use_cache) {
         store_.count_bypassed();
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
@@ -375,19 +403,21 @@ void scheduler::impl::step() {
             finish(s, finish_reason::stop);
         }
     }
+    // One llama_decode applies one LoRA set: only the slots with the chosen set join this step.
+    const std::vector<float> lora = next_lora_set(slots_, lora_turn_);
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
     for (auto & s : slots_) {
         s.logits_idx = -1;
         s.chunk = 0;
-        if (s.ph == slot::phase::decode && budget > 0) {
+        if (s.ph == slot::phase::decode && budget > 0 && s.req->lora == lora) {
             s.logits_idx = static_cast<int32_t>(batch.size());
             batch.push_back({s.pending, s.n_past, s.seq, true});
             budget--;
         }
     }
     for (auto & s : slots_) {
-        if (s.ph != slot::phase::prefill || budget <= 0) {
+        if (s.ph != slot::phase::prefill || budget <= 0 || s.req->lora != lora) {
             continue;
         }
         // The chunk ends exactly at the next capture point so the state there can be taken.
@@ -405,6 +435,14 @@ void scheduler::impl::step() {
     }
     if (batch.empty()) {
         return;
+    }
+    if (lora != applied_lora_) {
+        std::vector<const engine::lora_adapter *> adapters;
+        for (const auto & a : loras_) {
+            adapters.push_back(a.get());
+        }
+        ctx_->set_loras(adapters, lora);
+        applied_lora_ = lora;
     }
     const auto t0 = clock::now();
     engine::decode_result rc = ctx_->decode(batch);
@@ -585,6 +623,27 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
         spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes", tenant, r.entries_freed, r.bytes_freed);
         return r;
     });
+}
+
+std::string scheduler::reload_lora(size_t id, uint64_t epoch) {
+    return impl_->run_on_engine(
+        [this, id, epoch]() -> std::string {
+            auto & slot_adapter = impl_->loras_.at(id);
+            std::unique_ptr<engine::lora_adapter> fresh;
+            try {
+                fresh = std::make_unique<engine::lora_adapter>(impl_->model_, slot_adapter->path());
+            } catch (const std::exception & e) {
+                return e.what();
+            }
+            // The context must not point at the adapter freed below: back to the base model.
+            impl_->ctx_->set_loras({}, {});
+            impl_->applied_lora_.clear();
+            slot_adapter = std::move(fresh);
+            impl_->lora_epoch_ = epoch;
+            spdlog::info("lora: adapter {} reloaded from {} (generation {})", id, slot_adapter->path(), epoch);
+            return "";
+        },
+        /*when_idle=*/true);
 }
 
 void scheduler::stop() {

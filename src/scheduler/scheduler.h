@@ -2,7 +2,7 @@
 // cache's device and RAM tiers, and the queue of admitted requests; it runs continuous
 // batching: up to n_parallel sequences prefill/decode together in one llama_decode per step,
 // and new requests join between steps (DESIGN.md "Threads and ownership").
-// Thread safety: submit(), snapshot_stats(), snapshot_metrics(), reset_cache() and stop() may be
+// Thread safety: submit(), snapshot_stats(), snapshot_metrics(), reset_cache(), reload_lora() and stop() may be
 // called from any thread; everything else happens on the engine thread. Ownership: move-only owner of the
 // engine thread; the model must outlive it.
 #pragma once
@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace lineage::engine {
 class model;
@@ -28,6 +30,7 @@ struct params {
     int32_t n_batch = 512;      ///< tokens per llama_decode call = prefill chunk size (--batch-size)
     int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
     int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)
+    std::vector<std::string> lora_paths;  ///< LoRA adapter GGUFs, id = index (--lora, --lora-scaled)
     cache::config cache;
 };
 
@@ -60,6 +63,12 @@ public:
      *  /v1/cache/reset). Its tier-2 files stay: they match only its own bucket (the tenant is a
      *  bucket dimension) and leave by LRU or an admin reset. REQUIRES: `tenant` non-empty. */
     cache::reset_result reset_cache_of(const std::string & tenant);
+    /** Reloads LoRA adapter `id` from its file (its content changed) once no request is in
+     *  flight: admission pauses until then, requests queued meanwhile wait. From then on the
+     *  engine's adapter generation is `epoch` (generation_request::lora_epoch). Returns "" on
+     *  success, else why llama.cpp refused the file (the old adapter then stays loaded).
+     *  REQUIRES: id < params.lora_paths.size(). */
+    std::string reload_lora(size_t id, uint64_t epoch);
 
     /** Stops accepting work and joins the engine thread. Idempotent. */
     void stop();

@@ -193,6 +193,9 @@ void parse_body(const json & body, bool count_tokens, const thinking_signer & si
     if (const json * m = field(body, "model")) {
         r.chat.model = get_string(*m, "model");
     }
+    if (const json * l = field(body, "lora")) {  // llama-server's extension, as on chat completions
+        r.chat.lora = parse_lora_list(*l, "lora");
+    }
     if (const json * md = field(body, "metadata")) {
         get_object(*md, "metadata");
         if (const json * u = field(*md, "user_id")) {

@@ -264,6 +264,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
     b.tenant = r.tenant;
+    if (auto err = select_lora(r.lora, out, b)) {
+        return err;
+    }
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
     out.cache.tenant = r.tenant;
     // The dimensions one by one: the decision trace and the key_differs miss cause name them.
@@ -344,6 +347,24 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     return std::nullopt;
 }
 
+std::optional<api_error> chat_preparer::select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
+                                                    bucket_inputs & b) const {
+    out.lora = lora_selection{};
+    if (opt_.loras == nullptr) {
+        if (!requested.empty()) {
+            return invalid_request("'lora' names adapter " + std::to_string(requested.front().id) +
+                                       " but this server has no LoRA adapters (start it with --lora FILE)",
+                                   "lora");
+        }
+        return std::nullopt;
+    }
+    if (auto err = opt_.loras->select(requested, out.lora)) {
+        return err;
+    }
+    b.lora_id = out.lora.lora_id;
+    return std::nullopt;
+}
+
 std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_sequence_tokens,
                                                     prepared_chat & out) const {
     if (p.tokens.empty()) {
@@ -363,6 +384,9 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
     b.tenant = p.tenant;
+    if (auto err = select_lora(p.lora, out, b)) {
+        return err;
+    }
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
     out.cache.tenant = p.tenant;
     out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;

@@ -10,7 +10,9 @@
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/chat_request.h"
+#include "server/cache_key.h"
 #include "server/errors.h"
+#include "server/lora_registry.h"
 
 #include "util/thread_annotations.h"
 
@@ -40,6 +42,8 @@ struct prepare_options {
     std::map<std::string, std::string> default_kwargs = {{"preserve_reasoning", "true"}};
     /** Digest of the bucket and template_sig (--prompt-cache-hash). */
     cache::hash_algo key_hash = cache::hash_algo::sha256;
+    /** The loaded LoRA adapters (the bucket's lora_id); nullptr = none. Borrowed. */
+    const lora_registry * loras = nullptr;
 };
 
 /** The server-side chat_template_kwargs for a template: llama-server's preserve_reasoning, and
@@ -61,6 +65,7 @@ struct prepared_chat {
     /** The grammar the sampler enforces: response_format's schema, the tool-call grammar
      *  (tool_choice required / a named function; lazy under auto), or the client's `grammar`. */
     engine::grammar_spec grammar;
+    lora_selection lora;                            ///< adapters and scales, lora_id, generation
 };
 
 /** A raw prompt (POST /v1/completions): tokens as they go to the model, no template. */
@@ -71,6 +76,7 @@ struct raw_prompt {
     std::string prompt_cache_key;
     std::string tenant;  ///< the caller's tenant (chat_request::tenant)
     bool cache_prompt = true;
+    std::vector<lora_scale> lora;  ///< chat_request::lora
 };
 
 class chat_preparer {
@@ -111,6 +117,9 @@ private:
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
     /** Sets out.grammar from the render's grammar or the request's `grammar`; a 400 naming the
      *  field when the engine cannot use it. REQUIRES: out.preserved_tokens set. */
+    /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
+    std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
+                                         bucket_inputs & b) const;
     std::optional<api_error> grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
                                         prepared_chat & out) const;
 

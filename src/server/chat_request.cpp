@@ -377,6 +377,13 @@ void parse_body(const json & body, chat_request & r) {
             r.cache_prompt = get_bool(*c2, "extra_body.cache_prompt");
         }
     }
+    if (const json * l = field(body, "lora")) {
+        r.lora = parse_lora_list(*l, "lora");
+    } else if (extra) {
+        if (const json * l2 = field(*extra, "lora")) {
+            r.lora = parse_lora_list(*l2, "extra_body.lora");
+        }
+    }
     if (const json * g = field(body, "add_generation_prompt")) {
         r.add_generation_prompt = get_bool(*g, "add_generation_prompt");
     }

@@ -10,6 +10,7 @@
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/errors.h"
+#include "server/lora_registry.h"
 
 #include <map>
 #include <optional>
@@ -45,6 +46,10 @@ struct chat_request {
     std::string json_schema;
     std::string grammar;                         ///< llama-server's `grammar` extension (GBNF); "" = none
     std::string reasoning_effort;                ///< "" = unset; none|minimal|low|medium|high|xhigh
+    /** llama-server's per-request `lora` (root, else extra_body): adapters and scales for this
+     *  request, the others at 0; empty = the global scales (POST /lora-adapters). Ids are
+     *  checked against the loaded adapters when the request is prepared. */
+    std::vector<lora_scale> lora;
 };
 
 /** Max stop strings per request (OpenAI). */

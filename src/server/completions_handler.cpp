@@ -140,6 +140,7 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
     raw.prompt_cache_key = cr.prompt_cache_key;
     raw.tenant = ctx.tenant_of(req);
     raw.cache_prompt = cr.cache_prompt;
+    raw.lora = cr.lora;
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare_raw(std::move(raw), ctx.sched.max_sequence_tokens(), prep)) {
         send_json_body(res, to_json(*err), err->status);

@@ -124,6 +124,9 @@ void parse_body(const json & body, completions_request & r) {
     if (const json * c = field(body, "cache_prompt")) {
         r.cache_prompt = get_bool(*c, "cache_prompt");
     }
+    if (const json * l = field(body, "lora")) {
+        r.lora = parse_lora_list(*l, "lora");
+    }
 }
 
 }  // namespace

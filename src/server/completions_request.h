@@ -9,6 +9,7 @@
 
 #include "scheduler/request.h"
 #include "server/errors.h"
+#include "server/lora_registry.h"
 
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,7 @@ struct completions_request {
     std::string user;
     std::string prompt_cache_key;
     bool cache_prompt = true;
+    std::vector<lora_scale> lora;       ///< llama-server's per-request `lora` (chat_request::lora)
     std::string model;
 };
 

@@ -34,6 +34,7 @@ struct setting {
     value_parser parse;
     bool is_flag = false;    ///< --name or --name=BOOL (no separate value)
     bool repeatable = false; ///< may be given several times; the values reach `parse` joined by ','
+    int max_values = 1;      ///< values one occurrence may take (--lora-scaled FILE SCALE: 2)
     std::string raw;         ///< filled by CLI11
     CLI::Option * opt = nullptr;
 };
@@ -296,6 +297,19 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "accepts any model name, this is for clients that look for theirs in the list)",
         name_list(c.model_aliases));
     s.back()->repeatable = true;
+    auto lora_parser = [](std::vector<lora_spec> & out, bool with_scale) -> value_parser {
+        return [&out, with_scale](const std::string & v) { return parse_lora_specs(v, with_scale, out); };
+    };
+    add("--lora", "LINEAGE_LORA", "FILE", "(none)",
+        "LoRA adapter GGUF applied at scale 1 (repeatable, or comma-separated); adapters get ids 0, 1, ... in "
+        "the order --lora then --lora-scaled; GET/POST /lora-adapters and a request's 'lora' use them",
+        lora_parser(c.loras, false));
+    s.back()->repeatable = true;
+    add("--lora-scaled", "LINEAGE_LORA_SCALED", "FILE:SCALE", "(none)",
+        "LoRA adapter GGUF with its scale, as FILE:SCALE or FILE SCALE (repeatable, or comma-separated)",
+        lora_parser(c.loras_scaled, true));
+    s.back()->repeatable = true;
+    s.back()->max_values = 2;
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
@@ -520,6 +534,9 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
             }
         } else {
             st->opt = app->add_option(st->names, st->raw, describe(*st))->type_name(st->value_name);
+            if (st->max_values > 1) {
+                st->opt->expected(1, st->max_values);
+            }
             if (st->repeatable) {
                 st->opt->multi_option_policy(CLI::MultiOptionPolicy::Join)->delimiter(',');
             }
@@ -621,6 +638,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
         } else if (auto h = lookup("HOME"); h && !h->empty()) {
             c.sched.cache.disk_dir = *h + "/.cache/lineage/prompt-cache";
         }
+    }
+    c.loras.insert(c.loras.end(), c.loras_scaled.begin(), c.loras_scaled.end());
+    c.loras_scaled.clear();
+    for (const auto & l : c.loras) {
+        c.sched.lora_paths.push_back(l.path);
     }
     if (c.responses_store == "memory") {
         c.responses_store = ":memory:";

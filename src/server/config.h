@@ -7,6 +7,7 @@
 
 #include "scheduler/scheduler.h"
 #include "server/tenants.h"
+#include "server/lora_registry.h"
 
 #include <cstdint>
 #include <functional>
@@ -45,6 +46,10 @@ struct server_config {
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
     bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
+    /** LoRA adapters, id = index: the --lora files (scale 1) then the --lora-scaled ones;
+     *  parse_config also puts their paths in sched.lora_paths. */
+    std::vector<lora_spec> loras;
+    std::vector<lora_spec> loras_scaled;  ///< --lora-scaled, before parse_config appends them to `loras`
     /** --responses-store: SQLite file of the stored Responses API responses; resolved by
      *  parse_config to <disk_dir>/responses.sqlite when unset and the disk tier is on, else
      *  ":memory:" (also for the value "memory"). */

@@ -263,6 +263,8 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     }
     gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
     gr->cache = prep.cache;
+    gr->lora = prep.lora.scales;
+    gr->lora_epoch = prep.lora.epoch;
     spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} last_user={} session='{}' bucket={}",
                   gr->id, prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,
                   gr->cache.tools_anchor_tokens, gr->cache.last_user_tokens, gr->cache.session_key,

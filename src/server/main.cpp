@@ -6,6 +6,7 @@
 #include "scheduler/scheduler.h"
 #include "server/config.h"
 #include "server/json_body.h"
+#include "server/lora_registry.h"
 #include "server/routes.h"
 
 #include <httplib.h>
@@ -101,6 +102,13 @@ int serve(const server::server_config & cfg) {
         return 1;
     }
 
+    std::unique_ptr<server::lora_registry> loras;
+    try {
+        loras = std::make_unique<server::lora_registry>(cfg.loras, cfg.sched.cache.key_hash);
+    } catch (const std::exception & e) {
+        spdlog::error("{}: check the --lora / --lora-scaled paths", e.what());
+        return 1;
+    }
     std::unique_ptr<scheduler::scheduler> sched;
     try {
         sched = std::make_unique<scheduler::scheduler>(*model, cfg.sched);
@@ -131,7 +139,10 @@ int serve(const server::server_config & cfg) {
     srv.set_keep_alive_max_count(static_cast<size_t>(cfg.http_keep_alive_max));
     srv.set_keep_alive_timeout(static_cast<time_t>(cfg.http_keep_alive_timeout_s));
     server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
-    server::server_context ctx(cfg, *model, *tmpl, *sched);
+    for (const auto & e : loras->list()) {
+        spdlog::info("lora adapter {}: {} (scale {}, content {})", e.id, e.path, e.scale, e.digest.substr(0, 16));
+    }
+    server::server_context ctx(cfg, *model, *tmpl, *sched, *loras);
     server::install_routes(srv, ctx);
 
     if (!srv.bind_to_port(cfg.host, cfg.port)) {

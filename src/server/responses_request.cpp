@@ -281,6 +281,9 @@ void parse_body(const json & body, responses_request & r) {
     if (const json * cp = field(body, "cache_prompt")) {  // extension, as on /v1/chat/completions
         c.cache_prompt = get_bool(*cp, "cache_prompt");
     }
+    if (const json * l = field(body, "lora")) {  // extension, as on /v1/chat/completions
+        c.lora = parse_lora_list(*l, "lora");
+    }
     if (const json * md = field(body, "metadata")) {
         if (!md->is_object()) {
             fail("metadata", "'metadata' must be an object of strings, got " + std::string(type_name(*md)));

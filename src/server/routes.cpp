@@ -14,6 +14,7 @@
 #include "server/errors.h"
 #include "server/http_guard.h"
 #include "server/json_body.h"
+#include "server/json_fields.h"
 #include "server/prometheus.h"
 
 #include <httplib.h>
@@ -167,10 +168,11 @@ bool anthropic_path(const std::string & path) {
 }  // namespace
 
 server_context::server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
-                               scheduler::scheduler & s)
+                               scheduler::scheduler & s, lora_registry & l)
     : cfg(c),
       model(m),
       sched(s),
+      loras(l),
       model_id(c.alias.empty() ? m.id() : c.alias),
       created(static_cast<int64_t>(std::time(nullptr))),
       allowed_hosts(!c.allowed_hosts.empty() ? c.allowed_hosts
@@ -182,7 +184,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                .cache_enabled = c.sched.cache.enabled,
                                .cache_trace = c.sched.cache.trace,
                                .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
-                               .key_hash = c.sched.cache.key_hash}),
+                               .key_hash = c.sched.cache.key_hash,
+                               .loras = &l}),
       signer(c.alias.empty() ? m.id() : c.alias, c.api_key),
       responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
                                                                        .ttl_s = c.responses_ttl_s,
@@ -454,6 +457,42 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         }
         json j = json::object();
         j["prompt"] = std::move(prompt);
+        send_json(res, j);
+    });
+
+    // llama-server's LoRA endpoints: GET lists [{id, path, scale}] (+ digest: the file content's,
+    // part of the cache key); POST [{id, scale}] sets the global scales (adapters not named go
+    // to 0), re-reads every adapter file and reloads those whose content changed (once the
+    // requests in flight are done) -> {success: true, reloaded: [ids]}.
+    srv.Get("/lora-adapters", [&ctx](const httplib::Request &, httplib::Response & res) {
+        json list = json::array();
+        for (const auto & e : ctx.loras.list()) {
+            list.push_back({{"id", e.id}, {"path", e.path}, {"scale", e.scale}, {"digest", e.digest}});
+        }
+        send_json(res, list);
+    });
+    srv.Post("/lora-adapters", [&ctx](const httplib::Request & req, httplib::Response & res) {
+        json body;
+        if (auto err = parse_json_body(req.body, body, /*require_object=*/false, default_json_limits())) {
+            send_error(res, *err);
+            return;
+        }
+        std::vector<lora_scale> scales;
+        try {
+            scales = parse_lora_list(body, "body");
+        } catch (const fields::bad_field & e) {
+            send_error(res, e.err);
+            return;
+        }
+        std::vector<int64_t> reloaded;
+        auto reload = [&ctx](size_t id, uint64_t epoch) { return ctx.sched.reload_lora(id, epoch); };
+        if (auto err = ctx.loras.apply(scales, reload, reloaded)) {
+            send_error(res, *err);
+            return;
+        }
+        json j = json::object();
+        j["success"] = true;
+        j["reloaded"] = reloaded;
         send_json(res, j);
     });
 

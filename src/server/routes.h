@@ -2,7 +2,7 @@
 // POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /v1/responses, GET/DELETE
 // /v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, GET and HEAD / (200:
 // clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
-// POST /apply-template (as llama-server's); API-key check ('Authorization: Bearer' or
+// POST /apply-template, GET/POST /lora-adapters (as llama-server's); API-key check ('Authorization: Bearer' or
 // Anthropic's 'x-api-key') naming the caller's tenant (tenants.h), which scopes the cache stats
 // and reset (the admin key sees and resets all, and alone reads /metrics); 414 for long
 // request targets and 431 for large headers; OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for
@@ -16,6 +16,7 @@
 
 #include "server/chat_prepare.h"
 #include "server/config.h"
+#include "server/lora_registry.h"
 #include "server/thinking_signature.h"
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
@@ -45,11 +46,12 @@ namespace lineage::server {
 
 struct server_context {
     server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
-                   scheduler::scheduler & s);
+                   scheduler::scheduler & s, lora_registry & l);
 
     const server_config & cfg;
     const engine::model & model;
     scheduler::scheduler & sched;
+    lora_registry & loras;    ///< the LoRA adapters (GET/POST /lora-adapters, request keys)
     std::string model_id;     ///< --alias, else the model file name
     int64_t created = 0;      ///< unix seconds at start (/v1/models "created")
     /** Host names accepted besides IP literals and localhost (http_guard.h host_allowed):

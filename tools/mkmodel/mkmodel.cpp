@@ -5,6 +5,7 @@
 // the chat template, and keeps optional tensors no real checkpoint has) -> atomic rename.
 // Optional --check runs model_check on the result.
 // Thread safety: single-threaded program. Ownership: RAII wrappers free every engine object.
+#include "lora_writer.h"
 #include "model_check.h"
 #include "model_spec.h"
 
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,6 +51,9 @@ struct options {
     int check_tokens = 1000;
     int threads = 2;
     bool verbose = false;
+    std::string lora_out;
+    std::optional<uint64_t> lora_seed;
+    bool lora_only = false;
 };
 
 bool g_verbose = false;
@@ -279,8 +284,17 @@ int main(int argc, char ** argv) {
         ->capture_default_str();
     app.add_option("--threads", opts.threads, "decode threads for --check")->check(CLI::Range(1, 1024))->capture_default_str();
     app.add_flag("--verbose", opts.verbose, "print the engine's log");
+    app.add_option("--lora-out", opts.lora_out,
+                   "also write a LoRA adapter GGUF for the model (random rank-4 adapters of its attention-output, "
+                   "FFN and output matrices) to this file");
+    app.add_option("--lora-seed", opts.lora_seed, "seed of the adapter's weights (default: --seed)");
+    app.add_flag("--lora-only", opts.lora_only, "do not write the model; write --lora-out for the existing -o file");
     CLI11_PARSE(app, argc, argv);
-    if (opts.arch.empty() && !opts.check_only) {
+    if (opts.lora_only && opts.lora_out.empty()) {
+        std::fprintf(stderr, "--lora-only needs --lora-out FILE\n");
+        return 1;
+    }
+    if (opts.arch.empty() && !opts.check_only && !opts.lora_only) {
         std::fprintf(stderr, "--arch is required\nRun with --help for more information.\n");
         return 1;
     }
@@ -289,8 +303,11 @@ int main(int argc, char ** argv) {
     llama_log_set(log_callback, nullptr);
     llama_backend_init();
     int rc = 0;
-    if (!opts.check_only) {
+    if (!opts.check_only && !opts.lora_only) {
         rc = write_model(opts, *parse_arch(opts.arch), *parse_preset(opts.preset));
+    }
+    if (rc == 0 && !opts.lora_out.empty()) {
+        rc = write_lora(opts.output, opts.lora_out, opts.lora_seed.value_or(opts.seed));
     }
     if (rc == 0 && (opts.check || opts.check_only)) {
         check_options copts;
