@@ -74,6 +74,7 @@ bool store::commit(commit_input in, double now_s) {
     e.device_bytes = in.device_bytes;
     e.last_use = now_s;
     e.history = in.history_tokens;
+    e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }

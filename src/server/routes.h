@@ -17,6 +17,7 @@
 #include "server/thinking_signature.h"
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
+#include "server/warmup.h"
 
 #include <atomic>
 #include <cstdint>
@@ -56,6 +57,9 @@ struct server_context {
     std::unique_ptr<response_store> responses;  ///< stored Responses API responses
     std::unique_ptr<reasoning_seal> seal;       ///< encrypted_content of reasoning items (key in the store)
     std::atomic<uint64_t> next_id{1};
+    /** Renders the next turn's prefix after a reply and submits its warm-up (last: it borrows
+     *  the members above and joins its thread first). */
+    std::unique_ptr<warmer> warm;
 };
 
 /** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s
