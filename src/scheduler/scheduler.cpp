@@ -211,8 +211,14 @@ void scheduler::impl::loop() {
             const auto now = clock::now();
             for (auto & s : slots_) {
                 if (!s.active() && !queue_.empty()) {
-                    if (retry_hold(slots_, *queue_.front(), now)) {
+                    auto & r = *queue_.front();
+                    if (retry_hold(slots_, r, now)) {
                         break;
+                    }
+                    if (r.held_since) {
+                        spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
+                                     "request's prompt)",
+                                     r.id, std::chrono::duration<double, std::milli>(now - *r.held_since).count());
                     }
                     admitted.push_back(std::move(queue_.front()));
                     queue_.pop_front();

@@ -3,7 +3,11 @@
 // once; the retry restores the whole prompt but one token (cached_tokens == prompt_tokens - 1)
 // in every trial, although the dropped request may still be decoding when the retry arrives
 // (the retry hold: docs/architecture.md "Retries"). Each trial is a new conversation, so only
-// the dropped request's own entry can serve the retry. The retry answers as a cold run.
+// the dropped request's own entry can serve the retry. Another client keeps the engine busy
+// with long cold prefills meanwhile, so that each decode step of the dropped request takes a
+// prefill chunk's time, as on a real model: its HTTP thread then notices the dropped client only
+// after the retry has arrived (the server log shows "retry hold" lines). The retry answers as a
+// cold run.
 //
 //   cd tests/e2e && node --test retry.test.mjs
 import assert from 'node:assert/strict';
@@ -25,12 +29,19 @@ for (const arch of ARCHS) {
   describe(`retry after a dropped stream [${arch}]`, { timeout: 300_000 }, () => {
     let srv;
     before(async () => {
-      srv = await startServer({ model: modelPath(arch), name: `retry-${arch}`, args: ['--parallel', '2', '--ctx-size', '4096'] });
+      srv = await startServer({ model: modelPath(arch), name: `retry-${arch}`, args: ['--parallel', '3', '--ctx-size', '4096'] });
     });
     after(async () => { await srv?.stopGracefully(); });
 
     it(`restores the whole prompt but one token in ${TRIALS} of ${TRIALS} trials`, async () => {
       const short = [];
+      let loading = true;
+      const load = (async () => {
+        const long = [{ role: 'user', content: words(2300, 5) }];
+        while (loading) {
+          await srv.openai.chat.completions.create({ model: 'tiny', messages: long, max_tokens: 1, cache_prompt: false });
+        }
+      })();
       for (let t = 0; t < TRIALS; t++) {
         const body = { model: 'tiny', messages: messages(1000 + 10 * t), max_tokens: 400, temperature: 0 };
         const ac = new AbortController();
@@ -50,7 +61,11 @@ for (const arch of ARCHS) {
         const u = usageOf(retry);
         if (u.cached !== u.prompt - 1) short.push({ trial: t, prompt: u.prompt, cached: u.cached });
       }
+      loading = false;
+      await load;
       srv.assertAlive();
+      const raced = (srv.log().match(/retry hold/g) ?? []).length;
+      process.stderr.write(`[retry] ${arch}: ${raced} of ${TRIALS} retries arrived before the drop was noticed\n`);
       assert.deepEqual(short, [], `retries that restored short:\n${srv.logTail(40)}`);
     });
 
