@@ -150,31 +150,39 @@ for (const arch of ARCHS) {
     });
 
     it('a request arriving during a warm-up is served at once and answers as a cold run', async () => {
-      // A long reply, re-prefilled by the warm-up in chunks: long enough to be caught running.
-      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(20, 90) }];
-      const first = await chat(srv, messages, { max_tokens: 600, prompt_cache_key: 'long' }, 'long reply');
-      const before = await srv.cacheStats();
-      messages.push(echo(first.choices[0].message), { role: 'user', content: words(12, 91) });
-      let seen = false;
-      const t0 = Date.now();
-      while (!seen && Date.now() - t0 < 5_000) {
-        const s = await srv.cacheStats();
-        seen = s.warmup.active === 1;
-        if (!seen && s.warmup.runs > before.warmup.runs) break;  // it finished before we looked
-      }
-      const next = await chat(srv, messages, { prompt_cache_key: 'long' }, 'next turn during the warm-up');
-      const after = await srv.cacheStats();
-      const c = await chat(cold, messages, { cache_prompt: false }, 'cold');
-      assert.deepEqual(replyOf(next), replyOf(c), 'a request during a warm-up vs cold');
-      if (seen) {
-        assert.equal(after.warmup.preempted, before.warmup.preempted + 1,
-          `the warm-up yields to the request: ${JSON.stringify(after.warmup)}\n${srv.logTail(20)}`);
-        assert.equal(after.warmup.hits, before.warmup.hits + 1, 'the request continues what the warm-up parked');
-      } else {
-        process.stderr.write(`[warmup] ${arch}: the warm-up of a 600-token reply finished before it was seen ` +
-          'running; the preemption was not exercised\n');
+      // A long reply as content (thinking off: a past turn's thinking is not re-rendered), which
+      // the warm-up re-prefills in 16-token chunks (--batch-size 16): ~100 steps, long enough to
+      // be caught running on a loaded machine. Cold runs on the same server (same chunking).
+      const small = await startServer({ model: modelPath(arch), name: `warmup-chunks-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--batch-size', '16'] });
+      try {
+        await preemption(small);
+      } finally {
+        await small.stopGracefully();
       }
     });
+
+    async function preemption(srv) {
+      const kw = { chat_template_kwargs: { enable_thinking: false }, prompt_cache_key: 'long' };
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(20, 90) }];
+      const first = await chat(srv, messages, { max_tokens: 1500, ...kw }, 'long reply');
+      assert.ok(first.choices[0].message.content.length > 1000, 'a long content reply');
+      const before = await srv.cacheStats();
+      messages.push(echo(first.choices[0].message), { role: 'user', content: words(12, 91) });
+      let s = before;
+      const t0 = Date.now();
+      while (s.warmup.active !== 1 && s.warmup.runs === before.warmup.runs && Date.now() - t0 < 5_000) {
+        s = await srv.cacheStats();
+      }
+      assert.equal(s.warmup.active, 1, `the warm-up was not seen running: ${JSON.stringify(s.warmup)}`);
+      const next = await chat(srv, messages, kw, 'next turn during the warm-up');
+      const after = await srv.cacheStats();
+      assert.equal(after.warmup.preempted, before.warmup.preempted + 1,
+        `the warm-up yields to the request: ${JSON.stringify(after.warmup)}\n${srv.logTail(20)}`);
+      assert.equal(after.warmup.hits, before.warmup.hits + 1, 'the request continues what the warm-up parked');
+      const c = await chat(srv, messages, { cache_prompt: false, ...kw }, 'cold');
+      assert.deepEqual(replyOf(next), replyOf(c), 'a request during a warm-up vs cold');
+    }
 
     it('/metrics carries the warm-up counters', async () => {
       const r = await srv.get('/metrics');
