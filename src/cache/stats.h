@@ -45,7 +45,7 @@ struct warmup_stats {
      *  length) before any hit, plus warm-ups dropped unfinished. */
     int64_t wasted = 0;
     /** Jobs not run, by cause: not_needed (an entry already holds the prefix), replaced (a newer
-     *  job of the same conversation came first), queue_full, preempted_too_often, no_sequence. */
+     *  job of the same conversation came first), queue_full, preempted_too_often. */
     std::map<std::string, int64_t> skipped;
 };
 

@@ -204,10 +204,8 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.",
               static_cast<double>(w.wasted));
     x.counter("lineage_prompt_cache_warmup_skipped_total",
-              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often, no_sequence, "
-              "too_long.",
-              "cause", with_known(w.skipped, {"not_needed", "replaced", "queue_full", "preempted_too_often",
-                                              "no_sequence", "too_long"}));
+              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.",
+              "cause", with_known(w.skipped, {"not_needed", "replaced", "queue_full", "preempted_too_often"}));
 
     // --- requests (owner: scheduler) ---
     x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",

@@ -62,8 +62,8 @@ void warmer::run() {
         w->id = next_id_.fetch_add(1);
         w->warmup = true;
         w->prompt = prep_.next_turn_prefix(*j.conv, j.reply);
-        if (w->prompt.empty()) {
-            continue;
+        if (w->prompt.empty() || static_cast<int32_t>(w->prompt.size()) >= sched_.max_sequence_tokens()) {
+            continue;  // not renderable, or the next request cannot fit either
         }
         w->cache = j.hints;
         w->cache.history_tokens = -1;  // the entry keeps the absorbed one's boundary
