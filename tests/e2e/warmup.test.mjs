@@ -10,6 +10,7 @@
 //  - greedy outputs through warmed entries equal a cold run (cache_prompt: false);
 //  - a request that arrives while a warm-up runs is served at once (the warm-up is preempted,
 //    what it did is parked) and answers as a cold run;
+//  - Messages and Responses replies are warmed the same way;
 //  - /metrics carries the warm-up counters.
 //
 //   cd tests/e2e && node --test warmup.test.mjs
@@ -184,10 +185,65 @@ for (const arch of ARCHS) {
       assert.deepEqual(replyOf(next), replyOf(c), 'a request during a warm-up vs cold');
     }
 
+    it('Messages and Responses replies are warmed too', async () => {
+      const sys = `You are a careful engineer. ${words(150, 80)}`;
+      // Messages: the second turn's uncached input is exactly its own message + generation prompt.
+      const tokens = async (body) => {
+        const t = await srv.post('/apply-template?api=messages', body);
+        assert.equal(t.status, 200, t.text);
+        const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true });
+        return k.json.tokens;
+      };
+      const base = { model: 'tiny', system: sys, temperature: 0, thinking: { type: 'disabled' } };
+      let msgs = [{ role: 'user', content: words(30, 81) }];
+      let before = await srv.cacheStats();
+      const m1 = await srv.post('/v1/messages', { ...base, messages: msgs, max_tokens: 40 });
+      assert.equal(m1.status, 200, m1.text);
+      await waitWarmup(srv, before.warmup.runs, 'after a Messages reply');
+      msgs = [...msgs, { role: 'assistant', content: m1.json.content }, { role: 'user', content: words(10, 82) }];
+      const p2 = await tokens({ ...base, messages: msgs, max_tokens: 8 });
+      const other = structuredClone(msgs);
+      other.at(-1).content = `Zulu ${other.at(-1).content}`;
+      const q2 = await tokens({ ...base, messages: other, max_tokens: 8 });
+      let i = 0;
+      while (i < p2.length && p2[i] === q2[i]) i++;
+      before = await srv.cacheStats();
+      const m2 = await srv.post('/v1/messages', { ...base, messages: msgs, max_tokens: 8 });
+      assert.equal(m2.status, 200, m2.text);
+      assert.equal(m2.json.usage.input_tokens + m2.json.usage.cache_read_input_tokens, p2.length, 'prompt tokens');
+      assert.equal(m2.json.usage.input_tokens, p2.length - i, `Messages turn 2: ${JSON.stringify(m2.json.usage)}`);
+      assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+
+      // Responses, chained by previous_response_id: the second turn restores past the first
+      // prompt (the reply as re-rendered), where without a warm-up it restores the turn boundary.
+      before = await srv.cacheStats();
+      const r1 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, input: [{ role: 'user',
+        content: words(30, 83) }], max_output_tokens: 40, temperature: 0 });
+      assert.equal(r1.status, 200, r1.text);
+      await waitWarmup(srv, before.warmup.runs, 'after a Responses reply');
+      before = await srv.cacheStats();
+      const r2 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, previous_response_id: r1.json.id,
+        input: [{ role: 'user', content: words(10, 84) }], max_output_tokens: 8, temperature: 0 });
+      assert.equal(r2.status, 200, r2.text);
+      assert.ok(r2.json.usage.input_tokens_details.cached_tokens > r1.json.usage.input_tokens,
+        `Responses turn 2 restores past turn 1's prompt: ${JSON.stringify(r2.json.usage)} after ` +
+        JSON.stringify(r1.json.usage));
+      assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+    });
+
     it('/metrics carries the warm-up counters', async () => {
-      const r = await srv.get('/metrics');
+      // Read while no warm-up runs (the last reply's may still be on its way): stats, metrics and
+      // stats again, the same.
+      let r;
+      let s;
+      for (let i = 0; i < 100; i++) {
+        const s1 = await srv.cacheStats();
+        r = await srv.get('/metrics');
+        s = await srv.cacheStats();
+        if (JSON.stringify(s1.warmup) === JSON.stringify(s.warmup) && s.warmup.active === 0) break;
+        await sleep(20);
+      }
       assert.equal(r.status, 200);
-      const s = await srv.cacheStats();
       const value = (name) => {
         const m = r.text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
         assert.ok(m, `${name} missing in /metrics`);
