@@ -87,6 +87,24 @@ struct config {
     bool resend_checkpoint = true;
     /** Minimum gain of a divergence checkpoint, tokens (seed 000: 256). */
     int32_t divergence_min_gain = 256;
+    /** The anchor ladder (hybrid families; issue 14): when a new system region is pinned as an
+     *  anchor, checkpoints ("rungs") are captured inside it at line starts, at most
+     *  ladder_near_step tokens apart in its last ladder_near_tokens tokens (where agents put
+     *  their per-session lines: date, folder, memory path) and at most ladder_step apart
+     *  before that, at most ladder_max_rungs of them (the far spacing stretches to fit). A later
+     *  system text that parts from this one restores the last rung before the parting point.
+     *  The spacing comes from measured costs: a rung on the bench model is ~5 MB and ~0.4 ms,
+     *  a prefilled token ~3-5 ms (docs/architecture.md "The anchor ladder").
+     *  --cache-ladder-step (0: no ladder), --cache-ladder-near-step, --cache-ladder-near-tokens,
+     *  --cache-ladder-max-rungs. */
+    int32_t ladder_step = 256;
+    int32_t ladder_near_step = 64;
+    int32_t ladder_near_tokens = 512;
+    int32_t ladder_max_rungs = 24;
+    /** A divergence checkpoint moves back to the start of the line it falls in when that is at
+     *  most this many tokens earlier, else back by anchor_slack tokens: a variation that parts
+     *  a few tokens earlier next time still restores it (issue 14; --cache-divergence-slack). */
+    int32_t divergence_slack = 64;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;
     /** Checkpoints kept per lineage (seed 000: 4). */

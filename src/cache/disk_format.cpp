@@ -167,7 +167,7 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
         if (!rd->pod(c.n_tokens) || !rd->pod(kind) || !rd->pod(bytes)) {
             return fail(disk_load_error::truncated, "checkpoint table cut short");
         }
-        if (kind > static_cast<uint8_t>(point_kind::divergence) || c.n_tokens < 1 || c.n_tokens >= h.n_tokens) {
+        if (kind > static_cast<uint8_t>(last_point_kind) || c.n_tokens < 1 || c.n_tokens >= h.n_tokens) {
             return fail(disk_load_error::corrupt, "checkpoint table out of range");
         }
         c.kind = static_cast<point_kind>(kind);

@@ -47,7 +47,7 @@ std::vector<checkpoint> decode_checkpoints(const std::string & s) {
         const size_t colon = item.find(':');
         if (colon != std::string::npos) {
             const int kind = std::atoi(item.c_str() + colon + 1);
-            if (kind >= 0 && kind <= static_cast<int>(point_kind::divergence)) {
+            if (kind >= 0 && kind <= static_cast<int>(last_point_kind)) {
                 out.push_back({std::atoi(item.c_str()), static_cast<point_kind>(kind), nullptr});
             }
         }

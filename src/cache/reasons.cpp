@@ -27,4 +27,16 @@ std::string_view to_string(rejection_reason r) {
     return "?";
 }
 
+std::string_view to_string(miss_cause c) {
+    switch (c) {
+        case miss_cause::no_shared_prefix: return "no_shared_prefix";
+        case miss_cause::below_min_prefix: return "below_min_prefix";
+        case miss_cause::key_differs: return "key_differs";
+        case miss_cause::before_first_restore_point: return "before_first_restore_point";
+        case miss_cause::evicted: return "evicted";
+        case miss_cause::bypassed: return "bypassed";
+    }
+    return "?";
+}
+
 }  // namespace lineage::cache

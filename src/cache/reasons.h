@@ -30,4 +30,23 @@ enum class rejection_reason {
 };
 std::string_view to_string(rejection_reason r);
 
+/** Why a lookup restored nothing, or much less than the prompt shares with what the server has
+ *  seen (stats "misses_by_cause", "short_hits_by_cause"; seed 001: a divergent restore is
+ *  rejected and classified; issue 14). A hit is short when it restores more than
+ *  short_hit_tokens fewer tokens than the longest prefix the prompt shares with a live entry, a
+ *  ghost of an evicted one, or an entry under another key. */
+enum class miss_cause {
+    no_shared_prefix,   ///< nothing seen shares the prompt's start: a new prompt (nothing to do)
+    below_min_prefix,   ///< what is shared is shorter than --prompt-cache-min-prefix
+    key_differs,        ///< an entry under another key shares more (which dimension: key_differs map)
+    before_first_restore_point,  ///< a live entry shares more, but (hybrid) has no restore point in reach
+    evicted,            ///< an entry that shared more was evicted (the budget, not the traffic)
+    bypassed,           ///< cache_prompt false or the cache off
+};
+std::string_view to_string(miss_cause c);
+
+/** Tokens a hit may restore short of the longest shared prefix and still count as a full hit:
+ *  one ladder near step (the ladder's promise inside a system prompt). */
+inline constexpr int32_t short_hit_tokens = 64;
+
 }  // namespace lineage::cache

@@ -66,6 +66,17 @@ struct stats {
     int64_t tokens_reused = 0;        ///< prompt tokens restored instead of prefilled
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
+    /** Misses by cause (reasons.h miss_cause): no_shared_prefix, below_min_prefix, key_differs,
+     *  before_first_restore_point, evicted; bypassed counts requests that did not look up
+     *  (so the map sums to misses + bypassed requests). */
+    std::map<std::string, int64_t> misses_by_cause;
+    /** Hits that restored more than short_hit_tokens fewer tokens than the prompt shared with
+     *  something seen, by the same causes. */
+    std::map<std::string, int64_t> short_hits_by_cause;
+    /** key_differs misses and short hits by the first dimension that differs (model_id,
+     *  lora_id, template_sig, rope, mm_digest, ...). */
+    std::map<std::string, int64_t> key_differs;
+    int64_t ghosts = 0;               ///< records of evicted entries kept to classify misses
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
     int64_t disk_hits = 0;            ///< restores served from a tier-2 file
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)

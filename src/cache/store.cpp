@@ -4,6 +4,7 @@
 #include "cache/store.h"
 
 #include "cache/block_chain.h"
+#include "cache/ladder.h"
 
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,7 @@ std::string_view to_string(point_kind k) {
         case point_kind::guard: return "guard";
         case point_kind::anchor: return "anchor";
         case point_kind::divergence: return "divergence";
+        case point_kind::ladder: return "ladder";
     }
     return "?";
 }
@@ -141,8 +143,10 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     // the same as the disk tier's.
     const std::vector<std::string> req_chain = rule_.prompt_chain(k.bucket, prompt);
     restore_search search(rule_, prompt, req_chain);
+    int32_t live_lcp = 0;  // the first match is the longest common prefix with a live entry
     if (auto t = tries_.find(k.bucket); t != tries_.end()) {
         t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+            live_lcp = std::max(live_lcp, lcp);
             if (!search.worth(lcp)) {
                 return false;
             }
@@ -239,8 +243,9 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                                         std::to_string(cfg_.min_prefix) + ")"
                                   : "miss";
     }
-    if (counted) {
+    if (counted) {  // a warm-up's plan is no request's: not classified either
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
+        classify(k, prompt, live_lcp, p);
     }
     add_captures(p, k, prompt, hints, breakpoints);
     if (trace_.on()) {
@@ -277,6 +282,7 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
     const int32_t anchor = anchors_on && h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
     const int32_t tools_anchor =
         anchors_on && hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    bool anchor_planned = false;
     for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
         if (a < 0) {
             continue;
@@ -289,6 +295,7 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         }
         if (!exists && a >= cfg_.min_prefix && a >= from && a < n_prompt) {
             p.captures.push_back({a, point_kind::anchor});
+            anchor_planned = anchor_planned || a == anchor;
         }
     }
     if (hybrid_) {
@@ -318,11 +325,25 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
                 return true;
             });
         }
-        if (sibling - from >= cfg_.divergence_min_gain) {
-            add(sibling, point_kind::divergence);
+        // With slack: back to the start of its line, so that a variation parting a few tokens
+        // earlier next time still restores it (ladder.h).
+        if (sibling > 0) {
+            const int32_t at = divergence_point(cfg_, sibling, h.line_starts);
+            if (at - from >= cfg_.divergence_min_gain) {
+                add(at, point_kind::divergence);
+            }
+        }
+        // ladder: rungs inside a newly pinned system region (after the tools anchor, which
+        // every system text with these tools shares), kept with the anchor (ladder.h).
+        if (anchor_planned) {
+            const int32_t start = std::max(from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
+            for (const int32_t r : ladder_rungs(cfg_, start, anchor, h.line_starts, cfg_.min_prefix)) {
+                add(r, point_kind::ladder);
+            }
         }
     }
-    std::sort(p.captures.begin(), p.captures.end(),
+    // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
+    std::stable_sort(p.captures.begin(), p.captures.end(),
               [](const capture_point & a, const capture_point & b) { return a.n_tokens < b.n_tokens; });
     // One checkpoint per length (an anchor beside a checkpoint is a different state: keep both).
     std::vector<capture_point> out;
@@ -353,8 +374,14 @@ void store::check_invariants() const {
                 fail("1: checkpoints of entry " + std::to_string(e.id) + " do not ascend");
             }
         }
-        if (static_cast<int32_t>(e.checkpoints.size()) > cfg_.max_checkpoints) {
+        if (static_cast<int32_t>(e.checkpoints.size()) > (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints)) {
             fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) + " checkpoints");
+        }
+        for (const auto & c : e.checkpoints) {
+            if (e.anchor && c.kind != point_kind::ladder) {
+                fail("2: anchor entry " + std::to_string(e.id) + " holds a " + std::string(to_string(c.kind)) +
+                     " checkpoint");
+            }
         }
         if ((!hybrid_ || !cfg_.lineage) && !e.checkpoints.empty()) {
             fail("2: checkpoints on a dense family or in exact mode");

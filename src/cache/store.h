@@ -33,6 +33,7 @@
 
 #include "cache/config.h"
 #include "cache/disk_tier.h"
+#include "cache/ghosts.h"
 #include "cache/key.h"
 #include "cache/radix_trie.h"
 #include "cache/reasons.h"
@@ -46,6 +47,7 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -62,12 +64,18 @@ struct plan_hints {
      *  timestamp, sibling prompts), so that their new sessions do not start cold. Hybrid only
      *  (a dense entry restores any prefix of an earlier session anyway). */
     int32_t tools_anchor_tokens = -1;
+    /** Prompt positions where a line begins (after a token holding a newline), ascending: where
+     *  ladder rungs and divergence checkpoints go (ladder.h). Empty: none known. The span must
+     *  outlive the plan() call. */
+    std::span<const int32_t> line_starts = {};
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
 struct capture_point {
     int32_t n_tokens = 0;
-    point_kind kind = point_kind::turn;  ///< turn, guard, divergence (checkpoints) or anchor (whole state)
+    /** turn, guard, divergence, ladder (checkpoints) or anchor (whole state). Ladder rungs lie
+     *  before the anchor capture of the same plan and are kept with that anchor. */
+    point_kind kind = point_kind::turn;
 };
 
 /** How to put the restore point into the request's sequence. */
@@ -109,6 +117,8 @@ struct restore_plan {
     bool final_from_sequence = false;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
     std::string reason;                    ///< one line for the decision log
+    /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
+    std::optional<miss_cause> cause;
 };
 
 /** What the scheduler hands back when a request's sequence is done. */
@@ -203,10 +213,12 @@ public:
     std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints,
                                                  const std::vector<int32_t> & breakpoints = {}) const;
 
-    /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM.
-     *  `reserved`: the bytes reserve()d for `full`. With max_anchors 0, stores nothing. */
+    /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM, with
+     *  its ladder `rungs` (recurrent checkpoints inside it, ascending; hybrid; those outside
+     *  [1, toks.size()) or past ladder_max_rungs are dropped). `reserved`: the bytes reserve()d
+     *  for `full` and the rungs. With max_anchors 0, stores nothing. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
-                       file_id disk_file = 0);
+                       file_id disk_file = 0, std::vector<checkpoint> rungs = {});
 
     /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
      *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
@@ -244,6 +256,10 @@ public:
 
     /** The warm-up counters, for the scheduler's part of them (runs, tokens, skips). */
     warmup_stats & warmup_counters() { return stats_.warmup; }
+
+    /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
+     *  cause "bypassed". */
+    void count_bypassed() { stats_.misses_by_cause[std::string(to_string(miss_cause::bypassed))]++; }
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
     reset_result reset();
@@ -287,7 +303,8 @@ public:
 
     /** Throws std::logic_error naming the first broken invariant:
      *  1. checkpoints of an entry ascend strictly, each in [1, n_tokens);
-     *  2. at most max_checkpoints per entry; none on dense families or in exact mode;
+     *  2. at most max_checkpoints per conversation entry; an anchor holds only ladder rungs, at
+     *     most ladder_max_rungs; none on dense families or in exact mode;
      *  3. device entries hold distinct sequence ids and no full blob; RAM entries hold a blob;
      *  4. anchors are in RAM, at most max_anchors, their bytes <= max_anchor_bytes;
      *  5. ram_bytes() (blobs held + reservations) is <= budget();
@@ -333,6 +350,10 @@ private:
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
                       const std::vector<int32_t> & breakpoints) const;
     void thin(std::vector<checkpoint> & cps);
+    /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
+     *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
+     *  appends it to p.reason (store_trace.cpp). */
+    void classify(const key & k, const tokens & prompt, int32_t live_lcp, restore_plan & p);
     /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
     void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
     void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }
@@ -359,6 +380,7 @@ private:
     uint64_t next_id_ = 1;
     uint64_t pending_bytes_ = 0;    // reserved for states in flight
     std::vector<int32_t> released_;
+    ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
     const disk_lookup * disk_ = nullptr;
     bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
     std::vector<disk_job> spills_;

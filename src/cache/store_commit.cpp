@@ -31,7 +31,9 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
             return i;
         }
     }
-    for (point_kind k : {point_kind::turn, point_kind::divergence}) {
+    // Ladder rungs reach a conversation entry only when their anchor was not pinned (no RAM):
+    // they go first.
+    for (point_kind k : {point_kind::ladder, point_kind::turn, point_kind::divergence}) {
         for (size_t i = 0; i < cps.size(); ++i) {
             if (cps[i].kind == k) {
                 return i;
@@ -190,9 +192,27 @@ bool store::commit(commit_input in, double now_s) {
 }
 
 void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
-                          file_id disk_file) {
+                          file_id disk_file, std::vector<checkpoint> rungs) {
     release_pending(reserved);
-    const uint64_t size = size_of(full);
+    const auto n = static_cast<int32_t>(toks.size());
+    std::erase_if(rungs, [&](const checkpoint & c) {
+        return !hybrid_ || !cfg_.lineage || !c.recurrent || c.n_tokens < 1 || c.n_tokens >= n;
+    });
+    std::stable_sort(rungs.begin(), rungs.end(),
+                     [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
+    rungs.erase(std::unique(rungs.begin(), rungs.end(),
+                            [](const checkpoint & a, const checkpoint & b) { return a.n_tokens == b.n_tokens; }),
+                rungs.end());
+    while (static_cast<int32_t>(rungs.size()) > std::max(0, cfg_.ladder_max_rungs)) {
+        rungs.erase(rungs.begin());  // the far end of the region goes first
+    }
+    for (auto & c : rungs) {
+        c.kind = point_kind::ladder;
+    }
+    uint64_t size = size_of(full);
+    for (const auto & c : rungs) {
+        size += size_of(c.recurrent);
+    }
     if (cfg_.max_anchors <= 0) {
         return;  // --cache-max-anchors 0: no anchors (plan() schedules none)
     }
@@ -231,10 +251,20 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.toks = std::move(toks);
     e.where = tier::ram;
     e.full = std::move(full);
+    e.checkpoints = std::move(rungs);
     e.anchor = true;
     e.last_use = now_s;
     e.disk_file = disk_file;
-    LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
+    if (e.checkpoints.empty()) {
+        LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
+    } else {
+        std::string at;
+        for (const auto & c : e.checkpoints) {
+            at += (at.empty() ? "" : " ") + std::to_string(c.n_tokens);
+        }
+        LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens with {} ladder rungs at [{}] ({})", e.id,
+                      e.toks.size(), e.checkpoints.size(), at, human_bytes(size));
+    }
     entries_.push_front(std::move(e));
     index_add(entries_.begin());
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, eviction_reason::capacity)) {

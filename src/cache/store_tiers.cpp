@@ -84,6 +84,9 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
     if (reason && it->warmed > 0) {
         stats_.warmup.wasted++;  // warmed, never hit
     }
+    if (reason && *reason != eviction_reason::superseded) {
+        ghosts_.add(it->k.bucket, it->toks);  // a later miss on it is then "evicted"
+    }
     if (reason) {
         stats_.evictions[std::string(to_string(*reason))]++;
         LINEAGE_TRACE(trace_, "evicted {}entry {} ({}, {} tokens, {} checkpoints, {}): {}{}",
@@ -142,9 +145,16 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
             }
         }
         p.final_from_sequence = hybrid_ && p.n_restore == p.source_tokens;
-    } else if (p.kind == point_kind::anchor && reserve(size_of(rec.full))) {
-        // A system prompt seen before the restart: pinned in RAM again (its file stays).
-        commit_anchor(k, rec.toks, rec.full, size_of(rec.full), now_s, p.disk_file);
+    } else if (rec.anchor && (p.kind == point_kind::anchor || p.kind == point_kind::ladder)) {
+        // A system prompt seen before the restart: pinned in RAM again with its ladder (its
+        // file stays).
+        uint64_t size = size_of(rec.full);
+        for (const auto & c : rec.checkpoints) {
+            size += size_of(c.recurrent);
+        }
+        if (reserve(size)) {
+            commit_anchor(k, rec.toks, rec.full, size, now_s, p.disk_file, rec.checkpoints);
+        }
     }
     return util::status::ok();
 }
@@ -223,6 +233,7 @@ reset_result store::reset() {
     by_id_.clear();
     apc_blocks_ = 0;
     block_refs_.clear();
+    ghosts_.clear();  // an operator's reset: what was there is not "evicted" by the budget
     LINEAGE_TRACE(trace_, "reset: freed {} entries ({})", r.entries_freed, human_bytes(r.bytes_freed));
     return r;
 }
@@ -305,6 +316,7 @@ std::vector<entry_view> store::entries() const {
 
 stats store::get_stats() const {
     stats s = stats_;
+    s.ghosts = static_cast<int64_t>(ghosts_.size());
     s.entries = 0;
     s.anchors = 0;
     s.checkpoints.clear();

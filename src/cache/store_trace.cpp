@@ -184,4 +184,66 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     trace_("captures planned: [{}]{}{}", planned, skipped.empty() ? "" : "; not planned: ", skipped);
 }
 
+void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, restore_plan & p) {
+    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;  // a restore leaves >= 1 token
+    const int32_t live = std::min(live_lcp, limit);
+    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= limit) {
+        return;  // restored (nearly) the whole prompt: nothing can have shared more
+    }
+    // What else shared more: a ghost of an evicted entry; an entry under another key (at most
+    // max_other_buckets buckets looked at: a cause label, not worth a scan of every bucket).
+    constexpr size_t max_other_buckets = 16;
+    const int32_t ghost = std::min(ghosts_.longest(k.bucket, prompt), limit);
+    int32_t other = 0;
+    uint64_t other_id = 0;
+    size_t looked = 0;
+    for (const auto & [bucket, trie] : tries_) {
+        if (bucket == k.bucket) {
+            continue;
+        }
+        if (++looked > max_other_buckets) {
+            break;
+        }
+        trie.match(prompt, [&](uint64_t id, int32_t lcp) {
+            if (lcp > other) {
+                other = lcp;
+                other_id = id;
+            }
+            return false;  // the first is the longest
+        });
+    }
+    other = std::min(other, limit);
+    const int32_t known = std::max({live, ghost, other});
+    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= known) {
+        return;  // a hit that restored what was shared
+    }
+    miss_cause c;
+    std::string detail;
+    if (known == 0) {
+        c = miss_cause::no_shared_prefix;
+    } else if (known < cfg_.min_prefix) {
+        c = miss_cause::below_min_prefix;
+        detail = fmt::format("shares {} tokens < --prompt-cache-min-prefix {}", known, cfg_.min_prefix);
+    } else if (live >= known) {
+        c = miss_cause::before_first_restore_point;
+        detail = fmt::format("a live entry shares {} tokens; no restore point between {} and {}", live, p.n_restore, live);
+    } else if (ghost >= known) {
+        c = miss_cause::evicted;
+        detail = fmt::format("an evicted entry shared {} tokens (raise the RAM budget to keep it)", ghost);
+    } else {
+        c = miss_cause::key_differs;
+        const entry & e = *by_id_.at(other_id);
+        std::string diff = key_difference(e.k.dims, k.dims);
+        const size_t sp = diff.find(' ');
+        const std::string dim = diff.empty() ? "unrecorded" : diff.substr(0, sp);
+        stats_.key_differs[dim]++;
+        detail = fmt::format("an entry under another key shares {} tokens ({})", other,
+                             diff.empty() ? "dimensions not recorded" : diff);
+    }
+    p.cause = c;
+    (p.n_restore == 0 ? stats_.misses_by_cause : stats_.short_hits_by_cause)[std::string(to_string(c))]++;
+    p.reason += fmt::format("; {} cause: {}{}{}", p.n_restore == 0 ? "miss" : "short hit", to_string(c),
+                            detail.empty() ? "" : ": ", detail);
+}
+
 }  // namespace lineage::cache

@@ -26,7 +26,13 @@ enum class point_kind : uint8_t {
     guard,       ///< checkpoint at prompt - guard_distance, for verbatim resends
     anchor,      ///< pinned entry at the end of system prompt + tools
     divergence,  ///< checkpoint where a prompt stopped sharing tokens with its closest sibling
+    ladder,      ///< a rung of an anchor's ladder: a checkpoint at a line start inside a newly
+                 ///< pinned system region, so a later system text that parts from it restores
+                 ///< close to where it parts (issue 14)
 };
+
+/** The last point_kind (file readers check a stored kind against it). */
+inline constexpr point_kind last_point_kind = point_kind::ladder;
 
 std::string_view to_string(point_kind k);
 

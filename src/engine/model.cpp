@@ -108,6 +108,22 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
         model_ = nullptr;
         throw std::runtime_error("model has no vocabulary: " + p.path);
     }
+    const int32_t n = n_vocab();
+    newline_.assign(static_cast<size_t>(std::max(n, 0)), false);
+    for (int32_t t = 0; t < n; ++t) {
+        newline_[static_cast<size_t>(t)] = token_to_piece(t, true).find('\n') != std::string::npos;
+    }
+}
+
+std::vector<int32_t> model::line_starts(const std::vector<token> & toks) const {
+    std::vector<int32_t> out;
+    for (size_t i = 1; i < toks.size(); ++i) {
+        const auto t = static_cast<size_t>(toks[i - 1]);
+        if (t < newline_.size() && newline_[t]) {
+            out.push_back(static_cast<int32_t>(i));
+        }
+    }
+    return out;
 }
 
 model::~model() {
@@ -116,7 +132,8 @@ model::~model() {
     }
 }
 
-model::model(model && o) noexcept : model_(o.model_), path_(std::move(o.path_)), id_(std::move(o.id_)) {
+model::model(model && o) noexcept
+    : model_(o.model_), path_(std::move(o.path_)), id_(std::move(o.id_)), newline_(std::move(o.newline_)) {
     o.model_ = nullptr;
 }
 
@@ -128,6 +145,7 @@ model & model::operator=(model && o) noexcept {
         model_ = o.model_;
         path_ = std::move(o.path_);
         id_ = std::move(o.id_);
+        newline_ = std::move(o.newline_);
         o.model_ = nullptr;
     }
     return *this;

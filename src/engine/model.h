@@ -53,6 +53,12 @@ public:
     /** Detokenizes a whole sequence (special tokens rendered). */
     std::string detokenize(const std::vector<token> & tokens, bool special = true) const;
 
+    /** Positions in `toks` where a line begins: i such that toks[i-1]'s text (special tokens
+     *  rendered) holds a newline, ascending. Where the cache puts its ladder rungs and
+     *  divergence checkpoints (cache/ladder.h). Cost: one table lookup a token (the table is
+     *  built once, at load). */
+    std::vector<int32_t> line_starts(const std::vector<token> & toks) const;
+
     /** True for end-of-generation tokens (EOS, <|im_end|>, ...). */
     bool is_eog(token t) const;
 
@@ -78,6 +84,7 @@ private:
     llama_model * model_ = nullptr;
     std::string path_;
     std::string id_;
+    std::vector<bool> newline_;  // by token id: its text holds '\n
 };
 
 }  // namespace lineage::engine

@@ -107,7 +107,20 @@ void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) 
     auto blob = cache::make_blob(st_.get_state(s.seq, !whole));
     if (whole) {
         cache::tokens prefix(s.req->prompt.begin(), s.req->prompt.begin() + c.n_tokens);
-        store_.commit_anchor(s.key, std::move(prefix), std::move(blob), size, now_s);
+        // The ladder rungs captured inside this region go with the anchor (and their
+        // reservations with them).
+        std::vector<cache::checkpoint> rungs;
+        uint64_t rung_bytes = 0;
+        std::erase_if(s.captured, [&](cache::checkpoint & cp) {
+            if (cp.kind != cache::point_kind::ladder || cp.n_tokens >= c.n_tokens) {
+                return false;
+            }
+            rung_bytes += cp.recurrent ? cp.recurrent->size() : 0;
+            rungs.push_back(std::move(cp));
+            return true;
+        });
+        s.reserved_bytes -= std::min(s.reserved_bytes, rung_bytes);
+        store_.commit_anchor(s.key, std::move(prefix), std::move(blob), size + rung_bytes, now_s, 0, std::move(rungs));
         pool_.drain_released();
         spdlog::debug("request {}: pinned anchor at {} tokens ({} bytes)", s.req->id, c.n_tokens, size);
     } else {

@@ -84,6 +84,10 @@ struct cache_hints {
     /** Prompt lengths, in tokens, where the client marked a cache breakpoint (Anthropic
      *  `cache_control`), before BPE slack: the cache captures a restore point at each. */
     std::vector<int32_t> breakpoint_tokens;
+    /** Prompt positions where a line begins (the token before holds a newline), ascending:
+     *  where the cache puts ladder rungs and divergence checkpoints (cache/ladder.h). Filled
+     *  for hybrid families only. */
+    std::vector<int32_t> line_starts;
 };
 
 /** Why the scheduler could not serve a request (an error event). src/server/errors.cpp maps it

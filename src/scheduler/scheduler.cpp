@@ -21,12 +21,15 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include <unistd.h>
@@ -71,7 +74,12 @@ struct scheduler::impl {
     std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
     metrics metrics_;
     std::vector<slot> slots_;
+    int32_t n_seq_ = 0;                  // sequence ids [0, n_seq_): active and parked
+    /** LINEAGE_CHECK_INVARIANTS=1: the slots' and the store's invariants after every step
+     *  (a broken one is logged and aborts the process: a test harness sees it at once). */
+    bool check_invariants_ = false;
     clock::time_point started_ = clock::now();
+    void verify() const;
 
     util::mutex mu_;
     std::condition_variable cv_;
@@ -105,6 +113,12 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     states_ = std::make_unique<engine_states>(*ctx_);
     apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
+    n_seq_ = cp.n_seq;
+    if (const char * v = std::getenv("LINEAGE_CHECK_INVARIANTS"); v != nullptr && std::string_view(v) == "1") {
+        check_invariants_ = true;
+        spdlog::info("scheduler: checking the slots' and the cache's invariants after every step "
+                     "(LINEAGE_CHECK_INVARIANTS=1)");
+    }
     if (p_.cache.trace) {
         store_.trace().set_sink(cache::tracer::log_sink());
     }
@@ -264,6 +278,9 @@ void scheduler::impl::loop() {
             pool_->drain_released();
         }
         disk_->housekeeping(!busy, now_s());
+        if (check_invariants_) {
+            verify();
+        }
     }
     // Shutdown: everything in flight or queued gets an error.
     for (auto & s : slots_) {
@@ -284,6 +301,16 @@ void scheduler::impl::loop() {
     }
     tasks_.clear();
     disk_->flush(now_s(), [this] { pool_->drain_released(); });
+}
+
+void scheduler::impl::verify() const {
+    try {
+        check_invariants(slots_, n_seq_);
+        store_.check_invariants();
+    } catch (const std::logic_error & e) {
+        spdlog::critical("invariant broken: {}", e.what());
+        std::abort();
+    }
 }
 
 void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
@@ -307,6 +334,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     if (!s.use_cache) {
+        store_.count_bypassed();
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
@@ -319,7 +347,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         return;
     }
     const auto t0 = clock::now();
-    cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens};
+    cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
+                            s.req->cache.line_starts};
     if (s.use_cache && s.req->warmup) {
         s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
     } else if (s.use_cache) {

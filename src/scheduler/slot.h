@@ -59,4 +59,23 @@ struct slot {
     }
 };
 
+/** Throws std::logic_error naming the first broken invariant of slot `s` (index `i` in the
+ *  message) between two engine steps (the phases above), items 1-5 and the range of item 6 of
+ *  check_invariants below. */
+void check_invariants(const slot & s, size_t i, int32_t n_seq_max);
+
+/** Throws std::logic_error naming the first broken invariant of the slots between two engine
+ *  steps (the phases above):
+ *  1. idle: no request, no sequence, nothing reserved, captured or being read;
+ *  2. loading: a load_disk plan with its tier-2 read in flight, a sequence acquired, nothing
+ *     prefilled yet;
+ *  3. prefill: a sequence, plan.n_restore <= n_past < the prompt length; the captures before
+ *     next_capture lie at or before n_past, the next one after it (it is taken when reached);
+ *  4. decode: the whole prompt in, every capture passed, a sampler;
+ *  5. prefill|decode: the checkpoints taken ascend strictly and lie in [1, n_past];
+ *  6. active slots hold distinct sequence ids in [0, n_seq_max).
+ *  The scheduler checks them after every step when LINEAGE_CHECK_INVARIANTS=1 (the e2e tests
+ *  set it), the lifecycle unit tests after every transition. */
+void check_invariants(const std::vector<slot> & slots, int32_t n_seq_max);
+
 }  // namespace lineage::scheduler

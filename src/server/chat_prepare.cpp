@@ -302,7 +302,8 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     b.model_id = opt_.model_id;
     b.template_sig = out.template_sig;
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
-    if (opt_.cache_trace && opt_.cache_enabled && r.cache_prompt) {
+    // The dimensions one by one: the decision trace and the key_differs miss cause name them.
+    if (opt_.cache_enabled && r.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
     }
     out.cache.session_key = session_key(r.prompt_cache_key, r.user);
@@ -311,6 +312,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     out.cache.history_tokens = -1;
     out.cache.tools_anchor_tokens = -1;
     {  // also with the cache bypassed: a hybrid prefill splits at these points either way
+        if (model_.family() != engine::memory_family::dense) {
+            out.cache.line_starts = model_.line_starts(out.prompt);
+        }
         if (auto anchor = anchor_render(in)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
         }
@@ -384,13 +388,16 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
     b.template_sig = out.template_sig;
     out.cache.bucket = bucket_digest(b, opt_.key_hash);
     out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;
-    if (opt_.cache_trace && out.cache.cache_prompt) {
+    if (out.cache.cache_prompt) {
         out.cache.dims = key_dims_of(b, tmpl_.source(), opt_.default_kwargs, "auto", no_tools);
     }
     out.cache.session_key = session_key(p.prompt_cache_key, p.user);
     out.cache.anchor_tokens = -1;
     out.cache.history_tokens = -1;
     out.cache.tools_anchor_tokens = -1;
+    if (model_.family() != engine::memory_family::dense) {
+        out.cache.line_starts = model_.line_starts(out.prompt);
+    }
     out.stops = std::move(p.stops);
     out.preserved_tokens.clear();
     out.parser = engine::chat_parse_params();

@@ -400,6 +400,26 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
         std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",
         int_min(cc.divergence_min_gain, 0));
+    add("--cache-divergence-slack", "LINEAGE_CACHE_DIVERGENCE_SLACK", "TOKENS", std::to_string(dc.divergence_slack),
+        "hybrid models: a divergence checkpoint moves back to the start of its line when that is at most this many "
+        "tokens earlier (else back by --cache-anchor-slack), so a variation that parts a little earlier next time "
+        "still restores it",
+        int_min(cc.divergence_slack, 0));
+    add("--cache-ladder-step", "LINEAGE_CACHE_LADDER_STEP", "TOKENS", std::to_string(dc.ladder_step),
+        "hybrid models: when a new system prompt is pinned as an anchor, checkpoints (ladder rungs) are taken "
+        "inside it at line starts at most this many tokens apart, so a new session whose system text ends "
+        "differently (a folder, a date) restores up to where it parts; 0 = no ladder",
+        int_min(cc.ladder_step, 0));
+    add("--cache-ladder-near-step", "LINEAGE_CACHE_LADDER_NEAR_STEP", "TOKENS", std::to_string(dc.ladder_near_step),
+        "ladder rungs at most this many tokens apart in the last --cache-ladder-near-tokens of the system prompt",
+        int_min(cc.ladder_near_step, 1));
+    add("--cache-ladder-near-tokens", "LINEAGE_CACHE_LADDER_NEAR_TOKENS", "TOKENS",
+        std::to_string(dc.ladder_near_tokens),
+        "the end of the system prompt (where agents write per-session lines) that gets the near step",
+        int_min(cc.ladder_near_tokens, 0));
+    add("--cache-ladder-max-rungs", "LINEAGE_CACHE_LADDER_MAX_RUNGS", "N", std::to_string(dc.ladder_max_rungs),
+        "most rungs per anchor (the far step stretches to fit); each is one recurrent state in RAM",
+        int_min(cc.ladder_max_rungs, 0));
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",
         int_min(cc.anchor_slack, 0));

@@ -123,7 +123,22 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prompt_cache_misses_total", "Lookups that found no restore point: cold prefill.",
               static_cast<double>(cs.misses));
     x.counter("lineage_prompt_cache_restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
-              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence"}));
+              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence", "ladder"}));
+    const std::vector<std::string> causes = {"no_shared_prefix", "below_min_prefix", "key_differs",
+                                             "before_first_restore_point", "evicted", "bypassed"};
+    x.counter("lineage_prompt_cache_misses_by_cause_total",
+              "Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under "
+              "another key shared more), before_first_restore_point (a live entry shared more but has no restore "
+              "point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).",
+              "cause", with_known(cs.misses_by_cause, causes));
+    x.counter("lineage_prompt_cache_short_hits_by_cause_total",
+              "Hits that restored more than 64 tokens less than the prompt shared with something seen, by cause.",
+              "cause", with_known(cs.short_hits_by_cause, causes));
+    x.counter("lineage_prompt_cache_key_differs_total",
+              "Misses and short hits of cause key_differs, by the first key dimension that differs.", "dimension",
+              with_known(cs.key_differs, {"model_id", "lora_id", "template_sig", "rope_regime", "mm_digest"}));
+    x.gauge("lineage_prompt_cache_ghosts", "Records of evicted entries kept to classify misses (at most 1024).",
+            static_cast<double>(cs.ghosts));
     x.counter("lineage_prompt_cache_prefix_tokens_reused_total",
               "Prompt tokens restored from the cache instead of prefilled.", static_cast<double>(cs.tokens_reused));
     x.counter("lineage_prompt_cache_evictions_total",
@@ -152,9 +167,9 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
             static_cast<double>(cs.entries));
     x.gauge("lineage_prompt_cache_checkpoints", "Checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoints, {"turn", "guard", "divergence"}));
+            with_known(cs.checkpoints, {"turn", "guard", "divergence", "ladder"}));
     x.gauge("lineage_prompt_cache_checkpoint_bytes", "Bytes of the checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence"}));
+            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence", "ladder"}));
     x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
     x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
             static_cast<double>(cs.anchor_bytes));

@@ -64,6 +64,10 @@ json stats_json(const cache::stats & s) {
     j["tokens_reused"] = s.tokens_reused;
     j["tokens_prefilled"] = s.tokens_prefilled;
     j["rejections"] = map_json(s.rejections);
+    j["misses_by_cause"] = map_json(s.misses_by_cause);
+    j["short_hits_by_cause"] = map_json(s.short_hits_by_cause);
+    j["key_differs"] = map_json(s.key_differs);
+    j["ghosts"] = s.ghosts;
     j["evictions"] = map_json(s.evictions);
     j["disk_hits"] = s.disk_hits;
     j["requests_committed"] = s.requests_committed;

@@ -22,6 +22,7 @@ config small_config() {
     c.guard_min_suffix = 64;
     c.divergence_min_gain = 32;
     c.resend_checkpoint = false;  // seed 000's guard rule; ResendCheckpoint tests the other
+    c.ladder_step = 0;            // no anchor ladder; the Ladder tests turn it on
     return c;
 }
 
@@ -40,8 +41,21 @@ protected:
         in.history_tokens = h.history_tokens;
         for (const auto & c : p.captures) {
             if (c.kind == point_kind::anchor) {
+                // As lifecycle::capture: the rungs captured before it go with the anchor.
+                std::vector<checkpoint> rungs;
+                uint64_t rung_bytes = 0;
+                std::erase_if(in.captured, [&](checkpoint & cp) {
+                    if (cp.kind != point_kind::ladder || cp.n_tokens >= c.n_tokens) {
+                        return false;
+                    }
+                    rung_bytes += cp.recurrent->size();
+                    rungs.push_back(std::move(cp));
+                    return true;
+                });
+                in.reserved_bytes -= rung_bytes;
                 EXPECT_TRUE(st.reserve(500));
-                st.commit_anchor(k, tokens(prompt.begin(), prompt.begin() + c.n_tokens), fake(500), 500, now);
+                st.commit_anchor(k, tokens(prompt.begin(), prompt.begin() + c.n_tokens), fake(500), 500 + rung_bytes,
+                                 now, 0, std::move(rungs));
             } else {
                 EXPECT_TRUE(st.reserve(ckpt_bytes));
                 in.reserved_bytes += ckpt_bytes;
@@ -213,12 +227,13 @@ TEST_F(StoreTest, DivergenceCapturedForSibling) {
     const key k{"b", "s1"};
     run(st, k, seq(0, 300), {-1, 295});
     // A sibling prompt shares 250 tokens; nothing covers 250 (guard 284, turn 295 are later).
+    // No line starts known: the checkpoint goes back by the BPE slack (2), to 248.
     const tokens sib = cat(seq(0, 250), seq(60000, 60));
     auto p = st.plan(key{"b", "s2"}, sib, {-1, 305}, 2.0);
     EXPECT_EQ(p.n_restore, 0);
     bool div = false;
     for (auto & c : p.captures) {
-        div = div || (c.kind == point_kind::divergence && c.n_tokens == 250);
+        div = div || (c.kind == point_kind::divergence && c.n_tokens == 248);
     }
     EXPECT_TRUE(div);
 }
@@ -254,23 +269,28 @@ TEST_F(StoreTest, ToolsAnchorServesNewSessionsOfASystemTextThatChangesPerSession
     for (const auto & c : p2.captures) {
         got.emplace_back(c.n_tokens, c.kind);
     }
-    // Session 1 diverges from session 0 inside the stamp: a divergence checkpoint at 490 (gain
-    // 192 >= 32) and its own anchor at 498; the tools anchor is already pinned.
-    const std::vector<std::pair<int32_t, point_kind>> want2 = {{490, point_kind::divergence},
+    // Session 1 diverges from session 0 inside the stamp: a divergence checkpoint at 490 - 2
+    // (the BPE slack; no line starts known; gain 190 >= 32) and its own anchor at 498; the tools
+    // anchor is already pinned.
+    const std::vector<std::pair<int32_t, point_kind>> want2 = {{488, point_kind::divergence},
                                                                {498, point_kind::anchor},
                                                                {524, point_kind::guard},
                                                                {534, point_kind::turn}};
     EXPECT_EQ(got, want2);
     EXPECT_EQ(st.get_stats().anchors, 3);
 
-    // Session 3 diverges earlier in the stamp (the hour changed, not the minute): the
-    // divergence at 490 is past it, the tools anchor still serves.
+    // Session 3 diverges two tokens earlier in the stamp (the hour changed, not the minute): the
+    // slack put the divergence checkpoint at 488, so it still serves.
     auto p3 = run(st, key{"b", "s3"}, cat(seq(0, 488), seq(777000, 52)), h, 3.0);
-    EXPECT_EQ(p3.n_restore, 298);
-    EXPECT_EQ(p3.kind, point_kind::anchor);
+    EXPECT_EQ(p3.n_restore, 488);
+    EXPECT_EQ(p3.kind, point_kind::divergence);
+    // Earlier still (486): before every checkpoint but the tools anchor's.
+    auto p3b = st.plan(key{"b", "s3b"}, cat(seq(0, 486), seq(778000, 54)), h, 3.5);
+    EXPECT_EQ(p3b.n_restore, 298);
+    EXPECT_EQ(p3b.kind, point_kind::anchor);
     // Session 4 diverges where session 2 did from session 1: that divergence checkpoint.
     auto p4 = st.plan(key{"b", "s4"}, stamped_prompt(490, 7, 2), h, 4.0);
-    EXPECT_EQ(p4.n_restore, 490);
+    EXPECT_EQ(p4.n_restore, 488);
     EXPECT_EQ(p4.kind, point_kind::divergence);
 }
 
@@ -553,6 +573,206 @@ TEST_F(StoreTest, ResetFreesEverything) {
     EXPECT_GT(r.bytes_freed, 0u);
     EXPECT_TRUE(st.entries().empty());
     st.check_invariants();
+}
+
+// --- the anchor ladder (issue 14; ladder.h) ---
+
+// A system region of 1,000 tokens after a 100-token tool block, lines every 10 tokens; a new
+// session whose system text parts from it in its last lines (a date, a folder).
+struct ladder_case {
+    std::vector<int32_t> lines;
+    plan_hints hints;
+    tokens system = seq(0, 1000);
+    ladder_case() {
+        for (int32_t i = 10; i < 2000; i += 10) {
+            lines.push_back(i);
+        }
+        hints.tools_anchor_tokens = 100;
+        hints.anchor_tokens = 1000;
+        hints.line_starts = lines;
+    }
+    /** The system region with its tokens from `from` on replaced (another folder/date). */
+    tokens varied(int32_t from, int32_t salt) const {
+        tokens t = system;
+        for (size_t i = static_cast<size_t>(from); i < t.size(); ++i) {
+            t[i] = 50000 + salt * 1000 + static_cast<int32_t>(i);
+        }
+        return t;
+    }
+};
+
+TEST_F(StoreTest, LadderRungsGoWithTheAnchorAndServeASystemTextThatPartsLate) {
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    store st(c, /*hybrid=*/true);
+    ladder_case lc;
+    const tokens user = seq(9000, 40);
+    // Session 1: cold; the anchor at 998 carries its rungs (line starts walking back from it).
+    auto p1 = run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+    EXPECT_EQ(p1.n_restore, 0);
+    std::vector<int32_t> planned;
+    for (const auto & cp : p1.captures) {
+        if (cp.kind == point_kind::ladder) {
+            planned.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(planned, (std::vector<int32_t>{210, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    bool found = false;
+    for (const auto & e : st.entries()) {
+        if (e.anchor && e.n_tokens == 998) {
+            found = true;
+            ASSERT_EQ(e.checkpoints.size(), planned.size());
+            for (size_t i = 0; i < planned.size(); ++i) {
+                EXPECT_EQ(e.checkpoints[i].first, planned[i]);
+                EXPECT_EQ(e.checkpoints[i].second, point_kind::ladder);
+            }
+        } else if (!e.anchor) {
+            for (const auto & cp : e.checkpoints) {
+                EXPECT_NE(cp.second, point_kind::ladder) << "a rung stayed with the conversation entry";
+            }
+        }
+    }
+    EXPECT_TRUE(found);
+    // Session 2, another folder: the system text parts at 955 (inside the line from 950).
+    auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(955, 1), user), lc.hints);
+    EXPECT_EQ(p2.n_restore, 940);
+    EXPECT_EQ(p2.kind, point_kind::ladder);
+    EXPECT_FALSE(p2.absorbs);
+    // It pins its own anchor, with rungs only after what it restored.
+    for (const auto & cp : p2.captures) {
+        EXPECT_TRUE(cp.kind != point_kind::ladder || cp.n_tokens > 940) << cp.n_tokens;
+    }
+    // Session 3 parts in the middle (at 735): the rung at 700 of the first anchor.
+    auto p3 = run(st, key{"b", "s3"}, cat(lc.varied(735, 2), user), lc.hints);
+    EXPECT_EQ(p3.n_restore, 700);
+    EXPECT_EQ(p3.kind, point_kind::ladder);
+}
+
+TEST_F(StoreTest, WithoutTheLadderASystemTextThatPartsLateRestoresOnlyTheToolsAnchor) {
+    store st(small_config(), /*hybrid=*/true);  // ladder_step 0
+    ladder_case lc;
+    const tokens user = seq(9000, 40);
+    run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+    auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(955, 1), user), lc.hints);
+    EXPECT_EQ(p2.n_restore, 98);  // the tools anchor, minus its BPE slack
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+}
+
+TEST_F(StoreTest, DenseFamiliesPlanNoRungs) {
+    config c = small_config();
+    c.ladder_step = 256;
+    store st(c, /*hybrid=*/false);
+    ladder_case lc;
+    auto p1 = st.plan(key{"b", "s"}, cat(lc.system, seq(9000, 40)), lc.hints, 1.0);
+    for (const auto & cp : p1.captures) {
+        EXPECT_NE(cp.kind, point_kind::ladder);
+    }
+}
+
+TEST_F(StoreTest, DivergenceCheckpointMovesBackToItsLineStart) {
+    config c = small_config();
+    c.divergence_min_gain = 32;
+    c.divergence_slack = 64;
+    store st(c, /*hybrid=*/true);
+    std::vector<int32_t> lines;
+    for (int32_t i = 10; i < 1000; i += 10) {
+        lines.push_back(i);
+    }
+    plan_hints h;
+    h.line_starts = lines;
+    run(st, key{"b", "s"}, seq(0, 300), h);
+    // Parts from the stored prompt at 205 (inside the line from 200): the divergence
+    // checkpoint goes to 200, not 205.
+    tokens p = cat(seq(0, 205), seq(7000, 100));
+    auto p2 = run(st, key{"b", "s"}, p, h);
+    bool at_line = false;
+    for (const auto & cp : p2.captures) {
+        EXPECT_FALSE(cp.kind == point_kind::divergence && cp.n_tokens != 200) << cp.n_tokens;
+        at_line = at_line || (cp.kind == point_kind::divergence && cp.n_tokens == 200);
+    }
+    EXPECT_TRUE(at_line);
+    // A third prompt parting at 202 (earlier than 205, same line) still restores 200.
+    auto p3 = run(st, key{"b", "s"}, cat(seq(0, 202), seq(8000, 100)), h);
+    EXPECT_EQ(p3.n_restore, 200);
+    EXPECT_EQ(p3.kind, point_kind::divergence);
+}
+
+// --- misses classified by cause (issue 14 item 3; reasons.h miss_cause) ---
+
+TEST_F(StoreTest, MissesAndShortHitsAreClassifiedByCause) {
+    config c = small_config();
+    c.max_entries = 1;
+    store st(c, /*hybrid=*/true);
+    auto causes = [&] { return st.get_stats().misses_by_cause; };
+    // A new prompt.
+    auto p1 = run(st, key{"b", "s"}, seq(0, 300));
+    EXPECT_EQ(p1.cause, miss_cause::no_shared_prefix);
+    // Shares 200 tokens with entry 1, whose only checkpoint (the guard at 284) is past that.
+    auto p2 = st.plan(key{"b", "s"}, cat(seq(0, 200), seq(5000, 100)), {}, 2.0);
+    EXPECT_EQ(p2.n_restore, 0);
+    EXPECT_EQ(p2.cause, miss_cause::before_first_restore_point);
+    EXPECT_NE(p2.reason.find("miss cause: before_first_restore_point"), std::string::npos) << p2.reason;
+    // Another bucket: an entry under another key shares more. Its dimensions are recorded.
+    key_dims da;
+    da.model_id = "m";
+    da.template_sig = "t1";
+    da.tools = "x";
+    key_dims db = da;
+    db.template_sig = "t2";
+    db.tools = "y";
+    auto p3 = st.plan(key{"other", "s", db}, seq(0, 300), {}, 3.0);
+    EXPECT_EQ(p3.cause, miss_cause::key_differs);
+    EXPECT_EQ(st.get_stats().key_differs.at("unrecorded"), 1);  // entry 1 has no dimensions
+    // Entry 1 evicted by the entry cap (max_entries 1): a ghost; the same prompt again is a
+    // miss "evicted", not "no_shared_prefix".
+    run(st, key{"b", "s"}, seq(7000, 300), {}, 4.0);
+    EXPECT_EQ(st.get_stats().ghosts, 1);
+    auto p4 = st.plan(key{"b", "s"}, seq(0, 300), {}, 5.0);
+    EXPECT_EQ(p4.n_restore, 0);
+    EXPECT_EQ(p4.cause, miss_cause::evicted);
+    // Shares only 3 tokens (< min prefix 4) with the live entry.
+    auto p5 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 50)), {}, 6.0);
+    EXPECT_EQ(p5.cause, miss_cause::below_min_prefix);
+    st.count_bypassed();
+    const auto m = causes();
+    EXPECT_EQ(m.at("no_shared_prefix"), 2);  // p1 and the 7000.. prompt
+    EXPECT_EQ(m.at("before_first_restore_point"), 1);
+    EXPECT_EQ(m.at("key_differs"), 1);
+    EXPECT_EQ(m.at("evicted"), 1);
+    EXPECT_EQ(m.at("below_min_prefix"), 1);
+    EXPECT_EQ(m.at("bypassed"), 1);
+    // The causes name every miss (bypassed is not a lookup).
+    int64_t sum = 0;
+    for (const auto & [cause, n] : m) {
+        sum += cause == "bypassed" ? 0 : n;
+    }
+    EXPECT_EQ(sum, st.get_stats().misses);
+    // A reset forgets the ghosts.
+    st.reset();
+    EXPECT_EQ(st.get_stats().ghosts, 0);
+}
+
+TEST_F(StoreTest, AHitThatRestoresWhatIsSharedIsNotShortAndOneFarShortOfItIs) {
+    for (const bool far : {false, true}) {
+        store st(small_config(), /*hybrid=*/true);
+        // Checkpoints: turn at 100 (the history boundary), guard at 284.
+        run(st, key{"b", "s"}, seq(0, 300), {-1, 100});
+        // Shares 290 tokens: the guard at 284 is within 64 of it, a full hit. Shares 250: only
+        // the turn at 100 is in reach, 150 short of what is shared.
+        const int32_t shared = far ? 250 : 290;
+        auto p = st.plan(key{"b", "s"}, cat(seq(0, shared), seq(5000, 100)), {}, 2.0);
+        EXPECT_EQ(p.n_restore, far ? 100 : 284);
+        if (far) {
+            EXPECT_EQ(p.cause, miss_cause::before_first_restore_point);
+            EXPECT_EQ(st.get_stats().short_hits_by_cause.at("before_first_restore_point"), 1);
+        } else {
+            EXPECT_FALSE(p.cause.has_value());
+            EXPECT_TRUE(st.get_stats().short_hits_by_cause.empty());
+        }
+        EXPECT_TRUE(st.get_stats().misses_by_cause.count("before_first_restore_point") == 0);
+    }
 }
 
 }  // namespace

@@ -89,7 +89,7 @@ TEST_F(TraceTest, MissThenContinuation) {
     const key k{"bucket-a", "s", dims("t1")};
     run(st, k, seq(0, 200), {-1, 195});
     EXPECT_EQ(take(), (std::vector<std::string>{
-                          "lookup of 200 tokens (session \"s\", bucket bucket-a): miss",
+                          "lookup of 200 tokens (session \"s\", bucket bucket-a): miss; miss cause: no_shared_prefix",
                           "captures planned: [guard@184 turn@195]; not planned: anchor: the request has no leading "
                           "system message or tools",
                           "stored entry 1: 200 tokens on device sequence 0 (1.2 KiB), checkpoints [guard@184 turn@195]",
@@ -117,13 +117,14 @@ TEST_F(TraceTest, RejectedCandidatesSayWhy) {
     // Diverges from entry 1 at 100: before its first checkpoint (guard at 184).
     st.plan(k, cat(seq(0, 100), seq(7000, 30)), {}, 3.0);
     EXPECT_EQ(take(), (std::vector<std::string>{
-                          "lookup of 130 tokens (session \"s\", bucket bucket-a): miss",
+                          "lookup of 130 tokens (session \"s\", bucket bucket-a): miss; miss cause: "
+                          "before_first_restore_point: a live entry shares 100 tokens; no restore point between 0 and 100",
                           "  entry 1 (device, 200 tokens, session \"s\") not taken: the prompt diverges from it at "
                           "token 100; no restore point at or before 100 (nearest: guard at 184)",
                           "  entry 2 (150 tokens, session \"s\") shares 100 tokens with the prompt but is in another "
                           "bucket: template_sig differs (tools)",
                           "  1 entry in other buckets (template_sig differs (tools): 1)",
-                          "captures planned: [divergence@100 guard@114]; not planned: anchor: the request has no "
+                          "captures planned: [divergence@98 guard@114]; not planned: anchor: the request has no "
                           "leading system message or tools",
                       }));
 }
@@ -186,8 +187,8 @@ TEST_F(TraceTest, ContextPrefixesLines) {
     st.plan(key{"b", "s"}, seq(0, 10), {}, 1.0);
     const auto lines = take();
     ASSERT_EQ(lines.size(), 4u);
-    EXPECT_EQ(lines[0], "request 42: lookup of 10 tokens (session \"s\", bucket b): miss");
-    EXPECT_EQ(lines[2], "lookup of 10 tokens (session \"s\", bucket b): miss");
+    EXPECT_EQ(lines[0], "request 42: lookup of 10 tokens (session \"s\", bucket b): miss; miss cause: no_shared_prefix");
+    EXPECT_EQ(lines[2], "lookup of 10 tokens (session \"s\", bucket b): miss; miss cause: no_shared_prefix");
 }
 
 TEST_F(TraceTest, OffByDefault) {

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 namespace lineage::scheduler {
 namespace {
@@ -42,6 +44,7 @@ class Lifecycle : public ::testing::Test {
 protected:
     void make(bool hybrid, int32_t n_seq = 6) {
         hybrid_ = hybrid;
+        n_seq_ = n_seq;
         st_ = std::make_unique<fake_engine_states>(hybrid);
         store_ = std::make_unique<cache::store>(test_config(), hybrid);
         pool_ = std::make_unique<sequence_pool>(*st_, *store_, n_seq);
@@ -68,6 +71,9 @@ protected:
         s->restore_started = clock::now();
         s->ph = slot::phase::prefill;
         life_->restore(*s, now_);
+        if (s->n_past < s->prompt_size()) {
+            check_invariants(*s, 0, n_seq_);
+        }
         return s;
     }
 
@@ -80,6 +86,9 @@ protected:
             st_->decode(s.seq, n);
             s.n_past += n;
             done = life_->after_chunk(s, now_);
+            if (!done) {
+                check_invariants(s, 0, n_seq_);
+            }
         }
         for (int32_t i = 0; i < n_gen; ++i) {
             st_->decode(s.seq, 1);
@@ -96,6 +105,7 @@ protected:
     }
 
     bool hybrid_ = true;
+    int32_t n_seq_ = 0;
     double now_ = 1;
     uint64_t next_id_ = 0;
     std::unique_ptr<fake_engine_states> st_;
@@ -241,6 +251,56 @@ TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {
     EXPECT_EQ(store_->ram_bytes(), 0u);
     EXPECT_EQ(pool_->n_free(), 2u);
     store_->check_invariants();
+}
+
+
+// The phase invariants (slot.h) catch what a broken transition would leave behind.
+TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
+    make(true);
+    auto s = admit(seq_of(0, 300), 290);
+    EXPECT_NO_THROW(check_invariants(*s, 0, n_seq_));
+    auto expect_broken = [&](const slot & x, const std::string & rule) {
+        try {
+            check_invariants(x, 0, n_seq_);
+            ADD_FAILURE() << "no invariant broken, expected " << rule;
+        } catch (const std::logic_error & e) {
+            EXPECT_NE(std::string(e.what()).find(rule), std::string::npos) << e.what();
+        }
+    };
+    // A capture skipped: the prefill went past a planned capture point without taking it.
+    ASSERT_FALSE(s->plan.captures.empty());
+    s->n_past = s->plan.captures.front().n_tokens + 1;
+    expect_broken(*s, "3. capture at");
+    s->n_past = 0;
+    // Decoding before the prompt is in.
+    s->ph = slot::phase::decode;
+    expect_broken(*s, "4. decoding before");
+    s->ph = slot::phase::prefill;
+    // A sequence id outside the pool.
+    const int32_t seq = s->seq;
+    s->seq = n_seq_;
+    expect_broken(*s, "6. sequence id");
+    s->seq = seq;
+    // An idle slot that kept its sequence (a missed release).
+    slot idle;
+    idle.seq = 3;
+    expect_broken(idle, "1. an idle slot");
+    // Two active slots on one sequence id.
+    std::vector<slot> slots(2);
+    for (auto & x : slots) {
+        x.req = std::make_shared<generation_request>();
+        x.req->prompt = seq_of(0, 10);
+        x.ph = slot::phase::prefill;
+        x.seq = 1;
+    }
+    try {
+        check_invariants(slots, n_seq_);
+        ADD_FAILURE() << "two slots on one sequence not caught";
+    } catch (const std::logic_error & e) {
+        EXPECT_NE(std::string(e.what()).find("held by two active slots"), std::string::npos) << e.what();
+    }
+    slots[1].seq = 2;
+    EXPECT_NO_THROW(check_invariants(slots, n_seq_));
 }
 
 }  // namespace

@@ -29,6 +29,10 @@ cache::stats known_cache_stats() {
     s.tokens_prefilled = 99;
     s.rejections = {{"min_prefix", 2}};
     s.evictions = {{"ttl", 1}, {"superseded", 2}, {"brand_new", 7}};
+    s.misses_by_cause = {{"no_shared_prefix", 1}, {"evicted", 2}, {"key_differs", 1}};
+    s.short_hits_by_cause = {{"before_first_restore_point", 1}};
+    s.key_differs = {{"template_sig", 1}};
+    s.ghosts = 3;
     s.disk_hits = 1;
     s.disk.enabled = true;
     s.disk.capacity_bytes = 1 << 30;
@@ -91,6 +95,33 @@ lineage_prompt_cache_restore_point_hits_total{kind="turn"} 2
 lineage_prompt_cache_restore_point_hits_total{kind="guard"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="anchor"} 1
 lineage_prompt_cache_restore_point_hits_total{kind="divergence"} 0
+lineage_prompt_cache_restore_point_hits_total{kind="ladder"} 0
+# HELP lineage_prompt_cache_misses_by_cause_total Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under another key shared more), before_first_restore_point (a live entry shared more but has no restore point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).
+# TYPE lineage_prompt_cache_misses_by_cause_total counter
+lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"} 1
+lineage_prompt_cache_misses_by_cause_total{cause="below_min_prefix"} 0
+lineage_prompt_cache_misses_by_cause_total{cause="key_differs"} 1
+lineage_prompt_cache_misses_by_cause_total{cause="before_first_restore_point"} 0
+lineage_prompt_cache_misses_by_cause_total{cause="evicted"} 2
+lineage_prompt_cache_misses_by_cause_total{cause="bypassed"} 0
+# HELP lineage_prompt_cache_short_hits_by_cause_total Hits that restored more than 64 tokens less than the prompt shared with something seen, by cause.
+# TYPE lineage_prompt_cache_short_hits_by_cause_total counter
+lineage_prompt_cache_short_hits_by_cause_total{cause="no_shared_prefix"} 0
+lineage_prompt_cache_short_hits_by_cause_total{cause="below_min_prefix"} 0
+lineage_prompt_cache_short_hits_by_cause_total{cause="key_differs"} 0
+lineage_prompt_cache_short_hits_by_cause_total{cause="before_first_restore_point"} 1
+lineage_prompt_cache_short_hits_by_cause_total{cause="evicted"} 0
+lineage_prompt_cache_short_hits_by_cause_total{cause="bypassed"} 0
+# HELP lineage_prompt_cache_key_differs_total Misses and short hits of cause key_differs, by the first key dimension that differs.
+# TYPE lineage_prompt_cache_key_differs_total counter
+lineage_prompt_cache_key_differs_total{dimension="model_id"} 0
+lineage_prompt_cache_key_differs_total{dimension="lora_id"} 0
+lineage_prompt_cache_key_differs_total{dimension="template_sig"} 1
+lineage_prompt_cache_key_differs_total{dimension="rope_regime"} 0
+lineage_prompt_cache_key_differs_total{dimension="mm_digest"} 0
+# HELP lineage_prompt_cache_ghosts Records of evicted entries kept to classify misses (at most 1024).
+# TYPE lineage_prompt_cache_ghosts gauge
+lineage_prompt_cache_ghosts 3
 # HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
 # TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
 lineage_prompt_cache_prefix_tokens_reused_total 1234
@@ -130,11 +161,13 @@ lineage_prompt_cache_entries 3
 lineage_prompt_cache_checkpoints{kind="turn"} 2
 lineage_prompt_cache_checkpoints{kind="guard"} 1
 lineage_prompt_cache_checkpoints{kind="divergence"} 0
+lineage_prompt_cache_checkpoints{kind="ladder"} 0
 # HELP lineage_prompt_cache_checkpoint_bytes Bytes of the checkpoints held, by kind.
 # TYPE lineage_prompt_cache_checkpoint_bytes gauge
 lineage_prompt_cache_checkpoint_bytes{kind="turn"} 200
 lineage_prompt_cache_checkpoint_bytes{kind="guard"} 100
 lineage_prompt_cache_checkpoint_bytes{kind="divergence"} 0
+lineage_prompt_cache_checkpoint_bytes{kind="ladder"} 0
 # HELP lineage_prompt_cache_anchors Pinned system-prompt anchors.
 # TYPE lineage_prompt_cache_anchors gauge
 lineage_prompt_cache_anchors 1

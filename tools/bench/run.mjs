@@ -8,7 +8,9 @@
 //
 // Trace flags (defaults in trace.mjs): --seed --concurrency --conversations --turns-min
 // --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
-// --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale.
+// --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale,
+// --system-variation none|end|mid (per-session lines at the end of every system text, or a
+// per-project line at ~80% of it, as agents write them).
 // Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
 // --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses),
 // --api chat|messages|responses (default chat): the API the requests go through. messages and
@@ -50,7 +52,7 @@ const TRACE_FLAGS = {
   'turns-max': 'turnsMax', 'user-min': 'userMin', 'user-max': 'userMax', 'tool-min': 'toolMin',
   'tool-max': 'toolMax', 'max-tokens-min': 'maxTokensMin', 'max-tokens-max': 'maxTokensMax', 'p-tool': 'pTool',
   'p-regenerate': 'pRegenerate', 'p-edit': 'pEdit', 'p-drop': 'pDrop', 'restart-at': 'restartAt',
-  'persona-scale': 'personaScale',
+  'persona-scale': 'personaScale', 'system-variation': 'systemVariation',
 };
 
 const dash = process.argv.indexOf('--');
@@ -82,6 +84,10 @@ if (!['chat', 'messages', 'responses'].includes(opt.api)) {
 const traceOpts = {};
 for (const [flag, key] of Object.entries(TRACE_FLAGS)) {
   if (opt[flag] !== undefined) {
+    if (key === 'systemVariation') {
+      traceOpts[key] = opt[flag];
+      continue;
+    }
     const v = Number(opt[flag]);
     if (!Number.isFinite(v)) throw new Error(`--${flag} must be a number`);
     traceOpts[key] = v;

@@ -33,7 +33,31 @@ export const DEFAULTS = {
   dropAfterMax: 6,
   restartAt: 2 / 3,
   personaScale: 1,
+  // Per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
+  // the working folder and the date as its last lines (pi, opencode); 'mid': a per-project
+  // memory path at ~80% of its length (qwen-code).
+  systemVariation: 'none',
 };
+
+const PROJECTS = ['lineage', 'atlas', 'orchard', 'quill', 'harbor', 'ember', 'tessellate', 'juniper'];
+
+/** `system` with the per-session lines of `variation` for session `n` of `persona`. */
+export function withSessionLines(system, variation, persona, n) {
+  if (variation === 'none') return system;
+  const project = `${PROJECTS[n % PROJECTS.length]}-${persona}-${n}`;
+  const day = new Date(Date.UTC(2026, 5, 1) + n * 86_400_000 * 3).toISOString().slice(0, 10);
+  if (variation === 'end') {
+    return `${system}\n\nWorking directory: /home/dev/src/${project}\nToday's date: ${day}`;
+  }
+  if (variation === 'mid') {
+    // The paragraph break nearest 80% of the text: where the memory section goes.
+    const target = Math.floor(system.length * 0.8);
+    let at = system.lastIndexOf('\n\n', target);
+    if (at < 0) at = target;
+    return `${system.slice(0, at)}\n\n# Memory\nProject notes are kept in /home/dev/.agent/memory/${project}/NOTES.md; read them before large changes.${system.slice(at)}`;
+  }
+  throw new Error(`unknown --system-variation ${variation} (none, end, mid)`);
+}
 
 const between = (r, lo, hi) => lo + Math.floor(r() * (hi - lo + 1));
 
@@ -58,7 +82,9 @@ export function makeTrace(options = {}) {
       return x < 0.4 ? 'forge' : x < 0.7 ? 'carmen' : 'forge2';
     })();
     const session = sessions[persona]++;
-    const { system, tools } = personaPrompt(persona, session, o.personaScale);
+    const prompt = personaPrompt(persona, session, o.personaScale);
+    const system = withSessionLines(prompt.system, o.systemVariation, persona, session);
+    const { tools } = prompt;
     const nSteps = between(r, o.turnsMin, o.turnsMax);
     const steps = [];
     let lastUser = null;

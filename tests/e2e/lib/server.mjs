@@ -228,7 +228,10 @@ async function launch({ model, args, name, env, port }) {
   logFile.write(`# ${SERVER_BIN} ${argv.join(' ')}\n# cwd ${workDir}\n`);
   const proc = spawn(SERVER_BIN, argv, {
     cwd: workDir,
-    env: { ...process.env, HOME: workDir, XDG_CACHE_HOME: path.join(workDir, '.cache'), ...env },
+    // LINEAGE_CHECK_INVARIANTS: the scheduler checks the slots' and the cache's invariants
+    // after every step and aborts on a broken one, so every e2e test also checks them.
+    env: { ...process.env, HOME: workDir, XDG_CACHE_HOME: path.join(workDir, '.cache'),
+      LINEAGE_CHECK_INVARIANTS: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(proc);

@@ -1,0 +1,36 @@
+// cache::ladder: where restore points go inside a system region and around a divergence, so
+// that the first sight of a variation already restores close to where it parts (issue 14).
+// Agents end their system text with per-session lines (date, working folder, a memory path);
+// on a hybrid model only a checkpoint restores a prefix shorter than a stored state, so a new
+// session whose system text parts from a known one in its last line restored only the tools
+// anchor. The ladder puts rungs (recurrent checkpoints, kept with the pinned anchor) at line
+// starts inside a newly pinned region; divergence checkpoints move back to a line start.
+// Rules and the costs behind the spacing: docs/architecture.md "The anchor ladder".
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace lineage::cache {
+
+struct config;
+
+/** The rungs of a system region ending at `anchor` (the anchor capture point, tokens), strictly
+ *  after `from` (what the request restored or the region's start, tokens), ascending. Walking
+ *  back from the anchor, each rung is the earliest line start (`line_starts`: prompt positions
+ *  where a line begins, ascending) within the allowed gap of the rung after it, or the gap's
+ *  end when no line starts there: the gap is cfg.ladder_near_step within cfg.ladder_near_tokens
+ *  of the anchor, cfg.ladder_step before (stretched so that at most cfg.ladder_max_rungs
+ *  rungs cover the region). Rungs closer than `min_len` (--prompt-cache-min-prefix) to the
+ *  start are left out. Empty when cfg.ladder_step <= 0 or the region is shorter than one gap. */
+std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anchor,
+                                  std::span<const int32_t> line_starts, int32_t min_len);
+
+/** Where a divergence checkpoint at `n` (the common prefix with the closest stored state,
+ *  tokens) goes: the start of the line holding token n when it is at most cfg.divergence_slack
+ *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0. */
+int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts);
+
+}  // namespace lineage::cache

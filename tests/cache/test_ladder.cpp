@@ -1,0 +1,93 @@
+// Unit tests of the ladder rules (cache/ladder.h): rungs at line starts walking back from the
+// anchor, at most the near step apart near it and the far step before, the far step stretched
+// to the rung cap, nothing within one gap of the restore point; divergence slack.
+#include "cache/ladder.h"
+
+#include "cache/config.h"
+
+#include <gtest/gtest.h>
+
+namespace lineage::cache {
+namespace {
+
+config ladder_config() {
+    config c;
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    c.ladder_max_rungs = 24;
+    c.divergence_slack = 64;
+    c.anchor_slack = 2;
+    return c;
+}
+
+std::vector<int32_t> every(int32_t step, int32_t until) {
+    std::vector<int32_t> v;
+    for (int32_t i = step; i < until; i += step) {
+        v.push_back(i);
+    }
+    return v;
+}
+
+TEST(Ladder, RungsAtTheEarliestLineStartOfEachGap) {
+    const auto lines = every(10, 2000);
+    EXPECT_EQ(ladder_rungs(ladder_config(), 0, 1000, lines, 32),
+              (std::vector<int32_t>{210, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+}
+
+TEST(Ladder, WithoutLineStartsRungsFallAtTheGapEnds) {
+    EXPECT_EQ(ladder_rungs(ladder_config(), 0, 1000, {}, 32),
+              (std::vector<int32_t>{232, 488, 552, 616, 680, 744, 808, 872, 936}));
+}
+
+TEST(Ladder, EveryGapIsWithinItsStep) {
+    const auto lines = every(37, 20000);
+    config c = ladder_config();
+    c.ladder_max_rungs = 100;  // room for every rung: the far step is not stretched
+    for (int32_t from : {0, 100, 3000}) {
+        const int32_t anchor = 9000;
+        const auto r = ladder_rungs(c, from, anchor, lines, 32);
+        ASSERT_FALSE(r.empty());
+        int32_t next = anchor;
+        for (auto it = r.rbegin(); it != r.rend(); ++it) {
+            const int32_t step = anchor - next < c.ladder_near_tokens ? c.ladder_near_step : c.ladder_step;
+            EXPECT_LE(next - *it, step);
+            EXPECT_GT(*it, from);
+            next = *it;
+        }
+        EXPECT_LE(static_cast<int32_t>(r.size()), c.ladder_max_rungs);
+    }
+}
+
+TEST(Ladder, TheFarStepStretchesToTheRungCap) {
+    config c = ladder_config();
+    c.ladder_max_rungs = 10;
+    const auto r = ladder_rungs(c, 0, 10000, {}, 32);
+    // The near zone takes its 8 rungs; the far step stretches to ceil(9488 / 2) = 4744.
+    EXPECT_EQ(r, (std::vector<int32_t>{4744, 9488, 9552, 9616, 9680, 9744, 9808, 9872, 9936}));
+}
+
+TEST(Ladder, NothingWithinOneGapOfTheRestorePointAndNothingWhenOff) {
+    EXPECT_TRUE(ladder_rungs(ladder_config(), 980, 1000, every(10, 2000), 32).empty());
+    config off = ladder_config();
+    off.ladder_step = 0;
+    EXPECT_TRUE(ladder_rungs(off, 0, 1000, every(10, 2000), 32).empty());
+    // Rungs shorter than the minimum prefix are left out.
+    const auto r = ladder_rungs(ladder_config(), 0, 300, {}, 200);
+    for (int32_t x : r) {
+        EXPECT_GE(x, 200);
+    }
+}
+
+TEST(Ladder, DivergenceGoesBackToItsLineStartWithinTheSlack) {
+    const config c = ladder_config();
+    const auto lines = every(100, 2000);
+    EXPECT_EQ(divergence_point(c, 1030, lines), 1000);  // 30 tokens into its line
+    EXPECT_EQ(divergence_point(c, 1000, lines), 1000);  // parts at the line start itself
+    EXPECT_EQ(divergence_point(c, 1090, lines), 1088);  // 90 > 64 into its line: BPE slack
+    EXPECT_EQ(divergence_point(c, 50, {}), 48);
+    EXPECT_EQ(divergence_point(c, 1, {}), 0);
+}
+
+}  // namespace
+}  // namespace lineage::cache
