@@ -398,6 +398,7 @@ void scheduler::impl::end_warmup(slot & s, bool whole) {
     const int32_t prefilled = std::max(0, s.n_past - s.stats.cached_tokens);
     if (s.ph == slot::phase::loading) {
         life_->abandon(s);  // preempted while its file was read: nothing computed yet
+        s.load = {};        // the read's result is dropped
     } else {
         life_->commit(s, now_s());
     }
