@@ -59,6 +59,10 @@ struct config {
     /** Decision trace: one INFO line "cache-trace: ..." per cache decision (seed 001
      *  "Session Snapshots"; --cache-trace, env LINEAGE_CACHE_TRACE). Off: costs a null check. */
     bool trace = false;
+    /** Background warm-up of the next turn (docs/prompt-cache.md "Warm-up"): after a reply, the
+     *  conversation's entry is extended, on an idle engine, over the reply as the next request
+     *  will render it (--cache-warmup, env LINEAGE_CACHE_WARMUP). */
+    bool warmup = true;
 
     // --- tier 2, disk (DESIGN.md "Tiers"; issue 6) ---
     /** Directory of the tier-2 files and their index; "" = no disk tier (--cache-dir; default

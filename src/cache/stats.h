@@ -51,6 +51,25 @@ struct tenant_usage {
     uint64_t bytes = 0;               ///< device + RAM bytes of those entries
 };
 
+/** Background warm-ups of the next turn (docs/prompt-cache.md "Warm-up"): after a reply, the
+ *  conversation's entry is extended over the reply as the next request will render it. The
+ *  scheduler counts the runs, the store the hits and the waste (it sees later plans and
+ *  evictions). */
+struct warmup_stats {
+    int64_t queued = 0;     ///< warm-up jobs received
+    int64_t active = 0;     ///< warm-ups running now (0 or 1: one at a time, on an idle engine)
+    int64_t runs = 0;       ///< warm-ups that prefilled their whole prefix and stored it
+    int64_t preempted = 0;  ///< runs interrupted by a foreground request (what was done is parked)
+    int64_t tokens = 0;     ///< tokens prefilled by warm-ups
+    int64_t hits = 0;       ///< later requests that restored at least a warmed length
+    /** Warmed entries that left the cache (evicted, superseded, continued short of the warmed
+     *  length) before any hit, plus warm-ups dropped unfinished. */
+    int64_t wasted = 0;
+    /** Jobs not run, by cause: not_needed (an entry already holds the prefix), replaced (a newer
+     *  job of the same conversation came first), queue_full, preempted_too_often. */
+    std::map<std::string, int64_t> skipped;
+};
+
 struct stats {
     bool enabled = true;
     std::string mode;                 ///< "lineage" or "exact"
@@ -83,6 +102,7 @@ struct stats {
     int64_t disk_hits = 0;            ///< restores served from a tier-2 file
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
     disk_stats disk;
+    warmup_stats warmup;
     // APC (seed 001 "APC observability")
     bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)
     int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths

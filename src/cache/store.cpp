@@ -135,7 +135,8 @@ stored_state store::state_of(const entry & e, const std::string & session) const
 restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
                          const std::vector<int32_t> & breakpoints) {
     restore_plan p;
-    stats_.lookups++;
+    const bool counted = !warmup_lookup_;  // a warm-up's lookup is no request's (stats.warmup)
+    stats_.lookups += counted ? 1 : 0;
     expire(now_s);
 
     // The restore-point choice is restore_rule's (best_point, prefer, the two-tier search),
@@ -173,9 +174,11 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         if (p.absorbs) {
             p.disk_ancestors.push_back(on_disk->id);
         }
-        stats_.hits[std::string(to_string(p.kind))]++;
-        stats_.disk_hits++;
-        stats_.tokens_reused += p.n_restore;
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            stats_.disk_hits++;
+            stats_.tokens_reused += p.n_restore;
+        }
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
                    std::to_string(prompt.size()) + " from disk file " + std::to_string(on_disk->id) + " (" +
                    std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
@@ -200,8 +203,11 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             p.op = restore_op::load_ram;
             p.full = e.full;
         }
-        stats_.hits[std::string(to_string(p.kind))]++;
-        stats_.tokens_reused += p.n_restore;
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            stats_.tokens_reused += p.n_restore;
+        }
+        note_warmed_restore(e, p.n_restore, p.absorbs, !counted);
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
                    std::to_string(prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
                    std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
@@ -233,13 +239,15 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             e.mru = next_mru_++;
         }
     } else {
-        stats_.misses++;
+        stats_.misses += counted ? 1 : 0;
         p.reason = best_short > 0 ? "miss (longest match " + std::to_string(best_short) + " < min prefix " +
                                         std::to_string(cfg_.min_prefix) + ")"
                                   : "miss";
     }
-    stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
-    classify(k, prompt, live_lcp, p);
+    if (counted) {  // a warm-up's plan is no request's: not classified either
+        stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
+        classify(k, prompt, live_lcp, p);
+    }
     add_captures(p, k, prompt, hints, breakpoints);
     if (trace_.on()) {
         trace_plan(k, prompt, hints, p);

@@ -143,6 +143,9 @@ struct commit_input {
     int32_t history_tokens = -1;
     std::optional<restore_plan> absorbed;  ///< the plan, when it took an entry (absorption)
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
+    /** A warm-up that prefilled its whole prefix: the entry is marked warmed at its length, and
+     *  a later request restoring at least that much counts a warm-up hit. */
+    bool warmed = false;
 };
 
 /** An entry to write to tier 2 (write-behind; issue 6): what the scheduler hands to the disk
@@ -172,6 +175,7 @@ struct entry_view {
     uint64_t bytes = 0;
     file_id disk_file = 0;     ///< its tier-2 copy (0: none yet)
     std::vector<file_id> disk_ancestors;
+    int32_t warmed = 0;        ///< length a warm-up stored it at, not hit yet (0: none)
 };
 
 /** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
@@ -198,6 +202,12 @@ public:
      *  rejection; WARN once when `bytes` alone exceeds the budget) when it cannot fit. The
      *  reservation is released by the commit/commit_anchor/demote/abandon that reports it. */
     bool reserve(uint64_t bytes, uint64_t protect = 0);
+
+    /** plan() for a background warm-up of `prefix` (docs/prompt-cache.md "Warm-up"): the same
+     *  decision, but the lookup stays out of the request counters (lookups, hits, misses, tokens;
+     *  its prefill shows in stats.warmup), and continuing a warmed entry is no hit
+     *  (store_warmup.cpp). */
+    restore_plan plan_warmup(const key & k, const tokens & prefix, const plan_hints & hints, double now_s);
 
     /** Stores the request's sequence as an entry parked on the device (absorbing the plan's
      *  source, thinning its checkpoints). Returns false when not stored (too short, disabled):
@@ -247,6 +257,14 @@ public:
 
     /** Expires entries whose last hit is older than the TTL. */
     void expire(double now_s);
+
+    /** True when a conversation entry of k's bucket holds `prefix` (REQUIRES: non-empty) as a
+     *  prefix of its tokens: a warm-up of `prefix` has nothing to add (src/cache/store_warmup.cpp).
+     *  No side effects. */
+    bool covers(const key & k, const tokens & prefix) const;
+
+    /** The warm-up counters, for the scheduler's part of them (runs, tokens, skips). */
+    warmup_stats & warmup_counters() { return stats_.warmup; }
 
     /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
      *  cause "bypassed". */
@@ -340,6 +358,7 @@ private:
         std::vector<file_id> ancestors;    // tier-2 files it supersedes
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
+        int32_t warmed = 0;              // a warm-up stored it at this length, not hit yet (0: none)
         uint64_t ram_bytes() const;
     };
     using iter = std::list<entry>::iterator;
@@ -365,6 +384,9 @@ private:
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
     bool evict_one_lru(uint64_t protect_id, eviction_reason reason);
+    /** A plan restores `n` tokens of `e` (store_warmup.cpp): a hit on its warmed length, or
+     *  waste when the plan continues it short of that length. Clears the mark either way. */
+    void note_warmed_restore(entry & e, int32_t n, bool absorbs, bool by_warmup);
     void release_pending(uint64_t bytes);
     uint64_t held_bytes() const;
     entry_view view(const entry & e) const;
@@ -383,6 +405,7 @@ private:
     std::vector<int32_t> released_;
     ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
     const disk_lookup * disk_ = nullptr;
+    bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
     std::vector<disk_job> spills_;
     std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor
     disk_job job_of(entry & e);

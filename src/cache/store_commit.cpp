@@ -78,6 +78,7 @@ bool store::commit(commit_input in, double now_s) {
     e.unwritten_since = in.absorbed && in.absorbed->unwritten_since >= 0 ? std::min(in.absorbed->unwritten_since, now_s)
                                                                          : now_s;
     e.history = in.history_tokens;
+    e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }

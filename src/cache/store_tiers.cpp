@@ -81,6 +81,9 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
     if (it->where == tier::device) {
         released_.push_back(it->seq);
     }
+    if (reason && it->warmed > 0) {
+        stats_.warmup.wasted++;  // warmed, never hit
+    }
     if (reason && *reason != eviction_reason::superseded) {
         ghosts_.add(it->k.bucket, it->toks);  // a later miss on it is then "evicted"
     }
@@ -333,6 +336,7 @@ entry_view store::view(const entry & e) const {
     v.bytes = e.ram_bytes() + e.device_bytes;
     v.disk_file = e.disk_file;
     v.disk_ancestors = e.ancestors;
+    v.warmed = e.warmed;
     return v;
 }
 

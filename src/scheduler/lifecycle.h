@@ -45,6 +45,7 @@ public:
     /** The request is done: its sequence becomes an entry parked on the device (hybrid: the
      *  prompt-end state is put back and the KV trimmed to the prompt; dense: everything
      *  decoded), or is released when the cache is bypassed or the store does not keep it.
+     *  A warm-up's entry (whole, or the part a preemption left) is marked warmed at its length.
      *  Sets commit_s; s.seq is -1 afterwards. */
     void commit(slot & s, double now_s);
 

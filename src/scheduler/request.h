@@ -158,6 +158,11 @@ private:
     std::deque<generation_event> q_ GUARDED_BY(mu_);
 };
 
+/** The liveness probe of a running request (the retry race, docs/architecture.md "Retries"):
+ *  the engine thread asks when a new request repeats this one's prompt; the request's HTTP
+ *  thread answers `alive`, or cancels the request when its client has gone. */
+enum class probe_state : int { none, asked, alive };
+
 /** A tokenized, validated request. */
 struct generation_request {
     uint64_t id = 0;
@@ -178,6 +183,18 @@ struct generation_request {
     std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
     /** Set by the HTTP thread when a stop string matched: ends with finish_reason::stop. */
     std::shared_ptr<std::atomic<bool>> stop_requested = std::make_shared<std::atomic<bool>>(false);
+    /** A background warm-up of the conversation's next turn (docs/prompt-cache.md "Warm-up"):
+     *  `prompt` is the prefix the next request will render; the scheduler prefills it when
+     *  nothing else runs, samples nothing, stores it, and pushes no events. */
+    bool warmup = false;
+    /** Set by the HTTP thread that serves the request: it answers `probe`. */
+    bool answers_probe = false;
+    std::shared_ptr<std::atomic<probe_state>> probe = std::make_shared<std::atomic<probe_state>>(probe_state::none);
+
+    // --- engine thread only ---
+    /** Queued: when the retry hold started (admission.h); unset while not held. */
+    std::optional<std::chrono::steady_clock::time_point> held_since;
+    int32_t preemptions = 0;  ///< warm-up: times a foreground request interrupted it
 };
 
 }  // namespace lineage::scheduler

@@ -8,6 +8,7 @@
 #include "engine/context.h"
 #include "engine/lora.h"
 #include "engine/model.h"
+#include "scheduler/admission.h"
 #include "scheduler/disk_link.h"
 #include "scheduler/lifecycle.h"
 #include "scheduler/lora_turns.h"
@@ -49,6 +50,7 @@ struct scheduler::impl {
     // --- engine thread ---
     void loop();
     void admit(std::shared_ptr<generation_request> req);
+    void end_warmup(slot & s, bool whole);
     void start_prefill(slot & s);
     void poll_loads();
     void complete_load(slot & s);
@@ -88,6 +90,7 @@ struct scheduler::impl {
     util::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
+    warmup_queue warmups_ GUARDED_BY(mu_);  // background warm-ups, run when nothing else is
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
     bool stopping_ GUARDED_BY(mu_) = false;
@@ -163,7 +166,12 @@ void scheduler::impl::stop() {
 void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
     {
         util::lock_guard lk(mu_);
-        if (!stopping_) {
+        if (!stopping_ && req->warmup) {
+            if (p_.cache.enabled && p_.cache.warmup) {
+                warmups_.push(std::move(req));
+            }
+            req = nullptr;  // nobody waits on a warm-up's events
+        } else if (!stopping_) {
             queue_.push_back(std::move(req));
             req = nullptr;
         }
@@ -199,6 +207,8 @@ void scheduler::impl::loop() {
         std::deque<std::function<void()>> tasks;
         std::deque<std::function<void()>> idle_tasks;
         std::deque<std::shared_ptr<generation_request>> admitted;
+        std::shared_ptr<generation_request> warmup;
+        bool preempt = false;
         {
             util::unique_lock lk(mu_);
             const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
@@ -206,9 +216,12 @@ void scheduler::impl::loop() {
             });
             const bool loading = std::any_of(slots_.begin(), slots_.end(),
                                              [](const slot & s) { return s.ph == slot::phase::loading; });
+            const bool any_active = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
             if (!computing) {
                 const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
-                while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load()) {
+                // An idle engine with a warm-up queued does not wait: it starts the warm-up.
+                while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load() &&
+                       (warmups_.empty() || any_active)) {
                     if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                         break;
                     }
@@ -223,12 +236,29 @@ void scheduler::impl::loop() {
             if (std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); })) {
                 idle_tasks.swap(idle_tasks_);
             }
-            // New requests join between steps, as many as there are idle slots.
+            // New requests join between steps, as many as there are idle slots. One that repeats
+            // a running request's prompt waits for that one's client to answer (the retry hold).
+            const auto now = clock::now();
             for (auto & s : slots_) {
                 if (!s.active() && !queue_.empty() && idle_tasks_.empty()) {
+                    auto & r = *queue_.front();
+                    if (retry_hold(slots_, r, now)) {
+                        break;
+                    }
+                    if (r.held_since) {
+                        spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
+                                     "request's prompt)",
+                                     r.id, std::chrono::duration<double, std::milli>(now - *r.held_since).count());
+                    }
                     admitted.push_back(std::move(queue_.front()));
                     queue_.pop_front();
                 }
+            }
+            // A warm-up yields to any foreground request (parking what it did), and starts only
+            // on an idle engine: it never delays a request by more than the chunk in flight.
+            preempt = !queue_.empty() || !admitted.empty();
+            if (!preempt && !any_active && !warmups_.empty()) {
+                warmup = warmups_.pop();
             }
         }
         for (auto & t : tasks) {
@@ -244,8 +274,16 @@ void scheduler::impl::loop() {
                 finish(s, finish_reason::cancelled);
             }
         }
+        for (auto & s : slots_) {
+            if (preempt && s.active() && s.req->warmup) {
+                end_warmup(s, /*whole=*/false);
+            }
+        }
         for (auto & r : admitted) {
             admit(std::move(r));
+        }
+        if (warmup) {
+            admit(std::move(warmup));
         }
         poll_loads();
         const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
@@ -329,10 +367,20 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
+    if (s.req->warmup && store_.covers(s.key, s.req->prompt)) {
+        // The committed entry already holds the next turn's prefix (a dense tool step whose
+        // re-render is the generated text), or a later request got there first.
+        store_.warmup_counters().skipped["not_needed"]++;
+        LINEAGE_TRACE(store_.trace(), "warm-up of {} tokens not needed: an entry holds them", s.prompt_size());
+        reset_slot(s);
+        return;
+    }
     const auto t0 = clock::now();
     cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
                             s.req->cache.line_starts, s.req->cache.last_user_tokens};
-    if (s.use_cache) {
+    if (s.use_cache && s.req->warmup) {
+        s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
+    } else if (s.use_cache) {
         s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
     } else if (hybrid_) {
         // Split where a first request with the cache on would capture (nothing is captured):
@@ -352,7 +400,9 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     const uint32_t seed = s.req->sampling.seed >= 0 ? static_cast<uint32_t>(s.req->sampling.seed)
                                                      : static_cast<uint32_t>(std::random_device{}());
     try {
-        s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.engine_params(seed));
+        if (!s.req->warmup) {  // a warm-up samples nothing
+            s.smpl = std::make_unique<engine::sampler>(model_, s.req->sampling.engine_params(seed));
+        }
     } catch (const std::invalid_argument & e) {  // a grammar the routes could not check
         fail(s, {failure_kind::bad_grammar, e.what()});
         return;
@@ -368,6 +418,37 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         return;
     }
     start_prefill(s);
+}
+
+void scheduler::impl::end_warmup(slot & s, bool whole) {
+    // What was prefilled is parked as the conversation's entry, a preempted part included.
+    cache::trace_scope trace(store_.trace(), s.req->id);
+    const int32_t at = s.n_past;
+    const int32_t prefilled = std::max(0, s.n_past - s.stats.cached_tokens);
+    if (s.ph == slot::phase::loading) {
+        life_->abandon(s);  // preempted while its file was read: nothing computed yet
+        s.load = {};        // the read's result is dropped
+    } else {
+        life_->commit(s, now_s());
+    }
+    auto & wc = store_.warmup_counters();
+    (whole ? wc.runs : wc.preempted)++;
+    LINEAGE_TRACE(store_.trace(), "warm-up {} at {}/{} tokens: restored {} ({}), prefilled {}",
+                  whole ? "stored" : "preempted by a request, parked", at, s.prompt_size(), s.stats.cached_tokens,
+                  s.stats.hit_kind, prefilled);
+    spdlog::info("warm-up {}: {} | prefix {} tokens, cached {} ({}), prefilled {} | restore {:.1f} ms, prefill {:.1f} ms, "
+                 "capture {:.1f} ms, commit {:.1f} ms | total {:.1f} ms",
+                 s.req->id, whole ? "stored" : "preempted", s.prompt_size(), s.stats.cached_tokens, s.stats.hit_kind,
+                 prefilled, s.stats.restore_s * 1e3, s.stats.prefill_s * 1e3, s.stats.capture_s * 1e3,
+                 s.stats.commit_s * 1e3, seconds_since(s.restore_started) * 1e3);
+    auto job = std::move(s.req);
+    reset_slot(s);
+    if (!whole && ++job->preemptions > max_warmup_preemptions) {
+        wc.skipped["preempted_too_often"]++;  // its parked part still serves the next request
+    } else if (!whole) {
+        util::lock_guard lk(mu_);
+        warmups_.push_front(std::move(job));  // resumes from what it parked on an idle engine
+    }
 }
 
 void scheduler::impl::poll_loads() {
@@ -424,7 +505,7 @@ void scheduler::impl::step() {
         const int32_t n = std::min(budget, s.next_stop() - s.n_past);
         for (int32_t i = 0; i < n; ++i) {
             const int32_t pos = s.n_past + i;
-            const bool last = pos + 1 == s.prompt_size();
+            const bool last = pos + 1 == s.prompt_size() && !s.req->warmup;  // a warm-up samples nothing
             if (last) {
                 s.logits_idx = static_cast<int32_t>(batch.size());
             }
@@ -466,6 +547,9 @@ void scheduler::impl::step() {
         if (s.ph == slot::phase::prefill && s.chunk > 0) {
             s.stats.prefill_s += dt;
             s.n_past += s.chunk;
+            if (s.req->warmup) {
+                store_.warmup_counters().tokens += s.chunk;
+            }
             after_prefill_chunk(s);
         } else if (s.ph == slot::phase::decode && s.logits_idx >= 0) {
             s.n_past += 1;
@@ -476,6 +560,10 @@ void scheduler::impl::step() {
 
 void scheduler::impl::after_prefill_chunk(slot & s) {
     if (!life_->after_chunk(s, now_s())) {
+        return;
+    }
+    if (s.req->warmup) {
+        end_warmup(s, /*whole=*/true);
         return;
     }
     // The whole prompt is in: sample.
@@ -534,6 +622,9 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
 
 void scheduler::impl::fail(slot & s, request_failure why) {
     life_->abandon(s);
+    if (s.req && s.req->warmup) {
+        store_.warmup_counters().wasted++;  // dropped unfinished
+    }
     generation_event e;
     e.type = generation_event::kind::error;
     e.failure = std::move(why);
@@ -549,6 +640,9 @@ void scheduler::impl::fail(slot & s, request_failure why) {
 }
 
 void scheduler::impl::record(slot & s, finish_reason why) {
+    if (s.req->warmup) {
+        return;  // not a request: counted in the cache's warm-up stats
+    }
     // Prompt tokens the engine computed: the prefill reached n_past (capped at the prompt; the
     // rest is decode) from the restore point.
     s.stats.prefilled_tokens = std::max(0, std::min(s.n_past, s.prompt_size()) - s.stats.cached_tokens);
@@ -591,6 +685,15 @@ int32_t scheduler::max_sequence_tokens() const {
 cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] {
         cache::stats s = impl_->store_.get_stats();
+        {
+            util::lock_guard lk(impl_->mu_);
+            const auto & q = impl_->warmups_;
+            s.warmup.queued = q.received;
+            s.warmup.active = std::count_if(impl_->slots_.begin(), impl_->slots_.end(),
+                                            [](const slot & x) { return x.active() && x.req->warmup; });
+            s.warmup.skipped["replaced"] += q.replaced;
+            s.warmup.skipped["queue_full"] += q.dropped;
+        }
         if (auto * d = impl_->disk_->tier()) {
             s.disk = d->get_stats();
             s.bytes["disk"] = s.disk.bytes;

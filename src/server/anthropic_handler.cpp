@@ -102,7 +102,9 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
         spdlog::debug("req {} cache_control breakpoints at {} tokens", gr->id, list);
     }
     auto writer = std::make_unique<messages_writer>(std::move(meta), prep.parser, prep.stops, ctx.signer);
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, ar.chat.stream, std::move(writer), "messages");
+    const bool stream = ar.chat.stream;
+    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "messages",
+                   std::make_shared<const chat_request>(std::move(ar.chat)));
 }
 
 void handle_messages_apply_template(const httplib::Request & req, httplib::Response & res, server_context & ctx) {

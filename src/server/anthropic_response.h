@@ -62,6 +62,7 @@ public:
     json error_body(const api_error & e) const override { return anthropic_error_json(e); }
     /** end_turn, max_tokens, stop_sequence or tool_use. */
     std::string finish_reason(const scheduler::generation_event & done) const override;
+    const engine::chat_parsed * reply() const override { return &parser_.message(); }
 
 private:
     enum class block { none, thinking, text, tool };

@@ -37,6 +37,7 @@ public:
     std::string finish_reason(const scheduler::generation_event & done) const override {
         return out_.finish_reason(done);
     }
+    const engine::chat_parsed * reply() const override { return &out_.message(); }
 
 private:
     chat_output out_;
@@ -79,7 +80,9 @@ void handle_chat_completions(const httplib::Request & req, httplib::Response & r
         token_text = [&m](int32_t tok) { return m.token_to_piece(tok, false); };
     }
     auto writer = std::make_unique<chat_writer>(std::move(meta), prep, cr.include_usage, std::move(token_text));
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, cr.stream, std::move(writer), "chat");
+    const bool stream = cr.stream;
+    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "chat",
+                   std::make_shared<const chat_request>(std::move(cr)));
 }
 
 }  // namespace lineage::server

@@ -159,6 +159,44 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
     return -1;
 }
 
+std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply) const {
+    engine::chat_render_inputs in = render_inputs(r);
+    engine::chat_message assistant;
+    assistant.role = "assistant";
+    assistant.content = reply.content;
+    assistant.reasoning_content = reply.reasoning_content;
+    assistant.tool_calls = reply.tool_calls;
+    in.messages.push_back(std::move(assistant));
+    auto tokens_with = [&](const char * text) {
+        engine::chat_render_inputs x = in;
+        engine::chat_message next;
+        if (reply.tool_calls.empty()) {
+            next.role = "user";
+        } else {
+            next.role = "tool";
+            next.tool_call_id = reply.tool_calls.front().id;
+            next.name = reply.tool_calls.front().name;
+        }
+        next.content = text;
+        x.messages.push_back(std::move(next));
+        return model_.tokenize(tmpl_.render(x).prompt, true);
+    };
+    try {
+        // Two texts that differ in their first character: the renders part where the text starts.
+        const std::vector<int32_t> a = tokens_with("Alpha");
+        const std::vector<int32_t> b = tokens_with("Bravo");
+        const size_t n = std::min(a.size(), b.size());
+        size_t i = 0;
+        while (i < n && a[i] == b[i]) {
+            ++i;
+        }
+        return std::vector<int32_t>(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(i));
+    } catch (const std::exception & e) {
+        spdlog::debug("warm-up: the next turn cannot be rendered: {}", e.what());
+        return {};
+    }
+}
+
 bool chat_preparer::supports_thinking() const {
     return tmpl_.supports_thinking();
 }

@@ -107,6 +107,15 @@ public:
      *  before BPE slack. -1 when the template cannot render it. */
     int32_t prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt) const;
 
+    /** The tokens the next request of this conversation will start with, once `reply` (the
+     *  parsed assistant message generated for `r`) comes back as a past assistant turn: `r`'s
+     *  conversation + `reply` + a next message, rendered and tokenized twice with two different
+     *  placeholder texts (a user message; the tool result of its first call when `reply` ends in
+     *  tool calls), cut where the two part: up to the placeholder's text, its role header
+     *  included. Empty when the template cannot render it. Used by the warm-up (docs/prompt-cache.md "Warm-up"); same thread rules as
+     *  prepare(). */
+    std::vector<int32_t> next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply) const;
+
     /** True when the template has an enable_thinking switch. */
     bool supports_thinking() const;
 

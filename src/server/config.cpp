@@ -430,6 +430,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "log one INFO line 'cache-trace: ...' per cache decision: the restore point taken, why other entries "
         "were not, captures, absorption, thinning, evictions",
         boolean(cc.trace), true);
+    add("--cache-warmup", "LINEAGE_CACHE_WARMUP", "[=BOOL]", "true",
+        "after a reply, extend the conversation's cache entry over the reply as the next request will render "
+        "it, in the background on an idle engine (preempted by any request), so the next turn prefills only its "
+        "own message",
+        boolean(cc.warmup), true);
     add("--cache-guard-distance", "LINEAGE_CACHE_GUARD_DISTANCE", "TOKENS", std::to_string(dc.guard_distance),
         "guard checkpoint this many tokens before the prompt end", int_min(cc.guard_distance, 1));
     add("--cache-guard-min-suffix", "LINEAGE_CACHE_GUARD_MIN_SUFFIX", "TOKENS", std::to_string(dc.guard_min_suffix),

@@ -27,8 +27,9 @@ constexpr std::chrono::milliseconds poll_interval{100};
 // One request's state, shared by the handler and (when streaming) the content provider.
 struct run_state {
     run_state(server_context & c, std::shared_ptr<scheduler::generation_request> r, std::unordered_set<int32_t> p,
-              std::unique_ptr<response_writer> w, bool s, const char * d)
-        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), dialect(d) {}
+              std::unique_ptr<response_writer> w, bool s, const char * d, std::shared_ptr<const chat_request> conv)
+        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), dialect(d),
+          conversation(std::move(conv)) {}
 
     server_context & ctx;
     std::shared_ptr<scheduler::generation_request> req;
@@ -41,8 +42,33 @@ struct run_state {
     bool stopped = false;  ///< a stop string matched: later tokens are dropped
     std::chrono::steady_clock::time_point last_client_check = std::chrono::steady_clock::now();
     std::function<bool()> client_closed;  ///< streaming: the request's socket probe
+    std::shared_ptr<const chat_request> conversation;  ///< for the warm-up; null: none
 
     void cancel() { req->cancelled->store(true); }
+
+    // The scheduler asks whether the client is still there (a request repeating this one's
+    // prompt is waiting: the retry hold): cancel when it is gone, else say alive. False when
+    // the client is gone.
+    bool answer_probe(const std::function<bool()> & closed) {
+        if (req->probe->load() != scheduler::probe_state::asked) {
+            return true;
+        }
+        if (closed && closed()) {
+            cancel();
+            spdlog::info("req {} client disconnected (found when a retry came); cancelled", req->id);
+            return false;
+        }
+        req->probe->store(scheduler::probe_state::alive);
+        return true;
+    }
+
+    // A reply was sent whole: warm the conversation's next turn.
+    void after_reply(const generation_event & done) const {
+        if (conversation && ctx.warm && out->reply() != nullptr &&
+            (done.finish == scheduler::finish_reason::stop || done.finish == scheduler::finish_reason::length)) {
+            ctx.warm->after_reply(conversation, *out->reply(), req->cache, req->lora, req->lora_epoch);
+        }
+    }
 
     // Adds a token's text; asks the scheduler to stop when a stop string matched.
     void on_token(const generation_event & e) {
@@ -92,7 +118,11 @@ struct run_state {
 // Waits for the next event while watching the client; nullopt when the client went away (the
 // request is then cancelled).
 std::optional<generation_event> wait_event(run_state & s, const httplib::Request & req) {
+    const std::function<bool()> closed = [&req] { return req.is_connection_closed(); };
     for (;;) {
+        if (!s.answer_probe(closed)) {
+            return std::nullopt;
+        }
         // Look at the socket every poll_interval even while events keep coming.
         const auto now = std::chrono::steady_clock::now();
         const bool check_now = now - s.last_client_check >= poll_interval;
@@ -128,6 +158,7 @@ void respond_json(run_state & s, const httplib::Request & req, httplib::Response
                 }
                 send_json_body(res, s.out->body(*ev), 200);
                 s.log_done(200, ev->stats, s.out->finish_reason(*ev));
+                s.after_reply(*ev);
                 return;
             case ev_kind::error: {
                 const api_error err = run_state::error_of(*ev);
@@ -145,6 +176,10 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     if (s->finished) {
         sink.done();
         return true;
+    }
+    if (!s->answer_probe(s->client_closed)) {
+        s->finished = true;
+        return false;
     }
     std::vector<generation_event> evs;
     if (s->pending) {
@@ -173,6 +208,7 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     }
 
     std::string buf;
+    const generation_event * done = nullptr;
     for (const auto & ev : evs) {
         if (ev.type == ev_kind::token) {
             s->on_token(ev);
@@ -183,6 +219,7 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
             } else {
                 buf += s->out->end_stream(ev);
                 s->log_done(200, ev.stats, s->out->finish_reason(ev));
+                done = &ev;
             }
             s->finished = true;
             break;
@@ -203,6 +240,9 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     }
     if (s->finished) {
         sink.done();
+        if (done != nullptr) {
+            s->after_reply(*done);
+        }
     }
     return true;
 }
@@ -274,8 +314,11 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
 
 void run_generation(const httplib::Request & req, httplib::Response & res, server_context & ctx,
                     std::shared_ptr<scheduler::generation_request> gr, std::unordered_set<int32_t> preserved_tokens,
-                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect) {
-    auto s = std::make_shared<run_state>(ctx, gr, std::move(preserved_tokens), std::move(writer), stream, dialect);
+                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect,
+                    std::shared_ptr<const chat_request> conversation) {
+    gr->answers_probe = true;
+    auto s = std::make_shared<run_state>(ctx, gr, std::move(preserved_tokens), std::move(writer), stream, dialect,
+                                         std::move(conversation));
     ctx.sched.submit(gr);
     if (stream) {
         respond_stream(s, req, res);

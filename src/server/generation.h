@@ -10,6 +10,7 @@
 // the scheduler; the writer is owned by the run.
 #pragma once
 
+#include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/errors.h"
 
@@ -28,6 +29,7 @@ namespace lineage::server {
 
 struct server_context;
 struct prepared_chat;
+struct chat_request;
 
 /** A dialect's view of one request's output. Called on the request's thread only. */
 class response_writer {
@@ -59,6 +61,11 @@ public:
 
     /** The finish reason written in the log line (stop, length, tool_calls, end_turn, ...). */
     virtual std::string finish_reason(const scheduler::generation_event & done) const = 0;
+
+    /** After the final body or end_stream(): the reply as parsed (content, reasoning, tool
+     *  calls), which the warm-up renders as the next turn's past assistant turn; nullptr when the
+     *  dialect has no chat message (raw completions). */
+    virtual const engine::chat_parsed * reply() const { return nullptr; }
 };
 
 /** A scheduler request for a prepared prompt: a fresh id from `ctx`, the prompt tokens, cache
@@ -70,10 +77,14 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
  *  stream (`stream` true; the HTTP status waits for the first event, so an error before any
  *  output still gets its status). A client that goes away cancels the request. `dialect` names
  *  the API in the log line ("chat", "messages", "responses", "completions").
- *  `preserved_tokens`: special tokens passed to the writer as their text. */
+ *  `preserved_tokens`: special tokens passed to the writer as their text. `conversation`: the
+ *  chat request `gr` was rendered from; when set, a reply that finishes (stop or length) queues
+ *  the warm-up of the conversation's next turn (server/warmup.h) once it has been sent.
+ *  While it runs, the request answers the scheduler's liveness probe (the retry hold). */
 void run_generation(const httplib::Request & req, httplib::Response & res, server_context & ctx,
                     std::shared_ptr<scheduler::generation_request> gr, std::unordered_set<int32_t> preserved_tokens,
-                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect);
+                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect,
+                    std::shared_ptr<const chat_request> conversation = nullptr);
 
 /** A random id: `prefix` followed by `n` characters of [0-9A-Za-z]. */
 std::string random_id(std::string_view prefix, int n = 29);

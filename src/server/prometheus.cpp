@@ -210,6 +210,26 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               exposition::labelled{{"capacity", static_cast<double>(d.evictions)},
                                    {"superseded", static_cast<double>(d.superseded)}});
 
+    // --- warm-ups of the next turn (owners: scheduler for runs, cache::store for hits) ---
+    const auto & w = cs.warmup;
+    x.counter("lineage_prompt_cache_warmups_total",
+              "Background warm-ups of a conversation's next turn, by outcome: stored (the whole prefix), preempted "
+              "(a request came first; what was done is parked).",
+              "outcome", exposition::labelled{{"stored", static_cast<double>(w.runs)},
+                                             {"preempted", static_cast<double>(w.preempted)}});
+    x.gauge("lineage_prompt_cache_warmups_active", "Warm-ups running now (one at a time, on an idle engine).",
+            static_cast<double>(w.active));
+    x.counter("lineage_prompt_cache_warmup_tokens_total", "Tokens prefilled by warm-ups.",
+              static_cast<double>(w.tokens));
+    x.counter("lineage_prompt_cache_warmup_hits_total",
+              "Requests that restored at least the length a warm-up stored.", static_cast<double>(w.hits));
+    x.counter("lineage_prompt_cache_warmup_wasted_total",
+              "Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.",
+              static_cast<double>(w.wasted));
+    x.counter("lineage_prompt_cache_warmup_skipped_total",
+              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.",
+              "cause", with_known(w.skipped, {"not_needed", "replaced", "queue_full", "preempted_too_often"}));
+
     // --- requests (owner: scheduler) ---
     x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",
               "finish_reason", with_known(ms.requests, {"stop", "length", "cancelled", "error"}));

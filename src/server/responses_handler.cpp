@@ -51,6 +51,7 @@ public:
     std::string finish_reason(const scheduler::generation_event & done) const override {
         return out_.finish_reason(done);
     }
+    const engine::chat_parsed * reply() const override { return &out_.message(); }
 
 private:
     static std::string events(const std::vector<json> & evs) {
@@ -215,7 +216,9 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
     }
     auto writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
                                                      std::move(conversation));
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, r.chat.stream, std::move(writer), "responses");
+    const bool stream = r.chat.stream;
+    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "responses",
+                   std::make_shared<const chat_request>(std::move(r.chat)));
 }
 
 void handle_get_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {

@@ -73,6 +73,9 @@ public:
     /** The finish reason of the log line: stop, length or tool_calls. */
     std::string finish_reason(const scheduler::generation_event & done) const;
 
+    /** The reply as parsed (the warm-up's past assistant turn); final after final_*(). */
+    const engine::chat_parsed & message() const { return parser_.message(); }
+
     /** The output items of the finished response (for the store); valid after final_*(). */
     const std::vector<response_item> & output_items() const { return items_; }
 

@@ -99,6 +99,10 @@ json stats_json(const cache::stats & s) {
                {"overdue_read_seconds", d.overdue_read_seconds},
                {"queued", d.queued}};
     j["disk"] = dj;
+    const auto & w = s.warmup;
+    j["warmup"] = {{"queued", w.queued},   {"active", w.active}, {"runs", w.runs},   {"preempted", w.preempted},
+                   {"tokens", w.tokens},   {"hits", w.hits},     {"wasted", w.wasted},
+                   {"skipped", map_json(w.skipped)}};
     j["apc_enabled"] = s.apc_enabled;
     j["total_blocks_stored"] = s.total_blocks_stored;
     j["unique_block_hashes"] = s.unique_block_hashes;
@@ -190,7 +194,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
       responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
                                                                        .ttl_s = c.responses_ttl_s,
                                                                        .capacity_bytes = c.responses_capacity_bytes})),
-      seal(std::make_unique<reasoning_seal>(responses->reasoning_key())) {
+      seal(std::make_unique<reasoning_seal>(responses->reasoning_key())),
+      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)) {
     if (responses->persistent()) {
         spdlog::info("responses store: {}", responses->path());
     } else {

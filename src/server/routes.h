@@ -21,6 +21,7 @@
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
 #include "server/tenants.h"
+#include "server/warmup.h"
 
 #include <atomic>
 #include <cstdint>
@@ -69,6 +70,9 @@ struct server_context {
     caller caller_of(const httplib::Request & req) const;
     /** caller_of(req).tenant: "" without API keys. Handlers put it in the cache key. */
     std::string tenant_of(const httplib::Request & req) const;
+    /** Renders the next turn's prefix after a reply and submits its warm-up (last: it borrows
+     *  the members above and joins its thread first). */
+    std::unique_ptr<warmer> warm;
 };
 
 /** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s

@@ -290,6 +290,21 @@ TEST(Config, MetricsAndCacheTraceSwitches) {
     EXPECT_FALSE(r.config->sched.cache.trace);
 }
 
+TEST(Config, CacheWarmupIsOnByDefaultAndTurnsOffByFlagOrVariable) {
+    auto r = parse({"-m", "m"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_TRUE(r.config->sched.cache.warmup);
+    EXPECT_FALSE(parse({"-m", "m", "--cache-warmup=false"}).config->sched.cache.warmup);
+    fake_env env;
+    env.vars = {{"LINEAGE_CACHE_WARMUP", "0"}};
+    r = parse({"-m", "m"}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_FALSE(r.config->sched.cache.warmup);
+    r = parse({"-m", "m", "--cache-warmup"}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_TRUE(r.config->sched.cache.warmup) << "the flag wins over the variable";
+}
+
 TEST(Config, MissingModelIsAnError) {
     auto r = parse({});
     EXPECT_FALSE(r.config);
@@ -398,6 +413,7 @@ TEST(Config, HelpListsEveryFlagWithItsVariableAndDefault) {
         {"--max-body-bytes", "[env LINEAGE_MAX_BODY_BYTES; default 64MiB]"},
         {"--metrics", "[env LINEAGE_METRICS; default false]"},
         {"--cache-trace", "[env LINEAGE_CACHE_TRACE; default false]"},
+        {"--cache-warmup", "[env LINEAGE_CACHE_WARMUP; default true]"},
     };
     // CLI11 wraps long descriptions; compare with whitespace runs collapsed.
     auto squash = [](const std::string & s) {

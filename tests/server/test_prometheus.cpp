@@ -46,6 +46,13 @@ cache::stats known_cache_stats() {
     s.disk.overdue_writes = 2;
     s.disk.overdue_read_seconds = 0.25;
     s.disk.superseded = 1;
+    s.warmup.active = 1;
+    s.warmup.runs = 6;
+    s.warmup.preempted = 2;
+    s.warmup.tokens = 480;
+    s.warmup.hits = 5;
+    s.warmup.wasted = 1;
+    s.warmup.skipped = {{"not_needed", 3}, {"replaced", 1}};
     s.apc_enabled = true;
     s.total_blocks_stored = 40;
     s.unique_block_hashes = 31;
@@ -219,6 +226,28 @@ lineage_prompt_cache_disk_overdue_read_seconds_total 0.25
 # TYPE lineage_prompt_cache_disk_evictions_total counter
 lineage_prompt_cache_disk_evictions_total{reason="capacity"} 0
 lineage_prompt_cache_disk_evictions_total{reason="superseded"} 1
+# HELP lineage_prompt_cache_warmups_total Background warm-ups of a conversation's next turn, by outcome: stored (the whole prefix), preempted (a request came first; what was done is parked).
+# TYPE lineage_prompt_cache_warmups_total counter
+lineage_prompt_cache_warmups_total{outcome="stored"} 6
+lineage_prompt_cache_warmups_total{outcome="preempted"} 2
+# HELP lineage_prompt_cache_warmups_active Warm-ups running now (one at a time, on an idle engine).
+# TYPE lineage_prompt_cache_warmups_active gauge
+lineage_prompt_cache_warmups_active 1
+# HELP lineage_prompt_cache_warmup_tokens_total Tokens prefilled by warm-ups.
+# TYPE lineage_prompt_cache_warmup_tokens_total counter
+lineage_prompt_cache_warmup_tokens_total 480
+# HELP lineage_prompt_cache_warmup_hits_total Requests that restored at least the length a warm-up stored.
+# TYPE lineage_prompt_cache_warmup_hits_total counter
+lineage_prompt_cache_warmup_hits_total 5
+# HELP lineage_prompt_cache_warmup_wasted_total Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.
+# TYPE lineage_prompt_cache_warmup_wasted_total counter
+lineage_prompt_cache_warmup_wasted_total 1
+# HELP lineage_prompt_cache_warmup_skipped_total Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.
+# TYPE lineage_prompt_cache_warmup_skipped_total counter
+lineage_prompt_cache_warmup_skipped_total{cause="not_needed"} 3
+lineage_prompt_cache_warmup_skipped_total{cause="replaced"} 1
+lineage_prompt_cache_warmup_skipped_total{cause="queue_full"} 0
+lineage_prompt_cache_warmup_skipped_total{cause="preempted_too_often"} 0
 # HELP lineage_requests_total Requests that ended, by finish reason (stop, length, cancelled, error).
 # TYPE lineage_requests_total counter
 lineage_requests_total{finish_reason="stop"} 5

@@ -1,0 +1,68 @@
+// scheduler::admission: who may join the next step, as decisions over the slots and the queued
+// requests, kept apart from the loop so that they are unit-tested without an engine
+// (tests/scheduler/test_admission.cpp):
+//  - the retry hold: a request that repeats a running request's whole prompt waits until that
+//    request's client is known to be there (or gone: it is then cancelled and committed first),
+//    so a retry sent right after a dropped stream restores what the dropped request computed
+//    instead of racing its cancellation (docs/architecture.md "Retries");
+//  - the warm-up queue: background warm-ups waiting for an idle engine, one per conversation
+//    (a newer one replaces the job it extends), bounded (docs/prompt-cache.md "Warm-up").
+// Thread safety: retry_hold runs on the engine thread; a warmup_queue is guarded by its
+// owner's lock. Ownership: the queue shares its requests with the scheduler.
+#pragma once
+
+#include "scheduler/request.h"
+#include "scheduler/slot.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+namespace lineage::scheduler {
+
+/** The longest a repeated request is held for its predecessor's probe: a client answers
+ *  within one event or one poll of its HTTP thread (100 ms); past this it is admitted anyway. */
+inline constexpr std::chrono::milliseconds retry_hold_limit{250};
+
+/** Times a warm-up may be preempted and resumed before it is dropped. */
+inline constexpr int32_t max_warmup_preemptions = 3;
+
+/** The running request whose whole prompt `r` repeats or extends (all but its last token at
+ *  least), in the same cache bucket, that can answer a probe and is not cancelled; nullptr
+ *  when none. Warm-ups never count. */
+const slot * repeated_by(const std::vector<slot> & slots, const generation_request & r);
+
+/** True while `r` (queued, using the cache) must wait: a running request it repeats has not yet
+ *  answered the probe this asks it (r.held_since marks the start), and the hold is younger than
+ *  `limit`. A predecessor that was cancelled meanwhile ends the hold: the loop commits it before
+ *  it admits `r`. */
+bool retry_hold(const std::vector<slot> & slots, generation_request & r, std::chrono::steady_clock::time_point now,
+                std::chrono::milliseconds limit = retry_hold_limit);
+
+/** Warm-up jobs waiting for an idle engine. */
+class warmup_queue {
+public:
+    explicit warmup_queue(size_t capacity = 16) : capacity_(capacity) {}
+
+    /** Adds `job` at the back. A queued job of the same bucket whose prompt `job`'s extends is
+     *  replaced (counted in `replaced`); when full, the oldest job goes (`dropped`). */
+    void push(std::shared_ptr<generation_request> job);
+    /** Puts a preempted job back at the front (it goes first once the engine is idle). */
+    void push_front(std::shared_ptr<generation_request> job);
+    /** The oldest job; nullptr when empty. */
+    std::shared_ptr<generation_request> pop();
+    bool empty() const { return q_.empty(); }
+    size_t size() const { return q_.size(); }
+
+    int64_t received = 0;  ///< jobs pushed (push_front not counted)
+    int64_t replaced = 0;  ///< jobs replaced by a newer one of the same conversation
+    int64_t dropped = 0;   ///< jobs dropped because the queue was full
+
+private:
+    size_t capacity_;
+    std::deque<std::shared_ptr<generation_request>> q_;
+};
+
+}  // namespace lineage::scheduler

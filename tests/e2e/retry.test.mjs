@@ -1,0 +1,89 @@
+// A retry right after a dropped stream, for the tiny hybrid (qwen35) and tiny dense (qwen3)
+// models: a client aborts a stream after two content deltas and sends the same request again at
+// once; the retry restores the whole prompt but one token (cached_tokens == prompt_tokens - 1)
+// in every trial, although the dropped request may still be decoding when the retry arrives
+// (the retry hold: docs/architecture.md "Retries"). Each trial is a new conversation, so only
+// the dropped request's own entry can serve the retry. Another client keeps the engine busy
+// with long cold prefills meanwhile, so that each decode step of the dropped request takes a
+// prefill chunk's time, as on a real model: its HTTP thread then notices the dropped client only
+// after the retry has arrived (the server log shows "retry hold" lines). The retry answers as a
+// cold run.
+//
+//   cd tests/e2e && node --test retry.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, usageOf, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const TRIALS = Number(process.env.LINEAGE_E2E_RETRY_TRIALS || 24);
+
+function messages(seed) {
+  return [
+    { role: 'system', content: `You are a helpful assistant. ${words(50, seed)}` },
+    { role: 'user', content: words(25, seed + 1) },
+  ];
+}
+
+for (const arch of ARCHS) {
+  describe(`retry after a dropped stream [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `retry-${arch}`, args: ['--parallel', '3', '--ctx-size', '4096'] });
+    });
+    after(async () => { await srv?.stopGracefully(); });
+
+    it(`restores the whole prompt but one token in ${TRIALS} of ${TRIALS} trials`, async () => {
+      const short = [];
+      let loading = true;
+      const load = (async () => {
+        const long = [{ role: 'user', content: words(2300, 5) }];
+        while (loading) {
+          await srv.openai.chat.completions.create({ model: 'tiny', messages: long, max_tokens: 1, cache_prompt: false });
+        }
+      })();
+      for (let t = 0; t < TRIALS; t++) {
+        const body = { model: 'tiny', messages: messages(1000 + 10 * t), max_tokens: 400, temperature: 0 };
+        const ac = new AbortController();
+        const stream = await srv.openai.chat.completions.create({ ...body, stream: true }, { signal: ac.signal });
+        let deltas = 0;
+        try {
+          for await (const chunk of stream) {
+            const d = chunk.choices?.[0]?.delta ?? {};
+            if ((d.content ?? '') + (d.reasoning_content ?? '') !== '' && ++deltas === 2) ac.abort();
+          }
+        } catch (e) {
+          assert.ok(ac.signal.aborted, `trial ${t}: the stream failed before the client dropped it: ${e}`);
+        }
+        assert.ok(ac.signal.aborted, `trial ${t}: the stream ended before two deltas`);
+        const retry = await srv.openai.chat.completions.create({ ...body, max_tokens: 4 });
+        assertCompletion(retry, { maxTokens: 4 }, `trial ${t} retry`);
+        const u = usageOf(retry);
+        if (u.cached !== u.prompt - 1) short.push({ trial: t, prompt: u.prompt, cached: u.cached });
+      }
+      loading = false;
+      await load;
+      srv.assertAlive();
+      const raced = (srv.log().match(/retry hold/g) ?? []).length;
+      process.stderr.write(`[retry] ${arch}: ${raced} of ${TRIALS} retries arrived before the drop was noticed\n`);
+      assert.deepEqual(short, [], `retries that restored short:\n${srv.logTail(40)}`);
+    });
+
+    it('the retried reply equals a cold run', async () => {
+      const body = { model: 'tiny', messages: messages(7), max_tokens: 200, temperature: 0 };
+      const ac = new AbortController();
+      const stream = await srv.openai.chat.completions.create({ ...body, stream: true }, { signal: ac.signal });
+      let n = 0;
+      try {
+        for await (const _chunk of stream) { if (++n === 3) ac.abort(); }
+      } catch (e) {
+        assert.ok(ac.signal.aborted, `${e}`);
+      }
+      const retry = await srv.openai.chat.completions.create({ ...body, max_tokens: 12 });
+      const cold = await srv.openai.chat.completions.create({ ...body, max_tokens: 12, cache_prompt: false });
+      assert.equal(usageOf(retry).cached, usageOf(retry).prompt - 1);
+      assert.deepEqual(retry.choices[0].message, cold.choices[0].message);
+      assert.equal(retry.choices[0].finish_reason, cold.choices[0].finish_reason);
+    });
+  });
+}

@@ -1,0 +1,258 @@
+// The background warm-up of the next turn (--cache-warmup; docs/prompt-cache.md "Warm-up"), for
+// the tiny hybrid (qwen35) and tiny dense (qwen3) models:
+//  - after a reply (streamed or not), once the warm-up ran (GET /v1/cache/stats warmup.runs
+//    goes up), the next user turn prefills exactly its own tokens: prompt_tokens -
+//    cached_tokens == the tokens of the new user message + the generation prompt, derived with
+//    /apply-template + /tokenize (where its prompt leaves the same conversation with another
+//    last message); it counts a warm-up hit; turn by turn over a conversation;
+//  - with --cache-warmup=false the same turns prefill more (the reply again, as the template
+//    re-renders it), and no warm-up runs;
+//  - greedy outputs through warmed entries equal a cold run (cache_prompt: false);
+//  - a request that arrives while a warm-up runs is served at once (the warm-up is preempted,
+//    what it did is parked) and answers as a cold run;
+//  - Messages and Responses replies are warmed the same way;
+//  - /metrics carries the warm-up counters.
+//
+//   cd tests/e2e && node --test warmup.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { assertCompletion, echo, streamChat, usageOf, words } from './lib/chat.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const MAX_TOKENS = 12;
+const SYSTEM = `You are a careful software engineer working in a C++ repository.\n\n${words(120, 71)}`;
+const USERS = [words(30, 72), words(9, 73), words(41, 74), words(5, 75)];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function chat(srv, messages, extra = {}, where = '') {
+  const res = await srv.openai.chat.completions.create({
+    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
+  });
+  assertCompletion(res, { maxTokens: extra.max_tokens ?? MAX_TOKENS }, where);
+  return res;
+}
+
+/** Polls the cache stats until warmup.runs exceeds `runs` (10 s at most); returns the stats. */
+async function waitWarmup(srv, runs, where) {
+  const t0 = Date.now();
+  for (;;) {
+    const s = await srv.cacheStats();
+    if (s.warmup.runs > runs) return s;
+    if (Date.now() - t0 > 10_000) {
+      assert.fail(`${where}: no warm-up ran within 10 s: ${JSON.stringify(s.warmup)}\n${srv.logTail(20)}`);
+    }
+    await sleep(5);
+  }
+}
+
+/** Tokens of the conversation rendered as a prompt (with the generation prompt). */
+async function promptTokens(srv, messages) {
+  const t = await srv.post('/apply-template', { messages });
+  assert.equal(t.status, 200, `/apply-template: ${t.text}`);
+  const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true });
+  assert.equal(k.status, 200, `/tokenize: ${k.text}`);
+  return k.json.tokens;
+}
+
+/** The tokens of the last (user) message's own text onwards: where the prompt of `messages`
+ *  leaves the same conversation whose last message says something else. */
+async function ownTokens(srv, messages) {
+  const p = await promptTokens(srv, messages);
+  const other = structuredClone(messages);
+  other.at(-1).content = `Zulu ${other.at(-1).content}`;
+  const q = await promptTokens(srv, other);
+  let i = 0;
+  while (i < p.length && i < q.length && p[i] === q[i]) i++;
+  return { total: p.length, own: p.length - i };
+}
+
+function replyOf(res) {
+  const m = res.choices[0].message;
+  return { content: m.content ?? null, reasoning_content: m.reasoning_content ?? null, tool_calls: m.tool_calls ?? null,
+    finish_reason: res.choices[0].finish_reason, completion_tokens: res.usage.completion_tokens };
+}
+
+/** Runs the conversation's turns; returns per turn {prefilled, own, total, reply, stats}. Turn 1
+ *  streams; with `warm`, waits for the warm-up after each reply. */
+async function conversation(srv, { warm, session }) {
+  const messages = [{ role: 'system', content: SYSTEM }];
+  const turns = [];
+  for (let k = 0; k < USERS.length; k++) {
+    messages.push({ role: 'user', content: USERS[k] });
+    const { own, total } = await ownTokens(srv, messages);
+    const before = await srv.cacheStats();
+    const extra = { prompt_cache_key: session };
+    let res;
+    if (k === 0) {
+      const s = await streamChat(srv.openai, { model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0,
+        stream_options: { include_usage: true }, ...extra });
+      res = { choices: [{ message: { role: 'assistant', content: s.content, reasoning_content: s.reasoning || undefined },
+        finish_reason: s.finish }], usage: s.usage };
+    } else {
+      res = await chat(srv, messages, extra, `turn ${k + 1}`);
+    }
+    const u = usageOf(res);
+    assert.equal(u.prompt, total, `turn ${k + 1}: prompt_tokens vs /apply-template + /tokenize`);
+    const stats = warm ? await waitWarmup(srv, before.warmup.runs, `after turn ${k + 1}`) : await srv.cacheStats();
+    turns.push({ prefilled: u.prompt - u.cached, own, total, reply: replyOf(res), before, stats });
+    messages.push(echo(res.choices[0].message));
+  }
+  return { turns, messages };
+}
+
+for (const arch of ARCHS) {
+  describe(`warm-up of the next turn [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    let cold;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `warmup-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--metrics'] });
+      cold = await startServer({ model: modelPath(arch), name: `warmup-off-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup=false'] });
+    });
+    after(async () => {
+      await srv?.stopGracefully();
+      await cold?.stopGracefully();
+    });
+
+    it('after a warmed reply the next user turn prefills exactly its own message', async () => {
+      const { turns, messages } = await conversation(srv, { warm: true, session: 'warm-1' });
+      for (let k = 1; k < turns.length; k++) {
+        const t = turns[k];
+        assert.equal(t.prefilled, t.own,
+          `turn ${k + 1}: prefilled ${t.prefilled} of ${t.total} tokens; its own message + generation prompt are ` +
+          `${t.own}\n${srv.logTail(30)}`);
+        assert.equal(t.stats.warmup.hits, t.before.warmup.hits + 1, `turn ${k + 1}: a warm-up hit`);
+      }
+      const w = turns.at(-1).stats.warmup;
+      assert.equal(w.runs, USERS.length, `one warm-up per reply: ${JSON.stringify(w)}`);
+      assert.equal(w.preempted, 0);
+      assert.equal(w.wasted, 0);
+      assert.ok(w.tokens > 0);
+
+      // Without warm-ups, the same turns re-prefill the reply as re-rendered.
+      const off = await conversation(cold, { warm: false, session: 'warm-1' });
+      for (let k = 1; k < off.turns.length; k++) {
+        assert.equal(off.turns[k].own, turns[k].own, 'the same conversation');
+        assert.ok(off.turns[k].prefilled > turns[k].prefilled,
+          `turn ${k + 1} without warm-up: prefilled ${off.turns[k].prefilled}, with ${turns[k].prefilled}`);
+      }
+      assert.equal(off.turns.at(-1).stats.warmup.runs, 0);
+      assert.equal(off.turns.at(-1).stats.warmup.queued, 0);
+
+      // Greedy outputs through the warmed entries equal cold runs.
+      for (let k = 0; k < turns.length; k++) {
+        const upto = messages.slice(0, 2 + 2 * k);
+        const c = await chat(cold, upto, { cache_prompt: false }, `cold turn ${k + 1}`);
+        assert.deepEqual(turns[k].reply, replyOf(c), `turn ${k + 1}: warmed vs cold`);
+        assert.deepEqual(off.turns[k].reply, replyOf(c), `turn ${k + 1}: warm-up off vs cold`);
+      }
+    });
+
+    it('a request arriving during a warm-up is served at once and answers as a cold run', async () => {
+      // A long reply as content (thinking off: a past turn's thinking is not re-rendered), which
+      // the warm-up re-prefills in 16-token chunks (--batch-size 16): ~100 steps, long enough to
+      // be caught running on a loaded machine. Cold runs on the same server (same chunking).
+      const small = await startServer({ model: modelPath(arch), name: `warmup-chunks-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--batch-size', '16'] });
+      try {
+        await preemption(small);
+      } finally {
+        await small.stopGracefully();
+      }
+    });
+
+    async function preemption(srv) {
+      const kw = { chat_template_kwargs: { enable_thinking: false }, prompt_cache_key: 'long' };
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(20, 90) }];
+      const first = await chat(srv, messages, { max_tokens: 1500, ...kw }, 'long reply');
+      assert.ok(first.choices[0].message.content.length > 1000, 'a long content reply');
+      const before = await srv.cacheStats();
+      messages.push(echo(first.choices[0].message), { role: 'user', content: words(12, 91) });
+      let s = before;
+      const t0 = Date.now();
+      while (s.warmup.active !== 1 && s.warmup.runs === before.warmup.runs && Date.now() - t0 < 5_000) {
+        s = await srv.cacheStats();
+      }
+      assert.equal(s.warmup.active, 1, `the warm-up was not seen running: ${JSON.stringify(s.warmup)}`);
+      const next = await chat(srv, messages, kw, 'next turn during the warm-up');
+      const after = await srv.cacheStats();
+      assert.equal(after.warmup.preempted, before.warmup.preempted + 1,
+        `the warm-up yields to the request: ${JSON.stringify(after.warmup)}\n${srv.logTail(20)}`);
+      assert.equal(after.warmup.hits, before.warmup.hits + 1, 'the request continues what the warm-up parked');
+      const c = await chat(srv, messages, { cache_prompt: false, ...kw }, 'cold');
+      assert.deepEqual(replyOf(next), replyOf(c), 'a request during a warm-up vs cold');
+    }
+
+    it('Messages and Responses replies are warmed too', async () => {
+      const sys = `You are a careful engineer. ${words(150, 80)}`;
+      // Messages: the second turn's uncached input is exactly its own message + generation prompt.
+      const tokens = async (body) => {
+        const t = await srv.post('/apply-template?api=messages', body);
+        assert.equal(t.status, 200, t.text);
+        const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true });
+        return k.json.tokens;
+      };
+      const base = { model: 'tiny', system: sys, temperature: 0, thinking: { type: 'disabled' } };
+      let msgs = [{ role: 'user', content: words(30, 81) }];
+      let before = await srv.cacheStats();
+      const m1 = await srv.post('/v1/messages', { ...base, messages: msgs, max_tokens: 40 });
+      assert.equal(m1.status, 200, m1.text);
+      await waitWarmup(srv, before.warmup.runs, 'after a Messages reply');
+      msgs = [...msgs, { role: 'assistant', content: m1.json.content }, { role: 'user', content: words(10, 82) }];
+      const p2 = await tokens({ ...base, messages: msgs, max_tokens: 8 });
+      const other = structuredClone(msgs);
+      other.at(-1).content = `Zulu ${other.at(-1).content}`;
+      const q2 = await tokens({ ...base, messages: other, max_tokens: 8 });
+      let i = 0;
+      while (i < p2.length && p2[i] === q2[i]) i++;
+      before = await srv.cacheStats();
+      const m2 = await srv.post('/v1/messages', { ...base, messages: msgs, max_tokens: 8 });
+      assert.equal(m2.status, 200, m2.text);
+      assert.equal(m2.json.usage.input_tokens + m2.json.usage.cache_read_input_tokens, p2.length, 'prompt tokens');
+      assert.equal(m2.json.usage.input_tokens, p2.length - i, `Messages turn 2: ${JSON.stringify(m2.json.usage)}`);
+      assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+
+      // Responses, chained by previous_response_id: the second turn restores past the first
+      // prompt (the reply as re-rendered), where without a warm-up it restores the turn boundary.
+      before = await srv.cacheStats();
+      const r1 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, input: [{ role: 'user',
+        content: words(30, 83) }], max_output_tokens: 40, temperature: 0 });
+      assert.equal(r1.status, 200, r1.text);
+      await waitWarmup(srv, before.warmup.runs, 'after a Responses reply');
+      before = await srv.cacheStats();
+      const r2 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, previous_response_id: r1.json.id,
+        input: [{ role: 'user', content: words(10, 84) }], max_output_tokens: 8, temperature: 0 });
+      assert.equal(r2.status, 200, r2.text);
+      assert.ok(r2.json.usage.input_tokens_details.cached_tokens > r1.json.usage.input_tokens,
+        `Responses turn 2 restores past turn 1's prompt: ${JSON.stringify(r2.json.usage)} after ` +
+        JSON.stringify(r1.json.usage));
+      assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+    });
+
+    it('/metrics carries the warm-up counters', async () => {
+      // Read while no warm-up runs (the last reply's may still be on its way): stats, metrics and
+      // stats again, the same.
+      let r;
+      let s;
+      for (let i = 0; i < 100; i++) {
+        const s1 = await srv.cacheStats();
+        r = await srv.get('/metrics');
+        s = await srv.cacheStats();
+        if (JSON.stringify(s1.warmup) === JSON.stringify(s.warmup) && s.warmup.active === 0) break;
+        await sleep(20);
+      }
+      assert.equal(r.status, 200);
+      const value = (name) => {
+        const m = r.text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+        assert.ok(m, `${name} missing in /metrics`);
+        return Number(m[1]);
+      };
+      assert.equal(value('lineage_prompt_cache_warmups_total{outcome="stored"}'), s.warmup.runs);
+      assert.equal(value('lineage_prompt_cache_warmup_tokens_total'), s.warmup.tokens);
+      assert.equal(value('lineage_prompt_cache_warmup_hits_total'), s.warmup.hits);
+      assert.ok(s.warmup.runs >= USERS.length);
+    });
+  });
+}

@@ -1,0 +1,142 @@
+// Unit tests of the admission decisions (admission.h), no engine: the retry hold asks a running
+// request that a queued one repeats whether its client is there, holds the queued one until the
+// answer (or the running one is cancelled, or the hold times out), and leaves other requests
+// alone; the warm-up queue keeps one job per conversation, newest first, and stays bounded.
+#include "scheduler/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace lineage::scheduler {
+namespace {
+
+std::vector<token> seq_of(int32_t from, int32_t n) {
+    std::vector<token> t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+std::shared_ptr<generation_request> request(std::vector<token> prompt, const std::string & bucket = "b") {
+    auto r = std::make_shared<generation_request>();
+    r->prompt = std::move(prompt);
+    r->cache.bucket = bucket;
+    r->answers_probe = true;
+    return r;
+}
+
+class RetryHold : public ::testing::Test {
+protected:
+    void SetUp() override {
+        slots_.resize(2);
+        slot & s = slots_[0];
+        s.req = request(seq_of(0, 100));
+        s.ph = slot::phase::decode;
+        s.use_cache = true;
+    }
+    probe_state probe() const { return slots_[0].req->probe->load(); }
+
+    std::vector<slot> slots_;
+    std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+TEST_F(RetryHold, ARepeatIsHeldUntilTheRunningRequestAnswersAlive) {
+    auto r = request(seq_of(0, 100));
+    EXPECT_EQ(repeated_by(slots_, *r), &slots_[0]);
+    EXPECT_TRUE(retry_hold(slots_, *r, t0_));
+    EXPECT_EQ(probe(), probe_state::asked);
+    EXPECT_TRUE(retry_hold(slots_, *r, t0_ + std::chrono::milliseconds(10)));
+    slots_[0].req->probe->store(probe_state::alive);  // its HTTP thread saw the client there
+    EXPECT_FALSE(retry_hold(slots_, *r, t0_ + std::chrono::milliseconds(20)));
+}
+
+TEST_F(RetryHold, ACancelledPredecessorEndsTheHold) {
+    auto r = request(seq_of(0, 100));
+    EXPECT_TRUE(retry_hold(slots_, *r, t0_));
+    slots_[0].req->cancelled->store(true);  // its client was gone: the loop commits it first
+    EXPECT_EQ(repeated_by(slots_, *r), nullptr);
+    EXPECT_FALSE(retry_hold(slots_, *r, t0_ + std::chrono::milliseconds(1)));
+}
+
+TEST_F(RetryHold, TheHoldEndsAfterItsLimitWithoutAnAnswer) {
+    auto r = request(seq_of(0, 100));
+    EXPECT_TRUE(retry_hold(slots_, *r, t0_));
+    EXPECT_TRUE(retry_hold(slots_, *r, t0_ + retry_hold_limit - std::chrono::milliseconds(1)));
+    EXPECT_FALSE(retry_hold(slots_, *r, t0_ + retry_hold_limit));
+}
+
+TEST_F(RetryHold, ANewRepeatAsksAgainAfterAnAliveAnswer) {
+    auto r1 = request(seq_of(0, 100));
+    EXPECT_TRUE(retry_hold(slots_, *r1, t0_));
+    slots_[0].req->probe->store(probe_state::alive);
+    EXPECT_FALSE(retry_hold(slots_, *r1, t0_));
+    auto r2 = request(seq_of(0, 100));
+    EXPECT_TRUE(retry_hold(slots_, *r2, t0_));
+    EXPECT_EQ(probe(), probe_state::asked);
+}
+
+TEST_F(RetryHold, OnlyRepeatsOfTheWholePromptInTheSameBucketAreHeld) {
+    // An extension (the prompt and more) and a regenerate that drops the last token are held.
+    EXPECT_NE(repeated_by(slots_, *request(seq_of(0, 120))), nullptr);
+    EXPECT_NE(repeated_by(slots_, *request(seq_of(0, 99))), nullptr);
+    // A prompt that leaves it earlier, another bucket, a bypassed cache: admitted at once.
+    EXPECT_EQ(repeated_by(slots_, *request(seq_of(0, 98))), nullptr);
+    auto edited = request(seq_of(0, 100));
+    edited->prompt[50] = 7;
+    EXPECT_EQ(repeated_by(slots_, *edited), nullptr);
+    EXPECT_EQ(repeated_by(slots_, *request(seq_of(0, 100), "other")), nullptr);
+    auto bypass = request(seq_of(0, 100));
+    bypass->cache.cache_prompt = false;
+    EXPECT_EQ(repeated_by(slots_, *bypass), nullptr);
+    EXPECT_FALSE(retry_hold(slots_, *bypass, t0_));
+    EXPECT_EQ(probe(), probe_state::none);
+}
+
+TEST_F(RetryHold, RequestsThatCannotAnswerAreNeverWaitedFor) {
+    auto r = request(seq_of(0, 100));
+    slots_[0].req->answers_probe = false;
+    EXPECT_EQ(repeated_by(slots_, *r), nullptr);
+    slots_[0].req->answers_probe = true;
+    slots_[0].req->warmup = true;
+    EXPECT_EQ(repeated_by(slots_, *r), nullptr);
+    slots_[0].req->warmup = false;
+    slots_[0].ph = slot::phase::loading;  // not computing yet: nothing to race
+    EXPECT_EQ(repeated_by(slots_, *r), nullptr);
+}
+
+TEST(WarmupQueue, ANewerPrefixOfTheSameConversationReplacesTheQueuedOne) {
+    warmup_queue q(4);
+    auto a1 = request(seq_of(0, 50));
+    auto b = request(seq_of(1000, 50));
+    auto a2 = request(seq_of(0, 80));  // a's next turn
+    q.push(a1);
+    q.push(b);
+    q.push(a2);
+    EXPECT_EQ(q.size(), 2u);
+    EXPECT_EQ(q.replaced, 1);
+    EXPECT_EQ(q.received, 3);
+    EXPECT_EQ(q.pop(), b);
+    EXPECT_EQ(q.pop(), a2);
+    EXPECT_EQ(q.pop(), nullptr);
+}
+
+TEST(WarmupQueue, ItDropsTheOldestWhenFullAndAPreemptedJobGoesFirst) {
+    warmup_queue q(2);
+    auto j1 = request(seq_of(0, 10));
+    auto j2 = request(seq_of(100, 10));
+    auto j3 = request(seq_of(200, 10));
+    q.push(j1);
+    q.push(j2);
+    q.push(j3);
+    EXPECT_EQ(q.dropped, 1);
+    EXPECT_EQ(q.size(), 2u);
+    auto first = q.pop();
+    EXPECT_EQ(first, j2);
+    q.push_front(first);
+    EXPECT_EQ(q.pop(), j2);
+    EXPECT_EQ(q.pop(), j3);
+    EXPECT_TRUE(q.empty());
+}
+
+}  // namespace
+}  // namespace lineage::scheduler

@@ -1,0 +1,220 @@
+// Unit tests of the warm-up's cache side over fake engine states (no model): a warm-up of the
+// next turn's prefix continues the entry the reply committed, is stored marked warmed, and the
+// next request restores all of it (a counted warm-up hit) while the warm-up's own lookup stays
+// out of the request counters; a preempted warm-up parks what it did; a warmed entry that leaves
+// unused, or is continued short, is counted wasted; store::covers() tells a warm-up with nothing
+// to add. Dense and hybrid. The store's check_invariants() after each request.
+#include "scheduler/lifecycle.h"
+#include "scheduler/sequence_pool.h"
+
+#include "fake_engine_states.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+
+namespace lineage::scheduler {
+namespace {
+
+using fakes::fake_engine_states;
+
+cache::tokens seq_of(int32_t from, int32_t n) {
+    cache::tokens t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), from);
+    return t;
+}
+
+cache::tokens cat(cache::tokens a, const cache::tokens & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// A conversation as a Qwen3.5-like template renders it: the history, the generation prompt
+// (4 tokens) the reply was generated after, and the reply re-rendered as a past turn (its
+// header shared with the generation prompt's first 2 tokens, then other tokens).
+const cache::tokens history = seq_of(0, 200);
+const cache::tokens gen_prompt = {7001, 7002, 7003, 7004};
+const cache::tokens past_turn = cat({7001, 7002}, seq_of(8000, 40));  // + next message header
+const cache::tokens user_msg = seq_of(9000, 12);
+
+class Warmup : public ::testing::TestWithParam<bool> {
+protected:
+    void SetUp() override {
+        hybrid_ = GetParam();
+        cache::config c;
+        c.ram_bytes = 1 << 20;
+        c.min_prefix = 4;
+        c.divergence_min_gain = 1 << 20;
+        c.max_entries = 3;
+        st_ = std::make_unique<fake_engine_states>(hybrid_);
+        store_ = std::make_unique<cache::store>(c, hybrid_);
+        pool_ = std::make_unique<sequence_pool>(*st_, *store_, 6);
+        life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid_);
+    }
+
+    /** Admits `prompt` as the scheduler does (admit / admit_warmup): plan, a sequence, restore. */
+    std::unique_ptr<slot> admit(const cache::tokens & prompt, int32_t history_len, bool warmup,
+                                const std::string & session = "s") {
+        auto s = std::make_unique<slot>();
+        s->req = std::make_shared<generation_request>();
+        s->req->id = ++next_id_;
+        s->req->prompt = prompt;
+        s->req->warmup = warmup;
+        s->req->cache.history_tokens = history_len;
+        s->use_cache = true;
+        s->key = cache::key{"b", session};
+        cache::plan_hints h;
+        h.history_tokens = history_len;
+        s->plan = warmup ? store_->plan_warmup(s->key, prompt, h, now_) : store_->plan(s->key, prompt, h, now_);
+        if (s->plan.op == cache::restore_op::take_device) {
+            s->seq = s->plan.device_seq;
+        } else {
+            auto seq = pool_->acquire(s->plan.source);
+            EXPECT_TRUE(seq.has_value());
+            s->seq = seq.value_or(-1);
+        }
+        s->restore_started = clock::now();
+        s->ph = slot::phase::prefill;
+        life_->restore(*s, now_);
+        return s;
+    }
+
+    /** Prefills in chunks that stop at the capture points, up to `upto` (-1: the prompt end),
+     *  then decodes `n_gen` tokens when the prompt is in, then commits. */
+    void run(slot & s, int32_t n_gen, int32_t upto = -1) {
+        const int32_t end = upto < 0 ? s.prompt_size() : upto;
+        bool done = s.n_past >= s.prompt_size() && life_->after_chunk(s, now_);
+        while (!done && s.n_past < end) {
+            const int32_t n = std::min({64, s.next_stop() - s.n_past, end - s.n_past});
+            st_->decode(s.seq, n);
+            s.n_past += n;
+            done = life_->after_chunk(s, now_);
+        }
+        for (int32_t i = 0; done && i < n_gen; ++i) {
+            st_->decode(s.seq, 1);
+            s.n_past++;
+            s.generated.push_back(900000 + i);
+        }
+        life_->commit(s, now_);
+        store_->check_invariants();
+        now_ += 1;
+    }
+
+    /** The first turn: history + generation prompt, a reply of 30 tokens. */
+    void first_turn() {
+        auto t1 = admit(cat(history, gen_prompt), 200, false);
+        run(*t1, 30);
+    }
+
+    cache::tokens warm_prefix() const { return cat(history, past_turn); }
+
+    bool hybrid_ = true;
+    double now_ = 1;
+    uint64_t next_id_ = 0;
+    std::unique_ptr<fake_engine_states> st_;
+    std::unique_ptr<cache::store> store_;
+    std::unique_ptr<sequence_pool> pool_;
+    std::unique_ptr<lifecycle> life_;
+};
+
+TEST_P(Warmup, TheNextTurnRestoresTheWarmedPrefixWhole) {
+    first_turn();
+    const cache::stats before = store_->get_stats();
+    const cache::tokens w = warm_prefix();
+    ASSERT_FALSE(store_->covers({"b", "s"}, w));
+    auto warm = admit(w, -1, true);
+    // It continues the reply's entry from the history boundary (or, dense, the shared prefix).
+    EXPECT_TRUE(warm->plan.absorbs);
+    EXPECT_EQ(warm->plan.op, cache::restore_op::take_device);
+    EXPECT_EQ(warm->n_past, hybrid_ ? 200 : 202);
+    run(*warm, 0);
+    const cache::stats after_warm = store_->get_stats();
+    // The warm-up's lookup is no request's.
+    EXPECT_EQ(after_warm.lookups, before.lookups);
+    EXPECT_EQ(after_warm.hits, before.hits);
+    EXPECT_EQ(after_warm.tokens_prefilled, before.tokens_prefilled);
+    auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);  // one entry per lineage: the warm-up absorbed the reply's
+    EXPECT_EQ(es[0].n_tokens, static_cast<int32_t>(w.size()));
+    EXPECT_EQ(es[0].warmed, static_cast<int32_t>(w.size()));
+    EXPECT_TRUE(store_->covers({"b", "s"}, w));
+    EXPECT_FALSE(store_->covers({"another bucket", "s"}, w));
+
+    // The next user turn: only its own tokens (the user message + generation prompt) to prefill.
+    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
+    EXPECT_EQ(t2->stats.hit_kind, "full");
+    EXPECT_EQ(t2->plan.op, cache::restore_op::take_device);
+    EXPECT_EQ(store_->get_stats().warmup.hits, 1);
+    EXPECT_EQ(store_->get_stats().warmup.wasted, 0);
+    run(*t2, 5);
+    EXPECT_EQ(store_->entries().front().warmed, 0);  // the new entry is the request's, not warmed
+}
+
+TEST_P(Warmup, APreemptedWarmupParksWhatItDidAndTheNextRequestContinuesIt) {
+    first_turn();
+    const cache::tokens w = warm_prefix();
+    auto warm = admit(w, -1, true);
+    run(*warm, 0, 220);  // preempted after 220 tokens
+    auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);
+    EXPECT_EQ(es[0].n_tokens, 220);
+    EXPECT_EQ(es[0].warmed, 220);
+    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_EQ(t2->n_past, 220);
+    EXPECT_TRUE(t2->plan.absorbs);
+    EXPECT_EQ(store_->get_stats().warmup.hits, 1);
+    run(*t2, 5);
+}
+
+TEST_P(Warmup, ANextPromptThatLeavesTheWarmedPrefixEarlyWastesIt) {
+    first_turn();
+    const cache::tokens w = warm_prefix();
+    auto warm = admit(w, -1, true);
+    run(*warm, 0);
+    // The client sent the reply back edited: the prompt leaves the warmed prefix at 210.
+    const cache::tokens p2 = cat(cat(cat(history, {7001, 7002}), seq_of(8000, 8)), cat(seq_of(60000, 30), gen_prompt));
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_LT(t2->n_past, static_cast<int32_t>(w.size()));
+    EXPECT_TRUE(t2->plan.absorbs);
+    EXPECT_EQ(store_->get_stats().warmup.hits, 0);
+    EXPECT_EQ(store_->get_stats().warmup.wasted, 1);
+    run(*t2, 5);
+}
+
+TEST_P(Warmup, AWarmedEntryEvictedUnusedIsWasted) {
+    first_turn();
+    auto warm = admit(warm_prefix(), -1, true);
+    run(*warm, 0);
+    // Three other conversations push it out (max_entries 3, least recently used first).
+    for (int i = 0; i < 3; ++i) {
+        auto o = admit(seq_of(100000 * (i + 1), 50), 46, false, "other");
+        run(*o, 2);
+    }
+    for (const auto & e : store_->entries()) {
+        EXPECT_EQ(e.warmed, 0);
+    }
+    EXPECT_EQ(store_->get_stats().warmup.wasted, 1);
+    EXPECT_EQ(store_->get_stats().warmup.hits, 0);
+}
+
+TEST_P(Warmup, CoversIgnoresAnchorsAndShorterEntries) {
+    first_turn();
+    const cache::tokens w = warm_prefix();
+    EXPECT_FALSE(store_->covers({"b", "s"}, w));
+    // The committed entry holds the history: a prefix of it is covered, one past it is not.
+    EXPECT_TRUE(store_->covers({"b", "s"}, history));
+    EXPECT_FALSE(store_->covers({"b", "s"}, cat(history, {12345})));
+    store_->commit_anchor({"b", "s"}, w, cache::make_blob(cache::blob(16, 'F')), 0, now_);
+    EXPECT_FALSE(store_->covers({"b", "s"}, w));  // an anchor is no conversation to continue
+    store_->check_invariants();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Warmup, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool> & i) { return i.param ? "hybrid" : "dense"; });
+
+}  // namespace
+}  // namespace lineage::scheduler
