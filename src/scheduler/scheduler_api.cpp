@@ -1,0 +1,91 @@
+// scheduler: the public API (scheduler.h); calls that touch the engine thread's state run on
+// it (run_on_engine). See scheduler_impl.h.
+#include "scheduler/scheduler_impl.h"
+
+namespace lineage::scheduler {
+
+
+scheduler::scheduler(const engine::model & m, const params & p) : impl_(std::make_unique<impl>(m, p)) {}
+
+scheduler::~scheduler() = default;
+
+void scheduler::submit(std::shared_ptr<generation_request> req) {
+    impl_->submit(std::move(req));
+}
+
+int32_t scheduler::max_sequence_tokens() const {
+    return impl_->max_seq_tokens_;
+}
+
+cache::stats scheduler::snapshot_stats() {
+    return impl_->run_on_engine([this] {
+        cache::stats s = impl_->store_.get_stats();
+        {
+            util::lock_guard lk(impl_->mu_);
+            const auto & q = impl_->warmups_;
+            s.warmup.queued = q.received;
+            s.warmup.active = std::count_if(impl_->slots_.begin(), impl_->slots_.end(),
+                                            [](const slot & x) { return x.active() && x.req->warmup; });
+            s.warmup.skipped["replaced"] += q.replaced;
+            s.warmup.skipped["queue_full"] += q.dropped;
+        }
+        if (auto * d = impl_->disk_->tier()) {
+            s.disk = d->get_stats();
+            s.bytes["disk"] = s.disk.bytes;
+        }
+        return s;
+    });
+}
+
+metrics_snapshot scheduler::snapshot_metrics() const {
+    return impl_->metrics_.snapshot();
+}
+
+cache::reset_result scheduler::reset_cache() {
+    return impl_->run_on_engine([this] {
+        auto r = impl_->store_.reset();
+        impl_->pool_->drain_released();
+        if (auto * d = impl_->disk_->tier()) {
+            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset();
+            d->take_completions();  // writes finished before the reset: their files are gone
+        }
+        spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
+        return r;
+    });
+}
+
+cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
+    return impl_->run_on_engine([this, &tenant] {
+        auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
+        impl_->pool_->drain_released();
+        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes", tenant, r.entries_freed, r.bytes_freed);
+        return r;
+    });
+}
+
+std::string scheduler::reload_lora(size_t id, uint64_t epoch) {
+    return impl_->run_on_engine(
+        [this, id, epoch]() -> std::string {
+            auto & slot_adapter = impl_->loras_.at(id);
+            std::unique_ptr<engine::lora_adapter> fresh;
+            try {
+                fresh = std::make_unique<engine::lora_adapter>(impl_->model_, slot_adapter->path());
+            } catch (const std::exception & e) {
+                return e.what();
+            }
+            // The context must not point at the adapter freed below: back to the base model.
+            impl_->ctx_->set_loras({}, {});
+            impl_->applied_lora_.clear();
+            slot_adapter = std::move(fresh);
+            impl_->lora_epoch_ = epoch;
+            spdlog::info("lora: adapter {} reloaded from {} (generation {})", id, slot_adapter->path(), epoch);
+            return "";
+        },
+        /*when_idle=*/true);
+}
+
+void scheduler::stop() {
+    impl_->stop();
+}
+
+}  // namespace lineage::scheduler

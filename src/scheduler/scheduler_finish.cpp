@@ -1,0 +1,117 @@
+// scheduler::impl: the whole prompt in, sampling, finishing (commit) and failing (abandon) a
+// slot, and the per-request metrics; see scheduler_impl.h.
+#include "scheduler/scheduler_impl.h"
+
+namespace lineage::scheduler {
+
+void scheduler::impl::after_prefill_chunk(slot & s) {
+    if (!life_->after_chunk(s, now_s())) {
+        return;
+    }
+    if (s.req->warmup) {
+        end_warmup(s, /*whole=*/true);
+        return;
+    }
+    // The whole prompt is in: sample.
+    s.ph = slot::phase::decode;
+    s.first_token_at = clock::now();
+    s.stats.ttft_s = seconds_since(s.req->submitted);
+    emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
+}
+
+void scheduler::impl::emit(slot & s, const engine::sampled_token & st) {
+    const token t = st.tok;
+    if (model_.is_eog(t)) {
+        finish(s, finish_reason::stop);
+        return;
+    }
+    s.generated.push_back(t);
+    s.pending = t;
+    generation_event e;
+    e.type = generation_event::kind::token;
+    e.tok = t;
+    e.piece = model_.token_to_piece(t, false);
+    if (s.req->sampling.logprobs) {
+        e.logprob = st.logprob;
+        e.top_logprobs = st.top;
+    }
+    s.req->events->push(std::move(e));
+    const int32_t max_tokens = s.req->sampling.max_tokens;
+    if (max_tokens >= 0 && static_cast<int32_t>(s.generated.size()) >= max_tokens) {
+        finish(s, finish_reason::length);
+    } else if (s.n_past + 1 >= max_seq_tokens_) {
+        finish(s, finish_reason::length);
+    }
+}
+
+void scheduler::impl::finish(slot & s, finish_reason why) {
+    s.stats.completion_tokens = static_cast<int32_t>(s.generated.size());
+    if (s.ph == slot::phase::decode) {
+        s.stats.decode_s = seconds_since(s.first_token_at);
+    }
+    life_->commit(s, now_s());
+    record(s, why);
+    generation_event e;
+    e.type = generation_event::kind::done;
+    e.finish = why;
+    e.stats = s.stats;
+    const auto & st = s.stats;
+    spdlog::info("request {}: {} | prompt {} tokens, cached {} ({}), completion {} | lookup {:.1f} ms, restore {:.1f} "
+                 "ms, prefill {:.1f} ms, capture {:.1f} ms, commit {:.1f} ms | TTFT {:.1f} ms, decode {:.1f} tok/s",
+                 s.req->id, to_string(why), st.prompt_tokens, st.cached_tokens, st.hit_kind, st.completion_tokens,
+                 st.lookup_s * 1e3, st.restore_s * 1e3, st.prefill_s * 1e3, st.capture_s * 1e3, st.commit_s * 1e3,
+                 st.ttft_s * 1e3,
+                 st.decode_s > 0 && st.completion_tokens > 1 ? (st.completion_tokens - 1) / st.decode_s : 0.0);
+    s.req->events->push(std::move(e));
+    reset_slot(s);
+}
+
+void scheduler::impl::fail(slot & s, request_failure why) {
+    life_->abandon(s);
+    if (s.req && s.req->warmup) {
+        store_.warmup_counters().wasted++;  // dropped unfinished
+    }
+    generation_event e;
+    e.type = generation_event::kind::error;
+    e.failure = std::move(why);
+    if (s.req) {
+        record(s, finish_reason::error);
+    }
+    e.stats = s.stats;
+    spdlog::warn("request {}: failed ({}): {}", s.req ? s.req->id : 0, to_string(e.failure.kind), e.failure.message);
+    if (s.req) {
+        s.req->events->push(std::move(e));
+    }
+    reset_slot(s);
+}
+
+void scheduler::impl::record(slot & s, finish_reason why) {
+    if (s.req->warmup) {
+        return;  // not a request: counted in the cache's warm-up stats
+    }
+    // Prompt tokens the engine computed: the prefill reached n_past (capped at the prompt; the
+    // rest is decode) from the restore point.
+    s.stats.prefilled_tokens = std::max(0, std::min(s.n_past, s.prompt_size()) - s.stats.cached_tokens);
+    metrics_.record(s.stats, why, s.use_cache, s.req ? s.req->cache.tenant : std::string());
+}
+
+void scheduler::impl::reset_slot(slot & s) {
+    s.ph = slot::phase::idle;
+    s.req.reset();
+    s.seq = -1;
+    s.n_past = 0;
+    s.use_cache = false;
+    s.plan = cache::restore_plan{};
+    s.next_capture = 0;
+    s.captured.clear();
+    s.prompt_end_recurrent.reset();
+    s.reserved_bytes = 0;
+    s.smpl.reset();
+    s.logits_idx = -1;
+    s.chunk = 0;
+    s.pending = -1;
+    s.generated.clear();
+    s.stats = request_stats{};
+}
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,119 @@
+// scheduler::impl: the engine thread's state, shared by the files that implement it
+// (scheduler.cpp: construction, the loop, admission and the batched step;
+// scheduler_finish.cpp: sampling, finishing and failing a slot; scheduler_api.cpp: the public
+// API's calls into the engine thread). Private to src/scheduler.
+// Thread safety: members are the engine thread's unless GUARDED_BY(mu_).
+#pragma once
+
+#include "scheduler/scheduler.h"
+
+#include "cache/store.h"
+#include "engine/context.h"
+#include "engine/lora.h"
+#include "engine/model.h"
+#include "scheduler/admission.h"
+#include "scheduler/disk_link.h"
+#include "scheduler/lifecycle.h"
+#include "scheduler/lora_turns.h"
+#include "scheduler/metrics.h"
+#include "scheduler/sequence_pool.h"
+#include "scheduler/sequence_states.h"
+#include "scheduler/settings.h"
+#include "scheduler/slot.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+
+#include <unistd.h>
+
+namespace lineage::scheduler {
+
+struct scheduler::impl {
+    impl(const engine::model & m, const params & p);
+    ~impl();
+
+    // --- cross-thread ---
+    void submit(std::shared_ptr<generation_request> req);
+    template <typename F> auto run_on_engine(F f, bool when_idle = false) -> decltype(f());
+    void stop();
+
+    // --- engine thread ---
+    void loop();
+    void admit(std::shared_ptr<generation_request> req);
+    void end_warmup(slot & s, bool whole);
+    void start_prefill(slot & s);
+    void poll_loads();
+    void complete_load(slot & s);
+    void step();
+    void after_prefill_chunk(slot & s);
+    void emit(slot & s, const engine::sampled_token & st);
+    void finish(slot & s, finish_reason why);
+    void fail(slot & s, request_failure why);
+    void reset_slot(slot & s);
+    void record(slot & s, finish_reason why);
+    double now_s() const { return seconds_since(started_); }
+
+    const engine::model & model_;
+    params p_;
+    bool hybrid_;
+    int32_t max_seq_tokens_;
+    std::unique_ptr<engine::context> ctx_;
+    std::unique_ptr<engine_states> states_;   // ctx_ as the lifecycle sees it
+    cache::store store_;
+    std::unique_ptr<disk_link> disk_;
+    std::unique_ptr<sequence_pool> pool_;
+    std::unique_ptr<lifecycle> life_;
+    std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
+    metrics metrics_;
+    std::vector<slot> slots_;
+    int32_t n_seq_ = 0;                  // sequence ids [0, n_seq_): active and parked
+    /** LINEAGE_CHECK_INVARIANTS=1: the slots' and the store's invariants after every step
+     *  (a broken one is logged and aborts the process: a test harness sees it at once). */
+    bool check_invariants_ = false;
+    clock::time_point started_ = clock::now();
+    void verify() const;
+    std::vector<std::unique_ptr<engine::lora_adapter>> loras_;  // id = index
+    std::vector<float> applied_lora_;  // the set the context applies now (empty: none)
+    uint64_t lora_epoch_ = 0;          // adapter generation (reload_lora)
+    size_t lora_turn_ = 0;             // slot whose adapter set the next step serves first
+
+    util::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
+    warmup_queue warmups_ GUARDED_BY(mu_);  // background warm-ups, run when nothing else is
+    std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+    std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
+    bool stopping_ GUARDED_BY(mu_) = false;
+    std::thread thread_;
+};
+
+template <typename F>
+auto scheduler::impl::run_on_engine(F f, bool when_idle) -> decltype(f()) {
+    using R = decltype(f());
+    auto task = std::make_shared<std::packaged_task<R()>>(std::move(f));
+    auto fut = task->get_future();
+    {
+        util::lock_guard lk(mu_);
+        if (stopping_) {
+            return R{};
+        }
+        (when_idle ? idle_tasks_ : tasks_).push_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return fut.get();
+}
+
+}  // namespace lineage::scheduler
