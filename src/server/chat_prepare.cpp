@@ -338,11 +338,16 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         // user message. After a tool result the next request either extends the whole prompt
         // (the loop goes on) or is a user message, which the template re-renders from the first
         // assistant turn after the previous user message: an earlier boundary. So none here.
-        // Where the last user message starts (hybrid: an edit of it then restores up to it).
+        // Where the last user message's content starts (hybrid: an edit of it then restores up
+        // to it): the conversation with a placeholder in its place, so that every earlier
+        // message renders as in the prompt (templates render an assistant turn after the last
+        // user query differently, e.g. with its thinking); the prompt parts from it there.
         if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 &&
             r.messages.back().role == "user") {
             engine::chat_render_inputs head = in;
-            head.messages.pop_back();
+            head.messages.back() = engine::chat_message{};
+            head.messages.back().role = "user";
+            head.messages.back().content = "\x01";
             head.add_generation_prompt = false;
             try {
                 out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(tmpl_.render(head).prompt, true));

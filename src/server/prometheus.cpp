@@ -136,7 +136,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "cause", with_known(cs.short_hits_by_cause, causes));
     x.counter("lineage_prompt_cache_key_differs_total",
               "Misses and short hits of cause key_differs, by the first key dimension that differs.", "dimension",
-              with_known(cs.key_differs, {"model_id", "lora_id", "template_sig", "rope_regime", "mm_digest"}));
+              with_known(cs.key_differs, {"tenant", "model_id", "lora_id", "template_sig", "rope_regime", "mm_digest"}));
     x.gauge("lineage_prompt_cache_ghosts", "Records of evicted entries kept to classify misses (at most 1024).",
             static_cast<double>(cs.ghosts));
     x.counter("lineage_prompt_cache_prefix_tokens_reused_total",

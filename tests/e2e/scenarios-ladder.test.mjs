@@ -129,8 +129,9 @@ for (const arch of SCENARIO_ARCHS) {
       const before = [...turn1, echo(r1.res.choices[0].message)];
       const turn2 = [...before, user(words(60, 4))];
       const r2 = await sc.ask('turn 2', turn2);
-      // Where the last user message starts: the conversation before it, rendered alone.
-      const start = lcp(await tokensOf(srv, before, false), await tokensOf(srv, turn2));
+      // Where the last user message's content starts: the conversation with a placeholder user
+      // message in its place (so the earlier turns render as in the prompt), against the prompt.
+      const start = lcp(await tokensOf(srv, [...before, user('\u0001')], false), await tokensOf(srv, turn2));
       assert.equal(r2.trace.lastUser, start, `the server's last_user hint${detail(r2)}`);
       assert.ok(r2.trace.captures.some((c) => c.kind === 'turn' && c.n === start), `no turn checkpoint at ${start}${detail(r2)}`);
       const edited = [...before, user(`${words(60, 4).split(' ').slice(0, 30).join(' ')} ${words(30, 5)}`)];

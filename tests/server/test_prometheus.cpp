@@ -117,6 +117,7 @@ lineage_prompt_cache_short_hits_by_cause_total{cause="evicted"} 0
 lineage_prompt_cache_short_hits_by_cause_total{cause="bypassed"} 0
 # HELP lineage_prompt_cache_key_differs_total Misses and short hits of cause key_differs, by the first key dimension that differs.
 # TYPE lineage_prompt_cache_key_differs_total counter
+lineage_prompt_cache_key_differs_total{dimension="tenant"} 0
 lineage_prompt_cache_key_differs_total{dimension="model_id"} 0
 lineage_prompt_cache_key_differs_total{dimension="lora_id"} 0
 lineage_prompt_cache_key_differs_total{dimension="template_sig"} 1
