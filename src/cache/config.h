@@ -112,7 +112,9 @@ struct config {
      *  0: at the exact divergence token (seed 000). */
     int32_t divergence_slack = 64;
     /** A turn checkpoint at the start of the last user message, so that an edit of it restores
-     *  up to it (issue 14; --cache-last-user-checkpoint). */
+     *  up to it (issue 14; --cache-last-user-checkpoint). Not taken for a request with client
+     *  cache breakpoints (Anthropic cache_control): those say where the client comes back, and
+     *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;

@@ -305,7 +305,9 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         add(h.history_tokens, point_kind::turn);
         // the start of the last user message: an edit of it restores up to there instead of
         // the previous request's history boundary (before the reply and tool results since).
-        if (cfg_.last_user_checkpoint) {
+        // Not when the client marked cache breakpoints (Anthropic cache_control): it said where it
+        // comes back, and with max_checkpoints per lineage this turn would thin one of those away.
+        if (cfg_.last_user_checkpoint && breakpoints.empty()) {
             add(h.last_user_tokens, point_kind::turn);
         }
         // cache_control breakpoints: where the client says it will come back.

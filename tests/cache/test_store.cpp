@@ -793,6 +793,13 @@ TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
     auto p3 = st.plan(k, cat(cat(head, seq(8000, 20)), seq(9500, 40)), plan_hints{-1, 555, -1, {}, 500}, 3.0);
     EXPECT_EQ(p3.n_restore, 500);
     EXPECT_EQ(p3.kind, point_kind::turn);
+    // A request with client cache breakpoints keeps those instead (no last-user turn).
+    store fresh(small_config(), /*hybrid=*/true);
+    auto p4 = fresh.plan(key{"b", "s"}, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 4.0, {300});
+    EXPECT_TRUE(std::none_of(p4.captures.begin(), p4.captures.end(),
+                             [](const capture_point & c) { return c.n_tokens == 500; }));
+    EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(),
+                            [](const capture_point & c) { return c.n_tokens == 298 && c.kind == point_kind::turn; }));
 }
 
 }  // namespace
