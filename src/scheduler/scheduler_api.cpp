@@ -13,6 +13,15 @@ void scheduler::submit(std::shared_ptr<generation_request> req) {
     impl_->submit(std::move(req));
 }
 
+void scheduler::impl::add_warmup_stats(cache::stats & s) {
+    util::lock_guard lk(mu_);
+    s.warmup.queued = warmups_.received;
+    s.warmup.active = std::count_if(slots_.begin(), slots_.end(),
+                                    [](const slot & x) { return x.active() && x.req->warmup; });
+    s.warmup.skipped["replaced"] += warmups_.replaced;
+    s.warmup.skipped["queue_full"] += warmups_.dropped;
+}
+
 int32_t scheduler::max_sequence_tokens() const {
     return impl_->max_seq_tokens_;
 }
@@ -20,15 +29,7 @@ int32_t scheduler::max_sequence_tokens() const {
 cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] {
         cache::stats s = impl_->store_.get_stats();
-        {
-            util::lock_guard lk(impl_->mu_);
-            const auto & q = impl_->warmups_;
-            s.warmup.queued = q.received;
-            s.warmup.active = std::count_if(impl_->slots_.begin(), impl_->slots_.end(),
-                                            [](const slot & x) { return x.active() && x.req->warmup; });
-            s.warmup.skipped["replaced"] += q.replaced;
-            s.warmup.skipped["queue_full"] += q.dropped;
-        }
+        impl_->add_warmup_stats(s);
         if (auto * d = impl_->disk_->tier()) {
             s.disk = d->get_stats();
             s.bytes["disk"] = s.disk.bytes;

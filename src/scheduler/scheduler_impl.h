@@ -85,6 +85,8 @@ struct scheduler::impl {
     bool check_invariants_ = false;
     clock::time_point started_ = clock::now();
     void verify() const;
+    /** The warm-up queue's counters into `s` (engine thread; takes mu_). */
+    void add_warmup_stats(cache::stats & s);
     std::vector<std::unique_ptr<engine::lora_adapter>> loras_;  // id = index
     std::vector<float> applied_lora_;  // the set the context applies now (empty: none)
     uint64_t lora_epoch_ = 0;          // adapter generation (reload_lora)
