@@ -1,5 +1,6 @@
 // lora_writer: the adapter GGUF of --lora-out (see lora_writer.h).
 #include "lora_writer.h"
+#include "random.h"
 
 #include <ggml.h>
 #include <gguf.h>
@@ -24,30 +25,10 @@ struct ggml_deleter {
     void operator()(ggml_context * c) const { ggml_free(c); }
 };
 
-// splitmix64 seeded with the seed and the tensor name (as model_spec.cpp's fill_tensor).
-struct rng {
-    uint64_t state;
-    uint64_t next() {
-        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-};
-
-uint64_t fnv1a64(std::string_view s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char c : s) {
-        h = (h ^ c) * 0x100000001b3ull;
-    }
-    return h;
-}
-
 // Irwin-Hall(4) noise of std 1/sqrt(fan_in), like the model's weights: the adapter's
 // contribution B(Ax) is then about as large as the weight's own, so it visibly changes the output.
 void fill(ggml_tensor * t, uint64_t seed, int64_t fan_in) {
-    rng r{seed ^ fnv1a64(ggml_get_name(t))};
+    splitmix64 r{seed ^ fnv1a64(ggml_get_name(t))};
     const float spread = std::sqrt(3.0f) / std::sqrt(float(fan_in));
     auto * data = static_cast<float *>(t->data);
     for (int64_t i = 0; i < ggml_nelements(t); ++i) {

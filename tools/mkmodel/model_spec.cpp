@@ -3,6 +3,7 @@
 // which keys each arch reads is in src/models/<arch>.cpp load_arch_hparams.
 // Thread safety: stateless. Ownership: see model_spec.h.
 #include "model_spec.h"
+#include "random.h"
 
 #include <ggml-backend.h>
 #include <ggml.h>
@@ -203,26 +204,6 @@ void add_f16_override(gguf_context * meta, const std::string & name) {
     gguf_add_tensor(meta, &t);
 }
 
-// splitmix64: a tiny, well-mixed, platform-independent PRNG.
-struct splitmix64 {
-    uint64_t state;
-    uint64_t next() {
-        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-    }
-    // Uniform in [0, 1) with 24 bits, exact in float.
-    float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-};
-
-uint64_t fnv1a64(std::string_view s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char c : s) {
-        h = (h ^ c) * 0x100000001b3ull;
-    }
-    return h;
-}
 
 bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
