@@ -50,7 +50,8 @@ if (t) {
   out.push(`Trace: seed ${t.seed}, ${t.conversations} conversations (${t.concurrency} at a time, ${t.turnsMin}-${t.turnsMax} steps), ` +
     `${t.total_requests} requests planned, server restart after ${t.restart_after}; user messages ${t.userMin}-${t.userMax} tokens, ` +
     `tool results ${t.toolMin}-${t.toolMax}, max_tokens ${t.maxTokensMin}-${t.maxTokensMax}, ` +
-    `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}. ` +
+    `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}` +
+    `${t.systemVariation ? `, system variation ${t.systemVariation}` : ''}${t.thinkMs ? `, think time ${t.thinkMs} ms` : ''}. ` +
     `Model: \`${runs[0].summary.model}\`.`, '');
 }
 
@@ -89,6 +90,12 @@ out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, labe
   }),
 ])));
 out.push('', `All requests: ${runs.map((r) => `${r.name} ${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`).join('; ')}.`, '');
+if (runs.some((r) => r.agg.warm_user_turns.n > 0)) {
+  out.push(`Warm user turns${t?.thinkMs ? ` (${t.thinkMs} ms think time before each)` : ' (closed loop: no think time)'}: ` +
+    'TTFT / the prefill time of the turn\'s own tokens (its message and the generation prompt, at the request\'s own ' +
+    `prefill rate), p50 / p95: ${runs.map((r) => { const w = r.agg.warm_user_turns; return `${r.name} ${fmt(w.p50, 2)} / ${fmt(w.p95, 2)} ` +
+    `(n=${w.n}, ${w.own_only} computed only their own tokens)`; }).join('; ')}.`, '');
+}
 
 const ex = runs.find((r) => r.name === opt['excess-for']);
 if (ex) {

@@ -10,7 +10,9 @@
 // --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
 // --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale,
 // --system-variation none|end|mid (per-session lines at the end of every system text, or a
-// per-project line at ~80% of it, as agents write them).
+// per-project line at ~80% of it, as agents write them), --think-ms (a pause before each user
+// turn after the first, the user reading the reply and typing: 0, the default, is closed loop;
+// agent-loop tool steps never pause).
 // Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
 // --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses),
 // --api chat|messages|responses (default chat): the API the requests go through. messages and
@@ -52,7 +54,7 @@ const TRACE_FLAGS = {
   'turns-max': 'turnsMax', 'user-min': 'userMin', 'user-max': 'userMax', 'tool-min': 'toolMin',
   'tool-max': 'toolMax', 'max-tokens-min': 'maxTokensMin', 'max-tokens-max': 'maxTokensMax', 'p-tool': 'pTool',
   'p-regenerate': 'pRegenerate', 'p-edit': 'pEdit', 'p-drop': 'pDrop', 'restart-at': 'restartAt',
-  'persona-scale': 'personaScale', 'system-variation': 'systemVariation',
+  'persona-scale': 'personaScale', 'system-variation': 'systemVariation', 'think-ms': 'thinkMs',
 };
 
 const dash = process.argv.indexOf('--');
@@ -401,6 +403,7 @@ async function runConversation(conv, onFirstDone) {
       ? 'sibling' : 'cold';
   seenPersonas.add(conv.persona);
   for (const step of conv.steps) {
+    if (step.index > 0 && step.turn === 'user' && (trace.options.thinkMs ?? 0) > 0) await sleep(trace.options.thinkMs);
     const messages = [...history, ...stepMessages(step)];
     const kind = step.index === 0 ? firstKind : 'warm';
     let r;
@@ -479,6 +482,18 @@ async function tokenizeAll() {
     rec._tokens = await tokenize(prompt);
     if (opt['dump-prompts']) rec._prompt = prompt;
     rec.prompt_tokens_local = rec._tokens.length;
+    // A warm user turn's own tokens: where its prompt leaves the same conversation whose last
+    // (user) message says something else, to the end (the message and the generation prompt).
+    if (rec.kind === 'warm' && rec.turn === 'user' && rec._messages.at(-1)?.role === 'user') {
+      const other = [...rec._messages.slice(0, -1), { role: 'user', content: '\u0001' }];
+      const p2 = (await postJson('/apply-template', { model: MODEL, messages: other, tools: conv.tools })).prompt;
+      rec.own_tokens = rec._tokens.length - lcp(rec._tokens, await tokenize(p2));
+      // The prefill time of those tokens at this request's own prefill rate (its timing line).
+      if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
+        rec.own_prefill_ms = (rec.own_tokens * rec.server_prompt_ms) / rec.computed;
+        rec.ttft_over_own_prefill = rec.ttft_ms / rec.own_prefill_ms;
+      }
+    }
     if (!rec.dropped && !rec.error && rec._reply) {
       const gen = generatedText(rec._reply, prompt);
       rec._continuation = gen ? rec._tokens.concat(await tokenize(gen)) : null;

@@ -39,7 +39,9 @@ function ttft(rs) {
   return { n: xs.length, p50: percentile(xs, 50), p95: percentile(xs, 95), mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null };
 }
 
-/** {efficiency: {all, by_kind}, ttft: {all, by_kind}, excess: [...]} for `records`.
+/** {warm_user_turns: {n, own_only, p50, p95}, efficiency: {all, by_kind}, ttft: {all, by_kind},
+ *  excess: [...]} for `records`. warm_user_turns: warm user turns' TTFT / the prefill time of their
+ *  own tokens (own_only: how many computed no more than their own tokens).
  *  `excessMin`: the smallest computed - oracle (tokens) listed as an avoidable recompute. */
 export function summarize(records, { excessMin = 64 } = {}) {
   const byKind = (f) => Object.fromEntries(KINDS.map(([k]) => [k, f(records.filter((r) => r.kind === k))])
@@ -50,7 +52,18 @@ export function summarize(records, { excessMin = 64 } = {}) {
       prompt: r.prompt_tokens, cached: r.cached_tokens, computed: r.computed, oracle: r.oracle,
       excess: r.computed - r.oracle, oracle_from: r.oracle_from, hit: r.server_hit, ttft_ms: r.ttft_ms }))
     .sort((a, b) => b.excess - a.excess);
+  // Warm user turns: TTFT over the prefill time of the turn's own tokens (issue 14: <= 1.1 after
+  // a warmed reply; the next turn then prefills only its own message).
+  const own = records.filter((r) => !r.error && Number.isFinite(r.ttft_over_own_prefill));
+  const ratios = own.map((r) => r.ttft_over_own_prefill);
+  const warmUser = {
+    n: own.length,
+    own_only: own.filter((r) => r.computed <= r.own_tokens).length,
+    p50: percentile(ratios, 50),
+    p95: percentile(ratios, 95),
+  };
   return {
+    warm_user_turns: warmUser,
     efficiency: { all: eff(records), by_kind: byKind(eff) },
     ttft: { all: ttft(records), by_kind: byKind(ttft) },
     excess,

@@ -36,7 +36,8 @@ export const DEFAULTS = {
   // systemVariation (not in the defaults, so that the default trace's options stay the same):
   // per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
   // the working folder and the date as its last lines (pi, opencode); 'mid': a per-project
-  // memory path at ~80% of its length (qwen-code).
+  // memory path at ~80% of its length (qwen-code). thinkMs (likewise): a pause before each
+  // user turn after the first, ms (run.mjs; 0: closed loop).
 };
 
 const PROJECTS = ['lineage', 'atlas', 'orchard', 'quill', 'harbor', 'ember', 'tessellate', 'juniper'];
