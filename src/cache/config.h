@@ -116,6 +116,12 @@ struct config {
      *  cache breakpoints (Anthropic cache_control): those say where the client comes back, and
      *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
+    /** Hybrid families: an entry keeps the state after the reply (prompt + the tokens decoded
+     *  while generating), with the prompt-end state as a `turn` checkpoint, instead of the state
+     *  at the prompt end only. An agent-loop step sends the reply back verbatim (prompt + reply +
+     *  tool result) and then prefills only the tool result, not the reply again (issue 14;
+     *  --cache-keep-reply). Dense families always keep it (any prefix of the KV restores). */
+    bool keep_reply = true;
     /** Message rungs (hybrid families; issue 14): checkpoints inside the last user message,
      *  message_step tokens apart (stretched so that at most message_rungs fit), so that an edit
      *  of the message restores up to the rung before the edit instead of the message start.

@@ -366,6 +366,14 @@ stats store::get_stats() const {
         }
         s.bytes["device"] += e.device_bytes;
         s.bytes["ram"] += e.ram_bytes();
+        if (!e.anchor) {
+            const auto n_message = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                                 [](const checkpoint & c) { return c.kind == point_kind::message; });
+            auto & l = s.largest_lineage;
+            l.bytes = std::max(l.bytes, e.device_bytes + e.ram_bytes());
+            l.checkpoints = std::max(l.checkpoints, static_cast<int64_t>(e.checkpoints.size()) - n_message);
+            l.message_rungs = std::max(l.message_rungs, static_cast<int64_t>(n_message));
+        }
         s.apc_active_entries += e.chain.empty() ? 0 : 1;
         if (!e.k.tenant.empty()) {
             tenant_usage & t = s.tenants[e.k.tenant];

@@ -145,14 +145,20 @@ void lifecycle::commit(slot & s, double now_s) {
         return;
     }
     cache::trace_scope trace(store_.trace(), s.req->id);
-    // The entry is the state at the prompt end for hybrids (generation moved the recurrent
-    // state on: put the prompt-end state back and trim the KV), or everything decoded for
-    // dense models (any prefix of their KV is a restore point). A request cancelled during
-    // prefill holds whole chunks: its state at n_past is exact.
+    // The entry is everything decoded: for dense models any prefix of their KV is a restore
+    // point; for hybrids (--cache-keep-reply) the prompt-end state becomes a turn checkpoint, so
+    // a next prompt that parts inside the reply (a re-rendered reply, a regenerate) restores the
+    // prompt end and one that sends the reply back verbatim (an agent-loop step) restores it
+    // all. Without --cache-keep-reply a hybrid keeps the prompt end only (generation moved the
+    // recurrent state on: put the prompt-end state back and trim the KV). A request cancelled
+    // during prefill holds whole chunks: its state at n_past is exact.
     cache::commit_input in;
     in.k = s.key;
     int32_t n_keep = s.n_past;
-    if (hybrid_ && s.n_past > s.prompt_size()) {
+    const bool keep_reply = hybrid_ && store_.cfg().keep_reply && store_.cfg().lineage && s.prompt_end_recurrent;
+    if (keep_reply && s.n_past > s.prompt_size()) {
+        in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
+    } else if (hybrid_ && s.n_past > s.prompt_size()) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !st_.set_state(s.seq, *s.prompt_end_recurrent, true) ||
             !st_.seq_rm(s.seq, n_keep, -1)) {
@@ -171,7 +177,10 @@ void lifecycle::commit(slot & s, double now_s) {
     in.seq = s.seq;
     in.device_bytes = st_.state_size(s.seq, false);
     in.final_recurrent = n_keep == s.prompt_size() ? s.prompt_end_recurrent : nullptr;
-    in.captured = std::move(s.captured);
+    for (auto & c : s.captured) {
+        in.captured.push_back(std::move(c));
+    }
+    s.captured.clear();
     in.reserved_bytes = s.reserved_bytes;
     in.history_tokens = s.req->cache.history_tokens;
     in.last_user_tokens = s.req->cache.last_user_tokens;

@@ -459,6 +459,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: a checkpoint at the start of the last user message, so an edit of that message restores up "
         "to it instead of the previous turn",
         boolean(cc.last_user_checkpoint), true);
+    add("--cache-keep-reply", "LINEAGE_CACHE_KEEP_REPLY", "[=BOOL]", "true",
+        "hybrid models: an entry keeps the state after the reply (the prompt-end state becomes a checkpoint), so an "
+        "agent-loop step that sends the reply back verbatim prefills only what follows it; false = the prompt end only "
+        "(seed 000)",
+        boolean(cc.keep_reply), true);
     add("--cache-message-rungs", "LINEAGE_CACHE_MESSAGE_RUNGS", "N", std::to_string(dc.message_rungs),
         "hybrid models: most checkpoints (message rungs) inside the last user message, so an edit of it restores "
         "up to the rung before the edit; only the newest message keeps them, each is one recurrent state in RAM; "

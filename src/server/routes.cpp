@@ -58,6 +58,9 @@ json stats_json(const cache::stats & s) {
     j["checkpoints"] = map_json(s.checkpoints);
     j["checkpoint_bytes"] = map_json(s.checkpoint_bytes);
     j["bytes"] = map_json(s.bytes);
+    j["largest_lineage"] = {{"bytes", s.largest_lineage.bytes},
+                            {"checkpoints", s.largest_lineage.checkpoints},
+                            {"message_rungs", s.largest_lineage.message_rungs}};
     j["budget_bytes"] = s.budget_bytes;
     j["lookups"] = s.lookups;
     j["misses"] = s.misses;

@@ -844,6 +844,11 @@ TEST_F(StoreTest, MessageRungsLetAnEditRestoreUpToTheRungBeforeIt) {
         }
     }
     EXPECT_EQ(kept, (std::vector<int32_t>{636, 652, 668, 684}));
+    const stats s3 = st.get_stats();
+    EXPECT_EQ(s3.largest_lineage.message_rungs, 4);
+    EXPECT_EQ(s3.largest_lineage.checkpoints, static_cast<int64_t>(after_turn3.front().checkpoints.size()) - 4);
+    EXPECT_LE(s3.largest_lineage.checkpoints, 4);
+    EXPECT_EQ(s3.largest_lineage.bytes, after_turn3.front().bytes);
     // Off: only the message start.
     config off = small_config();
     store st2(off, true);

@@ -9,7 +9,9 @@
 //    prompt that parts a few tokens earlier in that line still restores it;
 //  - the last user message: a checkpoint at its start (computed here from the server's own
 //    /apply-template + /tokenize) and message rungs inside it, so an edit of that message
-//    restores up to the last rung before the edit, or its start for an edit before the first.
+//    restores up to the last rung before the edit, or its start for an edit before the first;
+//  - the reply kept (--cache-keep-reply): an agent-loop step that sends the reply back verbatim
+//    restores the prompt and the reply, where seed 000's entry ends at the prompt end.
 // Every restored reply equals the reply of a server that never cached anything.
 // seed 000's capture set (these additions off) is pinned by scenarios.test.mjs.
 //
@@ -159,6 +161,54 @@ for (const arch of SCENARIO_ARCHS) {
       await scOff.ask('turn 2 (off)', [...turn1, echo(o1.res.choices[0].message), user(words(60, 4))]);
       const o3 = await scOff.ask('turn 2 edited (off)', [...turn1, echo(o1.res.choices[0].message), edited.at(-1)]);
       assert.ok(o3.u.cached < start, `without the checkpoint the edit restored ${o3.u.cached} >= ${start}${detail(o3)}`);
+    });
+
+    it('an agent-loop step that sends the reply back verbatim restores the reply too', async (t) => {
+      if (!sc.hybrid) return t.skip('dense: the entry always holds everything decoded');
+      for (const s of [sc, scOff]) await s.reset();
+      const call = { id: 'call_1', type: 'function', function: { name: 'run_shell', arguments: '{"command":"make test"}' } };
+      const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', content: '', tool_calls: [call] },
+        { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
+      // The random-weight test models often sample a token that the reply's text does not
+      // tokenize back to (a real model rarely does): the entry then parts from the next prompt
+      // inside the reply, which restores the prompt end. Conversations until one reply comes
+      // back token for token (its logprobs pieces, each one token, are the next prompt's tokens).
+      let verbatim = null;
+      for (let seed = 0; seed < 24 && !verbatim; seed++) {
+        const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 200 + seed))];
+        const r1 = await sc.ask(`turn 1 (conversation ${seed})`, turn1, { max_tokens: 3, logprobs: true });
+        assert.equal(r1.res.choices[0].finish_reason, 'length', detail(r1));
+        const P = r1.u.prompt;
+        const decoded = r1.u.completion - 1;  // the last token was sampled, not decoded
+        const step = stepOf(turn1, r1.res.choices[0].message);
+        const S = await tokensOf(srv, step);
+        assert.equal(lcp(await tokensOf(srv, turn1), S), P, 'the step re-renders the reply right after the prompt');
+        let same = true;
+        for (const [i, c] of r1.res.choices[0].logprobs.content.slice(0, decoded).entries()) {
+          const k = await srv.post('/tokenize', { content: c.token, add_special: false, parse_special: false });
+          same = same && k.json.tokens.length === 1 && k.json.tokens[0] === S[P + i];
+        }
+        const r2 = await sc.ask(`agent step (conversation ${seed})`, step, { max_tokens: 3 });
+        if (same) {
+          // The entry held the prompt and the reply: restored whole, only the tool call and result prefilled.
+          assert.equal(r2.u.cached, P + decoded, detail(r2));
+          assert.equal(r2.hit, 'full', detail(r2));
+          verbatim = { step, r2 };
+        } else {
+          // Parted inside the reply: the prompt end, a turn checkpoint.
+          assert.equal(r2.u.cached, P, detail(r2));
+          assert.equal(r2.hit, 'turn', detail(r2));
+        }
+      }
+      assert.ok(verbatim, 'no reply came back token for token in 24 conversations');
+      expectSame(verbatim.r2, await sc.cold('agent step', verbatim.step, { max_tokens: 3 }), 'a restored reply');
+      const s = await sc.stats();
+      assert.ok(s.largest_lineage.checkpoints >= 2 && s.largest_lineage.checkpoints <= 4, JSON.stringify(s.largest_lineage));
+      // With the entry ending at the prompt end (seed 000) the reply is prefilled again.
+      const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 200))];
+      const o1 = await scOff.ask('turn 1 (seed 000)', turn1, { max_tokens: 3 });
+      const o2 = await scOff.ask('agent step (seed 000)', stepOf(turn1, o1.res.choices[0].message), { max_tokens: 3 });
+      assert.equal(o2.u.cached, o1.u.prompt, detail(o2));
     });
   });
 }

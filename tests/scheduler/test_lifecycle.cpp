@@ -2,7 +2,7 @@
 // states (no model): a request's restore, captures, prompt-end state and commit, a next turn
 // continuing the parked sequence without a copy, an edit restoring a checkpoint through
 // seq_cp, demotion when the sequence ids run out, the cold fallback when the engine refuses a
-// restore, and abandoning a failed request. The store's check_invariants() after each request.
+// restore, abandoning a failed request, and a hybrid entry keeping its reply (--cache-keep-reply). The store's check_invariants() after each request.
 #include "scheduler/lifecycle.h"
 #include "scheduler/sequence_pool.h"
 
@@ -37,16 +37,17 @@ cache::config test_config() {
     c.ram_bytes = 1 << 20;
     c.min_prefix = 4;
     c.divergence_min_gain = 1 << 20;
+    c.keep_reply = false;  // seed 000's entry (the prompt end); KeepReply tests the other
     return c;
 }
 
 class Lifecycle : public ::testing::Test {
 protected:
-    void make(bool hybrid, int32_t n_seq = 6) {
+    void make(bool hybrid, int32_t n_seq = 6, cache::config cfg = test_config()) {
         hybrid_ = hybrid;
         n_seq_ = n_seq;
         st_ = std::make_unique<fake_engine_states>(hybrid);
-        store_ = std::make_unique<cache::store>(test_config(), hybrid);
+        store_ = std::make_unique<cache::store>(cfg, hybrid);
         pool_ = std::make_unique<sequence_pool>(*st_, *store_, n_seq);
         life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid);
     }
@@ -236,6 +237,54 @@ TEST_F(Lifecycle, DenseCommitKeepsEverythingDecoded) {
     EXPECT_EQ(t->n_past, 103);
     EXPECT_EQ(st_->at(t->seq).n_kv, 103);
     EXPECT_EQ(t->stats.hit_kind, "prefix");
+}
+
+TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreThePromptEnd) {
+    cache::config cfg = test_config();
+    cfg.keep_reply = true;
+    make(true, 6, cfg);
+    const cache::tokens reply{900000, 900001, 900002};
+    auto t1 = admit(seq_of(0, 300), 290);
+    const int32_t seq = t1->seq;
+    finish(*t1);
+    // The entry is the prompt and the reply decoded after it; the prompt end is a turn checkpoint.
+    EXPECT_EQ(st_->at(seq).n_kv, 303);
+    EXPECT_EQ(st_->at(seq).rec, 303);
+    EXPECT_EQ(st_->n_set_state, 0) << "nothing put back";
+    using cp = std::pair<int32_t, cache::point_kind>;
+    auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);
+    EXPECT_EQ(es[0].n_tokens, 303);
+    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn},
+                                                  {299, cache::point_kind::guard},
+                                                  {300, cache::point_kind::turn}}));
+    // An agent-loop step: the prompt, the reply verbatim, a tool result. Continues the sequence.
+    auto t2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 343);
+    EXPECT_EQ(t2->plan.op, cache::restore_op::take_device);
+    EXPECT_EQ(t2->seq, seq);
+    EXPECT_EQ(t2->n_past, 303);
+    EXPECT_EQ(t2->stats.hit_kind, "full");
+    finish(*t2);
+    es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);
+    EXPECT_EQ(es[0].n_tokens, 346);
+    // A regenerate of step 2 re-renders nothing and parts after its prompt end: the guard.
+    // A next turn that re-renders the reply differently parts inside it: the prompt end (343).
+    const cache::tokens p2 = cat(cat(seq_of(0, 300), reply), seq_of(7000, 40));
+    auto t3 = admit(cat(cat(p2, {900000}), seq_of(8000, 30)), 370);
+    EXPECT_EQ(t3->n_past, 343);
+    EXPECT_EQ(t3->stats.hit_kind, "turn");
+    EXPECT_EQ(st_->at(t3->seq).n_kv, 343);
+    EXPECT_EQ(st_->at(t3->seq).rec, 343);
+    finish(*t3);
+    // Off: the same first request keeps the prompt end only.
+    make(true);
+    auto o1 = admit(seq_of(0, 300), 290);
+    finish(*o1);
+    EXPECT_EQ(store_->entries().front().n_tokens, 300);
+    auto o2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 343);
+    EXPECT_EQ(o2->n_past, 300);
+    finish(*o2);
 }
 
 TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {
