@@ -131,7 +131,6 @@ private:
     mutable util::mutex qmu_;
     std::condition_variable qcv_;
     std::deque<job> queue_ GUARDED_BY(qmu_);
-    bool busy_ GUARDED_BY(qmu_) = false;
     bool stopping_ GUARDED_BY(qmu_) = false;
     bool poll_now_ GUARDED_BY(qmu_) = false;
     std::condition_variable idle_cv_;
