@@ -80,6 +80,18 @@ struct config {
      *  loses. 0 = off (written only when idle, leaving RAM or at shutdown). */
     double disk_max_unwritten_s = 10;
 
+    // --- tier 3, Redis shared by replicas (issue 17; docs/prompt-cache.md "Tier 3") ---
+    /** redis://host[:port][/db]; "" = no tier 3 (--cache-redis, env LINEAGE_CACHE_REDIS). Its
+     *  writes follow the tier-2 triggers above (--cache-disk-idle-s, leaving RAM, shutdown,
+     *  --cache-disk-max-unwritten-s), plus anchors as soon as they are pinned. */
+    std::string redis_url;
+    /** Key prefix (--cache-redis-namespace): tenants or deployments sharing one Redis. */
+    std::string redis_namespace = "lineage";
+    /** Bound on connecting and on each call, milliseconds (--cache-redis-timeout-ms). */
+    int32_t redis_timeout_ms = 200;
+    /** Payload bytes per chunk (--cache-redis-chunk-bytes; Redis values are capped at 512 MB). */
+    uint64_t redis_chunk_bytes = 4ull << 20;
+
     // --- lineage rules (seed 000; DESIGN.md "Lineage rules") ---
     /** Guard checkpoint distance from the prompt end, tokens (seed 000: 16). */
     int32_t guard_distance = 16;

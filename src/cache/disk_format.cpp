@@ -4,7 +4,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <fcntl.h>
 #include <memory>
 #include <stdexcept>
@@ -163,15 +165,22 @@ disk_load_result open_regular(const std::string & path, file_ptr & f, uint64_t &
 
 /** Opens `path` and parses its header; every declared size is checked against what the file
  *  holds (overflow-safe) before anything is allocated for it. */
+disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h);
+
 disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::unique_ptr<reader> & rd, header & h) {
     uint64_t size = 0;
     if (disk_load_result r = open_regular(path, f, size); r.error != disk_load_error::none) {
         return r;
     }
+    return parse_header(f.get(), size, rd, h);
+}
+
+/** Parses the header of the `size` bytes readable from `f`; see open_and_parse. */
+disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h) {
     if (size < 8 + 4 + 4 + 8) {
         return fail(disk_load_error::truncated, "file of " + std::to_string(size) + " bytes is shorter than a header");
     }
-    rd = std::make_unique<reader>(f.get(), size - 8);
+    rd = std::make_unique<reader>(f, size - 8);
     char magic[8];
     uint32_t reserved = 0;
     if (!rd->bytes(magic, sizeof magic) || std::memcmp(magic, disk_magic, sizeof magic) != 0) {
@@ -273,18 +282,11 @@ uint64_t disk_file_size(const disk_record & r) {
     return n;
 }
 
-util::status write_disk_file(const std::string & path, const disk_record & r) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        return util::status::error(std::strerror(errno));
-    }
-    file_ptr f(::fdopen(fd, "wb"));
-    if (!f) {
-        const int e = errno;
-        ::close(fd);
-        return util::status::error(std::strerror(e));
-    }
-    writer w(f.get());
+namespace {
+
+/** Writes the layout of `r` to `f`; false on a write error. */
+bool write_record(FILE * f, const disk_record & r) {
+    writer w(f);
     w.bytes(disk_magic, sizeof disk_magic);
     w.pod(disk_format_version);
     w.pod(uint32_t{0});
@@ -313,7 +315,23 @@ util::status write_disk_file(const std::string & path, const disk_record & r) {
         }
     }
     w.finish();
-    if (!w.ok() || std::fflush(f.get()) != 0) {
+    return w.ok();
+}
+
+}  // namespace
+
+util::status write_disk_file(const std::string & path, const disk_record & r) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return util::status::error(std::strerror(errno));
+    }
+    file_ptr f(::fdopen(fd, "wb"));
+    if (!f) {
+        const int e = errno;
+        ::close(fd);
+        return util::status::error(std::strerror(e));
+    }
+    if (!write_record(f.get(), r) || std::fflush(f.get()) != 0) {
         return util::status::error(std::string("write failed: ") + std::strerror(errno));
     }
     if (::fsync(fileno(f.get())) != 0) {
@@ -348,15 +366,11 @@ disk_load_result read_disk_header(const std::string & path, bool with_tokens) {
     return r;
 }
 
-disk_load_result read_disk_file(const std::string & path, const std::string & model) {
-    file_ptr f;
-    std::unique_ptr<reader> rd;
-    header h;
-    disk_load_result r = open_and_parse(path, f, rd, h);
-    r.version = h.version;
-    if (r.error != disk_load_error::none) {
-        return r;
-    }
+namespace {
+
+/** The sections and checksum after a parsed header (read_disk_file, decode_disk_record). */
+disk_load_result read_body(FILE * f, reader & rdr, header & h, disk_load_result r, const std::string & model) {
+    reader * rd = &rdr;
     r.n_tokens = h.n_tokens;
     r.digest = h.digest;
     if (h.model != model) {
@@ -389,7 +403,7 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
         rec.checkpoints.push_back(std::move(c));
     }
     uint64_t stored = 0;
-    if (std::fread(&stored, 1, sizeof stored, f.get()) != sizeof stored) {
+    if (std::fread(&stored, 1, sizeof stored, f) != sizeof stored) {
         return fail(disk_load_error::truncated, "checksum missing");
     }
     if (stored != rd->digest()) {
@@ -397,6 +411,55 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
     }
     r.record = std::move(rec);
     return r;
+}
+
+}  // namespace
+
+disk_load_result read_disk_file(const std::string & path, const std::string & model) {
+    file_ptr f;
+    std::unique_ptr<reader> rd;
+    header h;
+    disk_load_result r = open_and_parse(path, f, rd, h);
+    r.version = h.version;
+    if (r.error != disk_load_error::none) {
+        return r;
+    }
+    return read_body(f.get(), *rd, h, std::move(r), model);
+}
+
+std::string encode_disk_record(const disk_record & r) {
+    char * buf = nullptr;
+    size_t len = 0;
+    FILE * f = ::open_memstream(&buf, &len);
+    if (f == nullptr) {
+        throw std::bad_alloc();
+    }
+    const bool ok = write_record(f, r);
+    std::fclose(f);
+    std::string out = ok ? std::string(buf, len) : std::string();
+    std::free(buf);
+    if (!ok) {
+        throw std::bad_alloc();
+    }
+    return out;
+}
+
+disk_load_result decode_disk_record(std::string_view bytes, const std::string & model) {
+    if (bytes.empty()) {
+        return fail(disk_load_error::truncated, "no bytes");
+    }
+    file_ptr f(::fmemopen(const_cast<char *>(bytes.data()), bytes.size(), "rb"));
+    if (!f) {
+        return fail(disk_load_error::io, std::strerror(errno));
+    }
+    std::unique_ptr<reader> rd;
+    header h;
+    disk_load_result r = parse_header(f.get(), bytes.size(), rd, h);
+    r.version = h.version;
+    if (r.error != disk_load_error::none) {
+        return r;
+    }
+    return read_body(f.get(), *rd, h, std::move(r), model);
 }
 
 std::string model_fingerprint(const std::string & path) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lineage::cache {
@@ -78,6 +79,14 @@ disk_load_result read_disk_file(const std::string & path, const std::string & mo
  *  `digest` are set), for the startup scan; `with_tokens` also reads the tokens and checks them
  *  against the digest. */
 disk_load_result read_disk_header(const std::string & path, bool with_tokens = false);
+
+/** The bytes write_disk_file() writes for `r` (tier 3 stores them in Redis, chunked:
+ *  redis_format.h). Throws std::bad_alloc when memory runs out. */
+std::string encode_disk_record(const disk_record & r);
+
+/** Reads and verifies `bytes` as read_disk_file() reads a file (same checks, same errors; a
+ *  record encoded without states, as tier 3's index entries are, reads back with empty ones). */
+disk_load_result decode_disk_record(std::string_view bytes, const std::string & model);
 
 /** Fingerprint of a model file: XXH3-128 over its size and its first and last 16 MiB, hex
  *  (32 characters). Cheap on multi-GiB files; a different GGUF (weights, vocab, metadata)

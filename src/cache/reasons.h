@@ -27,6 +27,7 @@ enum class rejection_reason {
     anchor_too_large,  ///< an anchor exceeds the anchor byte cap
     abandoned,         ///< a request that had taken an entry failed before its commit
     disk_damaged,      ///< a tier-2 file failed its checks on load
+    redis_failed,      ///< a tier-3 (Redis) hit could not be loaded: vanished, damaged, or Redis unreachable
 };
 std::string_view to_string(rejection_reason r);
 

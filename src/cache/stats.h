@@ -43,6 +43,33 @@ struct disk_stats {
     int64_t queued = 0;               ///< jobs waiting for the disk thread
 };
 
+/** Tier 3 (Redis, shared by replicas; issue 17) counters and gauges. */
+struct redis_stats {
+    bool enabled = false;
+    std::string url;                  ///< --cache-redis
+    std::string ns;                   ///< --cache-redis-namespace
+    bool connected = false;           ///< the last call reached Redis
+    int64_t entries = 0;              ///< index entries mirrored (this model's, every replica's)
+    int64_t writes = 0;               ///< entries written (chunks + index entry)
+    uint64_t bytes_written = 0;       ///< chunk bytes written
+    int64_t chunks_written = 0;
+    int64_t write_failures = 0;       ///< writes not done: Redis down or slow, or queue full
+    int64_t loads = 0;                ///< entries read for a restore
+    uint64_t bytes_read = 0;
+    /** Calls that failed (timeout, connection refused or lost, an error reply): the connection
+     *  is dropped and tried again after a second; the request goes on without tier 3. */
+    int64_t errors = 0;
+    int64_t timeouts = 0;             ///< of which timeouts (--cache-redis-timeout-ms)
+    int64_t connects = 0;             ///< connections opened
+    int64_t vanished = 0;             ///< hits whose chunks were gone (evicted, FLUSHALL): misses
+    /** Damaged or foreign chunks and index entries found (never served; deleted from Redis):
+     *  the sum of `damage`, by kind (corrupt, truncated, bad_magic, identity, other_format). */
+    int64_t damaged = 0;
+    std::map<std::string, int64_t> damage;
+    int64_t index_resets = 0;         ///< the index vanished or restarted (FLUSHALL): mirror cleared
+    int64_t queued = 0;               ///< jobs waiting for the Redis thread
+};
+
 /** One tenant's share of the store (issue 15 "per-tenant stats"): its entries in the device
  *  and RAM tiers (anchors included) and their bytes. */
 struct tenant_usage {
@@ -109,8 +136,10 @@ struct stats {
     int64_t ghosts = 0;               ///< records of evicted entries kept to classify misses
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
     int64_t disk_hits = 0;            ///< restores served from a tier-2 file
+    int64_t redis_hits = 0;           ///< restores served from tier 3 (Redis)
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
     disk_stats disk;
+    redis_stats redis;
     warmup_stats warmup;
     // APC (seed 001 "APC observability")
     bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)

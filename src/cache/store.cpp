@@ -162,26 +162,35 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     if (disk_ != nullptr && cfg_.enabled) {
         on_disk = disk_->best(k.bucket, k.session, prompt, std::max(chosen ? chosen->n : 0, cfg_.min_prefix - 1));
     }
+    // Tier 3 (Redis) only for something longer than the best above it.
+    if (remote_ != nullptr && cfg_.enabled) {
+        const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
+        if (auto r = remote_->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1))) {
+            on_disk = r;
+        }
+    }
 
     if (on_disk) {
         p.n_restore = on_disk->n;
         p.kind = on_disk->kind;
         p.op = restore_op::load_disk;
         p.disk_file = on_disk->id;
+        p.remote = on_disk->remote;
         p.source_tokens = on_disk->source_tokens;
         p.source_history = on_disk->history;
         const int32_t len = on_disk->source_tokens;
         p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
-        if (p.absorbs) {
+        if (p.absorbs && !p.remote) {  // a shared tier-3 entry is never superseded by one replica
             p.disk_ancestors.push_back(on_disk->id);
         }
         if (counted) {
             stats_.hits[std::string(to_string(p.kind))]++;
-            stats_.disk_hits++;
+            (p.remote ? stats_.redis_hits : stats_.disk_hits)++;
             stats_.tokens_reused += p.n_restore;
         }
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
-                   std::to_string(prompt.size()) + " from disk file " + std::to_string(on_disk->id) + " (" +
+                   std::to_string(prompt.size()) + (p.remote ? " from tier-3 (Redis) entry " : " from disk file ") +
+                   std::to_string(on_disk->id) + " (" +
                    std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
                    (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
                    (p.absorbs ? ", superseding it" : "");

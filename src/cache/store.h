@@ -110,6 +110,9 @@ struct restore_plan {
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
     file_id disk_file = 0;                 ///< load_disk: the file to read
+    /** load_disk from tier 3 (Redis): disk_file names an entry of the Redis index mirror
+     *  (redis_tier.h), read by the Redis thread instead of the disk thread. */
+    bool remote = false;
     /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
      *  its unfinished deletions); deleted once the new entry's file is durable. */
     std::vector<file_id> disk_ancestors;
@@ -285,6 +288,10 @@ public:
     /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
      *  (DESIGN.md "Tiers"); nullptr detaches. `d` must outlive the store's use of it. */
     void attach_disk(const disk_lookup * d) { disk_ = d; }
+    /** Attaches tier 3 (Redis; nullptr detaches): consulted after tier 2 for something longer,
+     *  and the write-behind runs for it as for tier 2 (an anchor is also handed over as soon as
+     *  it is pinned: take_spills). */
+    void attach_remote(const disk_lookup * r) { remote_ = r; }
 
     /** Write-behind (issue 6): entries without a tier-2 copy whose last use is at least
      *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
@@ -409,6 +416,9 @@ private:
     std::vector<int32_t> released_;
     ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
     const disk_lookup * disk_ = nullptr;
+    const disk_lookup * remote_ = nullptr;  // tier 3 (Redis)
+    /** A lower tier takes write-behind jobs (disk or Redis attached). */
+    bool writes_behind() const { return disk_ != nullptr || remote_ != nullptr; }
     bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
     std::vector<disk_job> spills_;
     std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor

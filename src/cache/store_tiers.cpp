@@ -71,7 +71,7 @@ disk_job store::job_of(entry & e) {
 
 void store::erase(iter it, std::optional<eviction_reason> reason, std::string_view detail) {
     // Write-behind "when it leaves RAM": an entry pushed out for room or by TTL goes to disk.
-    const bool spill = disk_ != nullptr && reason && *reason != eviction_reason::superseded && it->disk_file == 0 &&
+    const bool spill = writes_behind() && reason && *reason != eviction_reason::superseded && it->disk_file == 0 &&
                        !it->writing && !it->write_failed;
     if (spill) {
         LINEAGE_TRACE(trace_, "entry {} ({} tokens) leaves memory ({}): written to disk", it->id, it->toks.size(),
@@ -119,8 +119,8 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
         }
     }
     if (r.error != disk_load_error::none || !r.record) {
-        const std::string why =
-            fmt::format("disk file {} not loaded ({}: {})", p.disk_file, to_string(r.error), r.detail);
+        const std::string why = fmt::format("{} {} not loaded ({}: {})", p.remote ? "tier-3 (Redis) entry" : "disk file",
+                                            p.disk_file, to_string(r.error), r.detail);
         disk_load_failed(p);
         p = cold_plan(std::move(p));
         return util::status::error(why);
@@ -153,7 +153,7 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
             size += size_of(c.recurrent);
         }
         if (reserve(size)) {
-            commit_anchor(k, rec.toks, rec.full, size, now_s, p.disk_file, rec.checkpoints);
+            commit_anchor(k, rec.toks, rec.full, size, now_s, p.remote ? 0 : p.disk_file, rec.checkpoints);
         }
     }
     return util::status::ok();
@@ -162,12 +162,14 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
 void store::disk_load_failed(const restore_plan & p) {
     auto & h = stats_.hits[std::string(to_string(p.kind))];
     h = std::max<int64_t>(0, h - 1);
-    stats_.disk_hits = std::max<int64_t>(0, stats_.disk_hits - 1);
+    int64_t & tier_hits = p.remote ? stats_.redis_hits : stats_.disk_hits;
+    tier_hits = std::max<int64_t>(0, tier_hits - 1);
     stats_.tokens_reused -= p.n_restore;
     stats_.tokens_prefilled += p.n_restore;
     stats_.misses++;
-    count(rejection_reason::disk_damaged);
-    LINEAGE_TRACE(trace_, "disk file {} could not be loaded: counted as a miss, prefilling cold", p.disk_file);
+    count(p.remote ? rejection_reason::redis_failed : rejection_reason::disk_damaged);
+    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold",
+                  p.remote ? "tier-3 entry" : "disk file", p.disk_file);
 }
 
 std::optional<entry_view> store::device_lru() const {
@@ -255,7 +257,7 @@ reset_result store::reset_if(const std::function<bool(const key &)> & which) {
 
 std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
     std::vector<disk_job> out;
-    if (disk_ == nullptr) {
+    if (!writes_behind()) {
         return out;
     }
     for (auto & e : entries_) {
@@ -269,7 +271,7 @@ std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
 }
 
 std::optional<disk_job> store::take_overdue_write(double now_s, double max_unwritten_s) {
-    if (disk_ == nullptr || max_unwritten_s <= 0) {
+    if (!writes_behind() || max_unwritten_s <= 0) {
         return std::nullopt;
     }
     entry * due = nullptr;

@@ -1,5 +1,6 @@
-// scheduler::disk_link: the scheduler's side of tier 2 (DESIGN.md "Tiers"; docs/architecture.md
-// "Tier 2"): opens the disk tier and attaches it to the store, turns the store's disk jobs into
+// scheduler::disk_link: the scheduler's side of tiers 2 and 3 (DESIGN.md "Tiers";
+// docs/architecture.md "Tier 2", "Tier 3"): opens the disk tier and the Redis tier (--cache-redis)
+// and attaches them to the store; every write-behind job goes to both, turns the store's disk jobs into
 // writes (reading a parked entry's state from its sequence on the engine thread), feeds the
 // disk thread's completions back to the store, writes idle entries (and, under load, entries
 // unwritten too long, one per step), queues loads, and flushes
@@ -10,6 +11,7 @@
 #pragma once
 
 #include "cache/disk_tier.h"
+#include "cache/redis_tier.h"
 #include "cache/store.h"
 #include "scheduler/sequence_states.h"
 
@@ -30,7 +32,7 @@ public:
     disk_link(const disk_link &) = delete;
     disk_link & operator=(const disk_link &) = delete;
 
-    bool on() const { return tier_ != nullptr; }
+    bool on() const { return tier_ != nullptr || redis_ != nullptr; }
     /** Queues the write of `j` (a parked entry's state is read now, before its id is released). */
     void write(cache::disk_job j);
     /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s;
@@ -42,12 +44,15 @@ public:
     void flush(double now_s, const std::function<void()> & drain);
     /** Queues the read of file `f` ahead of writes, for a request of `bucket` whose prompt's
      *  first `n_restore` tokens it restores (the tier checks the file holds them); `on_done`
-     *  runs on the disk thread. REQUIRES: on(), n_restore <= |prompt|. */
+     *  runs on the disk thread. `remote`: `f` is a tier-3 mirror entry, read by the Redis thread.
+     *  REQUIRES: on(), n_restore <= |prompt|. */
     std::future<cache::disk_load_result> load(cache::file_id f, const std::string & bucket,
                                               const cache::tokens & prompt, int32_t n_restore,
-                                              std::function<void()> on_done);
+                                              std::function<void()> on_done, bool remote = false);
     /** The tier (nullptr when off), for stats and reset. */
     cache::disk_tier * tier() { return tier_.get(); }
+    /** Tier 3 (nullptr when off), for stats. */
+    cache::redis_tier * redis() { return redis_.get(); }
     /** Detaches from the store and stops the disk thread (before the members its callbacks
      *  touch go). Idempotent. */
     void close();
@@ -59,6 +64,7 @@ private:
     double idle_s_;
     double max_unwritten_s_;
     std::unique_ptr<cache::disk_tier> tier_;
+    std::unique_ptr<cache::redis_tier> redis_;
 };
 
 }  // namespace lineage::scheduler

@@ -304,10 +304,13 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (s.plan.op == cache::restore_op::load_disk) {
         // The disk thread reads the file; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
-        s.load = disk_->load(s.plan.disk_file, s.key.bucket, s.req->prompt, s.plan.n_restore, [this] {
-            load_ready_ = true;
-            cv_.notify_one();
-        });
+        s.load = disk_->load(
+            s.plan.disk_file, s.key.bucket, s.req->prompt, s.plan.n_restore,
+            [this] {
+                load_ready_ = true;
+                cv_.notify_one();
+            },
+            s.plan.remote);
         return;
     }
     start_prefill(s);

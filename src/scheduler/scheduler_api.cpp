@@ -34,6 +34,9 @@ cache::stats scheduler::snapshot_stats() {
             s.disk = d->get_stats();
             s.bytes["disk"] = s.disk.bytes;
         }
+        if (auto * r = impl_->disk_->redis()) {
+            s.redis = r->get_stats();
+        }
         return s;
     });
 }

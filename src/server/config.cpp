@@ -6,6 +6,8 @@
 // the parser all read; split by flag group it would be harder to keep complete.
 #include "server/config.h"
 
+#include "cache/redis_tier.h"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -125,6 +127,20 @@ value_parser text(std::string & out, bool allow_empty = true) {
             return "expected a non-empty value";
         }
         out = s;
+        return "";
+    };
+}
+
+/** A redis://host[:port][/db] URL (cache::parse_redis_url), or "" (off). */
+value_parser redis_url(std::string & out) {
+    return [&out](const std::string & s) -> std::string {
+        const std::string t = trim(s);
+        if (!t.empty()) {
+            if (auto u = cache::parse_redis_url(t); !u) {
+                return u.error().message();
+            }
+        }
+        out = t;
         return "";
     };
 }
@@ -519,6 +535,21 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "(at most one state read per engine step), so a crash under continuous load loses at most this much; "
         "0 = off",
         seconds(cc.disk_max_unwritten_s, true));
+    // --- Redis tier (T3), shared by replicas ---
+    add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",
+        "share the prompt cache between replicas through Redis at redis://host[:port][/db]: entries written "
+        "behind (as to disk) and anchors once pinned, read back when longer than the device, RAM and disk tiers "
+        "hold; Redis down or slow never fails a request",
+        redis_url(cc.redis_url));
+    add("--cache-redis-namespace", "LINEAGE_CACHE_REDIS_NAMESPACE", "NAME", dc.redis_namespace,
+        "prefix of the Redis keys; replicas that should share a cache use the same one", text(cc.redis_namespace, false));
+    add("--cache-redis-timeout-ms", "LINEAGE_CACHE_REDIS_TIMEOUT_MS", "MS", std::to_string(dc.redis_timeout_ms),
+        "bound on connecting to Redis and on each call; past it the request goes on without Redis (counted) and "
+        "the connection is tried again a second later",
+        int_in(cc.redis_timeout_ms, 1, 60000));
+    add("--cache-redis-chunk-bytes", "LINEAGE_CACHE_REDIS_CHUNK_BYTES", "BYTES",
+        format_bytes_default(dc.redis_chunk_bytes), "most payload bytes per Redis value (an entry is split in chunks)",
+        bytes_min(cc.redis_chunk_bytes, 1024));
     // --- stored responses (POST /v1/responses with store: true) ---
     add("--responses-store", "LINEAGE_RESPONSES_STORE", "PATH", "<--cache-dir>/responses.sqlite",
         "SQLite file of the stored Responses API responses (previous_response_id, GET/DELETE /v1/responses/{id}); "

@@ -150,7 +150,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a "
               "request that had taken an entry failed).",
               "cause", with_known(cs.rejections, {"too_large", "budget", "min_prefix", "disabled", "anchor_too_large",
-                                                  "abandoned", "disk_damaged"}));
+                                                  "abandoned", "disk_damaged", "redis_failed"}));
     uint64_t total_bytes = 0;
     for (const auto & [tier, b] : cs.bytes) {
         total_bytes += b;
@@ -209,6 +209,32 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "reason",
               exposition::labelled{{"capacity", static_cast<double>(d.evictions)},
                                    {"superseded", static_cast<double>(d.superseded)}});
+
+    // --- Redis tier, shared by replicas (owner: cache::redis_tier) ---
+    const auto & rt = cs.redis;
+    x.counter("lineage_prompt_cache_redis_hits_total", "Restores served from tier 3 (Redis).",
+              static_cast<double>(cs.redis_hits));
+    x.gauge("lineage_prompt_cache_redis_connected", "1 when the last call reached Redis (--cache-redis).",
+            rt.connected ? 1.0 : 0.0);
+    x.gauge("lineage_prompt_cache_redis_entries", "Tier-3 index entries of this model mirrored by this replica.",
+            static_cast<double>(rt.entries));
+    x.counter("lineage_prompt_cache_redis_writes_total", "Entries written to Redis.", static_cast<double>(rt.writes));
+    x.counter("lineage_prompt_cache_redis_written_bytes_total", "Chunk bytes written to Redis.",
+              static_cast<double>(rt.bytes_written));
+    x.counter("lineage_prompt_cache_redis_write_failures_total",
+              "Writes to Redis not done (Redis down or slow, or the queue full).",
+              static_cast<double>(rt.write_failures));
+    x.counter("lineage_prompt_cache_redis_loads_total", "Entries read from Redis for a restore.",
+              static_cast<double>(rt.loads));
+    x.counter("lineage_prompt_cache_redis_errors_total",
+              "Redis calls that failed (timeouts included); the request went on without tier 3.",
+              static_cast<double>(rt.errors));
+    x.counter("lineage_prompt_cache_redis_vanished_total",
+              "Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses.",
+              static_cast<double>(rt.vanished));
+    x.counter("lineage_prompt_cache_redis_damaged_total",
+              "Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.", "kind",
+              with_known(rt.damage, {"corrupt", "truncated", "bad_magic", "identity", "other_format"}));
 
     // --- warm-ups of the next turn (owners: scheduler for runs, cache::store for hits) ---
     const auto & w = cs.warmup;

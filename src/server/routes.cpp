@@ -102,6 +102,27 @@ json stats_json(const cache::stats & s) {
                {"overdue_read_seconds", d.overdue_read_seconds},
                {"queued", d.queued}};
     j["disk"] = dj;
+    j["redis_hits"] = s.redis_hits;
+    const auto & r = s.redis;
+    j["redis"] = {{"enabled", r.enabled},
+                  {"url", r.url},
+                  {"namespace", r.ns},
+                  {"connected", r.connected},
+                  {"entries", r.entries},
+                  {"writes", r.writes},
+                  {"bytes_written", r.bytes_written},
+                  {"chunks_written", r.chunks_written},
+                  {"write_failures", r.write_failures},
+                  {"loads", r.loads},
+                  {"bytes_read", r.bytes_read},
+                  {"errors", r.errors},
+                  {"timeouts", r.timeouts},
+                  {"connects", r.connects},
+                  {"vanished", r.vanished},
+                  {"damaged", r.damaged},
+                  {"damage", map_json(r.damage)},
+                  {"index_resets", r.index_resets},
+                  {"queued", r.queued}};
     const auto & w = s.warmup;
     j["warmup"] = {{"queued", w.queued},   {"active", w.active}, {"runs", w.runs},   {"preempted", w.preempted},
                    {"tokens", w.tokens},   {"hits", w.hits},     {"wasted", w.wasted},

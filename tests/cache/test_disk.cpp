@@ -322,43 +322,6 @@ TEST_F(DiskTier, ResetDeletesThisModelsFiles) {
 
 // --- store hooks -------------------------------------------------------------------------------
 
-/** A disk_lookup that offers one fixed candidate for prompts it covers. */
-class fake_disk : public disk_lookup {
-public:
-    std::optional<disk_candidate> offer;
-    mutable int32_t asked_longer_than = -1;
-    std::optional<disk_candidate> best(const std::string &, const std::string &, const tokens &,
-                                       int32_t longer_than) const override {
-        asked_longer_than = longer_than;
-        if (offer && offer->n > longer_than) {
-            return offer;
-        }
-        return std::nullopt;
-    }
-};
-
-/** Commits `toks` as an entry parked on sequence `seq_id` (absorbing `absorbed` when given). */
-void park(store & st, const key & k, tokens toks, int32_t seq_id, double now,
-          std::optional<restore_plan> absorbed = std::nullopt) {
-    commit_input in;
-    in.k = k;
-    in.toks = std::move(toks);
-    in.seq = seq_id;
-    in.device_bytes = 1000;
-    in.absorbed = std::move(absorbed);
-    ASSERT_TRUE(st.commit(std::move(in), now));
-}
-
-config hybrid_config() {
-    config c;
-    c.ram_bytes = 1 << 20;
-    c.min_prefix = 4;
-    c.resend_checkpoint = false;
-    c.guard_min_suffix = 1 << 20;
-    c.divergence_min_gain = 1 << 20;
-    return c;
-}
-
 TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     store st(hybrid_config(), true);
     fake_disk d;

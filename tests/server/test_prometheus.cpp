@@ -46,6 +46,18 @@ cache::stats known_cache_stats() {
     s.disk.overdue_writes = 2;
     s.disk.overdue_read_seconds = 0.25;
     s.disk.superseded = 1;
+    s.redis_hits = 4;
+    s.redis.enabled = true;
+    s.redis.connected = true;
+    s.redis.entries = 9;
+    s.redis.writes = 5;
+    s.redis.bytes_written = 7000;
+    s.redis.write_failures = 1;
+    s.redis.loads = 4;
+    s.redis.errors = 3;
+    s.redis.vanished = 2;
+    s.redis.damaged = 1;
+    s.redis.damage = {{"corrupt", 1}};
     s.warmup.active = 1;
     s.warmup.runs = 6;
     s.warmup.preempted = 2;
@@ -147,6 +159,7 @@ lineage_prompt_cache_rejections_total{cause="disabled"} 0
 lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
 lineage_prompt_cache_rejections_total{cause="abandoned"} 0
 lineage_prompt_cache_rejections_total{cause="disk_damaged"} 0
+lineage_prompt_cache_rejections_total{cause="redis_failed"} 0
 # HELP lineage_prompt_cache_bytes Bytes held by all entries, every tier.
 # TYPE lineage_prompt_cache_bytes gauge
 lineage_prompt_cache_bytes 8396
@@ -230,6 +243,40 @@ lineage_prompt_cache_disk_overdue_read_seconds_total 0.25
 # TYPE lineage_prompt_cache_disk_evictions_total counter
 lineage_prompt_cache_disk_evictions_total{reason="capacity"} 0
 lineage_prompt_cache_disk_evictions_total{reason="superseded"} 1
+# HELP lineage_prompt_cache_redis_hits_total Restores served from tier 3 (Redis).
+# TYPE lineage_prompt_cache_redis_hits_total counter
+lineage_prompt_cache_redis_hits_total 4
+# HELP lineage_prompt_cache_redis_connected 1 when the last call reached Redis (--cache-redis).
+# TYPE lineage_prompt_cache_redis_connected gauge
+lineage_prompt_cache_redis_connected 1
+# HELP lineage_prompt_cache_redis_entries Tier-3 index entries of this model mirrored by this replica.
+# TYPE lineage_prompt_cache_redis_entries gauge
+lineage_prompt_cache_redis_entries 9
+# HELP lineage_prompt_cache_redis_writes_total Entries written to Redis.
+# TYPE lineage_prompt_cache_redis_writes_total counter
+lineage_prompt_cache_redis_writes_total 5
+# HELP lineage_prompt_cache_redis_written_bytes_total Chunk bytes written to Redis.
+# TYPE lineage_prompt_cache_redis_written_bytes_total counter
+lineage_prompt_cache_redis_written_bytes_total 7000
+# HELP lineage_prompt_cache_redis_write_failures_total Writes to Redis not done (Redis down or slow, or the queue full).
+# TYPE lineage_prompt_cache_redis_write_failures_total counter
+lineage_prompt_cache_redis_write_failures_total 1
+# HELP lineage_prompt_cache_redis_loads_total Entries read from Redis for a restore.
+# TYPE lineage_prompt_cache_redis_loads_total counter
+lineage_prompt_cache_redis_loads_total 4
+# HELP lineage_prompt_cache_redis_errors_total Redis calls that failed (timeouts included); the request went on without tier 3.
+# TYPE lineage_prompt_cache_redis_errors_total counter
+lineage_prompt_cache_redis_errors_total 3
+# HELP lineage_prompt_cache_redis_vanished_total Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses.
+# TYPE lineage_prompt_cache_redis_vanished_total counter
+lineage_prompt_cache_redis_vanished_total 2
+# HELP lineage_prompt_cache_redis_damaged_total Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.
+# TYPE lineage_prompt_cache_redis_damaged_total counter
+lineage_prompt_cache_redis_damaged_total{kind="corrupt"} 1
+lineage_prompt_cache_redis_damaged_total{kind="truncated"} 0
+lineage_prompt_cache_redis_damaged_total{kind="bad_magic"} 0
+lineage_prompt_cache_redis_damaged_total{kind="identity"} 0
+lineage_prompt_cache_redis_damaged_total{kind="other_format"} 0
 # HELP lineage_prompt_cache_warmups_total Background warm-ups of a conversation's next turn, by outcome: stored (the whole prefix), preempted (a request came first; what was done is parked).
 # TYPE lineage_prompt_cache_warmups_total counter
 lineage_prompt_cache_warmups_total{outcome="stored"} 6

@@ -49,6 +49,9 @@ const { values: opt } = parseArgs({
     json: { type: 'string' },
     'save-conversation': { type: 'string' },
     'after-restart': { type: 'string' },
+    // Sends prompt_cache_key "<prefix>-<session>" with every request (a load balancer such as
+    // deploy/haproxy.cfg routes a session to one replica by it). Default: no key.
+    'session-key': { type: 'string' },
     'dry-run': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -144,11 +147,12 @@ function messagesForTurn(turn) {
   return msgs;
 }
 
-async function streamOnce(client, model, messages) {
+async function streamOnce(client, model, messages, session) {
   const t0 = performance.now();
   const stream = await client.chat.completions.create({
     model, messages, tools: TOOLS, max_tokens: MAX_TOKENS, temperature: 0,
     stream: true, stream_options: { include_usage: true },
+    ...(opt['session-key'] ? { prompt_cache_key: `${opt['session-key']}-${session}` } : {}),
   });
   const r = { content: null, reasoning: null, toolCalls: [], usage: null, timings: null, finish: null, ttftMs: null, totalMs: 0 };
   for await (const chunk of stream) {
@@ -188,7 +192,7 @@ async function runSession(client, model, { name, system, turns, extra = [], resu
   let last = null; // {messages} of the latest plain turn, for regenerate/edit
   const send = async (event, messages) => {
     try {
-      const r = await streamOnce(client, model, messages);
+      const r = await streamOnce(client, model, messages, name);
       const u = r.usage;
       const cached = u.prompt_tokens_details?.cached_tokens ?? null;
       const decodeMs = r.totalMs - (r.ttftMs ?? r.totalMs);

@@ -1,0 +1,140 @@
+// cache::redis_tier: tier T3, a prompt cache shared by replicas through Redis (issue 17;
+// docs/prompt-cache.md "Tier 3"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
+// shutdown, unwritten too long) and anchors as soon as they are pinned are also written here,
+// in the disk format split into checksummed chunks (redis_format.h), with an index entry each;
+// every replica mirrors the index in a disk_catalog (tokens and restore points, no states), so
+// a lookup is in memory and uses the shared restore rule; a hit is read by this thread while
+// the request's slot waits in its loading phase, exactly like a disk hit.
+// Redis is a cache: a missing chunk (evicted, FLUSHALL) or a damaged or foreign one is a
+// counted miss; Redis down or slow never fails a request (every call has --cache-redis-timeout-ms,
+// then the connection is dropped, counted, and tried again after a second).
+// Threads: the Redis thread owns the connection; the engine thread calls best() (the mirror,
+// under a mutex) and queues jobs. Ownership: owns the thread, the connection and the mirror.
+#pragma once
+
+#include "cache/disk_catalog.h"
+#include "cache/disk_format.h"
+#include "cache/disk_tier.h"
+#include "cache/redis_format.h"
+#include "cache/stats.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct redisContext;
+
+namespace lineage::cache {
+
+/** A parsed --cache-redis URL: redis://host[:port][/db]. */
+struct redis_url {
+    std::string host;
+    int port = 6379;
+    int db = 0;
+};
+/** Parses `url`; the error says what is wrong with it. */
+util::expected<redis_url> parse_redis_url(const std::string & url);
+
+struct redis_config {
+    std::string url;                 ///< --cache-redis
+    std::string ns = "lineage";      ///< --cache-redis-namespace (key prefix)
+    int timeout_ms = 200;            ///< --cache-redis-timeout-ms: connect and each call
+    uint64_t chunk_bytes = 4u << 20; ///< --cache-redis-chunk-bytes: payload bytes per chunk
+    std::string model;               ///< model_fingerprint() of the served model
+    restore_settings rule;           ///< the store's restore rule
+    double poll_s = 0.2;             ///< how often the index is read for other replicas' entries
+    double retry_s = 1.0;            ///< how long after a failure the connection is tried again
+};
+
+class redis_tier : public disk_lookup {
+public:
+    /** Starts the Redis thread (which connects; Redis need not be up). Throws
+     *  std::invalid_argument when the URL cannot be parsed. */
+    explicit redis_tier(redis_config cfg);
+    /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
+    ~redis_tier() override;
+    redis_tier(const redis_tier &) = delete;
+    redis_tier & operator=(const redis_tier &) = delete;
+
+    /** The mirror's best restore point (disk_lookup's contract); candidates carry remote=true
+     *  and a mirror id (not a file id). */
+    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+                                       const tokens & prompt, int32_t longer_than) const override;
+    /** Queues a write (write-behind or a pinned anchor); dropped (counted) when 64 are queued. */
+    void write(disk_write w);
+    /** Queues the read of mirror entry `id` ahead of writes; the result as disk_tier::load's
+     *  (a vanished entry comes back as error missing, a damaged one counted as damage). */
+    std::future<disk_load_result> load(file_id id, disk_expect want, std::function<void()> on_done = {});
+    /** Writes done or dropped since the last call (`file`: 1 when written, 0 when not). */
+    std::vector<disk_completion> take_completions();
+    /** Reads the index now (not waiting for the next poll) and blocks until every queued job
+     *  is done. */
+    void drain();
+    redis_stats get_stats() const;
+
+private:
+    struct remote_entry {
+        std::string ek;
+        uint64_t payload_bytes = 0;
+        uint32_t n_chunks = 0;
+    };
+    struct job {
+        enum class kind { write, load, barrier } k = kind::barrier;
+        disk_write w;
+        file_id id = 0;
+        disk_expect want;
+        std::shared_ptr<std::promise<disk_load_result>> load_done;
+        std::function<void()> on_done;
+        std::shared_ptr<std::promise<void>> barrier;
+    };
+    /** One reply per command (nullptr for all when the connection failed: dropped, counted). */
+    struct reply_set;
+
+    void run();
+    void do_write(job & j);
+    void do_load(job & j);
+    void poll();
+    bool connected();
+    void drop_connection(const std::string & why);
+    /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout. */
+    bool pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out);
+    void forget(file_id id);
+    void count_damage(disk_load_error e);
+    void push(job j, bool front);
+
+    redis_config cfg_;
+    redis_url url_;
+    redis_keys keys_;
+    redisContext * ctx_ = nullptr;        // Redis thread
+    double next_connect_ = 0;             // Redis thread: monotonic seconds
+    int64_t last_seq_ = 0;                // Redis thread: the index read up to this sequence
+
+    mutable util::mutex mu_;
+    disk_catalog mirror_ GUARDED_BY(mu_);
+    std::map<file_id, remote_entry> remote_ GUARDED_BY(mu_);
+    std::map<std::string, file_id> by_key_ GUARDED_BY(mu_);
+    std::deque<file_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
+    file_id next_id_ GUARDED_BY(mu_) = 1;
+    redis_stats stats_ GUARDED_BY(mu_);
+    std::vector<disk_completion> completions_ GUARDED_BY(mu_);
+
+    mutable util::mutex qmu_;
+    std::condition_variable qcv_;
+    std::deque<job> queue_ GUARDED_BY(qmu_);
+    bool stopping_ GUARDED_BY(qmu_) = false;
+    bool poll_now_ GUARDED_BY(qmu_) = false;
+    std::condition_variable idle_cv_;
+    std::thread thread_;
+};
+
+}  // namespace lineage::cache

@@ -1,0 +1,203 @@
+// Tier 3 (issue 17): two replicas share the prompt cache through a real redis-server (started
+// here on a free loopback port, no persistence, stopped by PID). A conversation served by
+// replica A continues on replica B restoring what A stored (the same cached_tokens a single
+// server gives after a restart from disk: tests/e2e/disk.test.mjs D1), and the reply equals a
+// never-cached server's; a new session on B restores A's anchor; a restarted B keeps serving
+// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors;
+// Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
+// moves the error counter.
+//
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test redis.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { echo, words } from './lib/chat.mjs';
+import { startRedis } from './lib/redis.mjs';
+import { ANCHOR_SLACK, FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, Scenario, expectHit, expectSame, sys, user } from './lib/scenario.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const NS = 'e2e';
+
+/** Polls `srv`'s stats until `pred(stats)` holds (10 s at most); returns the stats. */
+async function waitStats(srv, pred, what) {
+  let s;
+  for (let i = 0; i < 100; i++) {
+    s = await srv.cacheStats();
+    if (pred(s)) return s;
+    await sleep(100);
+  }
+  assert.fail(`${srv.name}: ${what} not reached in 10 s: ${JSON.stringify(s.redis)}`);
+}
+
+/** A first turn P and its follow-up P + reply + U. */
+function conversation(seed) {
+  const P = [sys(SYSTEM(seed)), user(`Summarise the build failure below.\n\n${words(60, seed + 1)}`)];
+  const followUp = (r1) => [...P, echo(r1.res.choices[0].message), user('And the root cause?')];
+  return { P, followUp };
+}
+
+/** cached_tokens of the follow-up when P's entry is restored (as in disk.test.mjs). */
+const followUpHit = (hybrid, p) => (hybrid ? { cached: p - GEN, kind: 'turn' } : { cached: p - GEN + RERENDER_SHARED, kind: 'prefix' });
+
+for (const arch of ARCHS) {
+  const hybrid = FAMILY[arch] === 'hybrid';
+  describe(`tier 3, Redis shared by two replicas [${arch}]`, { timeout: 300_000 }, () => {
+    let redis, A, B, ref;
+    const args = () => [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS,
+      '--cache-redis-chunk-bytes', '64KiB', '--cache-disk-idle-s', '0'];
+    /** Entries of the index in Redis (the sorted set). */
+    const indexed = () => Number(redis.cli('ZCARD', `${NS}:index`).trim());
+
+    before(async () => {
+      redis = await startRedis(`redis-${arch}`);
+      A = await startServer({ model: modelPath(arch), name: `redis-A-${arch}`, args: args() });
+      B = await startServer({ model: modelPath(arch), name: `redis-B-${arch}`, args: args() });
+      ref = await startServer({ model: modelPath(arch), name: `redis-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt', '--cache-disk=false'] });
+    });
+    after(async () => {
+      await A?.stopGracefully();
+      await B?.stopGracefully();
+      await ref?.stopGracefully();
+      await redis?.kill();
+    });
+
+    it('a conversation served by A continues on B from Redis (== cold)', async () => {
+      const { P, followUp } = conversation(41);
+      const a = new Scenario(A, arch, ref);
+      const r1 = await a.ask('P on A', P, { prompt_cache_key: 'conv-1' });
+      expectHit(r1, 0, 'miss');
+      const p = r1.u.prompt;
+      // Written behind: the entry once A is idle, the anchor as soon as it was pinned.
+      const sa = await waitStats(A, (s) => s.redis.writes >= 2, 'two writes');
+      assert.equal(sa.redis.connected, true);
+      assert.equal(sa.redis.write_failures, 0);
+      assert.ok(sa.redis.chunks_written > sa.redis.writes, `64 KiB chunks: ${JSON.stringify(sa.redis)}`);
+      assert.equal(indexed(), 2, 'the entry and the anchor in the index');
+      await waitStats(B, (s) => s.redis.entries === 2, 'B mirrors the index');
+
+      const b = new Scenario(B, arch, ref);
+      const msgs = followUp(r1);
+      const r2 = await b.ask('P + reply + U on B', msgs, { prompt_cache_key: 'conv-1' });
+      const want = followUpHit(hybrid, p);
+      expectHit(r2, want.cached, want.kind);
+      assert.match(r2.trace.lines.join('\n'), /from tier-3 \(Redis\) entry/);
+      let sb = await B.cacheStats();
+      assert.equal(sb.redis_hits, 1);
+      assert.equal(sb.redis.loads, 1);
+      assert.equal(sb.disk_hits, 0);
+      expectSame(r2, await b.cold('P + reply + U', msgs), 'restored from Redis vs cold');
+      assert.equal(sb.redis.errors, 0);
+    });
+
+    it('a new session on B restores the anchor A pinned, from Redis', async () => {
+      const S = SYSTEM(43);
+      const a = new Scenario(A, arch, ref);
+      const w0 = (await A.cacheStats()).redis.writes;
+      const r1 = await a.ask('session 1 on A', [sys(S), user(`Alpha question: ${words(20, 12)}`)], { prompt_cache_key: 'c-1' });
+      expectHit(r1, 0, 'miss');
+      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
+      const anchor = r1.trace.hints.anchor - ANCHOR_SLACK;
+      const before = (await B.cacheStats()).redis_hits;
+      const n = indexed();
+      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors A\'s new entries');
+      const b = new Scenario(B, arch, ref);
+      const r2 = await b.ask('session 2 on B', [sys(S), user(`Yankee question: ${words(15, 14)}`)], { prompt_cache_key: 'c-2' });
+      expectHit(r2, hybrid ? anchor : anchor + ANCHOR_SLACK, hybrid ? 'anchor' : 'prefix');
+      assert.equal((await B.cacheStats()).redis_hits, before + 1);
+    });
+
+    it('a restarted B keeps serving from Redis', async () => {
+      const { P, followUp } = conversation(45);
+      const b = new Scenario(B, arch, ref);
+      const r1 = await b.ask('P on B', P);
+      expectHit(r1, 0, 'miss');
+      await B.stopGracefully();  // flushes what is unwritten
+      B = await startServer({ model: modelPath(arch), name: `redis-B2-${arch}`, args: args() });
+      b.srv = B;
+      const n = indexed();
+      const s = await waitStats(B, (x) => x.redis.entries === n, 'the restarted B mirrors the index');
+      assert.equal(s.entries + s.anchors, 0, 'memory starts empty');
+      const r2 = await b.ask('P + reply + U after B restarted', followUp(r1));
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r2, want.cached, want.kind);
+      assert.equal((await B.cacheStats()).redis_hits, 1);
+    });
+
+    it('a corrupted chunk is rejected and counted; the request succeeds cold', async () => {
+      const { P, followUp } = conversation(47);
+      const w0 = (await A.cacheStats()).redis.writes;
+      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
+      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
+      const n = indexed();
+      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      // Flip bytes inside the data of every chunk of every entry in Redis (after the header).
+      const chunks = redis.keys(`${NS}:chunk:*`);
+      assert.ok(chunks.length >= 2);
+      for (const k of chunks) redis.cli('SETRANGE', k, '100', 'corrupted!');
+      const before = await B.cacheStats();
+      const r2 = await new Scenario(B, arch, ref).ask('P + reply + U on B', followUp(r1));
+      expectHit(r2, 0, 'miss');
+      const s = await B.cacheStats();
+      assert.equal(s.redis.damaged, before.redis.damaged + 1, JSON.stringify(s.redis));
+      assert.equal(s.redis.damage.corrupt, (before.redis.damage.corrupt ?? 0) + 1);
+      assert.equal(s.rejections.redis_failed, (before.rejections.redis_failed ?? 0) + 1);
+      assert.equal(s.redis_hits, before.redis_hits, 'a rejected load is no hit');
+    });
+
+    it('FLUSHALL mid-run: misses, no errors', async () => {
+      const { P, followUp } = conversation(49);
+      const w0 = (await A.cacheStats()).redis.writes;
+      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
+      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
+      const n = indexed();
+      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const before = await B.cacheStats();
+      assert.equal(redis.cli('FLUSHALL').trim(), 'OK');
+      const r2 = await new Scenario(B, arch, ref).ask('P + reply + U on B after FLUSHALL', followUp(r1));
+      expectHit(r2, 0, 'miss');
+      const s = await waitStats(B, (x) => x.redis.index_resets === before.redis.index_resets + 1, 'the reset noticed');
+      assert.equal(s.redis.errors, before.redis.errors, 'no errors');
+      assert.equal(s.redis.damaged, before.redis.damaged);
+    });
+
+    it('Redis stalled: a hit being loaded waits at most the timeout, then the request goes on cold', async () => {
+      const { P, followUp } = conversation(53);
+      const w0 = (await A.cacheStats()).redis.writes;
+      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
+      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
+      const n = indexed();
+      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const before = await B.cacheStats();
+      redis.pause();
+      let r2;
+      try {
+        r2 = await new Scenario(B, arch, ref).ask('P + reply + U on B, Redis stalled', followUp(r1));
+      } finally {
+        redis.resume();
+      }
+      expectHit(r2, 0, 'miss');
+      const s = await B.cacheStats();
+      assert.ok(s.redis.timeouts > before.redis.timeouts, JSON.stringify(s.redis));
+      assert.equal(s.rejections.redis_failed, (before.rejections.redis_failed ?? 0) + 1);
+      assert.equal(s.redis_hits, before.redis_hits);
+    });
+
+    it('Redis killed mid-run: no request fails, the error counter moves', async () => {
+      const before = await A.cacheStats();
+      await redis.kill();
+      const { P, followUp } = conversation(51);
+      const a = new Scenario(A, arch, ref);
+      const r1 = await a.ask('P on A, Redis down', P);
+      expectHit(r1, 0, 'miss');
+      const r2 = await a.ask('P + reply + U on A, Redis down', followUp(r1));
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r2, want.cached, want.kind);  // device and RAM still serve
+      const r3 = await new Scenario(B, arch, ref).ask('P on B, Redis down', P);
+      expectHit(r3, 0, 'miss');
+      const s = await waitStats(A, (x) => x.redis.errors > before.redis.errors && !x.redis.connected, 'errors counted');
+      assert.ok(s.redis.write_failures > before.redis.write_failures, JSON.stringify(s.redis));
+      assert.equal(s.redis.writes, before.redis.writes);
+    });
+  });
+}
