@@ -246,7 +246,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     }
     if (counted) {  // a warm-up's plan is no request's: not classified either
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
-        classify(k, prompt, live_lcp, p);
+        classify(k, prompt, live_lcp, hints.media, p);
     }
     add_captures(p, k, prompt, hints, breakpoints);
     if (trace_.on()) {
@@ -349,6 +349,17 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
                 add(r, point_kind::ladder);
             }
         }
+    }
+    // An image is decoded as one unit: a point inside one moves back to its start (media.h).
+    if (!h.media.empty()) {
+        std::vector<capture_point> moved;
+        for (auto c : p.captures) {
+            c.n_tokens = clamp_to_spans(h.media, c.n_tokens);
+            if (c.n_tokens > from || (c.kind == point_kind::anchor && c.n_tokens == from && c.n_tokens > 0)) {
+                moved.push_back(c);
+            }
+        }
+        p.captures = std::move(moved);
     }
     // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
     std::stable_sort(p.captures.begin(), p.captures.end(),
