@@ -49,7 +49,7 @@ struct prepare_options {
     const engine::projector * projector = nullptr;
     /** Digest of the projector file's contents (raw bytes): part of every image's digest, so
      *  that the same picture under another projector is another image to the cache. */
-    std::string projector_digest;
+    std::string projector_digest = {};
 };
 
 /** The server-side chat_template_kwargs for a template: llama-server's preserve_reasoning, and
