@@ -13,38 +13,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import zlib from 'node:zlib';
 
 import { words } from './lib/chat.mjs';
+import { png } from './lib/png.mjs';
 import { FAMILY, GEN, SERVER_ARGS, Scenario, detail, expectHit, expectSame, sys } from './lib/scenario.mjs';
 import { MKMODEL_BIN, modelPath, startServer } from './lib/server.mjs';
 
 /** Positions one image fills with the projector of lineage-mkmodel (32x32 images, 8x8 patches). */
 const IMAGE_TOKENS = 16;
 const MARKER = '<__media__>';
-
-/** A w x h RGB PNG whose pixels depend on `seed` (no compression library beyond node's zlib). */
-function png(w, h, seed) {
-  const raw = Buffer.alloc(h * (1 + 3 * w));
-  for (let y = 0; y < h; y++) {
-    raw[y * (1 + 3 * w)] = 0;  // filter: none
-    for (let x = 0; x < 3 * w; x++) raw[y * (1 + 3 * w) + 1 + x] = (x * seed + y * 7 + seed * 13) & 0xff;
-  }
-  const chunk = (type, data) => {
-    const len = Buffer.alloc(4);
-    len.writeUInt32BE(data.length);
-    const td = Buffer.concat([Buffer.from(type, 'ascii'), data]);
-    const crc = Buffer.alloc(4);
-    crc.writeUInt32BE(zlib.crc32(td));
-    return Buffer.concat([len, td, crc]);
-  };
-  const ihdr = Buffer.alloc(13);
-  ihdr.writeUInt32BE(w, 0);
-  ihdr.writeUInt32BE(h, 4);
-  ihdr.set([8, 2, 0, 0, 0], 8);  // 8 bits, RGB
-  return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr),
-    chunk('IDAT', zlib.deflateSync(raw)), chunk('IEND', Buffer.alloc(0))]);
-}
 
 const dataUri = (buf) => `data:image/png;base64,${buf.toString('base64')}`;
 const IMG1 = dataUri(png(24, 24, 3));
