@@ -476,14 +476,12 @@ void scheduler::impl::step() {
     }
 }
 
-}  // namespace lineage::scheduler
-
-namespace lineage::scheduler {
-
 void scheduler::impl::decode_image(slot & s, const media_span & m) {
     const int32_t n = m.span.end - m.span.begin;
     if (p_.projector == nullptr || !m.chunk || m.span.end >= s.prompt_size()) {
-        fail(s, {failure_kind::decode_failed, "the request has an image but the server has no projector for it"});
+        // The routes refuse both (no --mmproj; a prompt that ends with an image).
+        fail(s, {failure_kind::decode_failed, "the request has an image the engine cannot decode here (no projector, "
+                                              "or the prompt ends with it)"});
         return;
     }
     const auto t0 = clock::now();
