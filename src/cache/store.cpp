@@ -310,6 +310,11 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         if (cfg_.last_user_checkpoint && breakpoints.empty()) {
             add(h.last_user_tokens, point_kind::turn);
         }
+        // the start of each image: a prompt with the same text and another image restores
+        // exactly the text before it (media.h).
+        for (const auto & m : h.media) {
+            add(m.begin, point_kind::turn);
+        }
         // cache_control breakpoints: where the client says it will come back.
         for (const int32_t b : breakpoints) {
             add(b - cfg_.anchor_slack, point_kind::turn);

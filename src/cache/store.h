@@ -75,8 +75,9 @@ struct plan_hints {
      *  checkpoint there lets an edit of that message restore up to it. Hybrid only. */
     int32_t last_user_tokens = -1;
     /** The prompt's images (media.h), ascending: no capture is planned strictly inside one (it
-     *  moves back to the image's start), and a lookup whose longest match parts at an image's
-     *  start names mm_digest as its miss cause. The span must outlive the plan() call. */
+     *  moves back to the image's start), a hybrid prefill captures a turn checkpoint at each
+     *  image's start, and a lookup whose longest match parts at an image's start names
+     *  mm_digest as its miss cause. The span must outlive the plan() call. */
     std::span<const token_span> media = {};
 };
 

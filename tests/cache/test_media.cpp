@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 namespace lineage::cache {
@@ -104,14 +105,22 @@ TEST(Media, CapturesInsideAnImageMoveToItsStart) {
     h.media = spans;
     h.history_tokens = 50;  // inside the image
     h.anchor_tokens = 46;   // inside the image too (minus the anchor slack: 44)
+    h.last_user_tokens = 20;
     const restore_plan p = st.plan(k, prompt, h, 1.0);
     std::vector<int32_t> at;
     for (const auto & c : p.captures) {
         EXPECT_FALSE(c.n_tokens > 40 && c.n_tokens < 56) << c.n_tokens;
         at.push_back(c.n_tokens);
     }
-    EXPECT_NE(std::find(at.begin(), at.end(), 40), at.end());  // moved, not dropped
+    EXPECT_NE(std::find(at.begin(), at.end(), 40), at.end());  // the image's start (and the moved points)
     EXPECT_NE(std::find(at.begin(), at.end(), 63), at.end());  // the resend guard: after the image
+    // The turn checkpoint at the image's start, and the anchor moved there.
+    EXPECT_EQ(std::count_if(p.captures.begin(), p.captures.end(),
+                            [](const capture_point & c) { return c.n_tokens == 40 && c.kind == point_kind::anchor; }),
+              1);
+    EXPECT_EQ(std::count_if(p.captures.begin(), p.captures.end(),
+                            [](const capture_point & c) { return c.n_tokens == 40 && c.kind == point_kind::turn; }),
+              1);
     const std::vector<capture_point> cold = st.cold_split_points(prompt, h);
     for (const auto & c : cold) {
         EXPECT_FALSE(c.n_tokens > 40 && c.n_tokens < 56) << c.n_tokens;
