@@ -116,6 +116,16 @@ struct config {
      *  cache breakpoints (Anthropic cache_control): those say where the client comes back, and
      *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
+    /** Message rungs (hybrid families; issue 14): checkpoints inside the last user message,
+     *  message_step tokens apart (stretched so that at most message_rungs fit), so that an edit
+     *  of the message restores up to the rung before the edit instead of the message start.
+     *  Only the newest user message keeps them: the next user turn's rungs replace them, and
+     *  they do not count against max_checkpoints. Cost per rung on the bench model: ~5 MB of
+     *  RAM while the message is the newest and ~0.4 ms; an edit saves on average step/2
+     *  prefilled tokens (~3-5 ms each) per rung spacing (docs/architecture.md "Message rungs").
+     *  --cache-message-rungs (0: none), --cache-message-step. */
+    int32_t message_rungs = 8;
+    int32_t message_step = 16;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;
     /** Checkpoints kept per lineage (seed 000: 4). */

@@ -51,6 +51,22 @@ std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anch
     return rungs;
 }
 
+std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len) {
+    std::vector<int32_t> rungs;
+    if (cfg.message_rungs <= 0 || cfg.message_step <= 0 || start < 0 || end - start < 2) {
+        return rungs;
+    }
+    const int32_t len = end - start;
+    // ceil((len - 1) / rungs): the stretched step still leaves the last rung inside the message.
+    const int32_t step = std::max(cfg.message_step, (len - 1 + cfg.message_rungs - 1) / cfg.message_rungs);
+    for (int32_t r = start + step; r < end && static_cast<int32_t>(rungs.size()) < cfg.message_rungs; r += step) {
+        if (r > from && r >= min_len) {
+            rungs.push_back(r);
+        }
+    }
+    return rungs;
+}
+
 int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts) {
     if (cfg.divergence_slack <= 0) {
         return n;  // seed 000: at the divergence token itself

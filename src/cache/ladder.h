@@ -28,6 +28,13 @@ struct config;
 std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anchor,
                                   std::span<const int32_t> line_starts, int32_t min_len);
 
+/** The message rungs of a last user message spanning [start, end) (prompt positions,
+ *  tokens): start + k * step for k >= 1, strictly inside (max(start, from), end), ascending, where
+ *  step is cfg.message_step stretched so that at most cfg.message_rungs rungs cover the message.
+ *  Rungs below `min_len` (--prompt-cache-min-prefix) are left out. Empty when cfg.message_rungs
+ *  or cfg.message_step is <= 0, or start < 0 (no user message known). */
+std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len);
+
 /** Where a divergence checkpoint at `n` (the common prefix with the closest stored state,
  *  tokens) goes: the start of the line holding token n when it is at most cfg.divergence_slack
  *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0; n itself when

@@ -24,6 +24,7 @@ std::string_view to_string(point_kind k) {
         case point_kind::anchor: return "anchor";
         case point_kind::divergence: return "divergence";
         case point_kind::ladder: return "ladder";
+        case point_kind::message: return "message";
     }
     return "?";
 }
@@ -315,6 +316,13 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         for (const auto & m : h.media) {
             add(m.begin, point_kind::turn);
         }
+        // message rungs: inside the last user message (up to the history boundary), so that an
+        // edit of it restores close to where it parts (ladder.h).
+        if (breakpoints.empty() && h.last_user_tokens >= 0 && h.history_tokens > h.last_user_tokens) {
+            for (const int32_t r : message_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+                add(r, point_kind::message);
+            }
+        }
         // cache_control breakpoints: where the client says it will come back.
         for (const int32_t b : breakpoints) {
             add(b - cfg_.anchor_slack, point_kind::turn);
@@ -398,8 +406,13 @@ void store::check_invariants() const {
                 fail("1: checkpoints of entry " + std::to_string(e.id) + " do not ascend");
             }
         }
-        if (static_cast<int32_t>(e.checkpoints.size()) > (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints)) {
-            fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) + " checkpoints");
+        const auto n_message = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                             [](const checkpoint & c) { return c.kind == point_kind::message; });
+        if (static_cast<int32_t>(e.checkpoints.size() - n_message) >
+                (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints) ||
+            n_message > cfg_.message_rungs) {
+            fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) +
+                 " checkpoints (" + std::to_string(n_message) + " message rungs)");
         }
         for (const auto & c : e.checkpoints) {
             if (e.anchor && c.kind != point_kind::ladder) {

@@ -147,6 +147,9 @@ struct commit_input {
     /** The prompt's history boundary (plan_hints), -1 when none (e.g. it ends with a tool
      *  result): the entry then keeps the absorbed entry's boundary as its absorption threshold. */
     int32_t history_tokens = -1;
+    /** Where the prompt's last user message starts (plan_hints), -1 when unknown: message rungs
+     *  before it belong to older messages and are dropped (config::message_rungs). */
+    int32_t last_user_tokens = -1;
     std::optional<restore_plan> absorbed;  ///< the plan, when it took an entry (absorption)
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
     /** A warm-up that prefilled its whole prefix: the entry is marked warmed at its length, and
@@ -329,8 +332,9 @@ public:
 
     /** Throws std::logic_error naming the first broken invariant:
      *  1. checkpoints of an entry ascend strictly, each in [1, n_tokens);
-     *  2. at most max_checkpoints per conversation entry; an anchor holds only ladder rungs, at
-     *     most ladder_max_rungs; none on dense families or in exact mode;
+     *  2. at most max_checkpoints per conversation entry besides at most message_rungs message
+     *     rungs; an anchor holds only ladder rungs, at most ladder_max_rungs; none on dense
+     *     families or in exact mode;
      *  3. device entries hold distinct sequence ids and no full blob; RAM entries hold a blob;
      *  4. anchors are in RAM, at most max_anchors, their bytes <= max_anchor_bytes;
      *  5. ram_bytes() (blobs held + reservations) is <= budget();

@@ -17,8 +17,9 @@ uint64_t size_of(const blob_ptr & b) {
 
 // Thinning order (seed 000 "Thinning"): old guard points first (only the newest guard is a
 // live resend point), then the oldest turn boundaries, then the oldest divergence points, then
-// the newest guard. `cps` ascends by length, so the first match is the oldest. Returns the
-// index to drop (REQUIRES: cps non-empty).
+// the newest guard; message rungs never (thin() caps them apart). `cps` ascends by length, so
+// the first match is the oldest. Returns the index to drop (REQUIRES: cps holds a checkpoint
+// that is not a message rung).
 size_t drop_candidate(const std::vector<checkpoint> & cps) {
     std::optional<size_t> newest_guard;
     for (size_t i = 0; i < cps.size(); ++i) {
@@ -40,13 +41,34 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
             }
         }
     }
-    return newest_guard.value_or(0);
+    if (newest_guard) {
+        return *newest_guard;
+    }
+    // Anything but a message rung (those have their own cap in thin()).
+    for (size_t i = 0; i < cps.size(); ++i) {
+        if (cps[i].kind != point_kind::message) {
+            return i;
+        }
+    }
+    return 0;
 }
 
 }  // namespace
 
 void store::thin(std::vector<checkpoint> & cps) {
-    while (static_cast<int32_t>(cps.size()) > cfg_.max_checkpoints) {
+    // Message rungs have their own cap: the oldest go first (only the newest message's are
+    // kept at commit, so this bites only on a twin's rungs).
+    auto n_message = [&] {
+        return static_cast<int32_t>(std::count_if(cps.begin(), cps.end(),
+                                                  [](const checkpoint & c) { return c.kind == point_kind::message; }));
+    };
+    while (n_message() > cfg_.message_rungs) {
+        auto it = std::find_if(cps.begin(), cps.end(), [](const checkpoint & c) { return c.kind == point_kind::message; });
+        LINEAGE_TRACE(trace_, "thinned: dropped the message rung at {} (over {} per lineage)", it->n_tokens,
+                      cfg_.message_rungs);
+        cps.erase(it);
+    }
+    while (static_cast<int32_t>(cps.size()) - n_message() > cfg_.max_checkpoints) {
         const size_t i = drop_candidate(cps);
         LINEAGE_TRACE(trace_, "thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
                       cps[i].n_tokens, cfg_.max_checkpoints);
@@ -101,6 +123,10 @@ bool store::commit(commit_input in, double now_s) {
         }
         const int32_t n = static_cast<int32_t>(e.toks.size());
         std::erase_if(cps, [n](const checkpoint & c) { return c.n_tokens < 1 || c.n_tokens >= n || !c.recurrent; });
+        // Only the newest user message keeps its message rungs: those of earlier messages go.
+        if (const int32_t m = in.last_user_tokens; m >= 0) {
+            std::erase_if(cps, [m](const checkpoint & c) { return c.kind == point_kind::message && c.n_tokens <= m; });
+        }
         // Newest capture wins at equal length (stable sort keeps insertion order).
         std::stable_sort(cps.begin(), cps.end(),
                          [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });

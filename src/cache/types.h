@@ -29,10 +29,13 @@ enum class point_kind : uint8_t {
     ladder,      ///< a rung of an anchor's ladder: a checkpoint at a line start inside a newly
                  ///< pinned system region, so a later system text that parts from it restores
                  ///< close to where it parts (issue 14)
+    message,     ///< a rung inside the last user message, so that an edit of that message
+                 ///< restores close to where it parts; only the newest message keeps them
+                 ///< (issue 14)
 };
 
 /** The last point_kind (file readers check a stored kind against it). */
-inline constexpr point_kind last_point_kind = point_kind::ladder;
+inline constexpr point_kind last_point_kind = point_kind::message;
 
 std::string_view to_string(point_kind k);
 

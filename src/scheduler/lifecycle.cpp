@@ -174,6 +174,7 @@ void lifecycle::commit(slot & s, double now_s) {
     in.captured = std::move(s.captured);
     in.reserved_bytes = s.reserved_bytes;
     in.history_tokens = s.req->cache.history_tokens;
+    in.last_user_tokens = s.req->cache.last_user_tokens;
     in.warmed = s.req->warmup;  // whole or preempted: a later restore of it is a warm-up hit
     if (s.plan.absorbs) {
         in.absorbed = std::move(s.plan);

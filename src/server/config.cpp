@@ -463,6 +463,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: a checkpoint at the start of the last user message, so an edit of that message restores up "
         "to it instead of the previous turn",
         boolean(cc.last_user_checkpoint), true);
+    add("--cache-message-rungs", "LINEAGE_CACHE_MESSAGE_RUNGS", "N", std::to_string(dc.message_rungs),
+        "hybrid models: most checkpoints (message rungs) inside the last user message, so an edit of it restores "
+        "up to the rung before the edit; only the newest message keeps them, each is one recurrent state in RAM; "
+        "0 = none",
+        int_min(cc.message_rungs, 0));
+    add("--cache-message-step", "LINEAGE_CACHE_MESSAGE_STEP", "TOKENS", std::to_string(dc.message_step),
+        "message rungs this many tokens apart (stretched so that --cache-message-rungs cover a long message)",
+        int_min(cc.message_step, 1));
     add("--cache-ladder-step", "LINEAGE_CACHE_LADDER_STEP", "TOKENS", std::to_string(dc.ladder_step),
         "hybrid models: when a new system prompt is pinned as an anchor, checkpoints (ladder rungs) are taken "
         "inside it at line starts at most this many tokens apart, so a new session whose system text ends "

@@ -1,6 +1,6 @@
 // Unit tests of the ladder rules (cache/ladder.h): rungs at line starts walking back from the
 // anchor, at most the near step apart near it and the far step before, the far step stretched
-// to the rung cap, nothing within one gap of the restore point; divergence slack.
+// to the rung cap, nothing within one gap of the restore point; divergence slack; message rungs.
 #include "cache/ladder.h"
 
 #include "cache/config.h"
@@ -87,6 +87,21 @@ TEST(Ladder, DivergenceGoesBackToItsLineStartWithinTheSlack) {
     EXPECT_EQ(divergence_point(c, 1090, lines), 1088);  // 90 > 64 into its line: BPE slack
     EXPECT_EQ(divergence_point(c, 50, {}), 48);
     EXPECT_EQ(divergence_point(c, 1, {}), 0);
+}
+
+TEST(MessageRungs, EveryStepInsideTheMessageAfterTheRestorePoint) {
+    config c = ladder_config();
+    c.message_rungs = 8;
+    c.message_step = 16;
+    EXPECT_EQ(message_rungs(c, 0, 100, 150, 4), (std::vector<int32_t>{116, 132, 148}));
+    EXPECT_EQ(message_rungs(c, 130, 100, 150, 4), (std::vector<int32_t>{132, 148}));  // after the restore point
+    EXPECT_TRUE(message_rungs(c, 0, 100, 116, 4).empty());                            // shorter than one step
+    EXPECT_TRUE(message_rungs(c, 0, -1, 150, 4).empty());                             // no user message known
+    EXPECT_EQ(message_rungs(c, 0, 10, 60, 30), (std::vector<int32_t>{42, 58}));       // min prefix
+    // A long message: the step stretches so that 8 rungs cover it (ceil(399 / 8) = 50).
+    EXPECT_EQ(message_rungs(c, 0, 0, 400, 4), (std::vector<int32_t>{50, 100, 150, 200, 250, 300, 350}));
+    c.message_rungs = 0;
+    EXPECT_TRUE(message_rungs(c, 0, 100, 150, 4).empty());
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ config small_config() {
     c.divergence_min_gain = 32;
     c.resend_checkpoint = false;  // seed 000's guard rule; ResendCheckpoint tests the other
     c.ladder_step = 0;            // no anchor ladder; the Ladder tests turn it on
+    c.message_rungs = 0;          // no message rungs; the MessageRungs tests turn them on
     return c;
 }
 
@@ -39,6 +40,7 @@ protected:
         in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
         in.device_bytes = 1000;
         in.history_tokens = h.history_tokens;
+        in.last_user_tokens = h.last_user_tokens;
         for (const auto & c : p.captures) {
             if (c.kind == point_kind::anchor) {
                 // As lifecycle::capture: the rungs captured before it go with the anchor.
@@ -800,6 +802,82 @@ TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
                              [](const capture_point & c) { return c.n_tokens == 500; }));
     EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(),
                             [](const capture_point & c) { return c.n_tokens == 298 && c.kind == point_kind::turn; }));
+}
+
+TEST_F(StoreTest, MessageRungsLetAnEditRestoreUpToTheRungBeforeIt) {
+    config c = small_config();
+    c.message_rungs = 8;
+    c.message_step = 16;
+    store st(c, /*hybrid=*/true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens head = cat(seq(0, 200), seq(3000, 300));
+    // The user message spans [500, 555): rungs at 516, 532, 548 besides the last-user turn at 500.
+    auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    std::vector<int32_t> rungs;
+    for (const auto & cp : p2.captures) {
+        if (cp.kind == point_kind::message) {
+            rungs.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(rungs, (std::vector<int32_t>{516, 532, 548}));
+    // An edit from the message's 40th token restores the rung at 532 (not the message start).
+    const tokens edited = cat(cat(head, seq(8000, 40)), seq(9500, 30));
+    auto p3 = st.plan(k, edited, plan_hints{-1, 565, -1, {}, 500}, 3.0);
+    EXPECT_EQ(p3.n_restore, 532);
+    EXPECT_EQ(p3.kind, point_kind::message);
+    st.abandon(p3, 0);
+    // An edit inside the first step still restores the message start.
+    auto p4 = st.plan(k, cat(cat(head, seq(8000, 10)), seq(9600, 30)), plan_hints{-1, 535, -1, {}, 500}, 3.5);
+    EXPECT_EQ(p4.n_restore, 500);
+    EXPECT_EQ(p4.kind, point_kind::turn);
+    st.abandon(p4, 0);
+    // The next user turn (its message at [620, 700)) takes its own rungs; the old message's go.
+    const tokens turn3 = cat(cat(cat(head, seq(8000, 60)), seq(4000, 60)), seq(8500, 80));
+    run(st, k, turn3, plan_hints{-1, 700, -1, {}, 620}, 4.0);
+    const auto after_turn3 = st.entries();
+    ASSERT_EQ(after_turn3.size(), 1u);
+    std::vector<int32_t> kept;
+    for (const auto & cp : after_turn3.front().checkpoints) {
+        if (cp.second == point_kind::message) {
+            kept.push_back(cp.first);
+        }
+    }
+    EXPECT_EQ(kept, (std::vector<int32_t>{636, 652, 668, 684}));
+    // Off: only the message start.
+    config off = small_config();
+    store st2(off, true);
+    run(st2, k, seq(0, 200), {-1, 195});
+    auto q = st2.plan(k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    EXPECT_TRUE(std::none_of(q.captures.begin(), q.captures.end(),
+                             [](const capture_point & cp) { return cp.kind == point_kind::message; }));
+}
+
+TEST_F(StoreTest, MessageRungsHaveTheirOwnCapBesideMaxCheckpoints) {
+    config c = small_config();
+    c.message_rungs = 3;
+    c.message_step = 16;
+    c.max_checkpoints = 2;
+    store st(c, /*hybrid=*/true);
+    const key k{"b", "s"};
+    // A 400-token message from cold: the step stretches to ceil(399 / 3) = 133.
+    auto p = run(st, k, cat(seq(0, 100), seq(5000, 410)), plan_hints{-1, 500, -1, {}, 100});
+    std::vector<int32_t> rungs;
+    for (const auto & cp : p.captures) {
+        if (cp.kind == point_kind::message) {
+            rungs.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(rungs, (std::vector<int32_t>{233, 366, 499}));
+    const auto entries = st.entries();
+    ASSERT_EQ(entries.size(), 1u);
+    int32_t n_message = 0;
+    int32_t n_other = 0;
+    for (const auto & cp : entries.front().checkpoints) {
+        (cp.second == point_kind::message ? n_message : n_other)++;
+    }
+    EXPECT_EQ(n_message, 3);
+    EXPECT_EQ(n_other, 2) << "max_checkpoints counts the other checkpoints only";
 }
 
 }  // namespace

@@ -7,8 +7,9 @@
 //    models restore the whole shared prefix and capture no rungs;
 //  - divergence slack: the divergence checkpoint goes back to the start of its line, so a third
 //    prompt that parts a few tokens earlier in that line still restores it;
-//  - the last user message's start: an edit of that message restores up to where it starts,
-//    computed here from the server's own /apply-template + /tokenize.
+//  - the last user message: a checkpoint at its start (computed here from the server's own
+//    /apply-template + /tokenize) and message rungs inside it, so an edit of that message
+//    restores up to the last rung before the edit, or its start for an edit before the first.
 // Every restored reply equals the reply of a server that never cached anything.
 // seed 000's capture set (these additions off) is pinned by scenarios.test.mjs.
 //
@@ -120,7 +121,7 @@ for (const arch of SCENARIO_ARCHS) {
       expectSame(r3, await sc.cold('variant 3', p3), 'a restored divergence checkpoint');
     });
 
-    it('an edit of the last user message restores up to where it starts', async (t) => {
+    it('an edit of the last user message restores up to the message rung before the edit', async (t) => {
       if (!sc.hybrid) return t.skip('dense: any prefix restores');
       for (const s of [sc, scOff]) await s.reset();
       const system = sys(systemText('alpha', '2026-06-01'));
@@ -134,12 +135,26 @@ for (const arch of SCENARIO_ARCHS) {
       const start = lcp(await tokensOf(srv, [...before, user('\u0001')], false), await tokensOf(srv, turn2));
       assert.equal(r2.trace.lastUser, start, `the server's last_user hint${detail(r2)}`);
       assert.ok(r2.trace.captures.some((c) => c.kind === 'turn' && c.n === start), `no turn checkpoint at ${start}${detail(r2)}`);
+      // Message rungs every 16 tokens (--cache-message-step) after the message start.
+      const rungs = r2.trace.captures.filter((c) => c.kind === 'message').map((c) => c.n);
+      assert.ok(rungs.length >= 3, `message rungs ${rungs}${detail(r2)}`);
+      rungs.forEach((n, i) => assert.equal(n, start + 16 * (i + 1), `rung ${i}${detail(r2)}`));
+      // Edited from its 31st word on: restored up to the last rung before the parting point.
       const edited = [...before, user(`${words(60, 4).split(' ').slice(0, 30).join(' ')} ${words(30, 5)}`)];
+      const parts = lcp(await tokensOf(srv, edited), await tokensOf(srv, turn2));
+      const want = Math.max(...rungs.filter((n) => n <= parts));
+      assert.ok(want > start, `no rung between the message start ${start} and the parting point ${parts}`);
       const r3 = await sc.ask('turn 2 edited', edited);
-      assert.equal(r3.u.cached, start, detail(r3));
-      assert.equal(r3.hit, 'turn', detail(r3));
-      expectSame(r3, await sc.cold('turn 2 edited', edited), 'a restored last-user checkpoint');
-      // Without the checkpoint the edit lands on an earlier restore point.
+      assert.equal(r3.u.cached, want, detail(r3));
+      assert.equal(r3.hit, 'message', detail(r3));
+      expectSame(r3, await sc.cold('turn 2 edited', edited), 'a restored message rung');
+      // Edited from its 2nd word: before the first rung, so the message start (a turn checkpoint).
+      const early = [...before, user(`${words(60, 4).split(' ')[0]} ${words(50, 6)}`)];
+      const r4 = await sc.ask('turn 2 edited at its start', early);
+      assert.equal(r4.u.cached, start, detail(r4));
+      assert.equal(r4.hit, 'turn', detail(r4));
+      expectSame(r4, await sc.cold('turn 2 edited at its start', early), 'a restored last-user checkpoint');
+      // Without these restore points the edit lands on an earlier one.
       const o1 = await scOff.ask('turn 1 (off)', turn1);
       await scOff.ask('turn 2 (off)', [...turn1, echo(o1.res.choices[0].message), user(words(60, 4))]);
       const o3 = await scOff.ask('turn 2 edited (off)', [...turn1, echo(o1.res.choices[0].message), edited.at(-1)]);

@@ -20,7 +20,7 @@
 //    absorption;
 //  - these suites pin seed 000's capture set, so their servers run with the issue-14 additions
 //    off (SEED000_ARGS: no anchor ladder, divergence checkpoints at the exact token, no
-//    last-user-message checkpoint); scenarios-ladder.test.mjs asserts those with the defaults.
+//    last-user-message checkpoint, no message rungs); scenarios-ladder.test.mjs asserts those with the defaults.
 //
 // Token facts of the tiny models' tokenizer (the Qwen3.5 vocab) and template (Qwen3.5), checked
 // against the server's own hints where it reports them:
@@ -51,7 +51,7 @@ export const ANCHOR_SLACK = 2;
 export const GUARD_DISTANCE = 16;
 /** Seed 000's capture set exactly: the issue-14 restore points off (tested in scenarios-ladder). */
 export const SEED000_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
-  '--cache-last-user-checkpoint=false'];
+  '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0'];
 export const BASE_ARGS = ['--parallel', '2', '--ctx-size', '8192', '--log-level', 'debug'];
 export const SERVER_ARGS = [...BASE_ARGS, ...SEED000_ARGS];
 
