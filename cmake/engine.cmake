@@ -1,6 +1,7 @@
 # Imported targets for the prebuilt engine:
 #   engine::llama   libllama + ggml (include/llama.h, ggml headers)
 #   engine::common  llama.cpp's common library (chat templates, sampling, json)
+#   engine::mtmd    libmtmd, the multimodal projector library (tools/mtmd: mtmd.h, mtmd-helper.h)
 #   engine::httplib the cpp-httplib static library from the engine's vendor folder
 #   engine::vendor  header-only vendor libraries (nlohmann/json.hpp)
 if(NOT LINEAGE_ENGINE_SRC OR NOT LINEAGE_ENGINE_BUILD)
@@ -22,10 +23,15 @@ _lineage_engine_lib(engine::ggml_base "${_eb}/bin/libggml-base.so")
 _lineage_engine_lib(engine::ggml      "${_eb}/bin/libggml.so")
 _lineage_engine_lib(engine::llama_lib "${_eb}/bin/libllama.so")
 _lineage_engine_lib(engine::common_lib "${_eb}/bin/libllama-common.so")
+_lineage_engine_lib(engine::mtmd_lib "${_eb}/bin/libmtmd.so")
 
 add_library(engine::llama INTERFACE IMPORTED GLOBAL)
 target_include_directories(engine::llama SYSTEM INTERFACE "${_es}/include" "${_es}/ggml/include")
 target_link_libraries(engine::llama INTERFACE engine::llama_lib engine::ggml engine::ggml_base)
+
+add_library(engine::mtmd INTERFACE IMPORTED GLOBAL)
+target_include_directories(engine::mtmd SYSTEM INTERFACE "${_es}/tools/mtmd")
+target_link_libraries(engine::mtmd INTERFACE engine::mtmd_lib engine::llama)
 
 add_library(engine::vendor INTERFACE IMPORTED GLOBAL)
 target_include_directories(engine::vendor SYSTEM INTERFACE "${_es}/vendor")

@@ -256,7 +256,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     }
     if (counted) {  // a warm-up's plan is no request's: not classified either
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
-        classify(k, prompt, live_lcp, p);
+        classify(k, prompt, live_lcp, hints.media, p);
     }
     add_captures(p, k, prompt, hints, breakpoints);
     if (trace_.on()) {
@@ -320,6 +320,11 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         if (cfg_.last_user_checkpoint && breakpoints.empty()) {
             add(h.last_user_tokens, point_kind::turn);
         }
+        // the start of each image: a prompt with the same text and another image restores
+        // exactly the text before it (media.h).
+        for (const auto & m : h.media) {
+            add(m.begin, point_kind::turn);
+        }
         // message rungs: inside the last user message (up to the history boundary), so that an
         // edit of it restores close to where it parts (ladder.h).
         if (breakpoints.empty() && h.last_user_tokens >= 0 && h.history_tokens > h.last_user_tokens) {
@@ -366,6 +371,17 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
                 add(r, point_kind::ladder);
             }
         }
+    }
+    // An image is decoded as one unit: a point inside one moves back to its start (media.h).
+    if (!h.media.empty()) {
+        std::vector<capture_point> moved;
+        for (auto c : p.captures) {
+            c.n_tokens = clamp_to_spans(h.media, c.n_tokens);
+            if (c.n_tokens > from || (c.kind == point_kind::anchor && c.n_tokens == from && c.n_tokens > 0)) {
+                moved.push_back(c);
+            }
+        }
+        p.captures = std::move(moved);
     }
     // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
     std::stable_sort(p.captures.begin(), p.captures.end(),

@@ -36,6 +36,7 @@
 #include "cache/disk_tier.h"
 #include "cache/ghosts.h"
 #include "cache/key.h"
+#include "cache/media.h"
 #include "cache/radix_trie.h"
 #include "cache/reasons.h"
 #include "cache/restore_rule.h"
@@ -73,6 +74,11 @@ struct plan_hints {
     /** Start of the last message when it is a user message, tokens (-1: none): a turn
      *  checkpoint there lets an edit of that message restore up to it. Hybrid only. */
     int32_t last_user_tokens = -1;
+    /** The prompt's images (media.h), ascending: no capture is planned strictly inside one (it
+     *  moves back to the image's start), a hybrid prefill captures a turn checkpoint at each
+     *  image's start, and a lookup whose longest match parts at an image's start names
+     *  mm_digest as its miss cause. The span must outlive the plan() call. */
+    std::span<const token_span> media = {};
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
@@ -387,7 +393,8 @@ private:
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
      *  appends it to p.reason (store_trace.cpp). */
-    void classify(const key & k, const tokens & prompt, int32_t live_lcp, restore_plan & p);
+    void classify(const key & k, const tokens & prompt, int32_t live_lcp, std::span<const token_span> media,
+                  restore_plan & p);
     /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
     void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
     void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }

@@ -184,9 +184,31 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     trace_("captures planned: [{}]{}{}", planned, skipped.empty() ? "" : "; not planned: ", skipped);
 }
 
-void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, restore_plan & p) {
+void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std::span<const token_span> media,
+                     restore_plan & p) {
     const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;  // a restore leaves >= 1 token
     const int32_t live = std::min(live_lcp, limit);
+    // An image the stored conversation does not have at this place (another image, or text):
+    // the longest match parts exactly where the prompt's image starts. The key's mm_digest
+    // dimension, carried by the image's pseudo-tokens (media.h), is what differs.
+    if (const int32_t img = span_starting_at(media, live); img >= 0 && live < limit) {
+        bool parts_there = false;
+        if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+            t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+                parts_there = lcp == live_lcp && static_cast<int32_t>(by_id_.at(id)->toks.size()) > lcp;
+                return !parts_there && lcp == live_lcp;
+            });
+        }
+        if (parts_there) {
+            p.cause = miss_cause::key_differs;
+            stats_.key_differs["mm_digest"]++;
+            (p.n_restore == 0 ? stats_.misses_by_cause : stats_.short_hits_by_cause)[std::string(to_string(*p.cause))]++;
+            p.reason += fmt::format("; {} cause: key_differs: a live entry shares {} tokens and then holds another "
+                                    "image or text where image {} starts (mm_digest differs)",
+                                    p.n_restore == 0 ? "miss" : "short hit", live, img + 1);
+            return;
+        }
+    }
     if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= limit) {
         return;  // restored (nearly) the whole prompt: nothing can have shared more
     }

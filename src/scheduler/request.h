@@ -7,6 +7,8 @@
 #pragma once
 
 #include "cache/key.h"
+#include "cache/media.h"
+#include "engine/multimodal.h"
 #include "engine/sampler.h"
 #include "util/thread_annotations.h"
 
@@ -163,10 +165,20 @@ private:
  *  thread answers `alive`, or cancels the request when its client has gone. */
 enum class probe_state : int { none, asked, alive };
 
+/** One image of a prompt: the positions it fills (its pseudo-tokens in `prompt`, cache/media.h)
+ *  and the chunk the engine encodes and decodes there as one unit. */
+struct media_span {
+    cache::token_span span;
+    std::shared_ptr<const engine::image_chunk> chunk;
+};
+
 /** A tokenized, validated request. */
 struct generation_request {
     uint64_t id = 0;
     std::vector<token> prompt;          ///< REQUIRES: non-empty, < context size
+    /** The prompt's images, ascending and disjoint, none at its last position (the routes put
+     *  the generation prompt after them); `prompt` holds their pseudo-tokens. Empty for text. */
+    std::vector<media_span> media;
     sampling_params sampling;
     cache_hints cache;
     std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();

@@ -269,8 +269,12 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         return;
     }
     const auto t0 = clock::now();
+    std::vector<cache::token_span> media;
+    for (const auto & m : s.req->media) {
+        media.push_back(m.span);
+    }
     cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
-                            s.req->cache.line_starts, s.req->cache.last_user_tokens};
+                            s.req->cache.line_starts, s.req->cache.last_user_tokens, media};
     if (s.use_cache && s.req->warmup) {
         s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
     } else if (s.use_cache) {
@@ -281,6 +285,13 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         s.plan.captures = store_.cold_split_points(s.req->prompt, hints, s.req->cache.breakpoint_tokens);
     }
     s.stats.lookup_s = seconds_since(t0);
+    if (cache::clamp_to_spans(media, s.plan.n_restore) != s.plan.n_restore) {
+        // Cannot happen (an image's pseudo-tokens match whole or part at its start, and no
+        // point is captured inside one); an engine cannot resume half-way through an image.
+        spdlog::error("request {}: restore point {} inside an image; prefilling cold", s.req->id, s.plan.n_restore);
+        store_.abandon(s.plan, 0);
+        s.plan = cache::cold_plan(std::move(s.plan));
+    }
     if (s.plan.op == cache::restore_op::take_device) {
         s.seq = s.plan.device_seq;
     } else if (auto seq = pool_->acquire(s.plan.source)) {
@@ -382,6 +393,25 @@ void scheduler::impl::step() {
     }
     // One llama_decode applies one LoRA set: only the slots with the chosen set join this step.
     const std::vector<float> lora = next_lora_set(slots_, lora_turn_);
+    if (lora != applied_lora_) {
+        std::vector<const engine::lora_adapter *> adapters;
+        for (const auto & a : loras_) {
+            adapters.push_back(a.get());
+        }
+        ctx_->set_loras(adapters, lora);
+        applied_lora_ = lora;
+    }
+    // An image is decoded as one unit, on its own (its embeddings, not tokens), before the
+    // text chunks of the step.
+    for (auto & s : slots_) {
+        while (s.ph == slot::phase::prefill && s.req->lora == lora && !s.req->cancelled->load()) {
+            const media_span * m = s.image_at_past();
+            if (m == nullptr) {
+                break;
+            }
+            decode_image(s, *m);
+        }
+    }
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
     for (auto & s : slots_) {
@@ -398,7 +428,10 @@ void scheduler::impl::step() {
             continue;
         }
         // The chunk ends exactly at the next capture point so the state there can be taken.
-        const int32_t n = std::min(budget, s.next_stop() - s.n_past);
+        const int32_t n = std::min(budget, s.text_stop() - s.n_past);
+        if (n <= 0) {
+            continue;  // an image comes next: decoded at the next step
+        }
         for (int32_t i = 0; i < n; ++i) {
             const int32_t pos = s.n_past + i;
             const bool last = pos + 1 == s.prompt_size() && !s.req->warmup;  // a warm-up samples nothing
@@ -412,14 +445,6 @@ void scheduler::impl::step() {
     }
     if (batch.empty()) {
         return;
-    }
-    if (lora != applied_lora_) {
-        std::vector<const engine::lora_adapter *> adapters;
-        for (const auto & a : loras_) {
-            adapters.push_back(a.get());
-        }
-        ctx_->set_loras(adapters, lora);
-        applied_lora_ = lora;
     }
     const auto t0 = clock::now();
     engine::decode_result rc = ctx_->decode(batch);
@@ -452,6 +477,31 @@ void scheduler::impl::step() {
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
     }
+}
+
+void scheduler::impl::decode_image(slot & s, const media_span & m) {
+    const int32_t n = m.span.end - m.span.begin;
+    if (p_.projector == nullptr || !m.chunk || m.span.end >= s.prompt_size()) {
+        // The routes refuse both (no --mmproj; a prompt that ends with an image).
+        fail(s, {failure_kind::decode_failed, "the request has an image the engine cannot decode here (no projector, "
+                                              "or the prompt ends with it)"});
+        return;
+    }
+    const auto t0 = clock::now();
+    int32_t rc = p_.projector->eval(*ctx_, *m.chunk, s.n_past, s.seq);
+    while (rc == 1 && pool_->demote_one(0)) {
+        ctx_->seq_rm(s.seq, s.n_past, -1);  // a part of the image that went in before the KV ran out
+        rc = p_.projector->eval(*ctx_, *m.chunk, s.n_past, s.seq);  // parked sequences left the device
+    }
+    if (rc != 0) {
+        fail(s, rc == 1 ? request_failure{failure_kind::kv_full,
+                                          "the KV cache is full with the requests in flight; retry, or raise --ctx-size"}
+                        : request_failure{failure_kind::decode_failed, "the engine failed to decode an image"});
+        return;
+    }
+    s.stats.prefill_s += seconds_since(t0);
+    s.n_past += n;
+    after_prefill_chunk(s);
 }
 
 }  // namespace lineage::scheduler

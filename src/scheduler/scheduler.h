@@ -31,6 +31,9 @@ struct params {
     int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
     int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)
     std::vector<std::string> lora_paths;  ///< LoRA adapter GGUFs, id = index (--lora, --lora-scaled)
+    /** The multimodal projector (--mmproj) that decodes requests' images; nullptr = none (the
+     *  routes then refuse images). Borrowed: outlives the scheduler. */
+    engine::projector * projector = nullptr;
     cache::config cache;
 };
 

@@ -59,6 +59,10 @@ struct scheduler::impl {
     void complete_load(slot & s);
     void step();
     void after_prefill_chunk(slot & s);
+    /** Encodes and decodes the image `m` that starts at s.n_past (the projector's eval), then
+     *  moves n_past past it and takes the captures there; fails the slot when the engine fails
+     *  (kv_full when no parked sequence can leave the device to make room). */
+    void decode_image(slot & s, const media_span & m);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
     void fail(slot & s, request_failure why);

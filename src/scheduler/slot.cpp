@@ -67,6 +67,12 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max) {
                                      std::to_string(s.plan.n_restore) + ", prompt " +
                                      std::to_string(s.prompt_size()) + ")");
                 }
+                for (const auto & m : s.req->media) {
+                    if (m.span.begin < s.n_past && s.n_past < m.span.end) {
+                        broken(i, s, "3. n_past " + std::to_string(s.n_past) + " inside the image at [" +
+                                         std::to_string(m.span.begin) + ", " + std::to_string(m.span.end) + ")");
+                    }
+                }
                 if (s.next_capture > caps.size()) {
                     broken(i, s, "3. next_capture past the planned captures");
                 }

@@ -7,6 +7,7 @@
 #include "engine/context.h"
 #include "scheduler/request.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -57,6 +58,25 @@ struct slot {
     int32_t next_stop() const {
         return next_capture < plan.captures.size() ? plan.captures[next_capture].n_tokens : prompt_size();
     }
+    /** The image of the prompt that starts at n_past (decoded next, as one unit), or nullptr. */
+    const media_span * image_at_past() const {
+        for (const auto & m : req->media) {
+            if (m.span.begin == n_past) {
+                return &m;
+            }
+        }
+        return nullptr;
+    }
+    /** Where the current text chunk must end: next_stop(), or the next image's start. */
+    int32_t text_stop() const {
+        int32_t stop = next_stop();
+        for (const auto & m : req->media) {
+            if (m.span.begin >= n_past) {
+                return std::min(stop, m.span.begin);
+            }
+        }
+        return stop;
+    }
 };
 
 /** Throws std::logic_error naming the first broken invariant of slot `s` (index `i` in the
@@ -69,8 +89,9 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max);
  *  1. idle: no request, no sequence, nothing reserved, captured or being read;
  *  2. loading: a load_disk plan with its tier-2 read in flight, a sequence acquired, nothing
  *     prefilled yet;
- *  3. prefill: a sequence, plan.n_restore <= n_past < the prompt length; the captures before
- *     next_capture lie at or before n_past, the next one after it (it is taken when reached);
+ *  3. prefill: a sequence, plan.n_restore <= n_past < the prompt length, n_past not inside an
+ *     image (an image is decoded as one unit); the captures before next_capture lie at or
+ *     before n_past, the next one after it (it is taken when reached);
  *  4. decode: the whole prompt in, every capture passed, a sampler;
  *  5. prefill|decode: the checkpoints taken ascend strictly and lie in [1, n_past];
  *  6. active slots hold distinct sequence ids in [0, n_seq_max).

@@ -1,7 +1,9 @@
 // server::anthropic_messages: Messages API conversation -> chat_request messages.
 #include "server/anthropic_messages.h"
 
+#include "engine/multimodal.h"
 #include "server/json_fields.h"
+#include "server/media_input.h"
 
 namespace lineage::server {
 
@@ -62,8 +64,8 @@ std::string text_of(const json & block, const std::string & p) {
 
 [[noreturn]] void refuse_block(const std::string & type, const std::string & p, const std::string & role) {
     if (type == "image" || type == "document") {
-        fail(p + ".type", "'" + p + "' is an " + type +
-                              " block; this server serves text-only models and does not accept images or documents yet");
+        fail(p + ".type", "'" + p + "' is an " + type + " block in a " + role +
+                              " message; images go in user messages (documents are not accepted)");
     }
     fail(p + ".type", "'" + p + ".type' is '" + type + "', which a " + role +
                           " message cannot hold here; send text, tool_use, tool_result, thinking or redacted_thinking "
@@ -235,6 +237,10 @@ private:
                     set_parts(cut, texts);
                     marks_.push_back(cache_breakpoint{msgs_.size(), std::move(cut)});
                 }
+            } else if (t == "image") {
+                // In the text where it stands: the image marker (engine::projector::marker()).
+                r_.chat.images.push_back({image_of(content[i], bp), bp});
+                texts.push_back(engine::projector::marker());
             } else if (t == "tool_result") {
                 flush();
                 msgs_.push_back(tool_result(content[i], bp));
@@ -249,6 +255,32 @@ private:
         if (content.empty()) {
             fail(p + ".content", "'" + p + ".content' must hold at least one content block");
         }
+    }
+
+    // An image block's file bytes: {"source": {"type": "base64", "media_type": "image/...",
+    // "data": "..."}}; a url source is refused (the server fetches nothing).
+    static std::string image_of(const json & b, const std::string & p) {
+        const json * src = field(b, "source");
+        if (!src || !src->is_object()) {
+            fail(p + ".source", "'" + p + ".source' is required: {\"type\": \"base64\", \"media_type\": "
+                                "\"image/png\", \"data\": \"...\"}");
+        }
+        const json * type = field(*src, "type");
+        const std::string st = type ? get_string(*type, p + ".source.type") : "";
+        if (st != "base64") {
+            fail(p + ".source.type", "'" + p + ".source.type' is '" + st + "'; this server fetches nothing: send the "
+                                     "image as {\"type\": \"base64\", \"media_type\": \"image/png\", \"data\": \"...\"}");
+        }
+        const json * mt = field(*src, "media_type");
+        if (!mt || get_string(*mt, p + ".source.media_type").rfind("image/", 0) != 0) {
+            fail(p + ".source.media_type", "'" + p + ".source.media_type' must be an image type (image/png, image/jpeg)");
+        }
+        const json * data = field(*src, "data");
+        auto bytes = data ? base64_decode(get_string(*data, p + ".source.data")) : std::nullopt;
+        if (!bytes) {
+            fail(p + ".source.data", "'" + p + ".source.data' must be the image's bytes in base64");
+        }
+        return std::move(*bytes);
     }
 
     engine::chat_message tool_result(const json & b, const std::string & p) {

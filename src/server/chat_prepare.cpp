@@ -1,7 +1,9 @@
 // server::chat_prepare: render -> tokenize -> cache hints, on the HTTP thread.
 #include "server/chat_prepare.h"
 
+#include "cache/media.h"
 #include "engine/model.h"
+#include "engine/multimodal.h"
 #include "engine/sampler.h"
 #include "server/cache_key.h"
 
@@ -279,10 +281,17 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         return err;
     }
 
-    try {
-        out.prompt = model_.tokenize(rendered.prompt, /*parse_special=*/true);
-    } catch (const std::exception & e) {
-        return server_error(std::string("tokenization failed: ") + e.what());
+    out.media.clear();
+    if (!r.images.empty()) {
+        if (auto err = tokenize_with_images(r, rendered.prompt, out)) {
+            return err;
+        }
+    } else {
+        try {
+            out.prompt = model_.tokenize(rendered.prompt, /*parse_special=*/true);
+        } catch (const std::exception & e) {
+            return server_error(std::string("tokenization failed: ") + e.what());
+        }
     }
     if (out.prompt.empty()) {
         return invalid_request("the rendered prompt is empty; send at least one message with content", "messages");
@@ -386,6 +395,63 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     out.format = rendered.format;
     if (auto err = grammar_of(r, rendered, out)) {
         return err;
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> chat_preparer::tokenize_with_images(const chat_request & r, const std::string & rendered,
+                                                              prepared_chat & out) const {
+    const std::string & first = r.images.front().param;
+    if (opt_.projector == nullptr) {
+        return invalid_request("'" + first + "' is an image, but this server has no multimodal projector (start it "
+                                   "with --mmproj FILE), so it accepts text only",
+                               first);
+    }
+    std::vector<engine::image> images;
+    std::vector<std::string> digests;
+    for (const auto & in : r.images) {
+        try {
+            images.push_back(opt_.projector->decode_image(in.bytes));
+        } catch (const std::invalid_argument & e) {
+            return invalid_request("'" + in.param + "': " + e.what(), in.param);
+        }
+        // The image as the model sees it: its decoded pixels (PNG and JPEG of the same pixels
+        // are one image) under this projector.
+        const engine::image & im = images.back();
+        cache::hasher h(opt_.key_hash);
+        h.field("lineage:prompt-cache:image:v1");
+        h.field(opt_.projector_digest);
+        h.u64(im.nx());
+        h.u64(im.ny());
+        const auto px = im.pixels();
+        h.field(std::string_view(reinterpret_cast<const char *>(px.data()), px.size()));
+        digests.push_back(h.bytes());
+    }
+    engine::multimodal_prompt mp;
+    try {
+        mp = opt_.projector->tokenize(rendered, images);
+    } catch (const std::invalid_argument & e) {
+        return invalid_request(std::string("the images cannot be placed in the prompt: ") + e.what(), "messages");
+    }
+    out.prompt.clear();
+    size_t img = 0;
+    for (const auto & piece : mp.pieces) {
+        if (!piece.chunk) {
+            out.prompt.insert(out.prompt.end(), piece.text.begin(), piece.text.end());
+            continue;
+        }
+        if (img >= digests.size()) {
+            return server_error("the projector made more image chunks than the request has images");
+        }
+        const auto begin = static_cast<int32_t>(out.prompt.size());
+        for (int32_t i = 0; i < piece.n_tokens; ++i) {
+            out.prompt.push_back(cache::media_token(digests[img], i));
+        }
+        out.media.push_back({{begin, begin + piece.n_tokens}, piece.chunk});
+        ++img;
+    }
+    if (!out.media.empty() && out.media.back().span.end >= static_cast<int32_t>(out.prompt.size())) {
+        return invalid_request("the prompt ends with an image; the chat template must put text after it", "messages");
     }
     return std::nullopt;
 }

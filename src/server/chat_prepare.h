@@ -44,6 +44,12 @@ struct prepare_options {
     cache::hash_algo key_hash = cache::hash_algo::sha256;
     /** The loaded LoRA adapters (the bucket's lora_id); nullptr = none. Borrowed. */
     const lora_registry * loras = nullptr;
+    /** The multimodal projector (--mmproj); nullptr = none: requests with images get a 400.
+     *  Borrowed; decode_image and tokenize are thread-safe. */
+    const engine::projector * projector = nullptr;
+    /** Digest of the projector file's contents (raw bytes): part of every image's digest, so
+     *  that the same picture under another projector is another image to the cache. */
+    std::string projector_digest = {};
 };
 
 /** The server-side chat_template_kwargs for a template: llama-server's preserve_reasoning, and
@@ -66,6 +72,8 @@ struct prepared_chat {
      *  (tool_choice required / a named function; lazy under auto), or the client's `grammar`. */
     engine::grammar_spec grammar;
     lora_selection lora;                            ///< adapters and scales, lora_id, generation
+    /** The prompt's images (their pseudo-tokens are in `prompt`; cache/media.h). */
+    std::vector<scheduler::media_span> media;
 };
 
 /** A raw prompt (POST /v1/completions): tokens as they go to the model, no template. */
@@ -129,6 +137,12 @@ private:
     /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
     std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
                                          bucket_inputs & b) const;
+    /** Tokenizes a rendered prompt with `r`'s images: text tokens, and for each image its
+     *  pseudo-tokens (digest of the decoded pixels and the projector, cache::media_token) and
+     *  its chunk in out.media. Errors: 400 naming the image when there is no projector or the
+     *  bytes are no readable image; 400 when markers and images do not pair up. */
+    std::optional<api_error> tokenize_with_images(const chat_request & r, const std::string & rendered,
+                                                  prepared_chat & out) const;
     std::optional<api_error> grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
                                         prepared_chat & out) const;
 

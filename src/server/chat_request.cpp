@@ -2,6 +2,7 @@
 // a bad_field carrying the api_error; parse_chat_request turns it into a return value.
 #include "server/chat_request.h"
 
+#include "engine/multimodal.h"
 #include "server/chat_request_options.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
@@ -18,14 +19,17 @@ namespace {
 
 using namespace fields;
 
-// Content: a string, or an array of {"type": "text", "text": "..."} parts.
-void parse_content(const json & c, const std::string & param, engine::chat_message & m) {
+// Content: a string, or an array of {"type": "text", "text": "..."} and {"type": "image_url",
+// "image_url": {"url": "data:image/png;base64,..."}} parts (an image part becomes a text part
+// holding the image marker; its bytes join `images`).
+void parse_content(const json & c, const std::string & param, engine::chat_message & m,
+                   std::vector<image_input> & images) {
     if (c.is_string()) {
         m.content = c.get<std::string>();
         return;
     }
     if (!c.is_array()) {
-        fail(param, "'" + param + "' must be a string or an array of text parts, got " + type_name(c));
+        fail(param, "'" + param + "' must be a string or an array of text and image_url parts, got " + type_name(c));
     }
     m.content_is_parts = true;
     for (size_t i = 0; i < c.size(); ++i) {
@@ -37,11 +41,30 @@ void parse_content(const json & c, const std::string & param, engine::chat_messa
         }
         const json * type = field(part, "type");
         if (!type) {
-            fail(pp + ".type", "'" + pp + ".type' is required; this server accepts \"text\" parts");
+            fail(pp + ".type", "'" + pp + ".type' is required; this server accepts \"text\" and \"image_url\" parts");
         }
         const std::string t = get_string(*type, pp + ".type");
+        if (t == "image_url") {
+            const json * iu = field(part, "image_url");
+            if (!iu) {
+                fail(pp + ".image_url", "'" + pp + ".image_url' is required: {\"url\": \"data:image/png;base64,...\"}");
+            }
+            const json * url = iu->is_object() ? field(*iu, "url") : iu;
+            const std::string up = iu->is_object() ? pp + ".image_url.url" : pp + ".image_url";
+            if (!url) {
+                fail(up, "'" + up + "' is required: a data URI (data:image/png;base64,...)");
+            }
+            std::string why;
+            auto bytes = image_from_url(get_string(*url, up), why);
+            if (!bytes) {
+                fail(up, "'" + up + "' " + why);
+            }
+            images.push_back({std::move(*bytes), pp + ".image_url"});
+            m.parts.push_back(engine::projector::marker());
+            continue;
+        }
         if (t != "text") {
-            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; this server accepts only \"text\" parts");
+            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; this server accepts \"text\" and \"image_url\" parts");
         }
         const json * text = field(part, "text");
         if (!text) {
@@ -104,7 +127,7 @@ void parse_tool_calls(const json & tcs, const std::string & param, engine::chat_
     }
 }
 
-engine::chat_message parse_message(const json & msg, size_t index) {
+engine::chat_message parse_message(const json & msg, size_t index, std::vector<image_input> & images) {
     const std::string p = "messages[" + std::to_string(index) + "]";
     if (!msg.is_object()) {
         fail(p, "'" + p + "' must be an object with 'role' and 'content', got " + type_name(msg));
@@ -121,7 +144,7 @@ engine::chat_message parse_message(const json & msg, size_t index) {
     }
     const json * content = field(msg, "content");
     if (content) {
-        parse_content(*content, p + ".content", m);
+        parse_content(*content, p + ".content", m, images);
     }
     if (const json * name = field(msg, "name")) {
         m.name = get_string(*name, p + ".name");
@@ -258,7 +281,7 @@ void parse_body(const json & body, chat_request & r) {
         fail("messages", "'messages' must contain at least one message");
     }
     for (size_t i = 0; i < messages->size(); ++i) {
-        r.messages.push_back(parse_message((*messages)[i], i));
+        r.messages.push_back(parse_message((*messages)[i], i, r.images));
     }
 
     // --- tools ---

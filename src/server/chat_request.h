@@ -11,6 +11,7 @@
 #include "scheduler/request.h"
 #include "server/errors.h"
 #include "server/lora_registry.h"
+#include "server/media_input.h"
 
 #include <map>
 #include <optional>
@@ -50,6 +51,10 @@ struct chat_request {
      *  request, the others at 0; empty = the global scales (POST /lora-adapters). Ids are
      *  checked against the loaded adapters when the request is prepared. */
     std::vector<lora_scale> lora;
+    /** The images of the messages' image_url parts (data URIs, decoded from base64), in the
+     *  order of the parts; each such part is a text part holding the engine's image marker
+     *  (engine::projector::marker()), so the rendered prompt marks where each image goes. */
+    std::vector<image_input> images;
 };
 
 /** Max stop strings per request (OpenAI). */

@@ -329,6 +329,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         lora_parser(c.loras_scaled, true));
     s.back()->repeatable = true;
     s.back()->max_values = 2;
+    add("--mmproj", "LINEAGE_MMPROJ", "FILE", "(none)",
+        "multimodal projector GGUF for the model (llama.cpp's mtmd): chat image_url parts with data: URIs are "
+        "then served; without it a request with an image gets HTTP 400",
+        text(c.mmproj));
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),

@@ -50,6 +50,8 @@ struct server_config {
      *  parse_config also puts their paths in sched.lora_paths. */
     std::vector<lora_spec> loras;
     std::vector<lora_spec> loras_scaled;  ///< --lora-scaled, before parse_config appends them to `loras`
+    /** --mmproj: the multimodal projector GGUF for the model ("" = none: images refused). */
+    std::string mmproj;
     /** --responses-store: SQLite file of the stored Responses API responses; resolved by
      *  parse_config to <disk_dir>/responses.sqlite when unset and the disk tier is on, else
      *  ":memory:" (also for the value "memory"). */

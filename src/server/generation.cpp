@@ -64,7 +64,9 @@ struct run_state {
 
     // A reply was sent whole: warm the conversation's next turn.
     void after_reply(const generation_event & done) const {
-        if (conversation && ctx.warm && out->reply() != nullptr &&
+        // Not with images: the warm-up renders the conversation as text (its images would be
+        // marker text, not the image tokens the next request restores).
+        if (conversation && ctx.warm && out->reply() != nullptr && req->media.empty() &&
             (done.finish == scheduler::finish_reason::stop || done.finish == scheduler::finish_reason::length)) {
             ctx.warm->after_reply(conversation, *out->reply(), req->cache, req->lora, req->lora_epoch);
         }
@@ -297,6 +299,7 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     auto gr = std::make_shared<scheduler::generation_request>();
     gr->id = ctx.next_id.fetch_add(1);
     gr->prompt = prep.prompt;
+    gr->media = prep.media;
     gr->sampling = sampling;
     if (gr->sampling.max_tokens < 0 && ctx.cfg.n_predict > 0) {
         gr->sampling.max_tokens = ctx.cfg.n_predict;  // --n-predict: the default cap

@@ -1,8 +1,10 @@
 // lineage-server: parse the configuration, load the model and its chat template, start the
 // scheduler (engine thread), serve HTTP until SIGINT/SIGTERM, then shut down in order: stop
 // accepting HTTP, stop the scheduler, exit 0. Startup failures print one clear error, exit 1.
+#include "cache/digest.h"
 #include "engine/chat_template.h"
 #include "engine/model.h"
+#include "engine/multimodal.h"
 #include "scheduler/scheduler.h"
 #include "server/config.h"
 #include "server/json_body.h"
@@ -109,9 +111,28 @@ int serve(const server::server_config & cfg) {
         spdlog::error("{}: check the --lora / --lora-scaled paths", e.what());
         return 1;
     }
+    std::unique_ptr<engine::projector> projector;
+    std::string projector_digest;
+    scheduler::params sched_params = cfg.sched;
+    if (!cfg.mmproj.empty()) {
+        try {
+            projector = std::make_unique<engine::projector>(*model, cfg.mmproj, cfg.sched.n_threads);
+        } catch (const std::exception & e) {
+            spdlog::error("{}; check --mmproj", e.what());
+            return 1;
+        }
+        auto d = server::file_digest(cfg.mmproj, cfg.sched.cache.key_hash);
+        if (!d) {
+            spdlog::error("cannot read --mmproj {}", cfg.mmproj);
+            return 1;
+        }
+        projector_digest = *d;
+        sched_params.projector = projector.get();
+        spdlog::info("multimodal projector: {} (content {})", cfg.mmproj, cache::to_hex(projector_digest).substr(0, 16));
+    }
     std::unique_ptr<scheduler::scheduler> sched;
     try {
-        sched = std::make_unique<scheduler::scheduler>(*model, cfg.sched);
+        sched = std::make_unique<scheduler::scheduler>(*model, sched_params);
     } catch (const std::exception & e) {
         spdlog::error("cannot start the engine: {}", e.what());
         return 1;
@@ -142,7 +163,7 @@ int serve(const server::server_config & cfg) {
     for (const auto & e : loras->list()) {
         spdlog::info("lora adapter {}: {} (scale {}, content {})", e.id, e.path, e.scale, e.digest.substr(0, 16));
     }
-    server::server_context ctx(cfg, *model, *tmpl, *sched, *loras);
+    server::server_context ctx(cfg, *model, *tmpl, *sched, *loras, projector.get(), projector_digest);
     server::install_routes(srv, ctx);
 
     if (!srv.bind_to_port(cfg.host, cfg.port)) {

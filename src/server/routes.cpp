@@ -196,7 +196,8 @@ bool anthropic_path(const std::string & path) {
 }  // namespace
 
 server_context::server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
-                               scheduler::scheduler & s, lora_registry & l)
+                               scheduler::scheduler & s, lora_registry & l, const engine::projector * projector,
+                               std::string projector_digest)
     : cfg(c),
       model(m),
       sched(s),
@@ -213,7 +214,9 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                .cache_trace = c.sched.cache.trace,
                                .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
                                .key_hash = c.sched.cache.key_hash,
-                               .loras = &l}),
+                               .loras = &l,
+                               .projector = projector,
+                               .projector_digest = std::move(projector_digest)}),
       signer(c.alias.empty() ? m.id() : c.alias, c.api_key),
       responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
                                                                        .ttl_s = c.responses_ttl_s,

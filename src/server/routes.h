@@ -46,8 +46,11 @@ class scheduler;
 namespace lineage::server {
 
 struct server_context {
+    /** `projector` (--mmproj; nullptr: none) and `projector_digest` (its file's content
+     *  digest) go to the preparer: requests' images are keyed and tokenized with them. */
     server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
-                   scheduler::scheduler & s, lora_registry & l);
+                   scheduler::scheduler & s, lora_registry & l, const engine::projector * projector = nullptr,
+                   std::string projector_digest = {});
 
     const server_config & cfg;
     const engine::model & model;

@@ -321,6 +321,18 @@ TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
     s->n_past = s->plan.captures.front().n_tokens + 1;
     expect_broken(*s, "3. capture at");
     s->n_past = 0;
+    // A prefill stopped inside an image (an image is decoded as one unit).
+    s->req->media.push_back({{5, 21}, nullptr});
+    s->n_past = 10;
+    expect_broken(*s, "3. n_past 10 inside the image at [5, 21)");
+    s->n_past = 5;  // at its start: the image comes next
+    EXPECT_NO_THROW(check_invariants(*s, 0, n_seq_));
+    EXPECT_EQ(s->image_at_past(), &s->req->media.front());
+    EXPECT_EQ(s->text_stop(), 5);
+    s->n_past = 0;
+    EXPECT_EQ(s->text_stop(), 5);  // a text chunk stops at the image
+    EXPECT_EQ(s->image_at_past(), nullptr);
+    s->req->media.clear();
     // Decoding before the prompt is in.
     s->ph = slot::phase::decode;
     expect_broken(*s, "4. decoding before");

@@ -233,9 +233,14 @@ TEST(AnthropicRequest, InvalidBodiesAre400sNamingTheField) {
     EXPECT_EQ(bad(with_messages(R"([{"role":"tool","content":"x"}])")).param, "messages[0].role");
     EXPECT_EQ(bad(with_messages(R"([{"role":"user"}])")).param, "messages[0].content");
     const api_error img = bad(with_messages(
-        R"([{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}])"));
-    EXPECT_EQ(img.param, "messages[0].content[0].type");
-    EXPECT_NE(img.message.find("does not accept images"), std::string::npos) << img.message;
+        R"([{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/cat.png"}}]}])"));
+    EXPECT_EQ(img.param, "messages[0].content[0].source.type");
+    EXPECT_NE(img.message.find("fetches nothing"), std::string::npos) << img.message;
+    EXPECT_EQ(bad(with_messages(
+                  R"([{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"A"}}]}])"))
+                  .param,
+              "messages[0].content[0].source.data");
+    EXPECT_EQ(bad(with_messages(R"([{"role":"assistant","content":[{"type":"image"}]}])")).param, "messages[0].content[0].type");
     EXPECT_EQ(bad(with_messages(R"([{"role":"user","content":[{"type":"text"}]}])")).param, "messages[0].content[0].text");
     EXPECT_EQ(bad(with_messages(R"([{"role":"user","content":[{"type":"tool_result"}]}])")).param,
               "messages[0].content[0].tool_use_id");

@@ -16,6 +16,9 @@
 //   3. "sibling": a persona whose system text differs by a few tokens near its end;
 //   4. "sibling2": a third variant of the persona, differing where the sibling does: it
 //                 can restore the divergence point the sibling's first request captured.
+//   6. "image":   with --image (scripts/demo does it when LINEAGE_DEMO_MMPROJ names a
+//                 projector for the model): a turn with a small PNG and a follow-up turn, which
+//                 restores past the image.
 //   5. "restart": with --save-conversation FILE the main conversation is written to FILE;
 //                 scripts/demo then restarts the server (SIGTERM: the cache is written to its
 //                 disk tier) and runs the driver again with --after-restart FILE: the main
@@ -39,6 +42,7 @@ process.stdout.on('error', (e) => { if (e.code === 'EPIPE') process.exit(process
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const OPENAI_ENTRY = path.resolve(HERE, '../../tests/e2e/node_modules/openai/index.mjs');
+const PNG_ENTRY = path.resolve(HERE, '../../tests/e2e/lib/png.mjs');
 
 const { values: opt } = parseArgs({
   options: {
@@ -53,6 +57,7 @@ const { values: opt } = parseArgs({
     // deploy/haproxy.cfg routes a session to one replica by it). Default: no key.
     'session-key': { type: 'string' },
     'dry-run': { type: 'boolean', default: false },
+    image: { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -275,7 +280,7 @@ function summary() {
     const r = main.find((x) => x.event === ev);
     if (r) out.push(`  ${ev.padEnd(10)}: ${r.cached}/${r.prompt} cached (${r.cachedPct?.toFixed(1)}%), TTFT ${r.ttftMs?.toFixed(0)} ms`);
   }
-  for (const s of ['new', 'sibling', 'sibling2', 'restart']) {
+  for (const s of ['new', 'sibling', 'sibling2', 'image', 'restart']) {
     const r = rows.find((x) => x.session === s);
     if (r) {
       out.push(`  ${s.padEnd(10)}: turn 1 ${r.cached}/${r.prompt} cached (${r.cachedPct?.toFixed(1)}%), TTFT ${r.ttftMs?.toFixed(0)} ms` +
@@ -301,6 +306,7 @@ function plan() {
     { name: 'new', system: sysA, turns: sessionNew() },
     { name: 'sibling', system: sysB, turns: sessionSibling() },
     { name: 'sibling2', system: systemText({ variant: 2 }), turns: [userTurn('What does thinning drop first?')] },
+    ...(opt.image ? [{ name: 'image', system: sysA, turns: 'image' }] : []),
   ];
 }
 
@@ -313,6 +319,10 @@ function printPlan(sessions) {
     `${TOOLS.length} tools ~${toolsEst} tokens (${toolsJson.length} chars), ` +
     `template ~${TEMPLATE_TOOL_OVERHEAD}: ~${est} tokens in all (estimates)\n`);
   for (const s of sessions) {
+    if (!Array.isArray(s.turns)) {
+      process.stdout.write(`session ${s.name}: a turn with a 64x64 PNG, then a follow-up turn\n`);
+      continue;
+    }
     const parts = s.turns.map((t) => {
       const n = estimateTokens(t.content) + (t.kind === 'tool'
         ? t.calls.reduce((a, c) => a + estimateTokens(c.result) + estimateTokens(c.call.function.arguments) + 10, 0) : 0);
@@ -354,7 +364,16 @@ async function main() {
   }
   process.stdout.write(`server ${base}, model ${model}, max_tokens ${MAX_TOKENS}, temperature 0, streaming\n\n`);
   printHeader();
-  for (const s of sessions) await runSession(client, model, s);
+  for (const s of sessions) {
+    if (s.turns === 'image') {
+      // A screenshot-sized stand-in: a 64x64 PNG, sent inline (the server fetches nothing).
+      const { png } = await import(pathToFileURL(PNG_ENTRY).href);
+      const url = `data:image/png;base64,${png(64, 64, 7).toString('base64')}`;
+      s.turns = [userTurn([{ type: 'text', text: 'This is a screenshot of the failing test run. What failed?' },
+        { type: 'image_url', image_url: { url } }]), userTurn('And which file should I open first?')];
+    }
+    await runSession(client, model, s);
+  }
   const firstRow = rows[0];
   if (firstRow && !opt['after-restart']) process.stdout.write(`\n(session 1 turn 1: ${firstRow.prompt} prompt tokens as counted by the server; estimate ~${est + estimateTokens(USER_LONG) + 10})\n`);
   summary();

@@ -25,19 +25,10 @@ struct ggml_deleter {
     void operator()(ggml_context * c) const { ggml_free(c); }
 };
 
-// Irwin-Hall(4) noise of std 1/sqrt(fan_in), like the model's weights: the adapter's
-// contribution B(Ax) is then about as large as the weight's own, so it visibly changes the output.
+// Like the model's weights: the adapter's contribution B(Ax) is then about as large as the
+// weight's own, so it visibly changes the output.
 void fill(ggml_tensor * t, uint64_t seed, int64_t fan_in) {
-    splitmix64 r{seed ^ fnv1a64(ggml_get_name(t))};
-    const float spread = std::sqrt(3.0f) / std::sqrt(float(fan_in));
-    auto * data = static_cast<float *>(t->data);
-    for (int64_t i = 0; i < ggml_nelements(t); ++i) {
-        const float u0 = r.uniform();
-        const float u1 = r.uniform();
-        const float u2 = r.uniform();
-        const float u3 = r.uniform();
-        data[i] = (((u0 + u1) + u2) + u3 - 2.0f) * spread;
-    }
+    fill_noise(static_cast<float *>(t->data), ggml_nelements(t), seed, ggml_get_name(t), fan_in);
 }
 
 bool is_target(std::string_view name) {

@@ -6,6 +6,7 @@
 // Optional --check runs model_check on the result.
 // Thread safety: single-threaded program. Ownership: RAII wrappers free every engine object.
 #include "lora_writer.h"
+#include "projector_writer.h"
 #include "model_check.h"
 #include "model_spec.h"
 
@@ -54,6 +55,7 @@ struct options {
     std::string lora_out;
     std::optional<uint64_t> lora_seed;
     bool lora_only = false;
+    std::string mmproj_out;
 };
 
 bool g_verbose = false;
@@ -288,10 +290,14 @@ int main(int argc, char ** argv) {
                    "also write a LoRA adapter GGUF for the model (random rank-4 adapters of its attention-output, "
                    "FFN and output matrices) to this file");
     app.add_option("--lora-seed", opts.lora_seed, "seed of the adapter's weights (default: --seed)");
-    app.add_flag("--lora-only", opts.lora_only, "do not write the model; write --lora-out for the existing -o file");
+    app.add_flag("--lora-only", opts.lora_only,
+                 "do not write the model; write --lora-out / --mmproj-out for the existing -o file");
+    app.add_option("--mmproj-out", opts.mmproj_out,
+                   "also write a multimodal projector GGUF for the model (random-weight LLaVA-style 'mlp' projector: "
+                   "32x32 images, 16 tokens each; libmtmd loads it with --mmproj) to this file");
     CLI11_PARSE(app, argc, argv);
-    if (opts.lora_only && opts.lora_out.empty()) {
-        std::fprintf(stderr, "--lora-only needs --lora-out FILE\n");
+    if (opts.lora_only && opts.lora_out.empty() && opts.mmproj_out.empty()) {
+        std::fprintf(stderr, "--lora-only needs --lora-out FILE or --mmproj-out FILE\n");
         return 1;
     }
     if (opts.arch.empty() && !opts.check_only && !opts.lora_only) {
@@ -308,6 +314,9 @@ int main(int argc, char ** argv) {
     }
     if (rc == 0 && !opts.lora_out.empty()) {
         rc = write_lora(opts.output, opts.lora_out, opts.lora_seed.value_or(opts.seed));
+    }
+    if (rc == 0 && !opts.mmproj_out.empty()) {
+        rc = write_projector(opts.output, opts.mmproj_out, opts.seed);
     }
     if (rc == 0 && (opts.check || opts.check_only)) {
         check_options copts;

@@ -1,8 +1,10 @@
-// mkmodel's deterministic randomness, shared by the model writer (model_spec.cpp) and the LoRA
-// adapter writer (lora_writer.cpp): splitmix64, seeded per tensor with FNV-1a of its name, so a
-// given seed writes the same bytes on every platform. Thread safety: value types.
+// mkmodel's deterministic randomness, shared by the model writer (model_spec.cpp), the LoRA
+// adapter writer (lora_writer.cpp) and the projector writer (projector_writer.cpp): splitmix64,
+// seeded per tensor with FNV-1a of its name, so a given seed writes the same bytes on every
+// platform. Thread safety: value types.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -27,6 +29,20 @@ inline uint64_t fnv1a64(std::string_view s) {
         h = (h ^ c) * 0x100000001b3ull;
     }
     return h;
+}
+
+// Irwin-Hall(4) noise of std 1/sqrt(fan_in) into data[0, n), seeded by `seed` and the tensor's
+// name: the adapter's and the projector's weights (about as large as a trained layer's).
+inline void fill_noise(float * data, int64_t n, uint64_t seed, std::string_view name, int64_t fan_in) {
+    splitmix64 r{seed ^ fnv1a64(name)};
+    const float spread = std::sqrt(3.0f) / std::sqrt(float(fan_in));
+    for (int64_t i = 0; i < n; ++i) {
+        const float u0 = r.uniform();
+        const float u1 = r.uniform();
+        const float u2 = r.uniform();
+        const float u3 = r.uniform();
+        data[i] = (((u0 + u1) + u2) + u3 - 2.0f) * spread;
+    }
 }
 
 }  // namespace lineage::mkmodel

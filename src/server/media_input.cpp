@@ -1,0 +1,73 @@
+// server::media_input: data URIs and base64 images (see media_input.h).
+#include "server/media_input.h"
+
+#include <openssl/evp.h>
+
+#include <cctype>
+
+namespace lineage::server {
+
+std::optional<std::string> base64_decode(std::string_view text) {
+    if (text.empty() || text.size() % 4 != 0) {
+        return std::nullopt;
+    }
+    std::string out(3 * (text.size() / 4) + 1, '\0');
+    const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char *>(out.data()),
+                                  reinterpret_cast<const unsigned char *>(text.data()), static_cast<int>(text.size()));
+    if (n < 0) {
+        return std::nullopt;
+    }
+    size_t len = static_cast<size_t>(n);
+    // EVP_DecodeBlock counts the padding as zero bytes.
+    for (size_t i = text.size(); i > 0 && text[i - 1] == '=' && len > 0; --i) {
+        --len;
+    }
+    out.resize(len);
+    return out;
+}
+
+std::optional<std::string> image_from_url(std::string_view url, std::string & why) {
+    const auto starts = [&](std::string_view p) {
+        if (url.size() < p.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < p.size(); ++i) {
+            if (std::tolower(static_cast<unsigned char>(url[i])) != p[i]) {
+                return false;
+            }
+        }
+        return true;
+    };
+    if (starts("http://") || starts("https://")) {
+        why = "is an http(s) URL; this server fetches nothing: send the image inline as a data URI "
+              "(data:image/png;base64,...)";
+        return std::nullopt;
+    }
+    if (!starts("data:")) {
+        why = "must be a data URI (data:image/png;base64,...)";
+        return std::nullopt;
+    }
+    const size_t comma = url.find(',');
+    if (comma == std::string_view::npos) {
+        why = "is a data URI without a ',' before its data; send data:image/png;base64,...";
+        return std::nullopt;
+    }
+    const std::string_view meta = url.substr(5, comma - 5);
+    if (!starts("data:image/")) {
+        why = "is a data URI of type '" + std::string(meta.substr(0, meta.find(';'))) +
+              "'; send an image (data:image/png;base64,... or data:image/jpeg;base64,...)";
+        return std::nullopt;
+    }
+    if (meta.size() < 7 || meta.substr(meta.size() - 7) != ";base64") {
+        why = "is a data URI without ';base64'; send the image base64-encoded (data:image/png;base64,...)";
+        return std::nullopt;
+    }
+    auto bytes = base64_decode(url.substr(comma + 1));
+    if (!bytes) {
+        why = "has data that is not valid base64";
+        return std::nullopt;
+    }
+    return bytes;
+}
+
+}  // namespace lineage::server
