@@ -134,9 +134,9 @@ for (const arch of ARCHS) {
         `no miss line in the trace:\n${trace.join('\n')}`);
       assert.equal(val(m1, 'lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"}') -
         val(m0, 'lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"}'), 1, 'a new prompt: no_shared_prefix');
-      // The entry: the prompt (hybrid), or everything decoded (dense: the last sampled token of a
-      // reply cut by max_tokens was never decoded).
-      const stored = hybrid ? u1.prompt : u1.prompt + u1.completion - (r1.choices[0].finish_reason === 'length' ? 1 : 0);
+      // The entry: everything decoded (the last sampled token of a reply cut by max_tokens was
+      // never decoded; a hybrid keeps its prompt end as a checkpoint, --cache-keep-reply).
+      const stored = u1.prompt + u1.completion - (r1.choices[0].finish_reason === 'length' ? 1 : 0);
       assert.ok(trace.some((l) => new RegExp(`stored entry \\d+: ${stored} tokens`).test(l)),
         `no stored-entry line for ${stored} tokens in the trace:\n${trace.join('\n')}`);
 
