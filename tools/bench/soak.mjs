@@ -10,6 +10,7 @@
 //   node tools/bench/soak.mjs --url http://127.0.0.1:PORT --pid PID --out DIR --minutes N
 //     [--sample-s 10] [--warmup-s S] [--budget-bytes B] [--concurrency 2] [--conversations 8]
 //     [--max-tokens-max 32]
+//   node tools/bench/soak.mjs --resummarize DIR [--warmup-s S]   # the summary again from DIR's files
 //
 // Columns of soak.csv: t_s (since the start), rss_mib, cache_ram_mib, cache_device_mib,
 // cache_disk_mib, disk_files, entries, anchors, requests (ended in the interval), errors (of
@@ -39,8 +40,58 @@ const { values: opt } = parseArgs({
     concurrency: { type: 'string', default: '2' },
     conversations: { type: 'string', default: '8' },
     'max-tokens-max': { type: 'string', default: '32' },
+    resummarize: { type: 'string' },
   },
 });
+/** Adds the memory figures of the samples after warm-up to `base` (rss_budget_mib, after_warmup:
+ *  RSS min/max, its drift: the mean of the last quarter of those samples minus the first's,
+ *  cache RAM and disk maxima, within budget + 10%), writes DIR/summary.json, prints it. */
+function report(base, samples, dir) {
+  const after = samples.filter((r) => r.t_s >= base.warmup_s && Number.isFinite(r.rss_mib));
+  const mean = (xs) => xs.reduce((a, r) => a + r.rss_mib, 0) / xs.length;
+  const q = Math.max(1, Math.floor(after.length / 4));
+  const budgetMib = base.idle_rss_mib + base.cache_ram_budget_mib;
+  const rssMin = Math.min(...after.map((r) => r.rss_mib));
+  const rssMax = Math.max(...after.map((r) => r.rss_mib));
+  const summary = {
+    ...base, rss_budget_mib: budgetMib,
+    after_warmup: {
+      samples: after.length, rss_min_mib: rssMin, rss_max_mib: rssMax,
+      rss_drift_mib: mean(after.slice(-q)) - mean(after.slice(0, q)),
+      cache_ram_max_mib: Math.max(...after.map((r) => r.cache_ram_mib)),
+      cache_disk_max_mib: Math.max(...after.map((r) => r.cache_disk_mib)),
+      rss_within_budget_plus_10pct: rssMax <= budgetMib * 1.1,
+    },
+  };
+  fs.writeFileSync(path.join(dir, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
+  const r0 = (v) => (Number.isFinite(v) ? v.toFixed(0) : '?');
+  const a = summary.after_warmup;
+  process.stdout.write([
+    `soak: ${summary.minutes} min, ${summary.requests} requests (${summary.traces} traces), ${summary.errors} errors`,
+    `latency: p50 ${r0(summary.latency_ms.p50)} ms, p95 ${r0(summary.latency_ms.p95)} ms ` +
+      `(after warm-up: p50 ${r0(summary.latency_ms.after_warmup_p50)} ms, p95 ${r0(summary.latency_ms.after_warmup_p95)} ms)`,
+    `RSS after warm-up (${a.samples} samples from ${r0(summary.warmup_s)} s): min ${r0(rssMin)} MiB / max ${r0(rssMax)} MiB ` +
+      `vs budget ${r0(budgetMib)} MiB (RSS before the first request ${r0(summary.idle_rss_mib)} + cache RAM budget ` +
+      `${r0(summary.cache_ram_budget_mib)}): ${a.rss_within_budget_plus_10pct ? 'within' : 'NOT within'} budget + 10%; ` +
+      `drift ${a.rss_drift_mib >= 0 ? '+' : ''}${a.rss_drift_mib.toFixed(1)} MiB (last quarter of those samples vs the first)`,
+    `cache after warm-up: RAM max ${r0(a.cache_ram_max_mib)} MiB, disk max ${r0(a.cache_disk_max_mib)} MiB`,
+    `files: ${path.join(dir, 'soak.csv')}, ${path.join(dir, 'summary.json')}`,
+  ].join('\n') + '\n');
+}
+
+/** --resummarize DIR: the summary again from DIR/soak.csv and DIR/summary.json (e.g. after the
+ *  warm-up or the figures changed), without a run. */
+if (opt.resummarize) {
+  const base = JSON.parse(fs.readFileSync(path.join(opt.resummarize, 'summary.json'), 'utf8'));
+  const [head, ...lines] = fs.readFileSync(path.join(opt.resummarize, 'soak.csv'), 'utf8').trim().split('\n');
+  const cols = head.split(',');
+  const samples = lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [cols[i], v === '' ? NaN : Number(v)])));
+  delete base.after_warmup;
+  if (opt['warmup-s'] !== undefined) base.warmup_s = Number(opt['warmup-s']);
+  report(base, samples, opt.resummarize);
+  process.exit(0);
+}
+
 if (!opt.url || !opt.pid) {
   process.stderr.write('usage: soak.mjs --url URL --pid PID --out DIR --minutes N (see the header)\n');
   process.exit(2);
@@ -218,37 +269,14 @@ stopping = true;
 const traces = await loading;
 await sample();
 
-// --- Summary ----------------------------------------------------------------------------------
+// --- Summary ---------------------------------------------------------------------------------
 
-const after = rows.filter((r) => r.t_s * 1000 >= warmupMs && !Number.isNaN(r.rss_mib));
 const all = ended.map((e) => e.ms).sort((a, b) => a - b);
 const warm = ended.filter((e) => e.t >= warmupMs).map((e) => e.ms).sort((a, b) => a - b);
-const budgetMib = (idleRss + budgetBytes) / MIB;
-const rssMin = Math.min(...after.map((r) => r.rss_mib));
-const rssMax = Math.max(...after.map((r) => r.rss_mib));
-const summary = {
+report({
   minutes: Number(opt.minutes), sample_s: Number(opt['sample-s']), warmup_s: warmupMs / 1000, traces,
   requests: ended.length, errors: ended.filter((e) => e.error).length,
   latency_ms: { p50: percentile(all, 0.5), p95: percentile(all, 0.95), after_warmup_p50: percentile(warm, 0.5),
     after_warmup_p95: percentile(warm, 0.95) },
-  idle_rss_mib: idleRss / MIB, cache_ram_budget_mib: budgetBytes / MIB, rss_budget_mib: budgetMib,
-  after_warmup: {
-    samples: after.length, rss_min_mib: rssMin, rss_max_mib: rssMax,
-    cache_ram_max_mib: Math.max(...after.map((r) => r.cache_ram_mib)),
-    cache_disk_max_mib: Math.max(...after.map((r) => r.cache_disk_mib)),
-    rss_within_budget_plus_10pct: rssMax <= budgetMib * 1.1,
-  },
-};
-fs.writeFileSync(path.join(opt.out, 'summary.json'), JSON.stringify(summary, null, 2) + '\n');
-const r0 = (v) => (Number.isFinite(v) ? v.toFixed(0) : '?');
-process.stdout.write([
-  `soak: ${summary.minutes} min, ${summary.requests} requests (${traces} traces), ${summary.errors} errors`,
-  `latency: p50 ${r0(summary.latency_ms.p50)} ms, p95 ${r0(summary.latency_ms.p95)} ms ` +
-    `(after warm-up: p50 ${r0(summary.latency_ms.after_warmup_p50)} ms, p95 ${r0(summary.latency_ms.after_warmup_p95)} ms)`,
-  `RSS after warm-up (${summary.after_warmup.samples} samples from ${r0(warmupMs / 1000)} s): min ${r0(rssMin)} MiB / max ` +
-    `${r0(rssMax)} MiB vs budget ${r0(budgetMib)} MiB (RSS before the first request ${r0(idleRss / MIB)} + cache RAM ` +
-    `budget ${r0(budgetBytes / MIB)}): ${summary.after_warmup.rss_within_budget_plus_10pct ? 'within' : 'NOT within'} budget + 10%`,
-  `cache after warm-up: RAM max ${r0(summary.after_warmup.cache_ram_max_mib)} MiB, disk max ` +
-    `${r0(summary.after_warmup.cache_disk_max_mib)} MiB`,
-  `files: ${csvPath}, ${path.join(opt.out, 'summary.json')}`,
-].join('\n') + '\n');
+  idle_rss_mib: idleRss / MIB, cache_ram_budget_mib: budgetBytes / MIB,
+}, rows, opt.out);
