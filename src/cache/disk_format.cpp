@@ -186,9 +186,8 @@ disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::uni
                         std::to_string(disk_format_version) + ")");
     }
     if (!rd->pod(h.id) || !rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->str(h.tenant) ||
-        !rd->pod(h.n_tokens) ||
-        !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) || !rd->pod(h.n_checkpoints) ||
-        !rd->pod(h.full_bytes)) {
+        !rd->pod(h.n_tokens) || !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) ||
+        !rd->pod(h.n_checkpoints) || !rd->pod(h.full_bytes)) {
         return fail(disk_load_error::truncated, "header cut short");
     }
     if (h.n_tokens < 1 || h.n_checkpoints > max_checkpoints || h.history < -1 || h.history > h.n_tokens ||

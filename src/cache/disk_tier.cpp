@@ -459,8 +459,8 @@ std::string identity_mismatch(const disk_record & r, const disk_catalog::file & 
     if (r.id != f.id) {
         return "its header names file " + std::to_string(r.id);
     }
-    if (r.bucket != f.bucket || r.session != f.session || r.tenant != f.tenant || r.toks != f.toks || r.history != f.history ||
-        r.anchor != f.anchor) {
+    if (r.bucket != f.bucket || r.session != f.session || r.tenant != f.tenant || r.toks != f.toks ||
+        r.history != f.history || r.anchor != f.anchor) {
         return "its key or tokens differ from its index row";
     }
     if (!want.bucket.empty() && r.bucket != want.bucket) {
