@@ -47,6 +47,7 @@ public:
     struct file {
         file_id id = 0;
         std::string bucket, session;
+        std::string tenant;              ///< the key's tenant ("" without API keys)
         tokens toks;
         std::vector<checkpoint> checkpoints;  ///< lengths and kinds only (no blobs), ascending
         int32_t history = -1;

@@ -19,7 +19,7 @@ namespace {
 
 // Layout (little-endian, as the engine's state blobs on the platforms we build for):
 //   magic[8] u32 version u32 reserved u64 file_id
-//   u32 len + model | u32 len + bucket | u32 len + session
+//   u32 len + model | u32 len + bucket | u32 len + session | u32 len + tenant
 //   i32 n_tokens u64 tokens_digest i32 history u8 anchor u32 n_checkpoints u64 full_bytes
 //   n_checkpoints x (i32 n_tokens u8 kind u64 bytes)
 //   tokens (n_tokens x i32) | full | checkpoint bytes in order | u64 XXH3-64 of all the above
@@ -27,8 +27,8 @@ constexpr uint32_t max_string = 1u << 20;        // key digests and session keys
 constexpr uint32_t max_checkpoints = 1u << 12;   // seed 000 keeps 4; a sanity bound on damage
 
 uint64_t header_size(const disk_record & r) {
-    return 8 + 4 + 4 + 8 + (4 + r.model.size()) + (4 + r.bucket.size()) + (4 + r.session.size()) + 4 + 8 + 4 + 1 +
-           4 + 8 +
+    return 8 + 4 + 4 + 8 + (4 + r.model.size()) + (4 + r.bucket.size()) + (4 + r.session.size()) +
+           (4 + r.tenant.size()) + 4 + 8 + 4 + 1 + 4 + 8 +
            r.checkpoints.size() * (4 + 1 + 8);
 }
 
@@ -114,7 +114,7 @@ using file_ptr = std::unique_ptr<FILE, file_closer>;
 struct header {
     uint32_t version = 0;
     uint64_t id = 0;
-    std::string model, bucket, session;
+    std::string model, bucket, session, tenant;
     uint64_t digest = 0;
     int32_t n_tokens = 0, history = -1;
     uint8_t anchor = 0;
@@ -194,9 +194,9 @@ disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> &
                     "format version " + std::to_string(h.version) + " (this build reads " +
                         std::to_string(disk_format_version) + ")");
     }
-    if (!rd->pod(h.id) || !rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->pod(h.n_tokens) ||
-        !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) || !rd->pod(h.n_checkpoints) ||
-        !rd->pod(h.full_bytes)) {
+    if (!rd->pod(h.id) || !rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->str(h.tenant) ||
+        !rd->pod(h.n_tokens) || !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) ||
+        !rd->pod(h.n_checkpoints) || !rd->pod(h.full_bytes)) {
         return fail(disk_load_error::truncated, "header cut short");
     }
     if (h.n_tokens < 1 || h.n_checkpoints > max_checkpoints || h.history < -1 || h.history > h.n_tokens ||
@@ -247,6 +247,7 @@ disk_record record_of(header & h) {
     rec.model = std::move(h.model);
     rec.bucket = std::move(h.bucket);
     rec.session = std::move(h.session);
+    rec.tenant = std::move(h.tenant);
     rec.history = h.history;
     rec.anchor = h.anchor != 0;
     return rec;
@@ -294,6 +295,7 @@ bool write_record(FILE * f, const disk_record & r) {
     w.str(r.model);
     w.str(r.bucket);
     w.str(r.session);
+    w.str(r.tenant);
     w.pod(static_cast<int32_t>(r.toks.size()));
     w.pod(tokens_digest(r.toks));
     w.pod(r.history);

@@ -1,6 +1,6 @@
 // cache::disk_format: the tier-2 (disk) blob file of one cache entry (DESIGN.md "Tiers"):
 // a header (magic, format version, its identity: file id, model fingerprint, key digest,
-// session, token count and token digest; then section sizes), the sections (tokens, whole
+// session, tenant, token count and token digest; then section sizes), the sections (tokens, whole
 // state, checkpoints) and an XXH3-64 checksum of everything before it. A file is written under a
 // temporary name, fsync'd and renamed, so a crash leaves either the old file, no file, or a
 // *.tmp the disk tier deletes at startup. Readers open regular files only (O_NOFOLLOW,
@@ -23,8 +23,9 @@ namespace lineage::cache {
 inline constexpr char disk_magic[8] = {'L', 'N', 'G', 'C', 'A', 'C', 'H', 'E'};
 /** Format version of the file layout and of the engine's state blobs inside it (the engine
  *  pin: llama.cpp 80fb11ac). Bump it when either changes: older files are then discarded
- *  (counted), newer ones left alone. 2: the header carries the file id and a token digest. */
-inline constexpr uint32_t disk_format_version = 2;
+ *  (counted), newer ones left alone. 2: the header carries the file id and a token digest.
+ *  3: and the key's tenant (a tenant's reset deletes its files). */
+inline constexpr uint32_t disk_format_version = 3;
 
 /** One entry as stored on disk. */
 struct disk_record {
@@ -32,6 +33,7 @@ struct disk_record {
     std::string model;          ///< model fingerprint (model_fingerprint())
     std::string bucket;         ///< the key's bucket digest (hex)
     std::string session;        ///< the key's session ("" = anonymous)
+    std::string tenant;         ///< the key's tenant ("" without API keys); also inside `bucket`
     tokens toks;                ///< the tokens whose state `full` holds
     int32_t history = -1;       ///< history boundary of the prompt that made it (-1: unknown)
     bool anchor = false;        ///< a pinned anchor (system prompt + tools)

@@ -115,6 +115,10 @@ std::string parse_row(sqlite3_stmt * s, disk_catalog::file & f) {
         return "session is not a text";
     }
     f.session = text_of(s, 4);
+    if (!is_text(s, 12)) {
+        return "tenant is not a text";
+    }
+    f.tenant = text_of(s, 12);
     if (!int_in(s, 5, 1, max_tokens, v)) {
         return "n_tokens is not an integer in [1, 2^26]";
     }
@@ -183,7 +187,20 @@ disk_index::disk_index(const std::string & path) {
              " id INTEGER PRIMARY KEY, model TEXT NOT NULL, format INTEGER NOT NULL,"
              " bucket TEXT NOT NULL, session TEXT NOT NULL, n_tokens INTEGER NOT NULL,"
              " history INTEGER NOT NULL, anchor INTEGER NOT NULL, checkpoints TEXT NOT NULL,"
-             " bytes INTEGER NOT NULL, last_use REAL NOT NULL, created REAL NOT NULL, tokens BLOB NOT NULL)");
+             " bytes INTEGER NOT NULL, last_use REAL NOT NULL, created REAL NOT NULL, tokens BLOB NOT NULL,"
+             " tenant TEXT NOT NULL DEFAULT '')");
+        // Format 3 added the tenant column: an index of format 2 gains it (its rows, all of an
+        // older format, are then discarded by the scan like any older row).
+        bool has_tenant = false;
+        {
+            stmt cols(db_, "PRAGMA table_info(files)");
+            while (cols.step() == SQLITE_ROW) {
+                has_tenant = has_tenant || text_of(cols.get(), 1) == "tenant";
+            }
+        }
+        if (!has_tenant) {
+            exec("ALTER TABLE files ADD COLUMN tenant TEXT NOT NULL DEFAULT ''");
+        }
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;
@@ -213,7 +230,7 @@ std::string disk_index::error() const {
 index_scan disk_index::scan(const std::string & model) {
     index_scan out;
     stmt q(db_, "SELECT id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, bytes, last_use, "
-                "tokens FROM files");
+                "tokens, tenant FROM files");
     int rc = 0;
     while ((rc = q.step()) == SQLITE_ROW) {
         sqlite3_stmt * s = q.get();
@@ -255,7 +272,7 @@ index_scan disk_index::scan(const std::string & model) {
 
 bool disk_index::insert(file_id id, const disk_record & r, uint64_t bytes, double last_use) {
     stmt ins(db_, "INSERT INTO files (id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, "
-                  "bytes, last_use, created, tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                  "bytes, last_use, created, tokens, tenant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt * s = ins.get();
     sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(id));
     sqlite3_bind_text(s, 2, r.model.c_str(), -1, SQLITE_TRANSIENT);
@@ -270,6 +287,7 @@ bool disk_index::insert(file_id id, const disk_record & r, uint64_t bytes, doubl
     sqlite3_bind_double(s, 11, last_use);
     sqlite3_bind_double(s, 12, last_use);
     sqlite3_bind_blob(s, 13, r.toks.data(), static_cast<int>(r.toks.size() * sizeof(token)), SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 14, r.tenant.c_str(), -1, SQLITE_TRANSIENT);
     return ins.step() == SQLITE_DONE;
 }
 

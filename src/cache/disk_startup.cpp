@@ -49,6 +49,7 @@ std::string disk_tier::check_indexed(const entry & f) const {
     }
     const disk_record & r = *h.record;
     bool same = r.id == f.id && r.model == cfg_.model && r.bucket == f.bucket && r.session == f.session &&
+                r.tenant == f.tenant &&
                 h.n_tokens == static_cast<int32_t>(f.toks.size()) && h.digest == tokens_digest(f.toks) &&
                 r.history == f.history && r.anchor == f.anchor && r.checkpoints.size() == f.checkpoints.size();
     for (size_t i = 0; same && i < f.checkpoints.size(); ++i) {
@@ -86,6 +87,7 @@ bool disk_tier::reindex(const std::string & path, const std::string & stem) {
     e.id = id;
     e.bucket = std::move(r.bucket);
     e.session = std::move(r.session);
+    e.tenant = std::move(r.tenant);
     e.toks = std::move(r.toks);
     e.checkpoints = std::move(r.checkpoints);
     e.history = r.history;

@@ -197,8 +197,17 @@ void disk_tier::drain() {
 }
 
 std::pair<int64_t, uint64_t> disk_tier::reset() {
+    return queue_reset(std::nullopt);
+}
+
+std::pair<int64_t, uint64_t> disk_tier::reset_tenant(const std::string & tenant) {
+    return queue_reset(tenant);
+}
+
+std::pair<int64_t, uint64_t> disk_tier::queue_reset(std::optional<std::string> tenant) {
     job j;
     j.k = job::kind::reset;
+    j.tenant = std::move(tenant);
     j.reset_done = std::make_shared<std::promise<std::pair<int64_t, uint64_t>>>();
     auto fut = j.reset_done->get_future();
     push(std::move(j), false);
@@ -262,8 +271,10 @@ void disk_tier::run() {
                     {
                         util::lock_guard lk(mu_);
                         for (const auto & [id, e] : catalog_.files()) {
-                            ids.push_back(id);
-                            bytes += e.bytes;
+                            if (!j.tenant || e.tenant == *j.tenant) {
+                                ids.push_back(id);
+                                bytes += e.bytes;
+                            }
                         }
                     }
                     for (file_id id : ids) {
@@ -408,6 +419,7 @@ void disk_tier::do_write(job & j) {
         e.id = id;
         e.bucket = w.rec.bucket;
         e.session = w.rec.session;
+        e.tenant = w.rec.tenant;
         e.toks = w.rec.toks;
         for (const auto & c : w.rec.checkpoints) {
             e.checkpoints.push_back({c.n_tokens, c.kind, nullptr});
@@ -447,8 +459,8 @@ std::string identity_mismatch(const disk_record & r, const disk_catalog::file & 
     if (r.id != f.id) {
         return "its header names file " + std::to_string(r.id);
     }
-    if (r.bucket != f.bucket || r.session != f.session || r.toks != f.toks || r.history != f.history ||
-        r.anchor != f.anchor) {
+    if (r.bucket != f.bucket || r.session != f.session || r.tenant != f.tenant || r.toks != f.toks ||
+        r.history != f.history || r.anchor != f.anchor) {
         return "its key or tokens differ from its index row";
     }
     if (!want.bucket.empty() && r.bucket != want.bucket) {

@@ -127,6 +127,10 @@ public:
     void drain();
     /** Deletes every file of this model (POST /v1/cache/reset); returns files and bytes freed. */
     std::pair<int64_t, uint64_t> reset();
+    /** Deletes the files of this model whose key has tenant `tenant` (a tenant's POST
+     *  /v1/cache/reset), after the jobs queued before it (writes included); returns files and
+     *  bytes freed. */
+    std::pair<int64_t, uint64_t> reset_tenant(const std::string & tenant);
 
     disk_stats get_stats() const;
     const disk_config & cfg() const { return cfg_; }
@@ -145,6 +149,7 @@ private:
         std::shared_ptr<std::promise<disk_load_result>> load_done;
         std::function<void()> on_done;
         std::shared_ptr<std::promise<std::pair<int64_t, uint64_t>>> reset_done;
+        std::optional<std::string> tenant;  ///< reset: only this tenant's files
         std::shared_ptr<std::promise<void>> barrier;
     };
 
@@ -165,6 +170,7 @@ private:
     bool make_room(uint64_t bytes);
     std::string path_of(file_id id, const char * ext = ".lcache") const;
     void push(job j, bool front);
+    std::pair<int64_t, uint64_t> queue_reset(std::optional<std::string> tenant);
 
     disk_config cfg_;
     int lock_fd_ = -1;

@@ -63,6 +63,7 @@ void disk_link::write(cache::disk_job j) {
     w.entry_id = j.entry_id;
     w.rec.bucket = j.k.bucket;
     w.rec.session = j.k.session;
+    w.rec.tenant = j.k.tenant;
     w.rec.toks = std::move(j.toks);
     w.rec.history = j.history;
     w.rec.anchor = j.anchor;

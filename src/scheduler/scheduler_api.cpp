@@ -62,7 +62,13 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
     return impl_->run_on_engine([this, &tenant] {
         auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
         impl_->pool_->drain_released();
-        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes", tenant, r.entries_freed, r.bytes_freed);
+        if (auto * d = impl_->disk_->tier()) {
+            // Its writes queued before run first and are deleted with the rest; completions of
+            // other tenants' writes stay for the housekeeping to hand to the store.
+            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset_tenant(tenant);
+        }
+        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes, {} disk files", tenant, r.entries_freed,
+                     r.bytes_freed, r.disk_files_freed);
         return r;
     });
 }

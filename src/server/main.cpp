@@ -22,6 +22,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <malloc.h>
 #include <memory>
 #include <pthread.h>
 #include <sstream>
@@ -195,6 +196,12 @@ int serve(const server::server_config & cfg) {
 }  // namespace
 
 int main(int argc, char ** argv) {
+    // Cache states are blobs of MBs to tens of MBs, allocated and freed all the time. glibc
+    // serves blocks above its mmap threshold with mmap and returns them on free, but raises the
+    // threshold to the largest block freed (up to 32 MiB), after which such blobs come from the
+    // heap and their pages stay resident when freed: a fixed threshold keeps RSS near what the
+    // cache accounts for (docs/benchmarks/README.md "Soak": 110 MiB less on bench-qwen35).
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);
     auto parsed = lineage::server::parse_config(argc, argv);
     if (!parsed.config) {
         (parsed.exit_code == 0 ? std::cout : std::cerr) << parsed.output << std::endl;

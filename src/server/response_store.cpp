@@ -126,7 +126,19 @@ void response_store::open(const std::string & path) {
     }
     exec("CREATE TABLE IF NOT EXISTS responses ("
          " id TEXT PRIMARY KEY, created REAL NOT NULL, use INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-         " body BLOB NOT NULL, conversation BLOB NOT NULL)");
+         " body BLOB NOT NULL, conversation BLOB NOT NULL, tenant TEXT NOT NULL DEFAULT '')");
+    // Stores written before tenants scoped responses gain the column; their rows belong to the
+    // tenant "" (a server without API keys).
+    bool has_tenant = false;
+    {
+        stmt cols(db_, "PRAGMA table_info(responses)");
+        while (cols.step() == SQLITE_ROW) {
+            has_tenant = has_tenant || cols.col_text(1) == "tenant";
+        }
+    }
+    if (!has_tenant) {
+        exec("ALTER TABLE responses ADD COLUMN tenant TEXT NOT NULL DEFAULT ''");
+    }
     exec("CREATE INDEX IF NOT EXISTS responses_by_use ON responses(use)");
     exec("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v BLOB NOT NULL)");
     {
@@ -199,13 +211,15 @@ bool response_store::put(const stored_response & r) {
                 spdlog::debug("responses store: evicted {} (byte cap)", id);
             }
         }
-        stmt ins(db_, "INSERT INTO responses (id, created, use, bytes, body, conversation) VALUES (?, ?, ?, ?, ?, ?)");
+        stmt ins(db_, "INSERT INTO responses (id, created, use, bytes, body, conversation, tenant) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?)");
         ins.text(1, r.id);
         sqlite3_bind_double(ins.get(), 2, r.created_s > 0 ? r.created_s : now_());
         sqlite3_bind_int64(ins.get(), 3, next_use_++);
         sqlite3_bind_int64(ins.get(), 4, static_cast<sqlite3_int64>(size));
         sqlite3_bind_blob(ins.get(), 5, r.body.data(), static_cast<int>(r.body.size()), SQLITE_TRANSIENT);
         sqlite3_bind_blob(ins.get(), 6, r.conversation.data(), static_cast<int>(r.conversation.size()), SQLITE_TRANSIENT);
+        ins.text(7, r.tenant);
         if (ins.step() != SQLITE_DONE) {
             throw std::runtime_error(sqlite3_errmsg(db_));
         }
@@ -216,14 +230,15 @@ bool response_store::put(const stored_response & r) {
     return true;
 }
 
-std::optional<stored_response> response_store::get(const std::string & id) {
+std::optional<stored_response> response_store::get(const std::string & id, const std::string & tenant) {
     std::lock_guard<std::mutex> lk(mu_);
     try {
         purge_expired();
         stored_response r;
         {
-            stmt q(db_, "SELECT id, created, body, conversation FROM responses WHERE id = ?");
+            stmt q(db_, "SELECT id, created, body, conversation, tenant FROM responses WHERE id = ? AND tenant = ?");
             q.text(1, id);
+            q.text(2, tenant);
             if (q.step() != SQLITE_ROW) {
                 return std::nullopt;
             }
@@ -231,6 +246,7 @@ std::optional<stored_response> response_store::get(const std::string & id) {
             r.created_s = sqlite3_column_double(q.get(), 1);
             r.body = q.col_text(2);
             r.conversation = q.col_text(3);
+            r.tenant = q.col_text(4);
         }
         stmt u(db_, "UPDATE responses SET use = ? WHERE id = ?");
         sqlite3_bind_int64(u.get(), 1, next_use_++);
@@ -243,12 +259,13 @@ std::optional<stored_response> response_store::get(const std::string & id) {
     }
 }
 
-bool response_store::remove(const std::string & id) {
+bool response_store::remove(const std::string & id, const std::string & tenant) {
     std::lock_guard<std::mutex> lk(mu_);
     try {
         purge_expired();
-        stmt d(db_, "DELETE FROM responses WHERE id = ?");
+        stmt d(db_, "DELETE FROM responses WHERE id = ? AND tenant = ?");
         d.text(1, id);
+        d.text(2, tenant);
         d.step();
         return sqlite3_changes(db_) > 0;
     } catch (const std::runtime_error & e) {

@@ -8,7 +8,8 @@
 // is deleted); the stored bytes (id + body + conversation) stay <= capacity_bytes: before a put,
 // least recently used responses are deleted first (use = put, get; ties impossible: a
 // monotonic counter orders uses); a response larger than the cap is not stored. A file that
-// SQLite cannot read is moved to <path>.damaged and a new one started (WARN).
+// SQLite cannot read is moved to <path>.damaged and a new one started (WARN). Each response
+// belongs to the tenant that stored it: another tenant's get/remove finds nothing (issue 15).
 // Also holds the server's reasoning key (reasoning_seal), persisted with the responses.
 // Thread safety: every member locks mu_; callable from any HTTP thread. Ownership: owns the db.
 #pragma once
@@ -28,6 +29,9 @@ struct stored_response {
     std::string body;          ///< the response object, JSON text
     std::string conversation;  ///< the conversation items to continue from, JSON text
     double created_s = 0;      ///< unix seconds
+    /** The tenant that stored it (server_context::tenant_of; "" without API keys): only the
+     *  same tenant reads, continues or deletes it. */
+    std::string tenant;
 };
 
 struct response_store_config {
@@ -52,12 +56,14 @@ public:
      *  than the cap or the write fails (WARN). */
     bool put(const stored_response & r);
 
-    /** The response with `id`; nullopt when missing or expired (an expired one is deleted).
-     *  A hit counts as a use for the LRU order. */
-    std::optional<stored_response> get(const std::string & id);
+    /** The response with `id` stored by `tenant`; nullopt when missing, expired (an expired one
+     *  is deleted) or stored by another tenant (indistinguishable from missing). A hit counts
+     *  as a use for the LRU order. */
+    std::optional<stored_response> get(const std::string & id, const std::string & tenant);
 
-    /** Deletes `id`; false when it was not stored (or expired). */
-    bool remove(const std::string & id);
+    /** Deletes `id` when `tenant` stored it; false when it was not stored (or expired, or is
+     *  another tenant's, which is left alone). */
+    bool remove(const std::string & id, const std::string & tenant);
 
     size_t count() const;
     uint64_t bytes() const;

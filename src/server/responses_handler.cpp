@@ -25,10 +25,11 @@ namespace {
 class responses_writer final : public response_writer {
 public:
     responses_writer(responses_meta meta, const prepared_chat & prep, response_store * store,
-                     std::vector<response_item> conversation)
+                     std::vector<response_item> conversation, std::string tenant)
         : out_(std::move(meta), prep.parser, prep.stops, static_cast<int32_t>(prep.prompt.size())),
           store_(store),
-          conversation_(std::move(conversation)) {}
+          conversation_(std::move(conversation)),
+          tenant_(std::move(tenant)) {}
 
     bool add(const scheduler::generation_event &, std::string_view piece) override { return out_.add(piece); }
 
@@ -79,12 +80,14 @@ private:
         s.body = dump(response);
         s.conversation = dump(items);
         s.created_s = response["created_at"].get<double>();
+        s.tenant = tenant_;
         store_->put(s);
     }
 
     responses_output out_;
     response_store * store_;
     std::vector<response_item> conversation_;
+    std::string tenant_;  // the caller's: only it reads or continues the stored response
 };
 
 void send_error(httplib::Response & res, const api_error & e) {
@@ -166,9 +169,10 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         }
         spdlog::info("responses: ignored tools this server cannot run (the model is not told about them): {}", list);
     }
+    r.chat.tenant = ctx.tenant_of(req);
     std::vector<response_item> prior;
     if (!r.previous_response_id.empty()) {
-        auto stored = ctx.responses->get(r.previous_response_id);
+        auto stored = ctx.responses->get(r.previous_response_id, r.chat.tenant);
         if (!stored) {
             send_error(res, not_found(r.previous_response_id, "previous_response_id"));
             return;
@@ -185,7 +189,6 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         send_error(res, *err);
         return;
     }
-    r.chat.tenant = ctx.tenant_of(req);
     prepared_chat prep;
     if (auto err = ctx.preparer.prepare(r.chat, ctx.sched.max_sequence_tokens(), prep)) {
         spdlog::debug("responses request rejected: {}", err->message);
@@ -215,7 +218,7 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         conversation.insert(conversation.end(), r.input.begin(), r.input.end());
     }
     auto writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
-                                                     std::move(conversation));
+                                                     std::move(conversation), r.chat.tenant);
     const bool stream = r.chat.stream;
     run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "responses",
                    std::make_shared<const chat_request>(std::move(r.chat)));
@@ -223,7 +226,7 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
 
 void handle_get_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
     const std::string id = req.path_params.at("id");
-    auto stored = ctx.responses->get(id);
+    auto stored = ctx.responses->get(id, ctx.tenant_of(req));
     if (!stored) {
         send_error(res, not_found(id, ""));
         return;
@@ -234,7 +237,7 @@ void handle_get_response(const httplib::Request & req, httplib::Response & res, 
 
 void handle_delete_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
     const std::string id = req.path_params.at("id");
-    if (!ctx.responses->remove(id)) {
+    if (!ctx.responses->remove(id, ctx.tenant_of(req))) {
         send_error(res, not_found(id, ""));
         return;
     }

@@ -320,6 +320,47 @@ TEST_F(DiskTier, ResetDeletesThisModelsFiles) {
     EXPECT_EQ(t.get_stats().bytes, 0u);
 }
 
+TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
+    auto of = [](const std::string & tenant, tokens toks) {
+        disk_record r = record(std::move(toks), 500);
+        r.tenant = tenant;
+        r.bucket = "bucket-" + tenant;  // the tenant is a dimension of the bucket digest
+        return r;
+    };
+    const uint64_t alice_bytes = disk_file_size(of("alice", seq(0, 40))) + disk_file_size(of("alice", seq(50, 40)));
+    {
+        disk_tier t(cfg());
+        put(t, of("alice", seq(0, 40)));
+        put(t, of("bob", seq(0, 40)));
+        put(t, of("alice", seq(50, 40)));
+        put(t, of("", seq(100, 40)));
+        EXPECT_EQ(t.get_stats().files, 4);
+    }
+    {
+        // After a restart the tenant comes from the index rows.
+        disk_tier t(cfg());
+        EXPECT_EQ(t.get_stats().files, 4);
+        const auto [files, freed] = t.reset_tenant("alice");
+        EXPECT_EQ(files, 2);
+        EXPECT_EQ(freed, alice_bytes);
+        t.check_invariants();
+        EXPECT_EQ(t.get_stats().files, 2);
+        EXPECT_EQ(blob_files().size(), 2u);
+        EXPECT_FALSE(t.best("bucket-alice", "s1", seq(0, 60), 0));
+        // Positive: the other tenants' files are untouched and load.
+        auto c = t.best("bucket-bob", "s1", seq(0, 60), 0);
+        ASSERT_TRUE(c);
+        EXPECT_EQ(t.load(c->id, {"bucket-bob", seq(0, c->n)}).get().error, disk_load_error::none);
+        EXPECT_TRUE(t.best("bucket-", "s1", seq(100, 60), 0));
+        EXPECT_EQ(t.reset_tenant("alice").first, 0);
+    }
+    // And after a second restart the reset holds (the rows went with the files).
+    disk_tier t(cfg());
+    EXPECT_EQ(t.get_stats().files, 2);
+    EXPECT_EQ(t.get_stats().removed_at_startup, 0);
+    EXPECT_EQ(t.reset_tenant("bob").first, 1);
+}
+
 // --- store hooks -------------------------------------------------------------------------------
 
 TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {

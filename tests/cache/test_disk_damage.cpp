@@ -53,8 +53,8 @@ std::string name(file_id id) {
 }
 
 /** Offset of full_bytes in the header of a record_of-made file (model "model-a", bucket
- *  "bucket-1", session "s1"). */
-constexpr size_t full_bytes_offset = 8 + 4 + 4 + 8 + (4 + 7) + (4 + 8) + (4 + 2) + 4 + 8 + 4 + 1 + 4;
+ *  "bucket-1", session "s1", tenant ""). */
+constexpr size_t full_bytes_offset = 8 + 4 + 4 + 8 + (4 + 7) + (4 + 8) + (4 + 2) + (4 + 0) + 4 + 8 + 4 + 1 + 4;
 
 TEST_F(DiskDamage, HeaderCarriesTheFilesIdentity) {
     auto r = record(seq(10, 30), 100);
@@ -69,7 +69,7 @@ TEST_F(DiskDamage, HeaderCarriesTheFilesIdentity) {
     EXPECT_EQ(h.digest, tokens_digest(seq(10, 30)));
     EXPECT_EQ(h.record->toks, seq(10, 30));
     EXPECT_EQ(h.version, disk_format_version);
-    EXPECT_EQ(disk_format_version, 2u);
+    EXPECT_EQ(disk_format_version, 3u);
     EXPECT_EQ(read_disk_file(path("a"), "model-a").record->id, 42u);
 }
 
@@ -203,7 +203,7 @@ TEST_F(DiskDamage, DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved) {
     std::vector<file_id> ids;
     {
         disk_tier t(cfg());
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < 9; ++i) {
             ids.push_back(put(t, record(seq(100 * i, 40), 200)));
         }
     }
@@ -212,22 +212,23 @@ TEST_F(DiskDamage, DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved) {
     sql(path("index.sqlite"),
         "CREATE TABLE f2 AS SELECT * FROM files; DROP TABLE files; "
         "CREATE TABLE files (id INTEGER PRIMARY KEY, model, format, bucket, session, n_tokens, history, anchor, "
-        "checkpoints, bytes, last_use, created, tokens); INSERT INTO files SELECT * FROM f2; DROP TABLE f2;");
-    const char * damage[] = {"bucket = NULL", "session = NULL", "model = NULL", "checkpoints = NULL",
-                             "tokens = x'0102'", "history = 99999", "checkpoints = '5:1,3:1'"};
+        "checkpoints, bytes, last_use, created, tokens, tenant); INSERT INTO files SELECT * FROM f2; DROP TABLE f2;");
+    const char * damage[] = {"bucket = NULL",   "session = NULL",   "model = NULL",
+                             "checkpoints = NULL", "tokens = x'0102'", "history = 99999",
+                             "checkpoints = '5:1,3:1'", "tenant = NULL"};
     for (size_t i = 0; i < std::size(damage); ++i) {
         sql(path("index.sqlite"), std::string("UPDATE files SET ") + damage[i] + " WHERE id = " + std::to_string(ids[i]));
     }
     disk_tier t(cfg());
     t.check_invariants();
     const auto st = t.get_stats();
-    EXPECT_EQ(st.damage.at("index_row"), 7);
-    EXPECT_EQ(st.damaged, 7);
+    EXPECT_EQ(st.damage.at("index_row"), 8);
+    EXPECT_EQ(st.damaged, 8);
     EXPECT_EQ(st.files, 1);
-    EXPECT_EQ(blob_files(), std::vector<std::string>{name(ids[7])});
-    auto c = t.best("bucket-1", "s1", seq(700, 50), 0);
+    EXPECT_EQ(blob_files(), std::vector<std::string>{name(ids[8])});
+    auto c = t.best("bucket-1", "s1", seq(800, 50), 0);
     ASSERT_TRUE(c);
-    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(700, c->n)}).get().error, disk_load_error::none);
+    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(800, c->n)}).get().error, disk_load_error::none);
     EXPECT_NE(put(t, record(seq(0, 40), 200)), 0u);
 }
 
@@ -244,6 +245,55 @@ TEST_F(DiskDamage, OlderFormatRowsAreDiscarded) {
     EXPECT_EQ(t.get_stats().discarded_old_format, 1);
     EXPECT_EQ(t.get_stats().files, 1);
     EXPECT_FALSE(fs::exists(path(name(a))));
+}
+
+TEST_F(DiskDamage, AFormat2IndexGainsTheTenantColumnAndItsRowsAreDiscarded) {
+    // An index as format 2 wrote it: no tenant column, rows of format 2 (the files are those of
+    // this build, so the row is the only thing that is old).
+    file_id a = 0;
+    {
+        disk_tier t(cfg());
+        a = put(t, record(seq(0, 40), 200));
+    }
+    sql(path("index.sqlite"),
+        "CREATE TABLE f2 AS SELECT id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, bytes, "
+        "last_use, created, tokens FROM files; DROP TABLE files; "
+        "CREATE TABLE files (id INTEGER PRIMARY KEY, model TEXT NOT NULL, format INTEGER NOT NULL, bucket TEXT NOT NULL,"
+        " session TEXT NOT NULL, n_tokens INTEGER NOT NULL, history INTEGER NOT NULL, anchor INTEGER NOT NULL,"
+        " checkpoints TEXT NOT NULL, bytes INTEGER NOT NULL, last_use REAL NOT NULL, created REAL NOT NULL,"
+        " tokens BLOB NOT NULL); INSERT INTO files SELECT * FROM f2; DROP TABLE f2; UPDATE files SET format = 2;");
+    disk_tier t(cfg());
+    t.check_invariants();
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.discarded_old_format, 1);
+    EXPECT_EQ(st.damaged, 0);  // not index damage: the column is added
+    EXPECT_EQ(st.files, 0);
+    EXPECT_FALSE(fs::exists(path(name(a))));
+    EXPECT_FALSE(fs::exists(path("index.sqlite.damaged")));
+    // Positive: the migrated index takes new rows with their tenant, and they survive a restart.
+    disk_record r = record(seq(100, 40), 200);
+    r.tenant = "alice";
+    ASSERT_NE(put(t, r), 0u);
+    EXPECT_EQ(t.reset_tenant("bob").first, 0);
+    EXPECT_EQ(t.reset_tenant("alice").first, 1);
+}
+
+TEST_F(DiskDamage, ATenantsRowAndHeaderMustAgree) {
+    file_id a = 0;
+    {
+        disk_tier t(cfg());
+        disk_record r = record(seq(0, 40), 500);
+        r.tenant = "alice";
+        a = put(t, r);
+        put(t, record(seq(100, 40), 500));
+    }
+    // The row names another tenant than the file's header: identity damage at startup.
+    sql(path("index.sqlite"), "UPDATE files SET tenant = 'bob' WHERE id = " + std::to_string(a));
+    disk_tier t(cfg());
+    t.check_invariants();
+    EXPECT_EQ(t.get_stats().damage.at("identity"), 1);
+    EXPECT_FALSE(fs::exists(path(name(a))));
+    EXPECT_EQ(t.get_stats().files, 1);  // positive: the sound file stays
 }
 
 TEST_F(DiskDamage, StrayHugeNamesNeitherSetIdsNorOverwriteFiles) {
@@ -323,11 +373,16 @@ TEST_F(DiskDamage, ACorruptIndexIsMovedAsideAndRebuiltFromTheFiles) {
         }
     }
     sql(path("index.sqlite"), "PRAGMA wal_checkpoint(TRUNCATE)");
-    // Flip bytes in every page but the first (the header): the table's b-tree is damaged.
+    // Flip bytes in every page but the first (the header), each page's b-tree page type among
+    // them: the table's b-tree is damaged (flips that only land in a row's content pass
+    // quick_check and are caught row by row: DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved).
     std::string db = read_all(path("index.sqlite"));
     ASSERT_GT(db.size(), 8192u);
     for (size_t i = 4096 + 100; i < db.size(); i += 512) {
         db[i] = static_cast<char>(db[i] ^ 0x5a);
+    }
+    for (size_t page = 4096; page < db.size(); page += 4096) {
+        db[page] = static_cast<char>(db[page] ^ 0x5a);
     }
     write_all(path("index.sqlite"), db);
     disk_tier t(cfg());

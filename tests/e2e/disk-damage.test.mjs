@@ -3,7 +3,10 @@
 //    never-cached server's), counted as identity damage in /v1/cache/stats and /metrics;
 //  - write-behind under continuous load: with --cache-disk-max-unwritten-s, a conversation is
 //    written while the engine never idles, and restores from disk after a kill -9 (exact
-//    cached_tokens); with the bound off (the behaviour before), the same run writes nothing.
+//    cached_tokens); with the bound off (the behaviour before), the same run writes nothing;
+//  - a steady load of 60 s, then kill -9 (issue 15 "Done when"): every conversation stored more
+//    than the bound (plus a margin for the one-write-per-step pace) before the kill restores from
+//    disk with the exact cached_tokens, and replies as a never-cached server does.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test disk-damage.test.mjs
 import assert from 'node:assert/strict';
@@ -146,3 +149,65 @@ for (const arch of ARCHS) {
     }
   });
 }
+
+// One family is enough here (the write path is the same for all; the test takes ~80 s).
+describe(`steady load of 60 s, then kill -9 [${ARCHS[0]}]`, { timeout: 300_000 }, () => {
+  const arch = ARCHS[0];
+  const hybrid = FAMILY[arch] === 'hybrid';
+  const BOUND_S = 2;
+  const MARGIN_S = 4;
+  let ref;
+  let d;
+  before(async () => {
+    ref = await startServer({ model: modelPath(arch), name: `dd-steady-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt'] });
+    d = tmpDir(`${arch}-steady`);
+  });
+  after(async () => {
+    for (const srv of started.splice(0)) await srv.stop();
+    await ref?.stopGracefully();
+    fs.rmSync(d, { recursive: true, force: true });
+  });
+
+  it(`every conversation stored more than ${BOUND_S} + ${MARGIN_S} s before the kill restores from disk`, async () => {
+    // Idle writes far away: only the bound writes while the load runs.
+    let srv = await startOn(arch, d, `dd-steady-a-${arch}`,
+      ['--cache-disk-idle-s', '600', '--cache-disk-max-unwritten-s', String(BOUND_S)]);
+    // Two clients, each a stream of new conversations (a first turn each), for 60 s: the engine
+    // never idles. Each conversation's first turn is kept with the time its reply ended.
+    const done = [];
+    const t0 = Date.now();
+    await Promise.all([0, 1].map(async (c) => {
+      for (let i = 0; Date.now() - t0 < 60_000; i++) {
+        const P = [sys(SYSTEM(700 + c, 60)), user(`Ticket ${c}.${i}: ${words(40, 5000 * c + i)}`)];
+        const r = await askOn(srv, `steady ${c}.${i}`, P);
+        done.push({ P, r, at: Date.now() });
+      }
+    }));
+    const s = await (new Scenario(srv, arch, ref)).stats();
+    assert.ok(s.disk.overdue_writes >= 1, JSON.stringify(s.disk));
+    const killedAt = Date.now();
+    srv.proc.kill('SIGKILL');
+    await srv.exited;
+    await srv.stop();
+    const due = done.filter((x) => killedAt - x.at > (BOUND_S + MARGIN_S) * 1000);
+    assert.ok(due.length >= 20, `${done.length} conversations in 60 s, ${due.length} due on disk`);
+
+    srv = await startOn(arch, d, `dd-steady-b-${arch}`);
+    const sc = new Scenario(srv, arch, ref);
+    const st = await sc.stats();
+    assert.ok(st.disk.files >= due.length, `${st.disk.files} files for ${due.length} conversations due`);
+    // Eight of them, from the first to the last one due: each follow-up restores exactly its turn.
+    const picks = Array.from({ length: 8 }, (_, k) => due[Math.round((k * (due.length - 1)) / 7)]);
+    for (const [k, x] of picks.entries()) {
+      const msgs = [...x.P, echo(x.r.res.choices[0].message), user('And the root cause?')];
+      const r2 = await sc.ask(`follow-up ${k} (stored ${((killedAt - x.at) / 1000).toFixed(1)} s before the kill)`, msgs);
+      const want = followUpHit(hybrid, x.r.u.prompt);
+      expectHit(r2, want.cached, want.kind);
+      if (k === 0 || k === 7) expectSame(r2, await sc.cold(`follow-up ${k}`, msgs), 'after kill -9 vs cold');
+    }
+    assert.equal((await sc.stats()).disk_hits, picks.length);
+    console.log(`[${arch}] ${done.length} conversations in 60 s, ${s.disk.overdue_writes} writes forced; ` +
+      `${due.length} due, 8 checked: all restored`);
+    await srv.stopGracefully();
+  });
+});

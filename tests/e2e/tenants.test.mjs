@@ -3,8 +3,11 @@
 // each other's entries (cached_tokens 0 across tenants: no prompt-extraction oracle) while each
 // hits its own (the positive case: the test fails with caching off); GET /v1/cache/stats shows a
 // tenant its own figures and the admin key everything; POST /v1/cache/reset drops only the
-// caller's entries (the admin key drops all); GET /metrics needs the admin key. Clients: the
-// official `openai` npm package, one per key.
+// caller's entries (the admin key drops all), its disk-tier files included (after a restart the
+// reset tenant restores nothing from disk while the other still does); GET /metrics needs the
+// admin key; a stored Responses API response belongs to the tenant that created it (another
+// tenant's GET, DELETE and previous_response_id get a 404 in the Responses error shape).
+// Clients: the official `openai` npm package, one per key.
 //
 //   cd tests/e2e && node --test tenants.test.mjs
 import assert from 'node:assert/strict';
@@ -152,6 +155,105 @@ for (const arch of ARCHS) {
       const m = await get('/metrics', KEYS.admin);
       assert.equal(m.status, 200, m.text);
       assert.match(m.text, /^lineage_/m);
+    });
+  });
+}
+
+for (const arch of ARCHS) {
+  describe(`tenants with the disk tier [${arch}]`, { timeout: 300_000 }, () => {
+    let dir;
+    let keyFile;
+    let srv;
+    const started = [];
+    const start = async (name) => {
+      srv = await startServer({ model: modelPath(arch), name: `tenants-disk-${name}-${arch}`,
+        args: ['--parallel', '1', '--ctx-size', '1024', '--api-key-file', keyFile, '--cache-dir', path.join(dir, 'cache')],
+        env: { LINEAGE_ADMIN_API_KEY: KEYS.admin } });
+      started.push(srv);
+      return srv;
+    };
+    const as = (who) => new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEYS[who], maxRetries: 0, timeout: 120_000 });
+    const stats = async (who) => {
+      const res = await fetch(`${srv.url}/v1/cache/stats`, { headers: { Authorization: `Bearer ${KEYS[who]}` } });
+      assert.equal(res.status, 200);
+      return res.json();
+    };
+    before(() => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-tenants-disk-'));
+      keyFile = path.join(dir, 'keys.txt');
+      fs.writeFileSync(keyFile, KEY_FILE_TEXT);
+    });
+    after(async () => {
+      for (const s of started) await s.stop();
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    it("a tenant's reset deletes its disk files: after a restart it restores nothing, the other tenant still does", async () => {
+      await start('a');
+      const first = {};
+      for (const who of ['alice', 'bob']) {
+        first[who] = await as(who).chat.completions.create(body(`${who}: What are your opening hours?`));
+        assert.equal(cachedOf(first[who]), 0, `${who}'s first request`);
+      }
+      await srv.stopGracefully();  // writes every entry to disk, each with its tenant
+      await start('b');
+      const files = (await stats('admin')).disk.files;
+      assert.ok(files >= 2, `both tenants' entries on disk: ${files}`);
+      const reset = await srv.post('/v1/cache/reset', {}, { Authorization: `Bearer ${KEYS.bob}` });
+      assert.equal(reset.status, 200, reset.text);
+      assert.equal(reset.json.tenant, 'bob');
+      assert.ok(reset.json.disk_files_freed >= 1, `bob's files freed: ${reset.text}`);
+      assert.ok(reset.json.disk_bytes_freed > 0, reset.text);
+      const left = (await stats('admin')).disk.files;
+      assert.equal(left, files - reset.json.disk_files_freed, 'only the freed files left the tier');
+      assert.ok(left >= 1, "alice's files stay");
+      await srv.stopGracefully();
+
+      // Another restart: the reset held on disk (its rows went with the files).
+      await start('c');
+      assert.equal((await stats('admin')).disk.files, left);
+      const b = await as('bob').chat.completions.create(body('bob: What are your opening hours?'));
+      assert.equal(cachedOf(b), 0, `bob restores nothing after his reset: ${JSON.stringify(b.usage)}`);
+      const a = await as('alice').chat.completions.create(body('alice: What are your opening hours?'));
+      assert.ok(cachedOf(a) >= first.alice.usage.prompt_tokens - 1,
+        `alice restores her conversation from disk: ${JSON.stringify(a.usage)}`);
+      const g = await stats('admin');
+      assert.ok(g.disk_hits >= 1, `a disk hit for alice: ${JSON.stringify(g.disk)}`);
+      await srv.stopGracefully();
+    });
+
+    it("a stored response is its tenant's: another tenant's GET, DELETE and previous_response_id get 404", async () => {
+      await start('d');
+      const r1 = await as('alice').responses.create({ model: 'tiny', input: 'Remember the word tangerine.',
+        max_output_tokens: 3, temperature: 0 });
+      assert.match(r1.id, /^resp_/);  // stored (store defaults to true); 3 tokens: 'incomplete'
+      const headers = (who) => ({ Authorization: `Bearer ${KEYS[who]}` });
+      const notFound = async (res, param, code) => {
+        assert.equal(res.status, 404, res.text);
+        assert.deepEqual(Object.keys(res.json.error).sort(), ['code', 'message', 'param', 'type']);
+        assert.equal(res.json.error.type, 'invalid_request_error');
+        assert.equal(res.json.error.code, code);
+        assert.equal(res.json.error.param, param);
+        assert.match(res.json.error.message, new RegExp(r1.id));
+      };
+      for (const who of ['bob', 'admin']) {
+        const got = await fetch(`${srv.url}/v1/responses/${r1.id}`, { headers: headers(who) });
+        await notFound({ status: got.status, json: await got.json(), text: '' }, null, 'not_found');
+        const cont = await srv.post('/v1/responses', { model: 'tiny', previous_response_id: r1.id, input: 'Which word?',
+          max_output_tokens: 3 }, headers(who));
+        await notFound(cont, 'previous_response_id', 'previous_response_not_found');
+        const del = await fetch(`${srv.url}/v1/responses/${r1.id}`, { method: 'DELETE', headers: headers(who) });
+        await notFound({ status: del.status, json: await del.json(), text: '' }, null, 'not_found');
+      }
+      await assert.rejects(as('bob').responses.retrieve(r1.id), (e) => e.status === 404);
+      // Positive: alice (either key) reads and continues it; bob's DELETE above left it alone.
+      const again = await as('alice2').responses.retrieve(r1.id);
+      assert.equal(again.id, r1.id);
+      const r2 = await as('alice').responses.create({ model: 'tiny', previous_response_id: r1.id, input: 'Which word?',
+        max_output_tokens: 3, temperature: 0 });
+      assert.equal(r2.previous_response_id, r1.id);
+      assert.ok(r2.usage.input_tokens > r1.usage.input_tokens, 'the stored conversation was continued');
+      await srv.stopGracefully();
     });
   });
 }

@@ -34,6 +34,7 @@ disk_record seed_record(int n, size_t full, int n_cps) {
     r.model = "model-a";
     r.bucket = "bucket-1";
     r.session = n % 2 ? "s1" : "";
+    r.tenant = n > 20 ? "tenant-b" : "";
     for (int i = 0; i < n; ++i) {
         r.toks.push_back(i * 31 + 5);
     }

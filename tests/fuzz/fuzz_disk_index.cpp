@@ -37,6 +37,7 @@ void write_seed(const std::string & path, bool damaged) {
         r.model = "model-a";
         r.bucket = "bucket-1";
         r.session = "s1";
+        r.tenant = "alice";
         r.toks = {1, 2, 3, 4, 5, 6, 7, 8};
         r.history = 6;
         r.checkpoints = {{3, point_kind::turn, nullptr}, {7, point_kind::guard, nullptr}};
@@ -47,7 +48,7 @@ void write_seed(const std::string & path, bool damaged) {
     sqlite3 * db = nullptr;
     sqlite3_open(path.c_str(), &db);
     const char * sql = damaged ? "INSERT INTO files SELECT 3, model, 1, bucket, session, n_tokens, history, anchor, "
-                                 "checkpoints, bytes, last_use, created, tokens FROM files WHERE id = 1; "
+                                 "checkpoints, bytes, last_use, created, tokens, tenant FROM files WHERE id = 1; "
                                  "PRAGMA wal_checkpoint(TRUNCATE);"
                                : "PRAGMA wal_checkpoint(TRUNCATE);";
     sqlite3_exec(db, sql, nullptr, nullptr, nullptr);

@@ -4,6 +4,7 @@
 #include "server/response_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,15 +46,15 @@ TEST(ResponseStore, PutGetRemove) {
     response_store s({":memory:", 100.0, 1 << 20}, [&] { return now; });
     EXPECT_FALSE(s.persistent());
     ASSERT_TRUE(s.put(resp("resp_a", 10, 1000.0)));
-    auto got = s.get("resp_a");
+    auto got = s.get("resp_a", "");
     ASSERT_TRUE(got);
     EXPECT_EQ(got->body, std::string(10, 'b'));
     EXPECT_EQ(got->conversation, "[]");
     EXPECT_DOUBLE_EQ(got->created_s, 1000.0);
     EXPECT_EQ(s.bytes(), 6u + 10u + 2u);
-    EXPECT_TRUE(s.remove("resp_a"));
-    EXPECT_FALSE(s.remove("resp_a"));
-    EXPECT_FALSE(s.get("resp_a"));
+    EXPECT_TRUE(s.remove("resp_a", ""));
+    EXPECT_FALSE(s.remove("resp_a", ""));
+    EXPECT_FALSE(s.get("resp_a", ""));
     EXPECT_EQ(s.count(), 0u);
 }
 
@@ -63,13 +64,13 @@ TEST(ResponseStore, ExpiresAfterTtl) {
     ASSERT_TRUE(s.put(resp("resp_a", 10, 1000.0)));
     ASSERT_TRUE(s.put(resp("resp_b", 10, 1050.0)));
     now = 1099.0;
-    EXPECT_TRUE(s.get("resp_a"));
+    EXPECT_TRUE(s.get("resp_a", ""));
     now = 1100.0;  // resp_a is 100 s old: expired; resp_b is 50 s old
-    EXPECT_FALSE(s.get("resp_a"));
-    EXPECT_TRUE(s.get("resp_b"));
+    EXPECT_FALSE(s.get("resp_a", ""));
+    EXPECT_TRUE(s.get("resp_b", ""));
     EXPECT_EQ(s.count(), 1u);
     now = 1150.0;
-    EXPECT_FALSE(s.remove("resp_b"));
+    EXPECT_FALSE(s.remove("resp_b", ""));
     EXPECT_EQ(s.count(), 0u);
 }
 
@@ -80,15 +81,15 @@ TEST(ResponseStore, ByteCapEvictsLeastRecentlyUsedFirst) {
     ASSERT_TRUE(s.put(resp("resp_b", 20)));
     ASSERT_TRUE(s.put(resp("resp_c", 20)));
     EXPECT_EQ(s.bytes(), 84u);
-    ASSERT_TRUE(s.get("resp_a"));  // a is now the most recently used: b goes first, then c
+    ASSERT_TRUE(s.get("resp_a", ""));  // a is now the most recently used: b goes first, then c
     ASSERT_TRUE(s.put(resp("resp_d", 20)));
-    EXPECT_FALSE(s.get("resp_b"));
-    EXPECT_TRUE(s.get("resp_c"));  // order now: a, d, c (c just used)
+    EXPECT_FALSE(s.get("resp_b", ""));
+    EXPECT_TRUE(s.get("resp_c", ""));  // order now: a, d, c (c just used)
     ASSERT_TRUE(s.put(resp("resp_e", 48)));  // 56 bytes: evicts a (28) then d (28)
-    EXPECT_FALSE(s.get("resp_a"));
-    EXPECT_FALSE(s.get("resp_d"));
-    EXPECT_TRUE(s.get("resp_c"));
-    EXPECT_TRUE(s.get("resp_e"));
+    EXPECT_FALSE(s.get("resp_a", ""));
+    EXPECT_FALSE(s.get("resp_d", ""));
+    EXPECT_TRUE(s.get("resp_c", ""));
+    EXPECT_TRUE(s.get("resp_e", ""));
     EXPECT_EQ(s.bytes(), 28u + 56u);
     // Larger than the cap alone: refused, nothing evicted.
     EXPECT_FALSE(s.put(resp("resp_f", 200)));
@@ -102,18 +103,61 @@ TEST_F(ResponseStoreFile, SurvivesReopenWithItsKey) {
         EXPECT_TRUE(s.persistent());
         ASSERT_TRUE(s.put(resp("resp_a", 10, 0)));
         ASSERT_TRUE(s.put(resp("resp_b", 10, 0)));
-        ASSERT_TRUE(s.get("resp_a"));  // LRU order across the restart: b, then a
+        ASSERT_TRUE(s.get("resp_a", ""));  // LRU order across the restart: b, then a
         key = s.reasoning_key();
         EXPECT_EQ(key.size(), 32u);
     }
     response_store s({path(), 1e9, 60});
     EXPECT_EQ(s.reasoning_key(), key);
     EXPECT_EQ(s.count(), 2u);
-    ASSERT_TRUE(s.get("resp_a"));
+    ASSERT_TRUE(s.get("resp_a", ""));
     ASSERT_TRUE(s.put(resp("resp_c", 10)));  // 18 + 18 + 18 = 54 <= 60: all fit
     ASSERT_TRUE(s.put(resp("resp_d", 10)));  // evicts b, the least recently used before the restart
-    EXPECT_FALSE(s.get("resp_b"));
-    EXPECT_TRUE(s.get("resp_a"));
+    EXPECT_FALSE(s.get("resp_b", ""));
+    EXPECT_TRUE(s.get("resp_a", ""));
+}
+
+TEST(ResponseStore, AResponseBelongsToTheTenantThatStoredIt) {
+    response_store s({":memory:", 1e9, 1 << 20});
+    stored_response a = resp("resp_a", 10);
+    a.tenant = "alice";
+    ASSERT_TRUE(s.put(a));
+    EXPECT_FALSE(s.get("resp_a", "bob"));
+    EXPECT_FALSE(s.get("resp_a", ""));  // nor the tenant of a server without keys
+    EXPECT_FALSE(s.remove("resp_a", "bob"));
+    EXPECT_EQ(s.count(), 1u);  // another tenant's delete left it alone
+    auto got = s.get("resp_a", "alice");
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->tenant, "alice");
+    EXPECT_EQ(got->body, std::string(10, 'b'));
+    EXPECT_TRUE(s.remove("resp_a", "alice"));
+    EXPECT_EQ(s.count(), 0u);
+}
+
+TEST_F(ResponseStoreFile, AStoreWithoutTheTenantColumnGainsIt) {
+    {
+        // The table as stores wrote it before tenants scoped responses.
+        sqlite3 * db = nullptr;
+        ASSERT_EQ(sqlite3_open(path().c_str(), &db), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(db,
+                               "CREATE TABLE responses (id TEXT PRIMARY KEY, created REAL NOT NULL, use INTEGER NOT "
+                               "NULL, bytes INTEGER NOT NULL, body BLOB NOT NULL, conversation BLOB NOT NULL);"
+                               "INSERT INTO responses VALUES ('resp_old', 1e12, 1, 20, 'body', '[]');",
+                               nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(db);
+    }
+    response_store s({path(), 1e13, 1 << 20});
+    EXPECT_FALSE(fs::exists(path() + ".damaged"));
+    EXPECT_EQ(s.count(), 1u);
+    EXPECT_FALSE(s.get("resp_old", "alice"));
+    auto old = s.get("resp_old", "");
+    ASSERT_TRUE(old);
+    EXPECT_EQ(old->body, "body");
+    stored_response b = resp("resp_b", 10);
+    b.tenant = "bob";
+    ASSERT_TRUE(s.put(b));
+    EXPECT_TRUE(s.get("resp_b", "bob"));
 }
 
 TEST_F(ResponseStoreFile, DamagedFileIsMovedAside) {
@@ -126,7 +170,7 @@ TEST_F(ResponseStoreFile, DamagedFileIsMovedAside) {
     EXPECT_TRUE(fs::exists(path() + ".damaged"));
     EXPECT_EQ(s.count(), 0u);
     ASSERT_TRUE(s.put(resp("resp_a", 10)));
-    EXPECT_TRUE(s.get("resp_a"));
+    EXPECT_TRUE(s.get("resp_a", ""));
 }
 
 TEST_F(ResponseStoreFile, UnusableDirectoryFallsBackToMemory) {
@@ -135,7 +179,7 @@ TEST_F(ResponseStoreFile, UnusableDirectoryFallsBackToMemory) {
     response_store s({blocker + "/sub/responses.sqlite", 1e9, 1 << 20});
     EXPECT_FALSE(s.persistent());
     ASSERT_TRUE(s.put(resp("resp_a", 10)));
-    EXPECT_TRUE(s.get("resp_a"));
+    EXPECT_TRUE(s.get("resp_a", ""));
 }
 
 TEST(ReasoningSeal, RoundTripAndRefusals) {

@@ -1,0 +1,122 @@
+// Shared checks of the request-parser fuzz targets (issue 15): a fuzz input is a raw POST body
+// taken through what the routes do with one (the body limit httplib applies, then the
+// dialect's parser with the server's default JSON limits), and what comes out must be an
+// accepted request or an error value, never an exception, a crash or UB.
+// Thread safety: libFuzzer calls a target from one thread; these are pure functions.
+#pragma once
+
+#include "server/errors.h"
+#include "server/json_body.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lineage::fuzz {
+
+using server::json;
+
+/** The body limit the targets apply (--max-body-bytes' role). Small, so that inputs of
+ *  -max_len 8192 reach both sides of it. */
+inline constexpr uint64_t max_body_bytes = 6 * 1024;
+
+/** Stops the run with `what` on stderr: libFuzzer saves the input as a crash. */
+[[noreturn]] inline void finding(const std::string & what) {
+    std::fprintf(stderr, "fuzz finding: %s\n", what.c_str());
+    std::fflush(stderr);
+    __builtin_trap();
+}
+
+/** The answer httplib gives a body over the limit before any handler runs; nullopt when the
+ *  body is within it. */
+inline std::optional<server::api_error> body_limit(std::string_view body, const char * path) {
+    if (body.size() > max_body_bytes) {
+        return server::error_for_status(413, "POST", path, max_body_bytes);
+    }
+    return std::nullopt;
+}
+
+/** A rejection as a client gets it: 400 or 413, a type and a message, and its JSON shape
+ *  renders (dump never throws, whatever bytes the message quotes). */
+inline void check_rejection(const server::api_error & e) {
+    if (e.status != 400 && e.status != 413) {
+        finding("a request parser answered status " + std::to_string(e.status) + ": " + e.message);
+    }
+    if (e.type.empty() || e.message.empty()) {
+        finding("a rejection without a type or a message");
+    }
+    (void)server::dump(server::to_json(e));
+}
+
+/** Nesting depth of `j` (a scalar is 0), without recursion. */
+inline size_t depth_of(const json & j) {
+    size_t deepest = 0;
+    std::vector<std::pair<const json *, size_t>> todo{{&j, 0}};
+    while (!todo.empty()) {
+        auto [v, d] = todo.back();
+        todo.pop_back();
+        if (v->is_structured()) {
+            ++d;
+            for (const auto & c : *v) {
+                todo.emplace_back(&c, d);
+            }
+        }
+        deepest = std::max(deepest, d);
+    }
+    return deepest;
+}
+
+/** A JSON text an accepted request hands on (tool parameters, template kwargs, a schema): it
+ *  must parse and nest no deeper than the body limit allows, since the engine's template code
+ *  and dump() recurse over it. "" is allowed (absent). */
+inline void check_json_text(const std::string & text, const char * what) {
+    if (text.empty()) {
+        return;
+    }
+    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+        finding(std::string(what) + " is not JSON: " + text.substr(0, 200));
+    }
+    if (depth_of(j) > server::default_json_limits().max_depth) {
+        finding(std::string(what) + " nests deeper than the body limit");
+    }
+}
+
+/** Sampling settings an accepted request passes to the engine: every number finite and in the
+ *  range the parsers document (temperature 0-2, top_p 0-1, penalties, top_k >= 0, logprobs
+ *  0-20, biases -100..100, max_tokens >= 1 or -1 for "unset"). */
+inline void check_sampling(const scheduler::sampling_params & s) {
+    auto in = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+    if (!in(s.temperature, 0, 2) || !in(s.top_p, 0, 1) || !in(s.min_p, 0, 1) || !in(s.presence_penalty, -2, 2) ||
+        !in(s.frequency_penalty, -2, 2) || !(in(s.repeat_penalty, 0, 10) && s.repeat_penalty > 0)) {
+        finding("accepted sampling numbers out of range");
+    }
+    if (s.top_k < 0 || s.top_logprobs < 0 || s.top_logprobs > 20 || (s.max_tokens < 1 && s.max_tokens != -1)) {
+        finding("accepted sampling integers out of range");
+    }
+    for (const auto & [tok, bias] : s.logit_bias) {
+        if (tok < 0 || !in(bias, -100, 100)) {
+            finding("accepted a logit_bias out of range");
+        }
+    }
+}
+
+/** Runs `parse` (returns std::optional<api_error>); an exception escaping it is a finding. */
+template <class F>
+std::optional<server::api_error> no_throw(const char * what, F && parse) {
+    try {
+        return parse();
+    } catch (const std::exception & ex) {
+        finding(std::string(what) + " threw " + ex.what());
+    } catch (...) {
+        finding(std::string(what) + " threw a non-std exception");
+    }
+}
+
+}  // namespace lineage::fuzz
