@@ -129,8 +129,9 @@ struct config {
      *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
     /** Hybrid families: an entry keeps the state after the reply (prompt + the tokens decoded
-     *  while generating), with the prompt-end state as a `turn` checkpoint, instead of the state
-     *  at the prompt end only. An agent-loop step sends the reply back verbatim (prompt + reply +
+     *  while generating) instead of the state at the prompt end only; a prompt that parts inside
+     *  the reply restores the resend guard (prompt - 1), or, with resend_checkpoint off, the
+     *  prompt-end state kept as a `turn` checkpoint. An agent-loop step sends the reply back verbatim (prompt + reply +
      *  tool result) and then prefills only the tool result, not the reply again (issue 14;
      *  --cache-keep-reply). Dense families always keep it (any prefix of the KV restores). */
     bool keep_reply = true;
@@ -141,8 +142,11 @@ struct config {
      *  they do not count against max_checkpoints. Cost per rung on the bench model: ~5 MB of
      *  RAM while the message is the newest and ~0.4 ms; an edit saves on average step/2
      *  prefilled tokens (~3-5 ms each) per rung spacing (docs/architecture.md "Message rungs").
+     *  Off by default: each rung splits the prefill, and a split costs about one forward pass
+     *  (~30 ms on the bench model, ~17 prefilled tokens), paid on every user turn for the edits
+     *  only (docs/benchmarks/README.md: TTFT p50 466 -> 641 ms for edits 2.50 -> 1.27x).
      *  --cache-message-rungs (0: none), --cache-message-step. */
-    int32_t message_rungs = 8;
+    int32_t message_rungs = 0;
     int32_t message_step = 16;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;

@@ -146,10 +146,10 @@ void lifecycle::commit(slot & s, double now_s) {
     }
     cache::trace_scope trace(store_.trace(), s.req->id);
     // The entry is everything decoded: for dense models any prefix of their KV is a restore
-    // point; for hybrids (--cache-keep-reply) the prompt-end state becomes a turn checkpoint, so
-    // a next prompt that parts inside the reply (a re-rendered reply, a regenerate) restores the
-    // prompt end and one that sends the reply back verbatim (an agent-loop step) restores it
-    // all. Without --cache-keep-reply a hybrid keeps the prompt end only (generation moved the
+    // point; for hybrids (--cache-keep-reply) a next prompt that parts inside the reply (a
+    // re-rendered reply, a regenerate) restores the resend guard at prompt - 1 (or, with that
+    // guard off, the prompt-end state kept as a turn checkpoint) and one that sends the reply
+    // back verbatim (an agent-loop step) restores it all. Without --cache-keep-reply a hybrid keeps the prompt end only (generation moved the
     // recurrent state on: put the prompt-end state back and trim the KV). A request cancelled
     // during prefill holds whole chunks: its state at n_past is exact.
     cache::commit_input in;
@@ -157,7 +157,11 @@ void lifecycle::commit(slot & s, double now_s) {
     int32_t n_keep = s.n_past;
     const bool keep_reply = hybrid_ && store_.cfg().keep_reply && store_.cfg().lineage && s.prompt_end_recurrent;
     if (keep_reply && s.n_past > s.prompt_size()) {
-        in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
+        // With the resend guard at prompt - 1 the prompt end would restore one token more than
+        // it, at the price of a checkpoint that thins the last-user one away after an agent step.
+        if (!store_.cfg().resend_checkpoint) {
+            in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
+        }
     } else if (hybrid_ && s.n_past > s.prompt_size()) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !st_.set_state(s.seq, *s.prompt_end_recurrent, true) ||

@@ -480,14 +480,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "to it instead of the previous turn",
         boolean(cc.last_user_checkpoint), true);
     add("--cache-keep-reply", "LINEAGE_CACHE_KEEP_REPLY", "[=BOOL]", "true",
-        "hybrid models: an entry keeps the state after the reply (the prompt-end state becomes a checkpoint), so an "
+        "hybrid models: an entry keeps the state after the reply (not only the prompt end), so an "
         "agent-loop step that sends the reply back verbatim prefills only what follows it; false = the prompt end only "
         "(seed 000)",
         boolean(cc.keep_reply), true);
     add("--cache-message-rungs", "LINEAGE_CACHE_MESSAGE_RUNGS", "N", std::to_string(dc.message_rungs),
         "hybrid models: most checkpoints (message rungs) inside the last user message, so an edit of it restores "
-        "up to the rung before the edit; only the newest message keeps them, each is one recurrent state in RAM; "
-        "0 = none",
+        "up to the rung before the edit; only the newest message keeps them, each is one recurrent state in RAM and "
+        "one more prefill split (about one forward pass) per user turn; 0 = none",
         int_min(cc.message_rungs, 0));
     add("--cache-message-step", "LINEAGE_CACHE_MESSAGE_STEP", "TOKENS", std::to_string(dc.message_step),
         "message rungs this many tokens apart (stretched so that --cache-message-rungs cover a long message)",

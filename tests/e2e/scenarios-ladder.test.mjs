@@ -8,7 +8,8 @@
 //  - divergence slack: the divergence checkpoint goes back to the start of its line, so a third
 //    prompt that parts a few tokens earlier in that line still restores it;
 //  - the last user message: a checkpoint at its start (computed here from the server's own
-//    /apply-template + /tokenize) and message rungs inside it, so an edit of that message
+//    /apply-template + /tokenize) and message rungs inside it (--cache-message-rungs 8; off by
+//    default), so an edit of that message
 //    restores up to the last rung before the edit, or its start for an edit before the first;
 //  - the reply kept (--cache-keep-reply): an agent-loop step that sends the reply back verbatim
 //    restores the prompt and the reply, where seed 000's entry ends at the prompt end.
@@ -54,7 +55,7 @@ for (const arch of SCENARIO_ARCHS) {
     let sc;
     let scOff;
     before(async () => {
-      srv = await startServer({ model: modelPath(arch), name: `ladder-${arch}`, args: BASE_ARGS });
+      srv = await startServer({ model: modelPath(arch), name: `ladder-${arch}`, args: [...BASE_ARGS, '--cache-message-rungs', '8'] });
       off = await startServer({ model: modelPath(arch), name: `ladder-off-${arch}`, args: [...BASE_ARGS, ...SEED000_ARGS] });
       ref = await startServer({ model: modelPath(arch), name: `ladder-ref-${arch}`, args: [...BASE_ARGS, '--no-cache-prompt'] });
       sc = new Scenario(srv, arch, ref);
@@ -171,7 +172,7 @@ for (const arch of SCENARIO_ARCHS) {
         { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
       // The random-weight test models often sample a token that the reply's text does not
       // tokenize back to (a real model rarely does): the entry then parts from the next prompt
-      // inside the reply, which restores the prompt end. Conversations until one reply comes
+      // inside the reply, which restores the resend guard. Conversations until one reply comes
       // back token for token (its logprobs pieces, each one token, are the next prompt's tokens).
       let verbatim = null;
       for (let seed = 0; seed < 24 && !verbatim; seed++) {
@@ -195,9 +196,9 @@ for (const arch of SCENARIO_ARCHS) {
           assert.equal(r2.hit, 'full', detail(r2));
           verbatim = { step, r2 };
         } else {
-          // Parted inside the reply: the prompt end, a turn checkpoint.
-          assert.equal(r2.u.cached, P, detail(r2));
-          assert.equal(r2.hit, 'turn', detail(r2));
+          // Parted inside the reply: the resend guard at the prompt's last token.
+          assert.equal(r2.u.cached, P - 1, detail(r2));
+          assert.equal(r2.hit, 'guard', detail(r2));
         }
       }
       assert.ok(verbatim, 'no reply came back token for token in 24 conversations');

@@ -239,7 +239,7 @@ TEST_F(Lifecycle, DenseCommitKeepsEverythingDecoded) {
     EXPECT_EQ(t->stats.hit_kind, "prefix");
 }
 
-TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreThePromptEnd) {
+TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheGuard) {
     cache::config cfg = test_config();
     cfg.keep_reply = true;
     make(true, 6, cfg);
@@ -247,7 +247,8 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheP
     auto t1 = admit(seq_of(0, 300), 290);
     const int32_t seq = t1->seq;
     finish(*t1);
-    // The entry is the prompt and the reply decoded after it; the prompt end is a turn checkpoint.
+    // The entry is the prompt and the reply decoded after it; the resend guard (299) restores a
+    // prompt that parts inside the reply.
     EXPECT_EQ(st_->at(seq).n_kv, 303);
     EXPECT_EQ(st_->at(seq).rec, 303);
     EXPECT_EQ(st_->n_set_state, 0) << "nothing put back";
@@ -255,9 +256,7 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheP
     auto es = store_->entries();
     ASSERT_EQ(es.size(), 1u);
     EXPECT_EQ(es[0].n_tokens, 303);
-    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn},
-                                                  {299, cache::point_kind::guard},
-                                                  {300, cache::point_kind::turn}}));
+    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}}));
     // An agent-loop step: the prompt, the reply verbatim, a tool result. Continues the sequence.
     auto t2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 343);
     EXPECT_EQ(t2->plan.op, cache::restore_op::take_device);
@@ -268,15 +267,26 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheP
     es = store_->entries();
     ASSERT_EQ(es.size(), 1u);
     EXPECT_EQ(es[0].n_tokens, 346);
-    // A regenerate of step 2 re-renders nothing and parts after its prompt end: the guard.
-    // A next turn that re-renders the reply differently parts inside it: the prompt end (343).
+    // A next turn that re-renders the reply differently parts inside it: the guard at 342.
     const cache::tokens p2 = cat(cat(seq_of(0, 300), reply), seq_of(7000, 40));
     auto t3 = admit(cat(cat(p2, {900000}), seq_of(8000, 30)), 370);
-    EXPECT_EQ(t3->n_past, 343);
-    EXPECT_EQ(t3->stats.hit_kind, "turn");
-    EXPECT_EQ(st_->at(t3->seq).n_kv, 343);
-    EXPECT_EQ(st_->at(t3->seq).rec, 343);
+    EXPECT_EQ(t3->n_past, 342);
+    EXPECT_EQ(t3->stats.hit_kind, "guard");
+    EXPECT_EQ(st_->at(t3->seq).n_kv, 342);
+    EXPECT_EQ(st_->at(t3->seq).rec, 342);
     finish(*t3);
+    // Without the resend guard the prompt end is kept as a turn checkpoint instead.
+    cfg.resend_checkpoint = false;
+    make(true, 6, cfg);
+    auto g1 = admit(seq_of(0, 300), 290);
+    finish(*g1);
+    EXPECT_EQ(store_->entries().front().n_tokens, 303);
+    EXPECT_EQ(store_->entries().front().checkpoints,
+              (std::vector<cp>{{284, cache::point_kind::guard}, {290, cache::point_kind::turn}, {300, cache::point_kind::turn}}));
+    auto g2 = admit(cat(cat(seq_of(0, 300), {900000}), seq_of(8000, 30)), 325);
+    EXPECT_EQ(g2->n_past, 300);
+    EXPECT_EQ(g2->stats.hit_kind, "turn");
+    finish(*g2);
     // Off: the same first request keeps the prompt end only.
     make(true);
     auto o1 = admit(seq_of(0, 300), 290);
