@@ -213,6 +213,11 @@ for (const arch of ARCHS) {
       assert.equal(m2.json.usage.input_tokens + m2.json.usage.cache_read_input_tokens, p2.length, 'prompt tokens');
       assert.equal(m2.json.usage.input_tokens, p2.length - i, `Messages turn 2: ${JSON.stringify(m2.json.usage)}`);
       assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+      // Messages turn 2's own warm-up runs next: let it finish first, or the wait below could
+      // count it as the Responses reply's (and turn 2 of Responses would race its warm-up).
+      for (const t0 = Date.now(); (await srv.cacheStats()).warmup.runs <= before.warmup.runs && Date.now() - t0 < 5_000;) {
+        await sleep(5);
+      }
 
       // Responses, chained by previous_response_id: the second turn restores past the first
       // prompt (the reply as re-rendered), where without a warm-up it restores the turn boundary.
