@@ -148,6 +148,18 @@ struct config {
      *  --cache-message-rungs (0: none), --cache-message-step. */
     int32_t message_rungs = 0;
     int32_t message_step = 16;
+    /** Reply checkpoints (hybrid families with keep_reply; issue 14): while a reply is decoded,
+     *  the recurrent state is taken every reply_step decoded tokens (between decode steps, so
+     *  no prefill is split; ~0.4 ms and ~5 MB each on the bench model), at most
+     *  max_reply_candidates at once (the spacing doubles when they are full). At commit one is
+     *  kept: the last one before the first token where the reply's text, tokenized again, no
+     *  longer gives the decoded tokens (a client sends the text back, so the next prompt parts
+     *  there); none when the whole reply comes back token for token (the entry's end restores).
+     *  An agent-loop step whose prompt parts inside the reply then restores up to that point
+     *  instead of the resend guard at prompt - 1. Only the newest reply keeps one.
+     *  --cache-reply-step (0: none). */
+    int32_t reply_step = 16;
+    static constexpr int32_t max_reply_candidates = 4;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
     int32_t anchor_slack = 2;
     /** Checkpoints kept per lineage (seed 000: 4). */

@@ -25,6 +25,7 @@ std::string_view to_string(point_kind k) {
         case point_kind::divergence: return "divergence";
         case point_kind::ladder: return "ladder";
         case point_kind::message: return "message";
+        case point_kind::reply: return "reply";
     }
     return "?";
 }

@@ -215,6 +215,10 @@ public:
      *  reservation is released by the commit/commit_anchor/demote/abandon that reports it. */
     bool reserve(uint64_t bytes, uint64_t protect = 0);
 
+    /** Releases `bytes` of an earlier reserve() whose state was dropped before any commit
+     *  reported it (a reply checkpoint candidate given up during decode). */
+    void unreserve(uint64_t bytes) { release_pending(bytes); }
+
     /** plan() for a background warm-up of `prefix` (docs/prompt-cache.md "Warm-up"): the same
      *  decision, but the lookup stays out of the request counters (lookups, hits, misses, tokens;
      *  its prefill shows in stats.warmup), and continuing a warmed entry is no hit

@@ -17,7 +17,7 @@ uint64_t size_of(const blob_ptr & b) {
 
 // Thinning order (seed 000 "Thinning"): old guard points first (only the newest guard is a
 // live resend point), then the oldest turn boundaries, then the oldest divergence points, then
-// the newest guard; message rungs never (thin() caps them apart). `cps` ascends by length, so
+// a reply checkpoint, then the newest guard; message rungs never (thin() caps them apart). `cps` ascends by length, so
 // the first match is the oldest. Returns the index to drop (REQUIRES: cps holds a checkpoint
 // that is not a message rung).
 size_t drop_candidate(const std::vector<checkpoint> & cps) {
@@ -39,6 +39,12 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
             if (cps[i].kind == k) {
                 return i;
             }
+        }
+    }
+    // A reply checkpoint serves the next step only; the newest guard serves a resend.
+    for (size_t i = 0; i < cps.size(); ++i) {
+        if (cps[i].kind == point_kind::reply) {
+            return i;
         }
     }
     if (newest_guard) {
@@ -117,6 +123,9 @@ bool store::commit(commit_input in, double now_s) {
         std::vector<checkpoint> cps;
         if (in.absorbed) {
             cps = std::move(in.absorbed->inherited);
+            // Only the newest reply keeps its reply checkpoint: the absorbed one lies inside the
+            // history now, where no next prompt parts.
+            std::erase_if(cps, [](const checkpoint & c) { return c.kind == point_kind::reply; });
         }
         for (auto & c : in.captured) {
             cps.push_back(std::move(c));

@@ -32,10 +32,13 @@ enum class point_kind : uint8_t {
     message,     ///< a rung inside the last user message, so that an edit of that message
                  ///< restores close to where it parts; only the newest message keeps them
                  ///< (issue 14)
+    reply,       ///< a checkpoint inside the decoded reply, taken between decode steps (no
+                 ///< prefill split), before where the reply stops coming back token for token
+                 ///< from its text; only the newest reply keeps one (issue 14)
 };
 
 /** The last point_kind (file readers check a stored kind against it). */
-inline constexpr point_kind last_point_kind = point_kind::message;
+inline constexpr point_kind last_point_kind = point_kind::reply;
 
 std::string_view to_string(point_kind k);
 

@@ -90,6 +90,46 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
     return true;
 }
 
+void lifecycle::after_decode(slot & s) {
+    const auto & cfg = store_.cfg();
+    if (!hybrid_ || !s.use_cache || !cfg.lineage || !cfg.keep_reply || cfg.reply_step <= 0 || !s.prompt_end_recurrent) {
+        return;
+    }
+    const int32_t decoded = s.n_past - s.prompt_size();
+    if (s.reply_stride == 0) {
+        s.reply_stride = cfg.reply_step;
+    }
+    if (decoded <= 0 || decoded % s.reply_stride != 0) {
+        return;
+    }
+    const auto t0 = clock::now();
+    if (static_cast<int32_t>(s.reply_candidates.size()) >= cache::config::max_reply_candidates) {
+        // Full: double the spacing and keep the candidates on it (every other one).
+        s.reply_stride *= 2;
+        const int32_t p = s.prompt_size();
+        const int32_t stride = s.reply_stride;
+        uint64_t freed = 0;
+        std::erase_if(s.reply_candidates, [&](const cache::checkpoint & c) {
+            const bool off = (c.n_tokens - p) % stride != 0;
+            freed += off && c.recurrent ? c.recurrent->size() : 0;
+            return off;
+        });
+        s.reserved_bytes -= std::min(s.reserved_bytes, freed);
+        store_.unreserve(freed);
+        if (decoded % s.reply_stride != 0) {
+            s.stats.capture_s += seconds_since(t0);
+            return;
+        }
+    }
+    const size_t size = st_.state_size(s.seq, true);
+    if (store_.reserve(size)) {
+        s.reserved_bytes += size;
+        s.reply_candidates.push_back({s.n_past, cache::point_kind::reply, cache::make_blob(st_.get_state(s.seq, true))});
+        spdlog::debug("request {}: reply checkpoint candidate at {} tokens ({} bytes)", s.req->id, s.n_past, size);
+    }
+    s.stats.capture_s += seconds_since(t0);
+}
+
 void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) {
     const auto t0 = clock::now();
     const bool whole = c.kind == cache::point_kind::anchor;
@@ -162,6 +202,7 @@ void lifecycle::commit(slot & s, double now_s) {
         if (!store_.cfg().resend_checkpoint) {
             in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
         }
+        keep_reply_checkpoint(s, in);
     } else if (hybrid_ && s.n_past > s.prompt_size()) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !st_.set_state(s.seq, *s.prompt_end_recurrent, true) ||
@@ -198,6 +239,35 @@ void lifecycle::commit(slot & s, double now_s) {
     s.seq = -1;
     pool_.drain_released();
     s.stats.commit_s = seconds_since(t0);
+}
+
+void lifecycle::keep_reply_checkpoint(slot & s, cache::commit_input & in) {
+    if (s.reply_candidates.empty()) {
+        return;
+    }
+    const int32_t p = s.prompt_size();
+    const int32_t decoded = s.n_past - p;
+    // The decoded tokens only: the last sampled one was not decoded when the request ended by
+    // length (an end-of-generation token is never in `generated`).
+    const cache::tokens reply(s.generated.begin(), s.generated.begin() + std::min<size_t>(s.generated.size(), decoded));
+    const int32_t whole = round_trip_ ? round_trip_(reply) : static_cast<int32_t>(reply.size());
+    if (whole >= decoded) {
+        // Comes back token for token: a verbatim echo restores the entry's end.
+        LINEAGE_TRACE(store_.trace(), "no reply checkpoint kept: the reply's {} tokens come back from its text", decoded);
+        return;
+    }
+    for (auto it = s.reply_candidates.rbegin(); it != s.reply_candidates.rend(); ++it) {
+        if (it->n_tokens <= p + whole) {
+            spdlog::debug("request {}: kept the reply checkpoint at {} tokens (the reply comes back from its text for "
+                          "{} of {} tokens)",
+                          s.req->id, it->n_tokens, whole, decoded);
+            LINEAGE_TRACE(store_.trace(), "kept the reply checkpoint at {}: the reply comes back from its text for {} "
+                          "of {} tokens", it->n_tokens, whole, decoded);
+            in.captured.push_back(std::move(*it));
+            break;
+        }
+    }
+    s.reply_candidates.clear();  // the rest go with the slot; commit releases their reservations
 }
 
 void lifecycle::abandon(slot & s) {

@@ -12,6 +12,8 @@
 #include "scheduler/sequence_states.h"
 #include "scheduler/slot.h"
 
+#include <functional>
+
 namespace lineage::scheduler {
 
 /** Puts `p`'s restore point into sequence `seq` (empty, or the parked sequence itself for
@@ -20,10 +22,18 @@ namespace lineage::scheduler {
  *  engine refused a step or the sequence does not end at n_restore afterwards. */
 bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t seq);
 
+/** How many of `generated` (a reply's decoded tokens) come back token for token when the
+ *  reply's text is tokenized again: the length of the common prefix of `generated` and
+ *  tokenize(detokenize(generated)). A client sends the text back, so a next prompt parts from
+ *  the entry there at the latest. */
+using round_trip_fn = std::function<int32_t(const cache::tokens & generated)>;
+
 class lifecycle {
 public:
-    lifecycle(sequence_states & st, cache::store & store, sequence_pool & pool, bool hybrid)
-        : st_(st), store_(store), pool_(pool), hybrid_(hybrid) {}
+    /** `round_trip`: empty = every reply comes back whole (no reply checkpoint is kept). */
+    lifecycle(sequence_states & st, cache::store & store, sequence_pool & pool, bool hybrid,
+              round_trip_fn round_trip = {})
+        : st_(st), store_(store), pool_(pool), hybrid_(hybrid), round_trip_(std::move(round_trip)) {}
 
     /** Restores s.plan into s.seq (REQUIRES: acquired; a load_disk plan completed by the store):
      *  sets n_past, cached_tokens, hit_kind and restore_s (from s.restore_started). An engine
@@ -36,6 +46,13 @@ public:
      *  the request uses the cache) and, once the whole prompt is in, keeps the recurrent state
      *  at the prompt end (hybrid). Returns true when the whole prompt is in. */
     bool after_chunk(slot & s, double now_s);
+
+    /** After a decode step brought s.n_past forward by one (hybrid, keep_reply, reply_step > 0,
+     *  cache in use): every s.reply_stride decoded tokens, takes the recurrent state as a reply
+     *  checkpoint candidate (RAM reserved; skipped when there is none). When
+     *  max_reply_candidates are held the stride doubles and the candidates off it are dropped
+     *  (their reservations released). No prefill is split: the state is the decode's own. */
+    void after_decode(slot & s);
 
     /** Takes capture `c` at s.n_past: an anchor (the whole state) is pinned in the store; a
      *  checkpoint (recurrent state, hybrid) joins s.captured. Skipped (traced) when the RAM
@@ -54,10 +71,15 @@ public:
     void abandon(slot & s);
 
 private:
+    /** Commit of a kept reply: the last reply candidate at or before where the reply stops
+     *  coming back from its text joins in.captured (none when it comes back whole). */
+    void keep_reply_checkpoint(slot & s, cache::commit_input & in);
+
     sequence_states & st_;
     cache::store & store_;
     sequence_pool & pool_;
     bool hybrid_;
+    round_trip_fn round_trip_;
 };
 
 }  // namespace lineage::scheduler

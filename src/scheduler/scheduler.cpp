@@ -4,6 +4,8 @@
 // (tier 2). See scheduler.h for the contract, docs/architecture.md for the map.
 #include "scheduler/scheduler_impl.h"
 
+#include <algorithm>
+
 namespace lineage::scheduler {
 
 scheduler::impl::impl(const engine::model & m, const params & p)
@@ -44,7 +46,12 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     disk_ = std::make_unique<disk_link>(store_, *states_, p_.cache, m.path(), hybrid_);
     pool_ = std::make_unique<sequence_pool>(*states_, store_, cp.n_seq,
                                             [this](cache::disk_job j) { disk_->write(std::move(j)); });
-    life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_);
+    // A reply comes back as text: how much of it tokenizes back to the decoded tokens.
+    life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_, [this](const cache::tokens & generated) {
+        const cache::tokens again = model_.tokenize(model_.detokenize(generated, true), true, false);
+        const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
+        return static_cast<int32_t>(a - generated.begin());
+    });
     spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
                  "of {} tokens), batch {}, "
                  "cache {} ({} mode, {} family, RAM budget {:.1f} MiB)",
@@ -474,6 +481,7 @@ void scheduler::impl::step() {
             after_prefill_chunk(s);
         } else if (s.ph == slot::phase::decode && s.logits_idx >= 0) {
             s.n_past += 1;
+            life_->after_decode(s);
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
     }

@@ -105,6 +105,8 @@ void scheduler::impl::reset_slot(slot & s) {
     s.next_capture = 0;
     s.captured.clear();
     s.prompt_end_recurrent.reset();
+    s.reply_candidates.clear();
+    s.reply_stride = 0;
     s.reserved_bytes = 0;
     s.smpl.reset();
     s.logits_idx = -1;

@@ -40,7 +40,7 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max) {
     {
         if (s.ph == slot::phase::idle) {
             if (s.req || s.seq != -1 || s.reserved_bytes != 0 || !s.captured.empty() || s.load.valid() ||
-                s.n_past != 0) {
+                s.n_past != 0 || !s.reply_candidates.empty()) {
                 broken(i, s, "1. an idle slot holds a request, a sequence, reserved bytes, checkpoints or a read");
             }
             return;

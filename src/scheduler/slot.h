@@ -43,6 +43,10 @@ struct slot {
     size_t next_capture = 0;          ///< index into plan.captures
     std::vector<cache::checkpoint> captured;
     cache::blob_ptr prompt_end_recurrent;  ///< hybrid: recurrent state after the whole prompt
+    /** hybrid, --cache-reply-step: recurrent states taken during decode (n_tokens = prompt +
+     *  decoded tokens), ascending, at most config::max_reply_candidates; commit keeps one. */
+    std::vector<cache::checkpoint> reply_candidates;
+    int32_t reply_stride = 0;         ///< decoded tokens between reply candidates (0: not started)
     uint64_t reserved_bytes = 0;      ///< RAM reserved in the cache for captured states
     std::unique_ptr<engine::sampler> smpl;
     int32_t logits_idx = -1;          ///< index in the current batch of this slot's output row

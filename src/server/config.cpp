@@ -492,6 +492,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-message-step", "LINEAGE_CACHE_MESSAGE_STEP", "TOKENS", std::to_string(dc.message_step),
         "message rungs this many tokens apart (stretched so that --cache-message-rungs cover a long message)",
         int_min(cc.message_step, 1));
+    add("--cache-reply-step", "LINEAGE_CACHE_REPLY_STEP", "TOKENS", std::to_string(dc.reply_step),
+        "hybrid models with --cache-keep-reply: the recurrent state is taken every this many decoded tokens "
+        "(no prefill is split), and the entry keeps the last one before where the reply's text stops "
+        "tokenizing back to the decoded tokens, so an agent-loop step that sends the reply back restores up "
+        "to there instead of the prompt end; 0 = none",
+        int_min(cc.reply_step, 0));
     add("--cache-ladder-step", "LINEAGE_CACHE_LADDER_STEP", "TOKENS", std::to_string(dc.ladder_step),
         "hybrid models: when a new system prompt is pinned as an anchor, checkpoints (ladder rungs) are taken "
         "inside it at line starts at most this many tokens apart, so a new session whose system text ends "

@@ -123,7 +123,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prompt_cache_misses_total", "Lookups that found no restore point: cold prefill.",
               static_cast<double>(cs.misses));
     x.counter("lineage_prompt_cache_restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
-              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence", "ladder", "message"}));
+              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence", "ladder", "message", "reply"}));
     const std::vector<std::string> causes = {"no_shared_prefix", "below_min_prefix", "key_differs",
                                              "before_first_restore_point", "evicted", "bypassed"};
     x.counter("lineage_prompt_cache_misses_by_cause_total",
@@ -167,9 +167,9 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
             static_cast<double>(cs.entries));
     x.gauge("lineage_prompt_cache_checkpoints", "Checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoints, {"turn", "guard", "divergence", "ladder", "message"}));
+            with_known(cs.checkpoints, {"turn", "guard", "divergence", "ladder", "message", "reply"}));
     x.gauge("lineage_prompt_cache_checkpoint_bytes", "Bytes of the checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence", "ladder", "message"}));
+            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence", "ladder", "message", "reply"}));
     x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
     x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
             static_cast<double>(cs.anchor_bytes));

@@ -49,7 +49,9 @@ protected:
         st_ = std::make_unique<fake_engine_states>(hybrid);
         store_ = std::make_unique<cache::store>(cfg, hybrid);
         pool_ = std::make_unique<sequence_pool>(*st_, *store_, n_seq);
-        life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid);
+        life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid, [this](const cache::tokens & generated) {
+            return round_trip_ < 0 ? static_cast<int32_t>(generated.size()) : round_trip_;
+        });
     }
 
     /** Admits `prompt` like the scheduler: plan, a sequence, restore. */
@@ -95,6 +97,7 @@ protected:
             st_->decode(s.seq, 1);
             s.n_past++;
             s.generated.push_back(900000 + i);
+            life_->after_decode(s);
         }
         life_->commit(s, now_);
         store_->check_invariants();
@@ -106,6 +109,7 @@ protected:
     }
 
     bool hybrid_ = true;
+    int32_t round_trip_ = -1;  ///< what the round trip of a reply gives back; -1: all of it
     int32_t n_seq_ = 0;
     double now_ = 1;
     uint64_t next_id_ = 0;
@@ -295,6 +299,120 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheG
     auto o2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 343);
     EXPECT_EQ(o2->n_past, 300);
     finish(*o2);
+}
+
+// Reply checkpoints (--cache-reply-step): taken between decode steps every reply_step decoded
+// tokens; commit keeps the last one at or before where the reply stops coming back from its
+// text, and an agent step whose prompt parts there restores it instead of the resend guard.
+TEST_F(Lifecycle, ReplyCheckpointKeptBeforeWhereTheReplyStopsComingBackFromItsText) {
+    cache::config cfg = test_config();
+    cfg.keep_reply = true;
+    cfg.reply_step = 4;
+    make(true, 6, cfg);
+    using cp = std::pair<int32_t, cache::point_kind>;
+    cache::tokens reply;
+    for (int32_t i = 0; i < 10; ++i) {
+        reply.push_back(900000 + i);
+    }
+    round_trip_ = 7;  // the text of the 10 decoded tokens tokenizes back to the first 7 only
+    auto t1 = admit(seq_of(0, 300), 290);
+    finish(*t1, 10);
+    // Candidates at 304 and 308; 304 is the last at or before 300 + 7.
+    EXPECT_EQ(store_->entries().front().n_tokens, 310);
+    EXPECT_EQ(store_->entries().front().checkpoints,
+              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {304, cache::point_kind::reply}}));
+    EXPECT_EQ(store_->ram_bytes(), 3 * st_->state_size(0, true)) << "the dropped candidate's reservation is released";
+    // The step sends back the text, which parts from the entry after 7 reply tokens.
+    const cache::tokens back(reply.begin(), reply.begin() + 7);
+    auto t2 = admit(cat(cat(cat(seq_of(0, 300), back), {555}), seq_of(7000, 40)), 348);
+    EXPECT_EQ(t2->n_past, 304);
+    EXPECT_EQ(t2->stats.hit_kind, "reply");
+    EXPECT_EQ(st_->at(t2->seq).rec, 304);
+    finish(*t2, 3);
+    // The absorbed entry's reply checkpoint (inside the history now) is not carried over.
+    for (const auto & [n, kind] : store_->entries().front().checkpoints) {
+        EXPECT_NE(kind, cache::point_kind::reply) << n;
+    }
+    store_->check_invariants();
+
+    // A reply that comes back whole keeps none: a verbatim echo restores the entry's end.
+    make(true, 6, cfg);
+    round_trip_ = -1;
+    auto w1 = admit(seq_of(0, 300), 290);
+    finish(*w1, 10);
+    EXPECT_EQ(store_->entries().front().checkpoints,
+              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}}));
+    EXPECT_EQ(store_->ram_bytes(), 2 * st_->state_size(0, true));
+    auto w2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 350);
+    EXPECT_EQ(w2->n_past, 310);
+    EXPECT_EQ(w2->stats.hit_kind, "full");
+    finish(*w2, 3);
+
+    // Parting before the first candidate keeps none: the guard serves.
+    make(true, 6, cfg);
+    round_trip_ = 3;
+    auto e1 = admit(seq_of(0, 300), 290);
+    finish(*e1, 10);
+    EXPECT_EQ(store_->entries().front().checkpoints.size(), 2u);
+
+    // Off (--cache-reply-step 0): no candidate is taken.
+    cfg.reply_step = 0;
+    make(true, 6, cfg);
+    round_trip_ = 7;
+    auto f1 = admit(seq_of(0, 300), 290);
+    finish(*f1, 10);
+    EXPECT_EQ(store_->entries().front().checkpoints.size(), 2u);
+}
+
+// A long reply holds at most max_reply_candidates at once: the spacing doubles and the states
+// off it are released at once.
+TEST_F(Lifecycle, ReplyCandidatesStretchTheirSpacingWhenFull) {
+    cache::config cfg = test_config();
+    cfg.keep_reply = true;
+    cfg.reply_step = 2;
+    make(true, 6, cfg);
+    const uint64_t one = st_->state_size(0, true);
+    auto s = admit(seq_of(0, 300), 290);
+    bool done = false;
+    while (!done) {
+        const int32_t n = s->next_stop() - s->n_past;
+        st_->decode(s->seq, n);
+        s->n_past += n;
+        done = life_->after_chunk(*s, now_);
+    }
+    auto decode_to = [&](int32_t decoded) {
+        while (s->n_past < 300 + decoded) {
+            st_->decode(s->seq, 1);
+            s->n_past++;
+            s->generated.push_back(900000 + static_cast<int32_t>(s->generated.size()));
+            life_->after_decode(*s);
+        }
+    };
+    auto at = [&] {
+        std::vector<int32_t> v;
+        for (const auto & c : s->reply_candidates) {
+            v.push_back(c.n_tokens);
+        }
+        return v;
+    };
+    decode_to(8);
+    EXPECT_EQ(at(), (std::vector<int32_t>{302, 304, 306, 308}));
+    decode_to(10);  // full: spacing 4, 302 and 306 go, 310 is off it
+    EXPECT_EQ(at(), (std::vector<int32_t>{304, 308}));
+    EXPECT_EQ(s->reply_stride, 4);
+    decode_to(16);
+    EXPECT_EQ(at(), (std::vector<int32_t>{304, 308, 312, 316}));
+    decode_to(20);  // full again: spacing 8
+    EXPECT_EQ(at(), (std::vector<int32_t>{308, 316}));
+    // Captured so far: the turn (290), the guard (299), the prompt end, 2 candidates.
+    EXPECT_EQ(store_->ram_bytes(), 5 * one);
+    round_trip_ = 19;
+    life_->commit(*s, now_);
+    using cp = std::pair<int32_t, cache::point_kind>;
+    EXPECT_EQ(store_->entries().front().checkpoints,
+              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {316, cache::point_kind::reply}}));
+    EXPECT_EQ(store_->ram_bytes(), 3 * one);
+    store_->check_invariants();
 }
 
 TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {

@@ -112,6 +112,7 @@ lineage_prompt_cache_restore_point_hits_total{kind="anchor"} 1
 lineage_prompt_cache_restore_point_hits_total{kind="divergence"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="ladder"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="message"} 0
+lineage_prompt_cache_restore_point_hits_total{kind="reply"} 0
 # HELP lineage_prompt_cache_misses_by_cause_total Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under another key shared more), before_first_restore_point (a live entry shared more but has no restore point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).
 # TYPE lineage_prompt_cache_misses_by_cause_total counter
 lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"} 1
@@ -181,6 +182,7 @@ lineage_prompt_cache_checkpoints{kind="guard"} 1
 lineage_prompt_cache_checkpoints{kind="divergence"} 0
 lineage_prompt_cache_checkpoints{kind="ladder"} 0
 lineage_prompt_cache_checkpoints{kind="message"} 0
+lineage_prompt_cache_checkpoints{kind="reply"} 0
 # HELP lineage_prompt_cache_checkpoint_bytes Bytes of the checkpoints held, by kind.
 # TYPE lineage_prompt_cache_checkpoint_bytes gauge
 lineage_prompt_cache_checkpoint_bytes{kind="turn"} 200
@@ -188,6 +190,7 @@ lineage_prompt_cache_checkpoint_bytes{kind="guard"} 100
 lineage_prompt_cache_checkpoint_bytes{kind="divergence"} 0
 lineage_prompt_cache_checkpoint_bytes{kind="ladder"} 0
 lineage_prompt_cache_checkpoint_bytes{kind="message"} 0
+lineage_prompt_cache_checkpoint_bytes{kind="reply"} 0
 # HELP lineage_prompt_cache_anchors Pinned system-prompt anchors.
 # TYPE lineage_prompt_cache_anchors gauge
 lineage_prompt_cache_anchors 1

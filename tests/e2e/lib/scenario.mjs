@@ -52,7 +52,8 @@ export const ANCHOR_SLACK = 2;
 export const GUARD_DISTANCE = 16;
 /** Seed 000's capture set exactly: the issue-14 restore points off (tested in scenarios-ladder). */
 export const SEED000_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
-  '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0', '--cache-keep-reply=false'];
+  '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0', '--cache-keep-reply=false',
+  '--cache-reply-step', '0'];
 export const BASE_ARGS = ['--parallel', '2', '--ctx-size', '8192', '--log-level', 'debug'];
 export const SERVER_ARGS = [...BASE_ARGS, ...SEED000_ARGS];
 

@@ -49,7 +49,7 @@ export async function traceOf(srv, mark, { prompt, cached }, timeoutMs = 10_000)
 }
 
 function parseTrace(text, id, hit) {
-  const t = { id, hit, restore: null, captures: [], anchors: [], hints: null, toolsAnchor: null, lines: [] };
+  const t = { id, hit, restore: null, captures: [], anchors: [], reply: null, hints: null, toolsAnchor: null, lines: [] };
   const mine = new RegExp(`\\b(request ${id}:|req ${id} )`);
   for (const line of text.split('\n')) {
     if (!mine.test(line)) continue;
@@ -61,6 +61,8 @@ function parseTrace(text, id, hit) {
       t.lastUser = m[5] === undefined ? null : Number(m[5]);
     } else if ((m = /captured (\w+) checkpoint at (\d+) tokens/.exec(line))) {
       t.captures.push({ kind: m[1], n: Number(m[2]) });
+    } else if ((m = /kept the reply checkpoint at (\d+) tokens/.exec(line))) {
+      t.reply = Number(m[1]);
     } else if ((m = /pinned anchor at (\d+) tokens/.exec(line))) {
       t.anchors.push(Number(m[1]));
     } else if ((m = new RegExp(`request ${id}: ((restore|miss|cache bypassed).*)$`).exec(line))) {
