@@ -151,13 +151,14 @@ struct config {
     /** Reply checkpoints (hybrid families with keep_reply; issue 14): while a reply is decoded,
      *  the recurrent state is taken every reply_step decoded tokens (between decode steps, so
      *  no prefill is split; ~0.4 ms and ~5 MB each on the bench model), at most
-     *  max_reply_candidates at once (the spacing doubles when they are full). At commit one is
-     *  kept: the last one before the first token where the reply's text, tokenized again, no
-     *  longer gives the decoded tokens (a client sends the text back, so the next prompt parts
-     *  there); none when the whole reply comes back token for token (the entry's end restores).
-     *  An agent-loop step whose prompt parts inside the reply then restores up to that point
-     *  instead of the resend guard at prompt - 1. Only the newest reply keeps one.
-     *  --cache-reply-step (0: none). */
+     *  max_reply_candidates at once (the spacing doubles when they are full). At commit the
+     *  entry keeps those at or before the first token where the reply's text, tokenized again,
+     *  no longer gives the decoded tokens (a client sends the text back, so a next prompt parts
+     *  there at the latest). An agent-loop step whose prompt parts inside the reply (a token
+     *  the text does not give back, a template that renders the reply differently) then
+     *  restores the last one before the parting point instead of the resend guard at
+     *  prompt - 1. Only the newest reply keeps them, and they do not count against
+     *  max_checkpoints (their own cap: max_reply_candidates). --cache-reply-step (0: none). */
     int32_t reply_step = 16;
     static constexpr int32_t max_reply_candidates = 4;
     /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */

@@ -108,13 +108,15 @@ struct stats {
     std::map<std::string, uint64_t> checkpoint_bytes;  ///< by kind, bytes (inside bytes["ram"])
     std::map<std::string, uint64_t> bytes;       ///< by tier: device, ram, disk
     /** The largest conversation entry now (anchors excluded): its bytes on device and in RAM
-     *  (KV or whole state plus its checkpoints), its checkpoints besides message rungs (<=
-     *  --cache-max-checkpoints) and its message rungs (<= --cache-message-rungs); issue 14's
-     *  bound on RAM per lineage. */
+     *  (KV or whole state plus its checkpoints), its checkpoints besides message rungs and
+     *  reply checkpoints (<= --cache-max-checkpoints), its message rungs (<=
+     *  --cache-message-rungs) and its reply checkpoints (<= config::max_reply_candidates);
+     *  issue 14's bound on RAM per lineage. */
     struct {
         uint64_t bytes = 0;
         int64_t checkpoints = 0;
         int64_t message_rungs = 0;
+        int64_t reply_checkpoints = 0;
     } largest_lineage;
     uint64_t budget_bytes = 0;        ///< T1 byte budget
     int64_t lookups = 0;

@@ -418,11 +418,14 @@ void store::check_invariants() const {
         }
         const auto n_message = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
                                              [](const checkpoint & c) { return c.kind == point_kind::message; });
-        if (static_cast<int32_t>(e.checkpoints.size() - n_message) >
+        const auto n_reply = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                           [](const checkpoint & c) { return c.kind == point_kind::reply; });
+        if (static_cast<int32_t>(e.checkpoints.size() - n_message - n_reply) >
                 (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints) ||
-            n_message > cfg_.message_rungs) {
+            n_message > cfg_.message_rungs || n_reply > config::max_reply_candidates) {
             fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) +
-                 " checkpoints (" + std::to_string(n_message) + " message rungs)");
+                 " checkpoints (" + std::to_string(n_message) + " message rungs, " + std::to_string(n_reply) +
+                 " reply checkpoints)");
         }
         for (const auto & c : e.checkpoints) {
             if (e.anchor && c.kind != point_kind::ladder) {

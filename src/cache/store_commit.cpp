@@ -17,9 +17,9 @@ uint64_t size_of(const blob_ptr & b) {
 
 // Thinning order (seed 000 "Thinning"): old guard points first (only the newest guard is a
 // live resend point), then the oldest turn boundaries, then the oldest divergence points, then
-// a reply checkpoint, then the newest guard; message rungs never (thin() caps them apart). `cps` ascends by length, so
-// the first match is the oldest. Returns the index to drop (REQUIRES: cps holds a checkpoint
-// that is not a message rung).
+// the newest guard; message rungs and reply checkpoints never (thin() caps them apart). `cps`
+// ascends by length, so the first match is the oldest. Returns the index to drop (REQUIRES: cps
+// holds a checkpoint that is neither a message rung nor a reply checkpoint).
 size_t drop_candidate(const std::vector<checkpoint> & cps) {
     std::optional<size_t> newest_guard;
     for (size_t i = 0; i < cps.size(); ++i) {
@@ -41,18 +41,12 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
             }
         }
     }
-    // A reply checkpoint serves the next step only; the newest guard serves a resend.
-    for (size_t i = 0; i < cps.size(); ++i) {
-        if (cps[i].kind == point_kind::reply) {
-            return i;
-        }
-    }
     if (newest_guard) {
         return *newest_guard;
     }
-    // Anything but a message rung (those have their own cap in thin()).
+    // Anything but a message rung or a reply checkpoint (those have their own caps in thin()).
     for (size_t i = 0; i < cps.size(); ++i) {
-        if (cps[i].kind != point_kind::message) {
+        if (cps[i].kind != point_kind::message && cps[i].kind != point_kind::reply) {
             return i;
         }
     }
@@ -64,17 +58,25 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
 void store::thin(std::vector<checkpoint> & cps) {
     // Message rungs have their own cap: the oldest go first (only the newest message's are
     // kept at commit, so this bites only on a twin's rungs).
-    auto n_message = [&] {
-        return static_cast<int32_t>(std::count_if(cps.begin(), cps.end(),
-                                                  [](const checkpoint & c) { return c.kind == point_kind::message; }));
+    auto n_of = [&](point_kind k) {
+        return static_cast<int32_t>(
+            std::count_if(cps.begin(), cps.end(), [k](const checkpoint & c) { return c.kind == k; }));
     };
+    auto n_message = [&] { return n_of(point_kind::message); };
     while (n_message() > cfg_.message_rungs) {
         auto it = std::find_if(cps.begin(), cps.end(), [](const checkpoint & c) { return c.kind == point_kind::message; });
         LINEAGE_TRACE(trace_, "thinned: dropped the message rung at {} (over {} per lineage)", it->n_tokens,
                       cfg_.message_rungs);
         cps.erase(it);
     }
-    while (static_cast<int32_t>(cps.size()) - n_message() > cfg_.max_checkpoints) {
+    // Reply checkpoints too (only the newest reply's are kept at commit): the oldest go first.
+    while (n_of(point_kind::reply) > config::max_reply_candidates) {
+        auto it = std::find_if(cps.begin(), cps.end(), [](const checkpoint & c) { return c.kind == point_kind::reply; });
+        LINEAGE_TRACE(trace_, "thinned: dropped the reply checkpoint at {} (over {} per lineage)", it->n_tokens,
+                      config::max_reply_candidates);
+        cps.erase(it);
+    }
+    while (static_cast<int32_t>(cps.size()) - n_message() - n_of(point_kind::reply) > cfg_.max_checkpoints) {
         const size_t i = drop_candidate(cps);
         LINEAGE_TRACE(trace_, "thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
                       cps[i].n_tokens, cfg_.max_checkpoints);

@@ -371,10 +371,13 @@ stats store::get_stats() const {
         if (!e.anchor) {
             const auto n_message = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
                                                  [](const checkpoint & c) { return c.kind == point_kind::message; });
+            const auto n_reply = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                               [](const checkpoint & c) { return c.kind == point_kind::reply; });
             auto & l = s.largest_lineage;
             l.bytes = std::max(l.bytes, e.device_bytes + e.ram_bytes());
-            l.checkpoints = std::max(l.checkpoints, static_cast<int64_t>(e.checkpoints.size()) - n_message);
+            l.checkpoints = std::max(l.checkpoints, static_cast<int64_t>(e.checkpoints.size()) - n_message - n_reply);
             l.message_rungs = std::max(l.message_rungs, static_cast<int64_t>(n_message));
+            l.reply_checkpoints = std::max(l.reply_checkpoints, static_cast<int64_t>(n_reply));
         }
         s.apc_active_entries += e.chain.empty() ? 0 : 1;
         if (!e.k.tenant.empty()) {

@@ -202,7 +202,7 @@ void lifecycle::commit(slot & s, double now_s) {
         if (!store_.cfg().resend_checkpoint) {
             in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
         }
-        keep_reply_checkpoint(s, in);
+        keep_reply_checkpoints(s, in);
     } else if (hybrid_ && s.n_past > s.prompt_size()) {
         n_keep = s.prompt_size();
         if (!s.prompt_end_recurrent || !st_.set_state(s.seq, *s.prompt_end_recurrent, true) ||
@@ -241,7 +241,7 @@ void lifecycle::commit(slot & s, double now_s) {
     s.stats.commit_s = seconds_since(t0);
 }
 
-void lifecycle::keep_reply_checkpoint(slot & s, cache::commit_input & in) {
+void lifecycle::keep_reply_checkpoints(slot & s, cache::commit_input & in) {
     if (s.reply_candidates.empty()) {
         return;
     }
@@ -250,24 +250,22 @@ void lifecycle::keep_reply_checkpoint(slot & s, cache::commit_input & in) {
     // The decoded tokens only: the last sampled one was not decoded when the request ended by
     // length (an end-of-generation token is never in `generated`).
     const cache::tokens reply(s.generated.begin(), s.generated.begin() + std::min<size_t>(s.generated.size(), decoded));
-    const int32_t whole = round_trip_ ? round_trip_(reply) : static_cast<int32_t>(reply.size());
-    if (whole >= decoded) {
-        // Comes back token for token: a verbatim echo restores the entry's end.
-        LINEAGE_TRACE(store_.trace(), "no reply checkpoint kept: the reply's {} tokens come back from its text", decoded);
-        return;
-    }
-    for (auto it = s.reply_candidates.rbegin(); it != s.reply_candidates.rend(); ++it) {
-        if (it->n_tokens <= p + whole) {
-            spdlog::debug("request {}: kept the reply checkpoint at {} tokens (the reply comes back from its text for "
-                          "{} of {} tokens)",
-                          s.req->id, it->n_tokens, whole, decoded);
-            LINEAGE_TRACE(store_.trace(), "kept the reply checkpoint at {}: the reply comes back from its text for {} "
-                          "of {} tokens", it->n_tokens, whole, decoded);
-            in.captured.push_back(std::move(*it));
-            break;
+    const int32_t whole = round_trip_ ? std::min(round_trip_(reply), decoded) : decoded;
+    // A prompt that sends the reply's text back parts from the entry at p + whole at the
+    // latest: the candidates after it can never be restored.
+    std::string kept;
+    for (auto & c : s.reply_candidates) {
+        if (c.n_tokens <= p + whole) {
+            kept += fmt::format("{}{}", kept.empty() ? "" : " ", c.n_tokens);
+            in.captured.push_back(std::move(c));
         }
     }
-    s.reply_candidates.clear();  // the rest go with the slot; commit releases their reservations
+    spdlog::debug("request {}: kept the reply checkpoints at [{}] (the reply comes back from its text for {} of {} "
+                  "tokens)",
+                  s.req->id, kept, whole, decoded);
+    LINEAGE_TRACE(store_.trace(), "kept the reply checkpoints at [{}]: the reply comes back from its text for {} of {} "
+                  "tokens", kept, whole, decoded);
+    s.reply_candidates.clear();  // the others go with the slot; commit releases their reservations
 }
 
 void lifecycle::abandon(slot & s) {

@@ -71,9 +71,9 @@ public:
     void abandon(slot & s);
 
 private:
-    /** Commit of a kept reply: the last reply candidate at or before where the reply stops
-     *  coming back from its text joins in.captured (none when it comes back whole). */
-    void keep_reply_checkpoint(slot & s, cache::commit_input & in);
+    /** Commit of a kept reply: the reply candidates at or before where the reply stops coming
+     *  back from its text join in.captured (all of them when it comes back whole). */
+    void keep_reply_checkpoints(slot & s, cache::commit_input & in);
 
     sequence_states & st_;
     cache::store & store_;

@@ -60,7 +60,8 @@ json stats_json(const cache::stats & s) {
     j["bytes"] = map_json(s.bytes);
     j["largest_lineage"] = {{"bytes", s.largest_lineage.bytes},
                             {"checkpoints", s.largest_lineage.checkpoints},
-                            {"message_rungs", s.largest_lineage.message_rungs}};
+                            {"message_rungs", s.largest_lineage.message_rungs},
+                            {"reply_checkpoints", s.largest_lineage.reply_checkpoints}};
     j["budget_bytes"] = s.budget_bytes;
     j["lookups"] = s.lookups;
     j["misses"] = s.misses;

@@ -211,5 +211,42 @@ for (const arch of SCENARIO_ARCHS) {
       const o2 = await scOff.ask('agent step (seed 000)', stepOf(turn1, o1.res.choices[0].message), { max_tokens: 3 });
       assert.equal(o2.u.cached, o1.u.prompt, detail(o2));
     });
+
+    it('an agent-loop step that parts inside a long reply restores the reply checkpoint before the parting point', async (t) => {
+      if (!sc.hybrid) return t.skip('dense: any prefix of the entry restores');
+      for (const s of [sc, scOff]) await s.reset();
+      const call = { id: 'call_1', type: 'function', function: { name: 'run_shell', arguments: '{"command":"make test"}' } };
+      const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', content: '', tool_calls: [call] },
+        { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
+      // Replies of 40 tokens: reply checkpoints every 16 decoded tokens (--cache-reply-step), at
+      // P + 16 and P + 32, kept when the reply's text gives its tokens back that far. The step
+      // sends the text back and restores the longest point its prompt reaches: the entry's end
+      // (the reply came back token for token), a kept reply checkpoint, or the resend guard.
+      let hits = 0;
+      for (let seed = 0; seed < 12; seed++) {
+        const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400 + seed))];
+        const r1 = await sc.ask(`turn 1 (conversation ${seed})`, turn1, { max_tokens: 40 });
+        if (r1.res.choices[0].finish_reason !== 'length') continue;  // ended early: too few decoded tokens
+        const P = r1.u.prompt;
+        const decoded = r1.u.completion - 1;
+        assert.ok(Array.isArray(r1.trace.reply), `no reply checkpoint decision traced${detail(r1)}`);
+        for (const n of r1.trace.reply) assert.ok([P + 16, P + 32].includes(n), `reply checkpoint at ${n}, P ${P}${detail(r1)}`);
+        const step = stepOf(turn1, r1.res.choices[0].message);
+        const r2 = await sc.ask(`agent step (conversation ${seed})`, step, { max_tokens: 3 });
+        const want = { [P - 1]: 'guard', [P + decoded]: 'full' };
+        for (const n of r1.trace.reply) want[n] = 'reply';
+        assert.equal(r2.hit, want[r2.u.cached], `restored ${r2.u.cached}: want one of ${JSON.stringify(want)}${detail(r2)}`);
+        if (r2.hit === 'reply' && hits++ === 0) {
+          expectSame(r2, await sc.cold('agent step', step, { max_tokens: 3 }), 'a restored reply checkpoint');
+        }
+      }
+      assert.ok(hits > 0, 'no agent step restored a reply checkpoint in 12 conversations');
+      const s = await sc.stats();
+      assert.ok(s.largest_lineage.reply_checkpoints <= 4, JSON.stringify(s.largest_lineage));
+      // Off (--cache-reply-step 0 with the seed 000 settings): never a reply checkpoint.
+      const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400))];
+      const o1 = await scOff.ask('turn 1 (off)', turn1, { max_tokens: 40 });
+      assert.equal(o1.trace.reply, null, detail(o1));
+    });
   });
 }

@@ -302,8 +302,9 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheG
 }
 
 // Reply checkpoints (--cache-reply-step): taken between decode steps every reply_step decoded
-// tokens; commit keeps the last one at or before where the reply stops coming back from its
-// text, and an agent step whose prompt parts there restores it instead of the resend guard.
+// tokens; commit keeps those at or before where the reply stops coming back from its text, and
+// an agent step whose prompt parts inside the reply restores the last one before the parting
+// point instead of the resend guard.
 TEST_F(Lifecycle, ReplyCheckpointKeptBeforeWhereTheReplyStopsComingBackFromItsText) {
     cache::config cfg = test_config();
     cfg.keep_reply = true;
@@ -317,7 +318,7 @@ TEST_F(Lifecycle, ReplyCheckpointKeptBeforeWhereTheReplyStopsComingBackFromItsTe
     round_trip_ = 7;  // the text of the 10 decoded tokens tokenizes back to the first 7 only
     auto t1 = admit(seq_of(0, 300), 290);
     finish(*t1, 10);
-    // Candidates at 304 and 308; 304 is the last at or before 300 + 7.
+    // Candidates at 304 and 308; only 304 lies at or before 300 + 7.
     EXPECT_EQ(store_->entries().front().n_tokens, 310);
     EXPECT_EQ(store_->entries().front().checkpoints,
               (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {304, cache::point_kind::reply}}));
@@ -335,18 +336,30 @@ TEST_F(Lifecycle, ReplyCheckpointKeptBeforeWhereTheReplyStopsComingBackFromItsTe
     }
     store_->check_invariants();
 
-    // A reply that comes back whole keeps none: a verbatim echo restores the entry's end.
+    // A reply that comes back whole keeps both (a template may still render it differently);
+    // a verbatim echo restores the entry's end, a re-render parting at 9 the one at 308.
     make(true, 6, cfg);
     round_trip_ = -1;
     auto w1 = admit(seq_of(0, 300), 290);
     finish(*w1, 10);
     EXPECT_EQ(store_->entries().front().checkpoints,
-              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}}));
-    EXPECT_EQ(store_->ram_bytes(), 2 * st_->state_size(0, true));
-    auto w2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 350);
-    EXPECT_EQ(w2->n_past, 310);
-    EXPECT_EQ(w2->stats.hit_kind, "full");
+              (std::vector<cp>{{290, cache::point_kind::turn},
+                               {299, cache::point_kind::guard},
+                               {304, cache::point_kind::reply},
+                               {308, cache::point_kind::reply}}));
+    EXPECT_EQ(store_->ram_bytes(), 4 * st_->state_size(0, true));
+    const cache::tokens nine(reply.begin(), reply.begin() + 9);
+    auto w2 = admit(cat(cat(seq_of(0, 300), nine), seq_of(8000, 40)), 349);
+    EXPECT_EQ(w2->n_past, 308);
+    EXPECT_EQ(w2->stats.hit_kind, "reply");
     finish(*w2, 3);
+    make(true, 6, cfg);
+    auto v1 = admit(seq_of(0, 300), 290);
+    finish(*v1, 10);
+    auto v2 = admit(cat(cat(seq_of(0, 300), reply), seq_of(7000, 40)), 350);
+    EXPECT_EQ(v2->n_past, 310);
+    EXPECT_EQ(v2->stats.hit_kind, "full");
+    finish(*v2, 3);
 
     // Parting before the first candidate keeps none: the guard serves.
     make(true, 6, cfg);
@@ -406,11 +419,11 @@ TEST_F(Lifecycle, ReplyCandidatesStretchTheirSpacingWhenFull) {
     EXPECT_EQ(at(), (std::vector<int32_t>{308, 316}));
     // Captured so far: the turn (290), the guard (299), the prompt end, 2 candidates.
     EXPECT_EQ(store_->ram_bytes(), 5 * one);
-    round_trip_ = 19;
+    round_trip_ = 15;
     life_->commit(*s, now_);
     using cp = std::pair<int32_t, cache::point_kind>;
     EXPECT_EQ(store_->entries().front().checkpoints,
-              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {316, cache::point_kind::reply}}));
+              (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {308, cache::point_kind::reply}}));
     EXPECT_EQ(store_->ram_bytes(), 3 * one);
     store_->check_invariants();
 }

@@ -61,8 +61,8 @@ function parseTrace(text, id, hit) {
       t.lastUser = m[5] === undefined ? null : Number(m[5]);
     } else if ((m = /captured (\w+) checkpoint at (\d+) tokens/.exec(line))) {
       t.captures.push({ kind: m[1], n: Number(m[2]) });
-    } else if ((m = /kept the reply checkpoint at (\d+) tokens/.exec(line))) {
-      t.reply = Number(m[1]);
+    } else if ((m = /kept the reply checkpoints at \[([\d ]*)\]/.exec(line))) {
+      t.reply = m[1] ? m[1].split(' ').map(Number) : [];
     } else if ((m = /pinned anchor at (\d+) tokens/.exec(line))) {
       t.anchors.push(Number(m[1]));
     } else if ((m = new RegExp(`request ${id}: ((restore|miss|cache bypassed).*)$`).exec(line))) {
