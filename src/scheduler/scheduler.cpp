@@ -509,6 +509,9 @@ void scheduler::impl::decode_image(slot & s, const media_span & m) {
     }
     s.stats.prefill_s += seconds_since(t0);
     s.n_past += n;
+    if (s.req->warmup) {
+        store_.warmup_counters().tokens += n;
+    }
     after_prefill_chunk(s);
 }
 

@@ -161,7 +161,9 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
     return -1;
 }
 
-std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply) const {
+std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,
+                                                    std::vector<scheduler::media_span> & media) const {
+    media.clear();
     engine::chat_render_inputs in = render_inputs(r);
     engine::chat_message assistant;
     assistant.role = "assistant";
@@ -169,7 +171,16 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
     assistant.reasoning_content = reply.reasoning_content;
     assistant.tool_calls = reply.tool_calls;
     in.messages.push_back(std::move(assistant));
-    auto tokens_with = [&](const char * text) {
+    // The conversation's images, decoded once for both renders: the same pseudo-tokens and
+    // chunks as the request that carried them (prepare() placed them the same way).
+    decoded_images images;
+    if (!r.images.empty()) {
+        if (auto err = decode_images(r, images)) {
+            spdlog::debug("warm-up: the next turn's images cannot be decoded: {}", err->message);
+            return {};
+        }
+    }
+    auto tokens_with = [&](const char * text, prepared_chat & out) {
         engine::chat_render_inputs x = in;
         engine::chat_message next;
         if (reply.tool_calls.empty()) {
@@ -181,20 +192,39 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         }
         next.content = text;
         x.messages.push_back(std::move(next));
-        return model_.tokenize(tmpl_.render(x).prompt, true);
+        const std::string rendered = tmpl_.render(x).prompt;
+        if (r.images.empty()) {
+            out.prompt = model_.tokenize(rendered, true);
+        } else if (auto err = place_images(images, rendered, out)) {
+            throw std::invalid_argument(err->message);
+        }
     };
     try {
         // Two texts that differ in their first character: the renders part where the text starts.
-        const std::vector<int32_t> a = tokens_with("Alpha");
-        const std::vector<int32_t> b = tokens_with("Bravo");
-        const size_t n = std::min(a.size(), b.size());
+        prepared_chat a;
+        prepared_chat b;
+        tokens_with("Alpha", a);
+        tokens_with("Bravo", b);
+        const size_t n = std::min(a.prompt.size(), b.prompt.size());
         size_t i = 0;
-        while (i < n && a[i] == b[i]) {
+        while (i < n && a.prompt[i] == b.prompt[i]) {
             ++i;
         }
-        return std::vector<int32_t>(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(i));
+        // The images before the cut (all of them: they precede the placeholder). The prefix
+        // never ends inside or right after an image (the engine decodes an image as a unit and
+        // a prompt's last position is text): cut before such an image instead.
+        for (auto & m : a.media) {
+            if (m.span.end < static_cast<int32_t>(i)) {
+                media.push_back(std::move(m));
+            } else {
+                i = std::min(i, static_cast<size_t>(m.span.begin));
+                break;
+            }
+        }
+        return std::vector<int32_t>(a.prompt.begin(), a.prompt.begin() + static_cast<std::ptrdiff_t>(i));
     } catch (const std::exception & e) {
         spdlog::debug("warm-up: the next turn cannot be rendered: {}", e.what());
+        media.clear();
         return {};
     }
 }
@@ -399,25 +429,24 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     return std::nullopt;
 }
 
-std::optional<api_error> chat_preparer::tokenize_with_images(const chat_request & r, const std::string & rendered,
-                                                              prepared_chat & out) const {
+std::optional<api_error> chat_preparer::decode_images(const chat_request & r, decoded_images & out) const {
     const std::string & first = r.images.front().param;
     if (opt_.projector == nullptr) {
-        return invalid_request("'" + first + "' is an image, but this server has no multimodal projector (start it "
+        return invalid_request("'" + first + "' holds an image, but this server has no multimodal projector (start it "
                                    "with --mmproj FILE), so it accepts text only",
                                first);
     }
-    std::vector<engine::image> images;
-    std::vector<std::string> digests;
+    out.images.clear();
+    out.digests.clear();
     for (const auto & in : r.images) {
         try {
-            images.push_back(opt_.projector->decode_image(in.bytes));
+            out.images.push_back(opt_.projector->decode_image(in.bytes));
         } catch (const std::invalid_argument & e) {
             return invalid_request("'" + in.param + "': " + e.what(), in.param);
         }
         // The image as the model sees it: its decoded pixels (PNG and JPEG of the same pixels
         // are one image) under this projector.
-        const engine::image & im = images.back();
+        const engine::image & im = out.images.back();
         cache::hasher h(opt_.key_hash);
         h.field("lineage:prompt-cache:image:v1");
         h.field(opt_.projector_digest);
@@ -425,27 +454,33 @@ std::optional<api_error> chat_preparer::tokenize_with_images(const chat_request 
         h.u64(im.ny());
         const auto px = im.pixels();
         h.field(std::string_view(reinterpret_cast<const char *>(px.data()), px.size()));
-        digests.push_back(h.bytes());
+        out.digests.push_back(h.bytes());
     }
+    return std::nullopt;
+}
+
+std::optional<api_error> chat_preparer::place_images(const decoded_images & d, const std::string & rendered,
+                                                     prepared_chat & out) const {
     engine::multimodal_prompt mp;
     try {
-        mp = opt_.projector->tokenize(rendered, images);
+        mp = opt_.projector->tokenize(rendered, d.images);
     } catch (const std::invalid_argument & e) {
         return invalid_request(std::string("the images cannot be placed in the prompt: ") + e.what(), "messages");
     }
     out.prompt.clear();
+    out.media.clear();
     size_t img = 0;
     for (const auto & piece : mp.pieces) {
         if (!piece.chunk) {
             out.prompt.insert(out.prompt.end(), piece.text.begin(), piece.text.end());
             continue;
         }
-        if (img >= digests.size()) {
+        if (img >= d.digests.size()) {
             return server_error("the projector made more image chunks than the request has images");
         }
         const auto begin = static_cast<int32_t>(out.prompt.size());
         for (int32_t i = 0; i < piece.n_tokens; ++i) {
-            out.prompt.push_back(cache::media_token(digests[img], i));
+            out.prompt.push_back(cache::media_token(d.digests[img], i));
         }
         out.media.push_back({{begin, begin + piece.n_tokens}, piece.chunk});
         ++img;
@@ -454,6 +489,15 @@ std::optional<api_error> chat_preparer::tokenize_with_images(const chat_request 
         return invalid_request("the prompt ends with an image; the chat template must put text after it", "messages");
     }
     return std::nullopt;
+}
+
+std::optional<api_error> chat_preparer::tokenize_with_images(const chat_request & r, const std::string & rendered,
+                                                              prepared_chat & out) const {
+    decoded_images d;
+    if (auto err = decode_images(r, d)) {
+        return err;
+    }
+    return place_images(d, rendered, out);
 }
 
 std::optional<api_error> chat_preparer::select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,

@@ -8,6 +8,7 @@
 
 #include "cache/digest.h"
 #include "engine/chat_template.h"
+#include "engine/multimodal.h"
 #include "scheduler/request.h"
 #include "server/chat_request.h"
 #include "server/cache_key.h"
@@ -120,9 +121,12 @@ public:
      *  conversation + `reply` + a next message, rendered and tokenized twice with two different
      *  placeholder texts (a user message; the tool result of its first call when `reply` ends in
      *  tool calls), cut where the two part: up to the placeholder's text, its role header
-     *  included. Empty when the template cannot render it. Used by the warm-up (docs/prompt-cache.md "Warm-up"); same thread rules as
-     *  prepare(). */
-    std::vector<int32_t> next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply) const;
+     *  included. `r`'s images are placed as prepare() places them: their pseudo-tokens are in
+     *  the result and their spans and chunks in `media` (ascending, all before the cut). Empty
+     *  (and `media` empty) when the template cannot render it or the images cannot be decoded.
+     *  Used by the warm-up (docs/prompt-cache.md "Warm-up"); same thread rules as prepare(). */
+    std::vector<int32_t> next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,
+                                          std::vector<scheduler::media_span> & media) const;
 
     /** True when the template has an enable_thinking switch. */
     bool supports_thinking() const;
@@ -137,6 +141,19 @@ private:
     /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
     std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
                                          bucket_inputs & b) const;
+    /** A request's images decoded to pixels, and each one's digest (pixels, size, projector). */
+    struct decoded_images {
+        std::vector<engine::image> images;
+        std::vector<std::string> digests;
+    };
+    /** Decodes `r`'s images (REQUIRES: some). Errors: 400 naming the image when there is no
+     *  projector or the bytes are no readable image. */
+    std::optional<api_error> decode_images(const chat_request & r, decoded_images & out) const;
+    /** Tokenizes `rendered` with the decoded images `d` into out.prompt and out.media (see
+     *  tokenize_with_images). Errors: 400 when markers and images do not pair up or the prompt
+     *  ends with an image. */
+    std::optional<api_error> place_images(const decoded_images & d, const std::string & rendered,
+                                          prepared_chat & out) const;
     /** Tokenizes a rendered prompt with `r`'s images: text tokens, and for each image its
      *  pseudo-tokens (digest of the decoded pixels and the projector, cache::media_token) and
      *  its chunk in out.media. Errors: 400 naming the image when there is no projector or the

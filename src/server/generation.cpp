@@ -64,9 +64,8 @@ struct run_state {
 
     // A reply was sent whole: warm the conversation's next turn.
     void after_reply(const generation_event & done) const {
-        // Not with images: the warm-up renders the conversation as text (its images would be
-        // marker text, not the image tokens the next request restores).
-        if (conversation && ctx.warm && out->reply() != nullptr && req->media.empty() &&
+        // With images too: the warm-up places the conversation's images as the request did.
+        if (conversation && ctx.warm && out->reply() != nullptr &&
             (done.finish == scheduler::finish_reason::stop || done.finish == scheduler::finish_reason::length)) {
             ctx.warm->after_reply(conversation, *out->reply(), req->cache, req->lora, req->lora_epoch);
         }

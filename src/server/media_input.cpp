@@ -1,30 +1,9 @@
 // server::media_input: data URIs and base64 images (see media_input.h).
 #include "server/media_input.h"
 
-#include <openssl/evp.h>
-
 #include <cctype>
 
 namespace lineage::server {
-
-std::optional<std::string> base64_decode(std::string_view text) {
-    if (text.empty() || text.size() % 4 != 0) {
-        return std::nullopt;
-    }
-    std::string out(3 * (text.size() / 4) + 1, '\0');
-    const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char *>(out.data()),
-                                  reinterpret_cast<const unsigned char *>(text.data()), static_cast<int>(text.size()));
-    if (n < 0) {
-        return std::nullopt;
-    }
-    size_t len = static_cast<size_t>(n);
-    // EVP_DecodeBlock counts the padding as zero bytes.
-    for (size_t i = text.size(); i > 0 && text[i - 1] == '=' && len > 0; --i) {
-        --len;
-    }
-    out.resize(len);
-    return out;
-}
 
 std::optional<std::string> image_from_url(std::string_view url, std::string & why) {
     const auto starts = [&](std::string_view p) {

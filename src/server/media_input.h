@@ -5,6 +5,8 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include "server/base64.h"  // base64_decode: Anthropic image blocks' data
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,10 +18,6 @@ struct image_input {
     std::string bytes;
     std::string param;  ///< e.g. "messages[1].content[0].image_url"
 };
-
-/** The bytes of base64 `text` (standard alphabet, padded; whitespace not allowed); nullopt when
- *  it is not valid base64. */
-std::optional<std::string> base64_decode(std::string_view text);
 
 /** The file bytes of an image URL: "data:image/<type>;base64,<data>". Otherwise sets `why` to
  *  what is wrong and what to send instead (an http(s) URL: the server fetches nothing; another

@@ -1,6 +1,8 @@
 // server::reasoning_seal: AES-256-GCM with OpenSSL EVP, base64 framing.
 #include "server/reasoning_seal.h"
 
+#include "server/base64.h"
+
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
@@ -17,33 +19,6 @@ constexpr int nonce_len = 12;
 constexpr int tag_len = 16;
 
 using ctx_ptr = std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)>;
-
-std::string b64_encode(const std::string & raw) {
-    std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
-    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char *>(out.data()),
-                                  reinterpret_cast<const unsigned char *>(raw.data()), static_cast<int>(raw.size()));
-    out.resize(static_cast<size_t>(n));
-    return out;
-}
-
-std::optional<std::string> b64_decode(std::string_view text) {
-    if (text.size() % 4 != 0) {
-        return std::nullopt;
-    }
-    std::string out(3 * (text.size() / 4) + 1, '\0');
-    const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char *>(out.data()),
-                                  reinterpret_cast<const unsigned char *>(text.data()), static_cast<int>(text.size()));
-    if (n < 0) {
-        return std::nullopt;
-    }
-    size_t len = static_cast<size_t>(n);
-    // EVP_DecodeBlock counts the padding as zero bytes.
-    for (size_t i = text.size(); i > 0 && text[i - 1] == '=' && len > 0; --i) {
-        --len;
-    }
-    out.resize(len);
-    return out;
-}
 
 }  // namespace
 
@@ -81,14 +56,14 @@ std::string reasoning_seal::seal(std::string_view text) const {
         EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, tag_len, ct + text.size()) != 1) {
         throw std::runtime_error("AES-256-GCM encryption failed");
     }
-    return std::string(prefix) + b64_encode(out);
+    return std::string(prefix) + base64_encode(out);
 }
 
 std::optional<std::string> reasoning_seal::open(std::string_view sealed) const {
     if (sealed.substr(0, prefix.size()) != prefix) {
         return std::nullopt;
     }
-    const auto raw = b64_decode(sealed.substr(prefix.size()));
+    const auto raw = base64_decode(sealed.substr(prefix.size()));
     if (!raw || raw->size() < static_cast<size_t>(nonce_len + tag_len)) {
         return std::nullopt;
     }

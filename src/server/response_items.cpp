@@ -1,6 +1,7 @@
 // server::response_items: item parsing, the chat mapping and the stored form.
 #include "server/response_items.h"
 
+#include "engine/multimodal.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/reasoning_seal.h"
@@ -13,13 +14,44 @@ using namespace fields;
 
 namespace {
 
+// An input_image part at `pp`: {"type": "input_image", "image_url": "data:image/...;base64,...",
+// "detail": ...}; the part becomes the image marker in it.parts.
+void parse_image(const json & part, const std::string & pp, response_item & it) {
+    if (it.role == "assistant") {
+        fail(pp + ".type", "'" + pp + ".type' is 'input_image' in an assistant message; images go in user messages");
+    }
+    const json * url = field(part, "image_url");
+    if (!url) {
+        if (field(part, "file_id")) {
+            fail(pp + ".file_id", "'" + pp + ".file_id' names an uploaded file, but this server has no Files API: "
+                                  "send the image inline as 'image_url' with a data URI (data:image/png;base64,...)");
+        }
+        fail(pp + ".image_url", "'" + pp + ".image_url' is required: a data URI (data:image/png;base64,...)");
+    }
+    response_image im;
+    im.part = it.parts.size();
+    im.url = get_string(*url, pp + ".image_url");
+    if (const json * d = field(part, "detail")) {
+        im.detail = get_string(*d, pp + ".detail");  // low | high | auto: the projector decides; ignored
+    }
+    std::string why;
+    auto bytes = image_from_url(im.url, why);
+    if (!bytes) {
+        fail(pp + ".image_url", "'" + pp + ".image_url' " + why);
+    }
+    im.input = {std::move(*bytes), pp + ".image_url"};
+    it.images.push_back(std::move(im));
+    it.parts.push_back(engine::projector::marker());
+}
+
 void parse_content(const json & c, const std::string & p, response_item & it) {
     if (c.is_string()) {
         it.text = c.get<std::string>();
         return;
     }
     if (!c.is_array()) {
-        fail(p, "'" + p + "' must be a string or an array of input_text/output_text parts, got " + type_name(c));
+        fail(p, "'" + p + "' must be a string or an array of input_text/input_image/output_text parts, got " +
+                    type_name(c));
     }
     it.content_is_parts = true;
     for (size_t i = 0; i < c.size(); ++i) {
@@ -33,10 +65,13 @@ void parse_content(const json & c, const std::string & p, response_item & it) {
             it.parts.push_back(get_string(require(c[i], "text", pp + ".text", ""), pp + ".text"));
         } else if (t == "refusal") {
             it.parts.push_back(get_string(require(c[i], "refusal", pp + ".refusal", ""), pp + ".refusal"));
-        } else if (t == "input_image" || t == "input_file" || t == "input_audio") {
-            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; this server serves text models: send input_text parts");
+        } else if (t == "input_image") {
+            parse_image(c[i], pp, it);
+        } else if (t == "input_file" || t == "input_audio") {
+            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; this server reads text and images: send input_text "
+                                                               "or input_image parts");
         } else {
-            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; expected input_text or output_text");
+            fail(pp + ".type", "'" + pp + ".type' is '" + t + "'; expected input_text, input_image or output_text");
         }
     }
 }
@@ -161,8 +196,16 @@ bool is_system_item(const response_item & it) {
 
 std::optional<api_error> chat_messages_of(const std::string & instructions, bool has_instructions,
                                           const std::vector<const response_item *> & all, const reasoning_seal * seal,
-                                          std::vector<engine::chat_message> & msgs) {
+                                          std::vector<engine::chat_message> & msgs, std::vector<image_input> & images) {
     msgs.clear();
+    // The markers appear in the messages in item order, and in part order within an item: the
+    // leading system items are joined first, then every other item in turn.
+    images.clear();
+    for (const auto * it : all) {
+        for (const auto & im : it->images) {
+            images.push_back(im.input);
+        }
+    }
 
     // The one leading system message: instructions, then the leading developer/system items.
     size_t i = 0;
@@ -271,8 +314,20 @@ json item_to_json(const response_item & it) {
             j["role"] = it.role;
             if (it.content_is_parts) {
                 json parts = json::array();
-                for (const auto & p : it.parts) {
+                size_t next_image = 0;
+                for (size_t k = 0; k < it.parts.size(); ++k) {
+                    const std::string & p = it.parts[k];
                     json part = json::object();
+                    if (next_image < it.images.size() && it.images[next_image].part == k) {
+                        const response_image & im = it.images[next_image++];
+                        part["type"] = "input_image";
+                        part["image_url"] = im.url;
+                        if (!im.detail.empty()) {
+                            part["detail"] = im.detail;
+                        }
+                        parts.push_back(std::move(part));
+                        continue;
+                    }
                     part["type"] = it.role == "assistant" ? "output_text" : "input_text";
                     part["text"] = p;
                     if (it.role == "assistant") {

@@ -1,5 +1,6 @@
 // server::response_items: the conversation items of the Responses API (issue 11): `message`
-// (input_text/output_text parts), `function_call`, `function_call_output`, `reasoning`, parsed
+// (input_text/output_text parts; input_image parts with a data URI, issue 16), `function_call`,
+// `function_call_output`, `reasoning`, parsed
 // into native items, written back as JSON (the stored form of a conversation), and turned into
 // the chat messages the chat preparer renders, so the same conversation renders the same tokens
 // whichever dialect sent it (docs/prompt-cache.md "Responses: how a request becomes a prompt"):
@@ -13,6 +14,7 @@
 
 #include "engine/chat_template.h"
 #include "server/errors.h"
+#include "server/media_input.h"
 
 #include <optional>
 #include <string>
@@ -22,6 +24,16 @@
 namespace lineage::server {
 
 class reasoning_seal;
+
+/** An input_image part of a message item: the part it is in `parts` (which holds the image
+ *  marker there, engine::projector::marker()), its data URI as sent (the stored form keeps it,
+ *  so a continuation re-renders the same image) and the decoded file bytes. */
+struct response_image {
+    size_t part = 0;           ///< index in response_item::parts
+    std::string url;           ///< "data:image/...;base64,..."
+    std::string detail;        ///< as sent ("" when absent); ignored
+    image_input input;         ///< decoded bytes + the field they came from
+};
 
 /** One conversation item (input or output), native. */
 struct response_item {
@@ -33,6 +45,7 @@ struct response_item {
     std::string text;                      ///< content as a string (content_is_parts false)
     std::vector<std::string> parts;        ///< content as text parts (input_text/output_text)
     bool content_is_parts = false;
+    std::vector<response_image> images;    ///< input_image parts (user/system/developer), in order
     // function_call / function_call_output
     std::string call_id;
     std::string name;
@@ -45,18 +58,23 @@ struct response_item {
 };
 
 /** Parses one item at `param` (e.g. "input[3]"). Throws fields::bad_field naming the
- *  bad field: an unknown item type, images or files, item references. */
+ *  bad field: an unknown item type, files or audio, an input_image that is not a data URI of an
+ *  image (an http(s) URL: the server fetches nothing; a file_id: it has no Files API) or that
+ *  is in an assistant message, item references. */
 response_item parse_response_item(const json & j, const std::string & param);
 
 /** The chat messages of `instructions` (when `has_instructions`) + `items`, by the mapping in
- *  the header comment. Sealed reasoning is opened with `seal` (a seal that does not open, e.g.
- *  from another server, drops that reasoning: WARN, the prompt then differs from the cached
- *  one). Errors: 400 (param "input") for an empty conversation. */
+ *  the header comment, and in `images` the items' input_image bytes in the order their markers
+ *  appear in the messages (the chat dialect's chat_request::images). Sealed reasoning is opened
+ *  with `seal` (a seal that does not open, e.g. from another server, drops that reasoning: WARN,
+ *  the prompt then differs from the cached one). Errors: 400 (param "input") for an empty
+ *  conversation. */
 std::optional<api_error> chat_messages_of(const std::string & instructions, bool has_instructions,
                                           const std::vector<const response_item *> & items, const reasoning_seal * seal,
-                                          std::vector<engine::chat_message> & out);
+                                          std::vector<engine::chat_message> & out, std::vector<image_input> & images);
 
-/** An item as JSON: the stored form of a conversation (reasoning as its text, never sealed). */
+/** An item as JSON: the stored form of a conversation (reasoning as its text, never sealed;
+ *  images as their data URI). */
 json item_to_json(const response_item & it);
 
 /** Items from their stored JSON form; nullopt when the text is not such a list. */

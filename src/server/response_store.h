@@ -27,7 +27,8 @@ namespace lineage::server {
 struct stored_response {
     std::string id;            ///< "resp_..."
     std::string body;          ///< the response object, JSON text
-    std::string conversation;  ///< the conversation items to continue from, JSON text
+    std::string conversation;  ///< the conversation items to continue from, JSON text (input_image
+                               ///< parts as their data URIs: a continuation re-renders the images)
     double created_s = 0;      ///< unix seconds
     /** The tenant that stored it (server_context::tenant_of; "" without API keys): only the
      *  same tenant reads, continues or deletes it. */

@@ -184,6 +184,13 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
             return;
         }
         prior = std::move(*items);
+        // Errors about the stored conversation's images (e.g. the server now runs without
+        // --mmproj) name the field the client sent it by.
+        for (auto & it : prior) {
+            for (auto & im : it.images) {
+                im.input.param = "previous_response_id";
+            }
+        }
     }
     if (auto err = build_chat_messages(r, prior, ctx.seal.get())) {
         send_error(res, *err);

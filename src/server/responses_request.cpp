@@ -331,7 +331,7 @@ std::optional<api_error> build_chat_messages(responses_request & r, const std::v
     for (const auto & it : r.input) {
         all.push_back(&it);
     }
-    return chat_messages_of(r.instructions, r.has_instructions, all, seal, r.chat.messages);
+    return chat_messages_of(r.instructions, r.has_instructions, all, seal, r.chat.messages, r.chat.images);
 }
 
 }  // namespace lineage::server

@@ -1,13 +1,14 @@
 // server::thinking_signature: HMAC-SHA256 signatures over thinking text (OpenSSL).
 #include "server/thinking_signature.h"
 
+#include "server/base64.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include <cstdint>
 #include <stdexcept>
-#include <vector>
 
 namespace lineage::server {
 
@@ -50,44 +51,17 @@ std::string thinking_signer::sign(std::string_view thinking) const {
     const auto mac = mac_of(key_, thinking);
     std::string raw(reinterpret_cast<const char *>(mac.data()), mac_bytes);
     raw.append(thinking);
-    std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
-    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char *>(out.data()),
-                                  reinterpret_cast<const unsigned char *>(raw.data()), static_cast<int>(raw.size()));
-    out.resize(static_cast<size_t>(n));
-    return out;
+    return base64_encode(raw);
 }
 
 std::optional<std::string> thinking_signer::open(std::string_view signature) const {
-    if (signature.empty() || signature.size() % 4 != 0 || signature.size() > (1u << 30)) {
+    const auto raw = base64_decode(signature);
+    if (!raw || raw->size() < mac_bytes) {
         return std::nullopt;
     }
-    for (const char c : signature) {
-        const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
-                        c == '/' || c == '=';
-        if (!ok) {
-            return std::nullopt;
-        }
-    }
-    std::vector<unsigned char> raw(signature.size() / 4 * 3 + 1);
-    const int n = EVP_DecodeBlock(raw.data(), reinterpret_cast<const unsigned char *>(signature.data()),
-                                  static_cast<int>(signature.size()));
-    if (n < 0) {
-        return std::nullopt;
-    }
-    size_t len = static_cast<size_t>(n);
-    // EVP_DecodeBlock counts the padding as zero bytes.
-    for (size_t i = signature.size(); i > 0 && signature[i - 1] == '='; --i) {
-        if (len == 0) {
-            return std::nullopt;
-        }
-        --len;
-    }
-    if (len < mac_bytes) {
-        return std::nullopt;
-    }
-    std::string text(reinterpret_cast<const char *>(raw.data()) + mac_bytes, len - mac_bytes);
+    std::string text = raw->substr(mac_bytes);
     const auto mac = mac_of(key_, text);
-    if (CRYPTO_memcmp(mac.data(), raw.data(), mac_bytes) != 0) {
+    if (CRYPTO_memcmp(mac.data(), raw->data(), mac_bytes) != 0) {
         return std::nullopt;
     }
     return text;

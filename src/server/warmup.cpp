@@ -61,7 +61,9 @@ void warmer::run() {
         auto w = std::make_shared<scheduler::generation_request>();
         w->id = next_id_.fetch_add(1);
         w->warmup = true;
-        w->prompt = prep_.next_turn_prefix(*j.conv, j.reply);
+        // With the conversation's images: their pseudo-tokens in the prefix, their chunks to
+        // decode at those positions (the next request restores past them).
+        w->prompt = prep_.next_turn_prefix(*j.conv, j.reply, w->media);
         if (w->prompt.empty() || static_cast<int32_t>(w->prompt.size()) >= sched_.max_sequence_tokens()) {
             continue;  // not renderable, or the next request cannot fit either
         }

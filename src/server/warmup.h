@@ -5,7 +5,9 @@
 // renders the conversation + the reply + a placeholder next message on its own thread (the
 // reply's HTTP thread goes back to its client at once), cuts it where the placeholder starts
 // (chat_preparer::next_turn_prefix), and submits that prefix to the scheduler as a warm-up job
-// under the request's cache key; the scheduler runs it when the engine is idle.
+// under the request's cache key; the scheduler runs it when the engine is idle. A conversation's
+// images go with it: the prefix holds their pseudo-tokens and the job their chunks, so the
+// scheduler decodes them where the next request will restore past them.
 // Thread safety: after_reply() may be called from any thread; one worker thread renders.
 // Ownership: borrows the preparer and the scheduler, which must outlive it (the destructor joins).
 #pragma once

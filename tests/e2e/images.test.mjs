@@ -4,7 +4,12 @@
 // its digest (src/cache/media.h), so the cache restores the text before an image that differs,
 // and past an image that is the same. Every output equals a cold run (cache_prompt: false).
 // http(s) URLs, bytes that are no image, and images sent to a server without --mmproj get a
-// 400 in OpenAI's error shape. The test PNGs are made here (tiny, deterministic).
+// 400 in OpenAI's error shape. With the warm-up on (--cache-warmup): the user turn after a turn
+// with an image computes exactly its own tokens (the warm-up placed the image as the request
+// did), and the Responses API's input_image parts (openai responses.create) go through the same
+// path: a previous_response_id continuation restores past the previous prompt, another image
+// under the same text restores exactly the text before it. The test PNGs are made here (tiny,
+// deterministic).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test images.test.mjs
 import assert from 'node:assert/strict';
@@ -14,10 +19,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { words } from './lib/chat.mjs';
+import { echo, words } from './lib/chat.mjs';
+import { chatTokens, lcp } from './lib/agents.mjs';
+import { asInput, assertResponse, chatMessageOf } from './lib/dialects.mjs';
 import { png } from './lib/png.mjs';
-import { FAMILY, GEN, SERVER_ARGS, Scenario, detail, expectHit, expectSame, sys } from './lib/scenario.mjs';
+import { ANCHOR_SLACK, BASE_ARGS, FAMILY, GEN, SERVER_ARGS, Scenario, detail, expectHit, expectSame, sys, user } from './lib/scenario.mjs';
 import { MKMODEL_BIN, modelPath, startServer } from './lib/server.mjs';
+import { logMark } from './lib/trace.mjs';
 
 /** Positions one image fills with the projector of lineage-mkmodel (32x32 images, 8x8 patches). */
 const IMAGE_TOKENS = 16;
@@ -170,6 +178,177 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images [${arch}]`, { t
     const plain = await rejection(srv, { model: 'tiny', messages: [withImage(ASK, 'data:text/plain;base64,aGVsbG8=')] });
     assert.equal(plain.status, 400);
     assert.match(plain.message, /send an image/);
+    srv.assertAlive();
+  });
+});
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls the cache stats until warmup.runs exceeds `runs` (10 s at most); returns the stats. */
+async function waitWarmup(srv, runs, where) {
+  const t0 = Date.now();
+  for (;;) {
+    const s = await srv.cacheStats();
+    if (s.warmup.runs > runs) return s;
+    if (Date.now() - t0 > 10_000) {
+      assert.fail(`${where}: no warm-up ran within 10 s: ${JSON.stringify(s.warmup)}\n${srv.logTail(20)}`);
+    }
+    await sleep(5);
+  }
+}
+
+/** A reply as what two greedy runs must agree on, from a chat completion or a response. */
+const chatReply = (res) => ({ content: res.choices[0].message.content ?? '',
+  reasoning: res.choices[0].message.reasoning_content ?? '', tokens: res.usage.completion_tokens });
+const responseReply = (r) => {
+  const m = chatMessageOf(r.output);
+  return { content: m.content, reasoning: m.reasoning_content ?? '', tokens: r.usage.output_tokens };
+};
+
+// The warm-up of the next turn (on by default in the server; off in the e2e servers above unless
+// named) after requests with images, and the Responses API's input_image parts.
+for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-up and the Responses API [${arch}]`, { timeout: 300_000 }, () => {
+  let srv;
+  let dir;
+  const model = modelPath(arch);
+  const dense = FAMILY[arch] === 'dense';
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-images-warm-'));
+    const mmproj = path.join(dir, 'mmproj.gguf');
+    makeProjector(model, mmproj);
+    srv = await startServer({ model, name: `images-warm-${arch}`,
+      args: [...BASE_ARGS, '--cache-trace', '--cache-warmup', '--mmproj', mmproj] });
+  });
+  after(async () => {
+    await srv?.stopGracefully();
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const SYSTEM_TEXT = `You describe pictures for the user. ${words(50, 171)}`;
+  const ASK = 'What is in this picture?';
+  const conv = (url) => [sys(SYSTEM_TEXT), withImage(ASK, url, 'Answer in one line.')];
+  const imageInput = (url) => [{ role: 'user', content: [{ type: 'input_text', text: ASK },
+    { type: 'input_image', image_url: url, detail: 'auto' }, { type: 'input_text', text: 'Answer in one line.' }] }];
+  const chat = (messages, extra = {}) => srv.openai.chat.completions.create({ model: 'tiny', messages, max_tokens: 8,
+    temperature: 0, ...extra });
+  const respond = (body) => srv.openai.responses.create({ model: 'tiny', instructions: SYSTEM_TEXT,
+    max_output_tokens: 8, temperature: 0, ...body });
+  const cachedOf = (r) => r.usage.input_tokens_details.cached_tokens;
+
+  /** Tokens of the one-image prompt of `messages`: the text around the image marker, each side
+   *  tokenized on its own, plus the image's positions. Also the tokens before the image. */
+  async function imagePrompt(messages) {
+    const r = await srv.post('/apply-template', { messages });
+    assert.equal(r.status, 200, r.text);
+    const at = r.json.prompt.indexOf(MARKER);
+    assert.ok(at > 0, `no image marker in the rendered prompt: ${r.json.prompt}`);
+    const count = async (content) => (await srv.post('/tokenize', { content, add_special: false, parse_special: true })).json.tokens.length;
+    const before = await count(r.json.prompt.slice(0, at));
+    return { before, total: before + IMAGE_TOKENS + await count(r.json.prompt.slice(at + MARKER.length)) };
+  }
+
+  /** The tokens of the last (user) message's own text onwards, generation prompt included:
+   *  where the prompt of `messages` leaves the same conversation with another last message. */
+  async function ownTokens(messages) {
+    const p = await chatTokens(srv, { messages });
+    const other = structuredClone(messages);
+    other.at(-1).content = `Zulu ${other.at(-1).content}`;
+    return p.length - lcp(p, await chatTokens(srv, { messages: other }));
+  }
+
+  it('chat: after a turn with an image, the warmed next user turn computes exactly its own tokens; outputs equal cold', async () => {
+    const t1 = conv(IMG1);
+    let before = await srv.cacheStats();
+    const r1 = await chat(t1);
+    assert.equal(r1.usage.prompt_tokens, (await imagePrompt(t1)).total);
+    // The pause of a user reading the reply: the warm-up of the next turn runs meanwhile.
+    await waitWarmup(srv, before.warmup.runs, 'after the turn with an image');
+    const t2 = [...t1, echo(r1.choices[0].message), user('And its colours?')];
+    const own = await ownTokens(t2);
+    before = await srv.cacheStats();
+    const r2 = await chat(t2);
+    const cached = r2.usage.prompt_tokens_details.cached_tokens;
+    assert.equal(r2.usage.prompt_tokens - cached, own,
+      `turn 2 computed ${r2.usage.prompt_tokens - cached} of ${r2.usage.prompt_tokens} tokens; its own message + ` +
+      `generation prompt are ${own}; turn 1's prompt was ${r1.usage.prompt_tokens}\n${srv.logTail(30)}`);
+    assert.ok(cached > r1.usage.prompt_tokens, 'past turn 1 (its image included) and its reply');
+    const s = await srv.cacheStats();
+    assert.equal(s.warmup.hits, before.warmup.hits + 1, `a warm-up hit: ${JSON.stringify(s.warmup)}`);
+    assert.equal(s.warmup.wasted, before.warmup.wasted);
+    await waitWarmup(srv, before.warmup.runs, 'after turn 2');  // its own warm-up, before the cold runs
+
+    assert.deepEqual(chatReply(r1), chatReply(await chat(t1, { cache_prompt: false })), 'turn 1 vs cold');
+    assert.deepEqual(chatReply(r2), chatReply(await chat(t2, { cache_prompt: false })), 'turn 2 vs cold');
+  });
+
+  it('Responses input_image: previous_response_id restores past the previous prompt, another image the text before it; outputs equal cold', async () => {
+    const reset = await srv.post('/v1/cache/reset', {});
+    assert.equal(reset.status, 200, reset.text);
+    const p1 = await imagePrompt(conv(IMG1));
+    let before = await srv.cacheStats();
+    const r1 = await respond({ input: imageInput(IMG1) });
+    assertResponse(r1, { maxOutputTokens: 8 }, 'turn 1');
+    // The same prompt as the chat dialect's rendering of the same conversation.
+    assert.equal(r1.usage.input_tokens, p1.total);
+    assert.equal(cachedOf(r1), 0);
+    await waitWarmup(srv, before.warmup.runs, 'after the response with an image');
+
+    // The stored conversation holds the image (its data URI): the continuation re-renders it.
+    before = await srv.cacheStats();
+    const r2 = await respond({ previous_response_id: r1.id, input: 'And its colours?' });
+    assertResponse(r2, { maxOutputTokens: 8 }, 'turn 2');
+    const t2 = [...conv(IMG1), chatMessageOf(r1.output), user('And its colours?')];
+    const own = await ownTokens(t2);
+    assert.ok(cachedOf(r2) >= r1.usage.input_tokens, `turn 2 restores past turn 1's prompt: ${JSON.stringify(r2.usage)}`);
+    assert.equal(r2.usage.input_tokens - cachedOf(r2), own, `turn 2: ${JSON.stringify(r2.usage)}\n${srv.logTail(30)}`);
+    assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
+    await waitWarmup(srv, before.warmup.runs, 'after turn 2');
+
+    // Another image under the same text: at most the text before the image. Dense: exactly that
+    // prefix. Hybrid: the image-start checkpoint of turn 1 was thinned away as the conversation
+    // grew (more than --cache-max-checkpoints per lineage: the oldest turn boundaries go), so the
+    // pinned anchor: the system prompt up to the user turn's header, less ANCHOR_SLACK.
+    const anchorHint = lcp(await chatTokens(srv, { messages: conv(IMG1) }),
+      await chatTokens(srv, { messages: [sys(SYSTEM_TEXT), user('Zulu')] }));
+    before = await srv.cacheStats();
+    const mark = logMark(srv);
+    const r3 = await respond({ input: imageInput(IMG2), store: false });
+    assertResponse(r3, { maxOutputTokens: 8 }, 'another image');
+    assert.equal(r3.usage.input_tokens, p1.total);
+    assert.equal(cachedOf(r3), dense ? p1.before : anchorHint - ANCHOR_SLACK,
+      `another image (${p1.before} tokens before it, anchor hint ${anchorHint}): ${JSON.stringify(r3.usage)}\n${srv.logTail(30)}`);
+    await waitWarmup(srv, before.warmup.runs, 'after another image');  // a store: false reply is warmed too
+    // (Read after the warm-up: the log pipe may lag the response.)
+    assert.match(srv.log().slice(mark), /request \d+: lookup of \d+ tokens .*where image 1 starts \(mm_digest differs\)/);
+
+    const cold = (body) => respond({ ...body, store: false, cache_prompt: false });
+    const c1 = await cold({ input: imageInput(IMG1) });
+    assert.equal(cachedOf(c1), 0);
+    assert.deepEqual(responseReply(r1), responseReply(c1), 'turn 1 vs cold');
+    const c2 = await cold({ input: [...imageInput(IMG1), ...asInput(r1.output), { role: 'user', content: 'And its colours?' }] });
+    assert.equal(c2.usage.input_tokens, r2.usage.input_tokens, 'the stored conversation and the items resent agree');
+    assert.deepEqual(responseReply(r2), responseReply(c2), 'turn 2 vs cold');
+    assert.deepEqual(responseReply(r3), responseReply(await cold({ input: imageInput(IMG2) })), 'another image vs cold');
+    // The Responses prompt is the chat prompt: the same greedy reply on /v1/chat/completions.
+    assert.deepEqual(responseReply(r1), chatReply(await chat(conv(IMG1), { cache_prompt: false })), 'turn 1 vs chat cold');
+  });
+
+  if (dense) it('Responses refuses an http(s) image URL and a file_id with a 400 in its error shape', async () => {
+    const refuse = async (part, param, pattern) => {
+      try {
+        const r = await respond({ input: [{ role: 'user', content: [{ type: 'input_text', text: ASK }, part] }] });
+        assert.fail(`expected a 400, got ${JSON.stringify(r)}`);
+      } catch (e) {
+        if (e.code === 'ERR_ASSERTION') throw e;
+        assert.equal(e.status, 400);
+        assert.equal(e.error?.type, 'invalid_request_error');
+        assert.equal(e.error?.param, param);
+        assert.match(e.error?.message ?? '', pattern);
+      }
+    };
+    await refuse({ type: 'input_image', image_url: 'https://example.com/cat.png' }, 'input[0].content[1].image_url',
+      /fetches nothing.*data:image\/png;base64/);
+    await refuse({ type: 'input_image', file_id: 'file-abc123' }, 'input[0].content[1].file_id', /no Files API/);
     srv.assertAlive();
   });
 });

@@ -189,7 +189,8 @@ for (const arch of ARCHS) {
     it('bad requests get a 400 naming the field; hosted tools are ignored', async () => {
       const bad = await srv.post('/v1/responses', { model: 'tiny', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] });
       assert.equal(bad.status, 400);
-      assert.equal(bad.json.error.param, 'input[0].content[0].type');
+      assert.equal(bad.json.error.param, 'input[0].content[0].image_url');
+      assert.match(bad.json.error.message, /must be a data URI/);
       const fmt = await srv.post('/v1/responses', { model: 'tiny', input: 'x', text: { format: { type: 'xml' } } });
       assert.equal(fmt.status, 400);
       assert.equal(fmt.json.error.param, 'text.format.type');

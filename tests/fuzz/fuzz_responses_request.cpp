@@ -61,8 +61,9 @@ void check_messages(const std::vector<server::response_item> & items, const std:
         ptrs.push_back(&it);
     }
     std::vector<engine::chat_message> messages;
+    std::vector<server::image_input> images;
     const auto err = fuzz::no_throw("chat_messages_of", [&] {
-        return server::chat_messages_of(instructions, has_instructions, ptrs, &seal(), messages);
+        return server::chat_messages_of(instructions, has_instructions, ptrs, &seal(), messages, images);
     });
     if (err) {
         fuzz::check_rejection(*err);

@@ -236,8 +236,8 @@ TEST(ResponsesRequest, ExactErrors) {
     e = bad(R"({"input":[{"role":"robot","content":"x"}]})");
     EXPECT_EQ(e.param, "input[0].role");
     e = bad(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})");
-    EXPECT_EQ(e.param, "input[0].content[0].type");
-    EXPECT_EQ(e.message, "'input[0].content[0].type' is 'input_image'; this server serves text models: send input_text parts");
+    EXPECT_EQ(e.param, "input[0].content[0].image_url");
+    EXPECT_EQ(e.message, "'input[0].content[0].image_url' must be a data URI (data:image/png;base64,...)");
     e = bad(R"({"input":[{"type":"function_call","name":"f","arguments":"{}"}]})");
     EXPECT_EQ(e.param, "input[0].call_id");
     e = bad(R"({"input":[{"type":"item_reference","id":"x"}]})");
