@@ -4,6 +4,8 @@
 // (tier 2). See scheduler.h for the contract, docs/architecture.md for the map.
 #include "scheduler/scheduler_impl.h"
 
+#include "scheduler/prefill_order.h"
+
 #include <algorithm>
 
 namespace lineage::scheduler {
@@ -430,15 +432,10 @@ void scheduler::impl::step() {
             budget--;
         }
     }
-    for (auto & s : slots_) {
-        if (s.ph != slot::phase::prefill || budget <= 0 || s.req->lora != lora) {
-            continue;
-        }
-        // The chunk ends exactly at the next capture point so the state there can be taken.
-        const int32_t n = std::min(budget, s.text_stop() - s.n_past);
-        if (n <= 0) {
-            continue;  // an image comes next: decoded at the next step
-        }
+    // Prefills take the rest, fewest prompt tokens left first; a short one runs without the
+    // long ones' chunks (prefill_order.h).
+    for (const auto & [sp, n] : plan_prefill(slots_, lora, budget, std::max(1, p_.n_batch / 4), max_prefill_deferrals)) {
+        auto & s = *sp;
         for (int32_t i = 0; i < n; ++i) {
             const int32_t pos = s.n_past + i;
             const bool last = pos + 1 == s.prompt_size() && !s.req->warmup;  // a warm-up samples nothing
@@ -448,7 +445,6 @@ void scheduler::impl::step() {
             batch.push_back({s.req->prompt[static_cast<size_t>(pos)], pos, s.seq, last});
         }
         s.chunk = n;
-        budget -= n;
     }
     if (batch.empty()) {
         return;

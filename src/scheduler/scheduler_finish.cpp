@@ -111,6 +111,7 @@ void scheduler::impl::reset_slot(slot & s) {
     s.smpl.reset();
     s.logits_idx = -1;
     s.chunk = 0;
+    s.deferred_steps = 0;
     s.pending = -1;
     s.generated.clear();
     s.stats = request_stats{};

@@ -42,6 +42,10 @@
 namespace lineage::scheduler {
 
 struct scheduler::impl {
+    /** Steps in a row a long prefill may sit out while a short one (<= n_batch / 4 tokens
+     *  left) runs alone: bounds the delay short requests can cause it (step()). */
+    static constexpr int32_t max_prefill_deferrals = 4;
+
     impl(const engine::model & m, const params & p);
     ~impl();
 

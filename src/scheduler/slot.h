@@ -51,6 +51,7 @@ struct slot {
     std::unique_ptr<engine::sampler> smpl;
     int32_t logits_idx = -1;          ///< index in the current batch of this slot's output row
     int32_t chunk = 0;                ///< prompt tokens of this slot in the current batch
+    int32_t deferred_steps = 0;       ///< steps in a row this prefill sat out for a short one
     token pending = -1;               ///< sampled token not yet decoded
     std::vector<token> generated;
     request_stats stats;

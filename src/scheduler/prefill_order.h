@@ -1,0 +1,32 @@
+// scheduler::plan_prefill: which prefilling slots join the next batched step, and with how many
+// prompt tokens. Why: a step is one llama_decode, and its time grows with its tokens; a short
+// prefill (a next turn, a retry, an edit) batched with a long one's chunk waits for that whole
+// chunk. Fewest tokens left go first, and while one has at most `short_prefill` left the longer
+// ones sit the step out (a bounded number of steps in a row), so the short one's TTFT is its
+// own tokens' time. See docs/architecture.md "Prefill order".
+// Thread safety: engine thread only (it updates the slots' deferred_steps).
+#pragma once
+
+#include "scheduler/slot.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace lineage::scheduler {
+
+/** One prefilling slot's share of a step: n > 0 prompt tokens from s->n_past. */
+struct prefill_chunk {
+    slot * s = nullptr;
+    int32_t n = 0;
+};
+
+/** The chunks of the step that serves adapter set `lora`, within `budget` tokens (what the
+ *  decoding slots left of n_batch), fewest prompt tokens left first. Each chunk ends at the
+ *  slot's text_stop() (a capture point, an image, the prompt end). While a request that is not
+ *  a warm-up has at most `short_prefill` tokens left, a slot with more sits the step out, at
+ *  most `max_deferrals` steps in a row (then it joins again); its deferred_steps counts them
+ *  and is reset when it joins. A slot whose next input is an image gets no chunk. */
+std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::vector<float> & lora, int32_t budget,
+                                        int32_t short_prefill, int32_t max_deferrals);
+
+}  // namespace lineage::scheduler

@@ -1,0 +1,90 @@
+// Unit tests of scheduler::plan_prefill (prefill_order.h): fewest prompt tokens left first, a
+// short prefill runs without the long ones' chunks for at most max_deferrals steps in a row,
+// chunks stop at capture points and within the budget, warm-ups never make others wait.
+#include "scheduler/prefill_order.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+namespace lineage::scheduler {
+namespace {
+
+/** A slot in prefill: `n_prompt` prompt tokens, `n_past` of them in. */
+void add_prefill(std::vector<slot> & slots, int32_t n_prompt, int32_t n_past, bool warmup = false) {
+    slot & s = slots.emplace_back();
+    s.req = std::make_shared<generation_request>();
+    s.req->prompt.assign(static_cast<size_t>(n_prompt), 7);
+    s.req->warmup = warmup;
+    s.ph = slot::phase::prefill;
+    s.n_past = n_past;
+}
+
+std::vector<std::pair<size_t, int32_t>> chunks(std::vector<slot> & slots, int32_t budget) {
+    std::vector<std::pair<size_t, int32_t>> out;
+    for (const auto & c : plan_prefill(slots, {}, budget, 128, 4)) {
+        out.emplace_back(static_cast<size_t>(c.s - slots.data()), c.n);
+    }
+    return out;
+}
+
+using v = std::vector<std::pair<size_t, int32_t>>;
+
+TEST(PrefillOrder, LongPrefillsShareTheBudgetFewestLeftFirst) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 3000, 0);    // 3000 left
+    add_prefill(slots, 1000, 600);  // 400 left
+    EXPECT_EQ(chunks(slots, 512), (v{{1, 400}, {0, 112}}));
+    EXPECT_EQ(slots[0].deferred_steps, 0);
+}
+
+TEST(PrefillOrder, AShortPrefillRunsAloneForAtMostFourStepsInARow) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 3000, 1024);  // a cold prompt, half way
+    add_prefill(slots, 3100, 3000);  // a next turn: 100 left
+    for (int32_t step = 1; step <= 4; ++step) {
+        EXPECT_EQ(chunks(slots, 512), (v{{1, 100}})) << "step " << step;
+        EXPECT_EQ(slots[0].deferred_steps, step);
+    }
+    // The fifth step in a row: the long one joins again, after the short one.
+    EXPECT_EQ(chunks(slots, 512), (v{{1, 100}, {0, 412}}));
+    EXPECT_EQ(slots[0].deferred_steps, 0);
+    // Without a short prefill waiting, nothing sits out.
+    slots[1].ph = slot::phase::decode;
+    EXPECT_EQ(chunks(slots, 511), (v{{0, 511}}));
+}
+
+TEST(PrefillOrder, ChunksStopAtCapturePointsAndTheBudget) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 3000, 0);
+    slots[0].plan.captures.push_back({300, cache::point_kind::turn});
+    EXPECT_EQ(chunks(slots, 512), (v{{0, 300}}));
+    add_prefill(slots, 120, 20);  // 100 left: the long one (3000 left) sits out
+    EXPECT_EQ(chunks(slots, 50), (v{{1, 50}}));
+    EXPECT_EQ(chunks(slots, 0), v{});
+}
+
+TEST(PrefillOrder, AWarmUpNeverMakesOthersWait) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 3000, 0);
+    add_prefill(slots, 40, 0, /*warmup=*/true);
+    EXPECT_EQ(chunks(slots, 512), (v{{1, 40}, {0, 472}}));
+    EXPECT_EQ(slots[0].deferred_steps, 0);
+}
+
+TEST(PrefillOrder, OnlyTheStepsAdapterSetJoins) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 300, 0);
+    add_prefill(slots, 300, 0);
+    slots[1].req->lora = {1.0f};
+    EXPECT_EQ(chunks(slots, 512), (v{{0, 300}}));
+}
+
+}  // namespace
+}  // namespace lineage::scheduler
