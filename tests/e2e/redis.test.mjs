@@ -3,8 +3,9 @@
 // replica A continues on replica B restoring what A stored (the same cached_tokens a single
 // server gives after a restart from disk: tests/e2e/disk.test.mjs D1), and the reply equals a
 // never-cached server's; a new session on B restores A's anchor; a restarted B keeps serving
-// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors;
-// Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
+// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors; a
+// reset of one replica deletes this model's entries from Redis, so that it restores none of them
+// after; Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
 // moves the error counter.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test redis.test.mjs
@@ -159,6 +160,38 @@ for (const arch of ARCHS) {
       const s = await waitStats(B, (x) => x.redis.index_resets === before.redis.index_resets + 1, 'the reset noticed');
       assert.equal(s.redis.errors, before.redis.errors, 'no errors');
       assert.equal(s.redis.damaged, before.redis.damaged);
+    });
+
+    it('POST /v1/cache/reset on B deletes this model\'s entries from Redis: what B restored from Redis before, it restores nothing of after', async () => {
+      const { P, followUp } = conversation(55);
+      const w0 = (await A.cacheStats()).redis.writes;
+      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
+      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
+      await waitStats(B, (s) => s.redis.entries >= indexed(), 'B mirrors the index');
+      const b = new Scenario(B, arch, ref);
+      const msgs = followUp(r1);
+      const before = await B.cacheStats();
+      // The positive case: B's RAM does not hold P; it restores it from Redis.
+      const r2 = await b.ask('P + reply + U on B, before the reset', msgs);
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r2, want.cached, want.kind);
+      assert.equal((await B.cacheStats()).redis_hits, before.redis_hits + 1);
+      // B writes what it committed (idle 0 s); the index as it stands once B's queue is empty.
+      await waitStats(B, (s) => s.redis.writes > before.redis.writes && s.redis.queued === 0, 'B\'s entry written');
+      const n = indexed();
+      const reset = await B.post('/v1/cache/reset', {});
+      assert.equal(reset.status, 200);
+      assert.equal(reset.json.redis_entries_freed, n, reset.text);
+      assert.ok(reset.json.redis_bytes_freed > 0, reset.text);
+      assert.ok(reset.json.entries_freed >= 1, reset.text);
+      assert.deepEqual(redis.keys(`${NS}:*`), [`${NS}:seq`], 'index, metas and chunks deleted');
+      const s = await B.cacheStats();
+      assert.equal(s.redis.entries, 0, 'B\'s mirror forgot them');
+      assert.equal(s.entries + s.anchors, 0);
+      // The same request on B: nothing in any tier (RAM reset, no disk tier, Redis deleted).
+      const r3 = await b.ask('P + reply + U on B after its reset', msgs);
+      expectHit(r3, 0, 'miss');
+      assert.equal((await B.cacheStats()).redis_hits, before.redis_hits + 1, 'no restore from Redis after the reset');
     });
 
     it('Redis stalled: a hit being loaded waits at most the timeout, then the request goes on cold', async () => {

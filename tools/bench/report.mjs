@@ -70,6 +70,35 @@ out.push(table(
 out.push('', 'Prefill efficiency sums the prefill tokens each server computed and divides by the oracle\'s: the tokens no ' +
   'earlier prompt or reply of the trace had covered (1.00 is the limit). Dropped streams are left out (no usage comes back).', '');
 
+// Memory against the budget: per process (each replica of a cluster), RSS once first ready +
+// its cache RAM budget; and a cluster's Redis.
+const withMemory = runs.filter((r) => r.summary.memory?.some((m) => m.rss_budget_bytes));
+if (withMemory.length) {
+  out.push('## Memory per process against its budget (RSS once ready + cache RAM budget)', '');
+  const pct = (a, b) => (a && b ? `${a > b ? '+' : ''}${((100 * (a - b)) / b).toFixed(1)}%` : '-');
+  const rows = [];
+  for (const r of withMemory) {
+    for (const m of r.summary.memory) {
+      const tier3 = m.redis ? `${m.redis_hits ?? 0} restores (${m.redis.loads} loads), ${m.redis.writes} written, ${m.redis.errors} errors` : '-';
+      rows.push([`${r.name}${r.summary.memory.length > 1 ? ` r${m.replica}` : ''}`, mib(m.rss_at_ready_bytes?.[0]),
+        mib(m.cache_budget_bytes), mib(m.rss_budget_bytes), mib(m.peak_rss_bytes), pct(m.peak_rss_bytes, m.rss_budget_bytes),
+        `${mib(m.cache_ram_bytes ?? r.summary.after_run?.cache?.ram_bytes)} / ${mib(m.cache_budget_bytes)}`,
+        m.lookups ?? '-', tier3]);
+    }
+  }
+  out.push(table(['process', 'RSS once ready MiB', 'cache RAM budget MiB', 'RSS budget MiB', 'peak RSS MiB', 'peak vs budget',
+    'cache RAM at the end / budget MiB', 'lookups (last start)', 'tier 3 (last start)'], rows));
+  for (const r of withMemory) {
+    const rd = r.summary.after_run?.cache?.redis;
+    if (rd) {
+      out.push('', `${r.name}: Redis (maxmemory ${rd.maxmemory}, allkeys-lru) holds ${rd.keys} keys, ` +
+        `${mib(rd.used_memory_bytes)} MiB used (peak ${mib(rd.used_memory_peak_bytes)} MiB) at the end.`);
+    }
+  }
+  out.push('', 'Peak RSS is the largest VmHWM over the process\'s starts (before and after the restart); the counters ' +
+    'of the last two columns are the last start\'s (the restart zeroes them).', '');
+}
+
 const kinds = KINDS.filter(([k]) => runs.some((r) => r.agg.efficiency.by_kind[k] || r.agg.ttft.by_kind[k]));
 out.push('## Prefill efficiency per request kind (computed / oracle tokens)', '');
 out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.filter(([k]) => k !== 'dropped').map(([k, label]) => [
