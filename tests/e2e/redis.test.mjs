@@ -13,23 +13,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
-import { startRedis } from './lib/redis.mjs';
+import { askAndShare, startRedis, waitStats } from './lib/redis.mjs';
 import { ANCHOR_SLACK, FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, Scenario, expectHit, expectSame, sys, user } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const NS = 'e2e';
-
-/** Polls `srv`'s stats until `pred(stats)` holds (10 s at most); returns the stats. */
-async function waitStats(srv, pred, what) {
-  let s;
-  for (let i = 0; i < 100; i++) {
-    s = await srv.cacheStats();
-    if (pred(s)) return s;
-    await sleep(100);
-  }
-  assert.fail(`${srv.name}: ${what} not reached in 10 s: ${JSON.stringify(s.redis)}`);
-}
 
 /** A first turn P and its follow-up P + reply + U. */
 function conversation(seed) {
@@ -47,8 +36,9 @@ for (const arch of ARCHS) {
     let redis, A, B, ref;
     const args = () => [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS,
       '--cache-redis-chunk-bytes', '64KiB', '--cache-disk-idle-s', '0'];
-    /** Entries of the index in Redis (the sorted set). */
-    const indexed = () => Number(redis.cli('ZCARD', `${NS}:index`).trim());
+    const indexed = () => redis.indexed(NS);
+    /** `ask()` on A, its entry and anchor written to Redis and mirrored by B. */
+    const onAShared = (ask) => askAndShare(redis, NS, A, [B], ask);
 
     before(async () => {
       redis = await startRedis(`redis-${arch}`);
@@ -94,14 +84,10 @@ for (const arch of ARCHS) {
     it('a new session on B restores the anchor A pinned, from Redis', async () => {
       const S = SYSTEM(43);
       const a = new Scenario(A, arch, ref);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await a.ask('session 1 on A', [sys(S), user(`Alpha question: ${words(20, 12)}`)], { prompt_cache_key: 'c-1' });
+      const r1 = await onAShared(() => a.ask('session 1 on A', [sys(S), user(`Alpha question: ${words(20, 12)}`)], { prompt_cache_key: 'c-1' }));
       expectHit(r1, 0, 'miss');
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
       const anchor = r1.trace.hints.anchor - ANCHOR_SLACK;
       const before = (await B.cacheStats()).redis_hits;
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors A\'s new entries');
       const b = new Scenario(B, arch, ref);
       const r2 = await b.ask('session 2 on B', [sys(S), user(`Yankee question: ${words(15, 14)}`)], { prompt_cache_key: 'c-2' });
       expectHit(r2, hybrid ? anchor : anchor + ANCHOR_SLACK, hybrid ? 'anchor' : 'prefix');
@@ -127,11 +113,7 @@ for (const arch of ARCHS) {
 
     it('a corrupted chunk is rejected and counted; the request succeeds cold', async () => {
       const { P, followUp } = conversation(47);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       // Flip bytes inside the data of every chunk of every entry in Redis (after the header).
       const chunks = redis.keys(`${NS}:chunk:*`);
       assert.ok(chunks.length >= 2);
@@ -148,11 +130,7 @@ for (const arch of ARCHS) {
 
     it('FLUSHALL mid-run: misses, no errors', async () => {
       const { P, followUp } = conversation(49);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       const before = await B.cacheStats();
       assert.equal(redis.cli('FLUSHALL').trim(), 'OK');
       const r2 = await new Scenario(B, arch, ref).ask('P + reply + U on B after FLUSHALL', followUp(r1));
@@ -164,10 +142,7 @@ for (const arch of ARCHS) {
 
     it('POST /v1/cache/reset on B deletes this model\'s entries from Redis: what B restored from Redis before, it restores nothing of after', async () => {
       const { P, followUp } = conversation(55);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      await waitStats(B, (s) => s.redis.entries >= indexed(), 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       const b = new Scenario(B, arch, ref);
       const msgs = followUp(r1);
       const before = await B.cacheStats();
@@ -196,11 +171,7 @@ for (const arch of ARCHS) {
 
     it('Redis stalled: a hit being loaded waits at most the timeout, then the request goes on cold', async () => {
       const { P, followUp } = conversation(53);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       const before = await B.cacheStats();
       redis.pause();
       let r2;

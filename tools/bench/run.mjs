@@ -488,6 +488,14 @@ async function main() {
   const runS = (performance.now() - tRun) / 1000;
   const after = { ...server.procStats(), cache: await cacheBytes() };
   const memory = replicas > 1 ? await server.replicaReport() : [{ replica: 1, ...server.memory() }];
+  // What each replica's cache did before the restart (its counters start again at 0).
+  for (const [i, m] of memory.entries()) {
+    const st = (replicas > 1 ? restartInfo?.before?.cache?.replicas?.[i] : restartInfo?.before?.cache)?.stats;
+    if (st) {
+      m.before_restart = { lookups: st.lookups, misses: st.misses, disk_hits: st.disk_hits, redis_hits: st.redis_hits,
+        redis_writes: st.redis?.writes ?? null, redis_errors: st.redis?.errors ?? null };
+    }
+  }
   log(`trace done in ${runS.toFixed(0)} s; tokenizing ${records.length} prompts for the oracle`);
   await tokenizeAll();
   computeOracle();
