@@ -5,11 +5,14 @@
 // never-cached server's; a new session on B restores A's anchor; a restarted B keeps serving
 // from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors; a
 // reset of one replica deletes this model's entries from Redis, so that it restores none of them
-// after; Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
+// after, and a tenant's reset deletes only that tenant's; Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
 // moves the error counter.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test redis.test.mjs
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
@@ -205,3 +208,73 @@ for (const arch of ARCHS) {
     });
   });
 }
+
+// A tenant's POST /v1/cache/reset deletes that tenant's entries from Redis and leaves the other
+// tenant's: a replica started after the reset restores alice's conversation from Redis and
+// nothing of bob's (both sent the same prompt; the tenant is part of the bucket).
+describe(`tier 3 and tenants: a tenant's reset deletes only its entries from Redis [${ARCHS[0]}]`, { timeout: 240_000 }, () => {
+  const arch = ARCHS[0];
+  const hybrid = FAMILY[arch] === 'hybrid';
+  const NS_T = 'e2e-tenants';
+  const KEYS = { alice: 'sk-alice-redis-0123456789', bob: 'sk-bob-redis-0123456789' };
+  let redis, dir, keyFile;
+  const started = [];
+  const startReplica = async (name) => {
+    const srv = await startServer({ model: modelPath(arch), name: `redis-tenants-${name}-${arch}`,
+      args: [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS_T,
+        '--cache-disk-idle-s', '0', '--api-key-file', keyFile],
+      env: { LINEAGE_ADMIN_API_KEY: 'sk-admin-redis-0123456789' } });
+    srv.getHeaders = { Authorization: 'Bearer sk-admin-redis-0123456789' };  // the global stats
+    started.push(srv);
+    return srv;
+  };
+  const chatAs = async (srv, who, messages) => {
+    const r = await srv.post('/v1/chat/completions', { model: 'tiny', messages, max_tokens: 4, temperature: 0 },
+      { Authorization: `Bearer ${KEYS[who]}` });
+    assert.equal(r.status, 200, r.text);
+    return { res: r.json, prompt: r.json.usage.prompt_tokens, cached: r.json.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+  };
+  before(async () => {
+    redis = await startRedis(`redis-tenants-${arch}`);
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-redis-tenants-'));
+    keyFile = path.join(dir, 'keys.txt');
+    fs.writeFileSync(keyFile, `${KEYS.alice} alice\n${KEYS.bob} bob\n`);
+  });
+  after(async () => {
+    for (const s of started) await s.stopGracefully();
+    await redis?.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("bob's reset on one replica deletes bob's entries from Redis; a fresh replica restores alice's, none of bob's", async () => {
+    const T1 = await startReplica('t1');
+    const P = [sys(SYSTEM(61)), user(`Summarise the build failure below.\n\n${words(60, 62)}`)];
+    const first = {};
+    for (const who of ['alice', 'bob']) {
+      first[who] = await chatAs(T1, who, P);
+      assert.equal(first[who].cached, 0, `${who}'s first request: no hit across tenants`);
+    }
+    // Each tenant's conversation entry and anchor (the tenant is in the bucket: nothing shared).
+    await waitStats(T1, (s) => s.redis.writes >= 4 && s.redis.queued === 0, 'both tenants\' entries written');
+    assert.equal(redis.indexed(NS_T), 4);
+    await waitStats(T1, (s) => s.redis.entries === 4, 'T1 mirrors the index');
+    const reset = await T1.post('/v1/cache/reset', {}, { Authorization: `Bearer ${KEYS.bob}` });
+    assert.equal(reset.status, 200, reset.text);
+    assert.equal(reset.json.tenant, 'bob');
+    assert.equal(reset.json.redis_entries_freed, 2, reset.text);
+    assert.ok(reset.json.redis_bytes_freed > 0, reset.text);
+    assert.equal(redis.indexed(NS_T), 2, "alice's two entries stay");
+    assert.equal((await T1.cacheStats()).redis.entries, 2);
+
+    const T2 = await startReplica('t2');
+    await waitStats(T2, (s) => s.redis.entries === 2, 'T2 mirrors what is left');
+    const followUp = (r) => [...P, echo(r.res.choices[0].message), user('And the root cause?')];
+    const a = await chatAs(T2, 'alice', followUp(first.alice));
+    const want = hybrid ? first.alice.prompt - GEN : first.alice.prompt - GEN + RERENDER_SHARED;
+    assert.equal(a.cached, want, "alice's conversation restored from Redis on T2");
+    const b = await chatAs(T2, 'bob', followUp(first.bob));
+    assert.equal(b.cached, 0, "bob's: nothing (his entries and anchor were deleted)");
+    const s2 = await T2.cacheStats();
+    assert.equal(s2.redis_hits, 1);
+  });
+});
