@@ -72,6 +72,7 @@ std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const d
     bare.model = rec.model;
     bare.bucket = rec.bucket;
     bare.session = rec.session;
+    bare.tenant = rec.tenant;  // a tenant's reset finds its entries by it
     bare.toks = rec.toks;
     bare.history = rec.history;
     bare.anchor = rec.anchor;

@@ -4,6 +4,7 @@
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <stdexcept>
@@ -172,6 +173,16 @@ void redis_tier::drain() {
     f.wait();
 }
 
+std::pair<int64_t, uint64_t> redis_tier::reset(const std::optional<std::string> & tenant) {
+    job j;
+    j.k = job::kind::reset;
+    j.tenant = tenant;
+    j.reset_done = std::make_shared<std::promise<std::pair<int64_t, uint64_t>>>();
+    auto f = j.reset_done->get_future();
+    push(std::move(j), false);
+    return f.get();
+}
+
 redis_stats redis_tier::get_stats() const {
     redis_stats s;
     {
@@ -322,11 +333,15 @@ void redis_tier::run() {
                 switch (j->k) {
                     case job::kind::write: do_write(*j); break;
                     case job::kind::load: do_load(*j); break;
+                    case job::kind::reset: j->reset_done->set_value(do_reset(j->tenant)); break;
                     case job::kind::barrier: j->barrier->set_value(); break;
                 }
             }
         } catch (const std::exception & e) {
             spdlog::error("tier 3: {}", e.what());
+            if (j && j->reset_done) {
+                j->reset_done->set_value({0, 0});
+            }
             if (j && j->load_done) {
                 disk_load_result r;
                 r.error = disk_load_error::io;
@@ -457,6 +472,7 @@ void redis_tier::poll() {
         f.checkpoints = std::move(m.rec.checkpoints);
         f.history = m.rec.history;
         f.anchor = m.rec.anchor;
+        f.tenant = m.rec.tenant;
         f.bytes = m.payload_bytes;
         f.last_use = static_cast<double>(fresh[i].second);
         mirror_.add(std::move(f));
@@ -559,6 +575,58 @@ void redis_tier::do_load(job & j) {
         pipeline(dels, ignored);
     }
     finish();
+}
+
+std::pair<int64_t, uint64_t> redis_tier::do_reset(const std::optional<std::string> & tenant) {
+    // The whole index first (what other replicas wrote since the last poll, and this replica's
+    // writes queued before the reset): poll() reads 512 index entries a call.
+    for (int i = 0; i < 256; ++i) {
+        poll();
+        util::lock_guard lk(qmu_);
+        if (!poll_now_) {
+            break;
+        }
+        poll_now_ = false;
+    }
+    std::vector<std::pair<file_id, remote_entry>> victims;
+    {
+        util::lock_guard lk(mu_);
+        for (const auto & [id, e] : remote_) {
+            const disk_catalog::file * f = mirror_.find(id);
+            if (!tenant || (f != nullptr && f->tenant == *tenant)) {
+                victims.emplace_back(id, e);
+            }
+        }
+    }
+    int64_t entries = 0;
+    uint64_t bytes = 0;
+    constexpr size_t batch = 256;
+    for (size_t at = 0; at < victims.size(); at += batch) {
+        const size_t end = std::min(victims.size(), at + batch);
+        std::vector<std::string> zrem{"ZREM", keys_.index()};
+        std::vector<std::string> unlink{"UNLINK"};
+        for (size_t i = at; i < end; ++i) {
+            const remote_entry & e = victims[i].second;
+            zrem.push_back(e.ek);
+            unlink.push_back(keys_.meta(e.ek));
+            for (uint32_t c = 0; c < e.n_chunks; ++c) {
+                unlink.push_back(keys_.chunk(e.ek, c));
+            }
+        }
+        reply_set rs;
+        if (pipeline({zrem, unlink}, rs)) {
+            for (size_t i = at; i < end; ++i) {
+                entries++;
+                bytes += victims[i].second.payload_bytes;
+            }
+        }
+    }
+    for (const auto & v : victims) {
+        forget(v.first);  // never restored here again, deleted from Redis or not
+    }
+    spdlog::info("tier 3: reset{} deleted {} of {} entries ({} bytes) from Redis namespace {}",
+                 tenant ? " of tenant " + *tenant : std::string(), entries, victims.size(), bytes, cfg_.ns);
+    return {entries, bytes};
 }
 
 }  // namespace lineage::cache

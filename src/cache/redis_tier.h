@@ -80,6 +80,14 @@ public:
     /** Reads the index now (not waiting for the next poll) and blocks until every queued job
      *  is done. */
     void drain();
+    /** POST /v1/cache/reset: after the jobs queued before it (writes included) and a full read
+     *  of the index, deletes from Redis every entry of this model the mirror lists (any
+     *  replica's; `tenant`: only that tenant's) — index entry, meta and chunks, UNLINKed in
+     *  pipelines of 256 entries — and forgets them here even when Redis cannot be reached, so
+     *  this replica never restores them again. Other models' entries in the namespace stay.
+     *  Blocks until done (each call bounded by the timeout); returns entries and chunk payload
+     *  bytes deleted from Redis. */
+    std::pair<int64_t, uint64_t> reset(const std::optional<std::string> & tenant);
     redis_stats get_stats() const;
 
 private:
@@ -89,13 +97,15 @@ private:
         uint32_t n_chunks = 0;
     };
     struct job {
-        enum class kind { write, load, barrier } k = kind::barrier;
+        enum class kind { write, load, reset, barrier } k = kind::barrier;
         disk_write w;
         file_id id = 0;
         disk_expect want;
         std::shared_ptr<std::promise<disk_load_result>> load_done;
         std::function<void()> on_done;
         std::shared_ptr<std::promise<void>> barrier;
+        std::shared_ptr<std::promise<std::pair<int64_t, uint64_t>>> reset_done;
+        std::optional<std::string> tenant;  ///< reset: only this tenant's entries
     };
     /** One reply per command (nullptr for all when the connection failed: dropped, counted). */
     struct reply_set;
@@ -103,6 +113,7 @@ private:
     void run();
     void do_write(job & j);
     void do_load(job & j);
+    std::pair<int64_t, uint64_t> do_reset(const std::optional<std::string> & tenant);
     void poll();
     bool connected();
     void drop_connection(const std::string & why);

@@ -157,6 +157,9 @@ struct reset_result {
     uint64_t bytes_freed = 0;
     int64_t disk_files_freed = 0;     ///< tier-2 files deleted
     uint64_t disk_bytes_freed = 0;
+    bool redis = false;               ///< tier 3 is on (--cache-redis): the two below are reported
+    int64_t redis_entries_freed = 0;  ///< tier-3 entries deleted from Redis (this model's, any replica's)
+    uint64_t redis_bytes_freed = 0;   ///< their chunks' payload bytes
 };
 
 }  // namespace lineage::cache

@@ -59,12 +59,14 @@ public:
      *  wait for the engine thread. */
     metrics_snapshot snapshot_metrics() const;
 
-    /** Frees every cache entry (POST /v1/cache/reset); returns what was freed. */
+    /** Frees every cache entry (POST /v1/cache/reset): device, RAM, tier-2 files and this
+     *  model's tier-3 entries in Redis (every replica's; redis_tier::reset); returns what was
+     *  freed. */
     cache::reset_result reset_cache();
 
-    /** Frees the device and RAM entries of `tenant` (cache::key::tenant; a tenant's POST
-     *  /v1/cache/reset). Its tier-2 files stay: they match only its own bucket (the tenant is a
-     *  bucket dimension) and leave by LRU or an admin reset. REQUIRES: `tenant` non-empty. */
+    /** Frees the entries of `tenant` (cache::key::tenant; a tenant's POST /v1/cache/reset) in
+     *  every tier: device, RAM, its tier-2 files and its tier-3 entries in Redis. REQUIRES:
+     *  `tenant` non-empty. */
     cache::reset_result reset_cache_of(const std::string & tenant);
     /** Reloads LoRA adapter `id` from its file (its content changed) once no request is in
      *  flight: admission pauses until then, requests queued meanwhile wait. From then on the

@@ -53,6 +53,10 @@ cache::reset_result scheduler::reset_cache() {
             std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset();
             d->take_completions();  // writes finished before the reset: their files are gone
         }
+        if (auto * t3 = impl_->disk_->redis()) {
+            r.redis = true;
+            std::tie(r.redis_entries_freed, r.redis_bytes_freed) = t3->reset(std::nullopt);
+        }
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
         return r;
     });
@@ -66,6 +70,10 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
             // Its writes queued before run first and are deleted with the rest; completions of
             // other tenants' writes stay for the housekeeping to hand to the store.
             std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset_tenant(tenant);
+        }
+        if (auto * t3 = impl_->disk_->redis()) {
+            r.redis = true;
+            std::tie(r.redis_entries_freed, r.redis_bytes_freed) = t3->reset(tenant);
         }
         spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes, {} disk files", tenant, r.entries_freed,
                      r.bytes_freed, r.disk_files_freed);

@@ -590,6 +590,10 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         j["bytes_freed"] = r.bytes_freed;
         j["disk_files_freed"] = r.disk_files_freed;
         j["disk_bytes_freed"] = r.disk_bytes_freed;
+        if (r.redis) {
+            j["redis_entries_freed"] = r.redis_entries_freed;
+            j["redis_bytes_freed"] = r.redis_bytes_freed;
+        }
         send_json(res, j);
     });
 }

@@ -148,7 +148,8 @@ TEST(RedisFormat, PayloadIsTheDiskFileBytes) {
 }
 
 TEST(RedisFormat, IndexEntryHasNoStates) {
-    const disk_record rec = record({7, 8, 9, 10}, 5000, {{2, point_kind::ladder, fake(700)}});
+    disk_record rec = record({7, 8, 9, 10}, 5000, {{2, point_kind::ladder, fake(700)}});
+    rec.tenant = "bob";  // a tenant's reset finds its entries in the index by it
     const std::string m = encode_redis_meta(123456, 3, rec);
     EXPECT_EQ(m.substr(0, 8), "LNGRMETA");
     EXPECT_EQ(u32_at(m, 8), redis_format_version);
@@ -167,6 +168,7 @@ TEST(RedisFormat, IndexEntryHasNoStates) {
     EXPECT_EQ(out.rec.toks, rec.toks);
     EXPECT_EQ(out.rec.bucket, "bucket-1");
     EXPECT_EQ(out.rec.session, "s1");
+    EXPECT_EQ(out.rec.tenant, "bob");
     EXPECT_EQ(out.rec.history, 2);
     ASSERT_EQ(out.rec.checkpoints.size(), 1u);
     EXPECT_EQ(out.rec.checkpoints[0].n_tokens, 2);

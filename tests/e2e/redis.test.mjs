@@ -3,32 +3,25 @@
 // replica A continues on replica B restoring what A stored (the same cached_tokens a single
 // server gives after a restart from disk: tests/e2e/disk.test.mjs D1), and the reply equals a
 // never-cached server's; a new session on B restores A's anchor; a restarted B keeps serving
-// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors;
-// Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
+// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors; a
+// reset of one replica deletes this model's entries from Redis, so that it restores none of them
+// after, and a tenant's reset deletes only that tenant's; Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
 // moves the error counter.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test redis.test.mjs
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
-import { startRedis } from './lib/redis.mjs';
+import { askAndShare, startRedis, waitStats } from './lib/redis.mjs';
 import { ANCHOR_SLACK, FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, Scenario, expectHit, expectSame, sys, user } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const NS = 'e2e';
-
-/** Polls `srv`'s stats until `pred(stats)` holds (10 s at most); returns the stats. */
-async function waitStats(srv, pred, what) {
-  let s;
-  for (let i = 0; i < 100; i++) {
-    s = await srv.cacheStats();
-    if (pred(s)) return s;
-    await sleep(100);
-  }
-  assert.fail(`${srv.name}: ${what} not reached in 10 s: ${JSON.stringify(s.redis)}`);
-}
 
 /** A first turn P and its follow-up P + reply + U. */
 function conversation(seed) {
@@ -46,8 +39,9 @@ for (const arch of ARCHS) {
     let redis, A, B, ref;
     const args = () => [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS,
       '--cache-redis-chunk-bytes', '64KiB', '--cache-disk-idle-s', '0'];
-    /** Entries of the index in Redis (the sorted set). */
-    const indexed = () => Number(redis.cli('ZCARD', `${NS}:index`).trim());
+    const indexed = () => redis.indexed(NS);
+    /** `ask()` on A, its entry and anchor written to Redis and mirrored by B. */
+    const onAShared = (ask) => askAndShare(redis, NS, A, [B], ask);
 
     before(async () => {
       redis = await startRedis(`redis-${arch}`);
@@ -93,14 +87,10 @@ for (const arch of ARCHS) {
     it('a new session on B restores the anchor A pinned, from Redis', async () => {
       const S = SYSTEM(43);
       const a = new Scenario(A, arch, ref);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await a.ask('session 1 on A', [sys(S), user(`Alpha question: ${words(20, 12)}`)], { prompt_cache_key: 'c-1' });
+      const r1 = await onAShared(() => a.ask('session 1 on A', [sys(S), user(`Alpha question: ${words(20, 12)}`)], { prompt_cache_key: 'c-1' }));
       expectHit(r1, 0, 'miss');
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
       const anchor = r1.trace.hints.anchor - ANCHOR_SLACK;
       const before = (await B.cacheStats()).redis_hits;
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors A\'s new entries');
       const b = new Scenario(B, arch, ref);
       const r2 = await b.ask('session 2 on B', [sys(S), user(`Yankee question: ${words(15, 14)}`)], { prompt_cache_key: 'c-2' });
       expectHit(r2, hybrid ? anchor : anchor + ANCHOR_SLACK, hybrid ? 'anchor' : 'prefix');
@@ -126,11 +116,7 @@ for (const arch of ARCHS) {
 
     it('a corrupted chunk is rejected and counted; the request succeeds cold', async () => {
       const { P, followUp } = conversation(47);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       // Flip bytes inside the data of every chunk of every entry in Redis (after the header).
       const chunks = redis.keys(`${NS}:chunk:*`);
       assert.ok(chunks.length >= 2);
@@ -147,11 +133,7 @@ for (const arch of ARCHS) {
 
     it('FLUSHALL mid-run: misses, no errors', async () => {
       const { P, followUp } = conversation(49);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       const before = await B.cacheStats();
       assert.equal(redis.cli('FLUSHALL').trim(), 'OK');
       const r2 = await new Scenario(B, arch, ref).ask('P + reply + U on B after FLUSHALL', followUp(r1));
@@ -161,13 +143,38 @@ for (const arch of ARCHS) {
       assert.equal(s.redis.damaged, before.redis.damaged);
     });
 
+    it('POST /v1/cache/reset on B deletes this model\'s entries from Redis: what B restored from Redis before, it restores nothing of after', async () => {
+      const { P, followUp } = conversation(55);
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
+      const b = new Scenario(B, arch, ref);
+      const msgs = followUp(r1);
+      const before = await B.cacheStats();
+      // The positive case: B's RAM does not hold P; it restores it from Redis.
+      const r2 = await b.ask('P + reply + U on B, before the reset', msgs);
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r2, want.cached, want.kind);
+      assert.equal((await B.cacheStats()).redis_hits, before.redis_hits + 1);
+      // B writes what it committed (idle 0 s); the index as it stands once B's queue is empty.
+      await waitStats(B, (s) => s.redis.writes > before.redis.writes && s.redis.queued === 0, 'B\'s entry written');
+      const n = indexed();
+      const reset = await B.post('/v1/cache/reset', {});
+      assert.equal(reset.status, 200);
+      assert.equal(reset.json.redis_entries_freed, n, reset.text);
+      assert.ok(reset.json.redis_bytes_freed > 0, reset.text);
+      assert.ok(reset.json.entries_freed >= 1, reset.text);
+      assert.deepEqual(redis.keys(`${NS}:*`), [`${NS}:seq`], 'index, metas and chunks deleted');
+      const s = await B.cacheStats();
+      assert.equal(s.redis.entries, 0, 'B\'s mirror forgot them');
+      assert.equal(s.entries + s.anchors, 0);
+      // The same request on B: nothing in any tier (RAM reset, no disk tier, Redis deleted).
+      const r3 = await b.ask('P + reply + U on B after its reset', msgs);
+      expectHit(r3, 0, 'miss');
+      assert.equal((await B.cacheStats()).redis_hits, before.redis_hits + 1, 'no restore from Redis after the reset');
+    });
+
     it('Redis stalled: a hit being loaded waits at most the timeout, then the request goes on cold', async () => {
       const { P, followUp } = conversation(53);
-      const w0 = (await A.cacheStats()).redis.writes;
-      const r1 = await new Scenario(A, arch, ref).ask('P on A', P);
-      await waitStats(A, (s) => s.redis.writes >= w0 + 2, 'the entry and its anchor written');
-      const n = indexed();
-      await waitStats(B, (s) => s.redis.entries >= n, 'B mirrors the index');
+      const r1 = await onAShared(() => new Scenario(A, arch, ref).ask('P on A', P));
       const before = await B.cacheStats();
       redis.pause();
       let r2;
@@ -201,3 +208,73 @@ for (const arch of ARCHS) {
     });
   });
 }
+
+// A tenant's POST /v1/cache/reset deletes that tenant's entries from Redis and leaves the other
+// tenant's: a replica started after the reset restores alice's conversation from Redis and
+// nothing of bob's (both sent the same prompt; the tenant is part of the bucket).
+describe(`tier 3 and tenants: a tenant's reset deletes only its entries from Redis [${ARCHS[0]}]`, { timeout: 240_000 }, () => {
+  const arch = ARCHS[0];
+  const hybrid = FAMILY[arch] === 'hybrid';
+  const NS_T = 'e2e-tenants';
+  const KEYS = { alice: 'sk-alice-redis-0123456789', bob: 'sk-bob-redis-0123456789' };
+  let redis, dir, keyFile;
+  const started = [];
+  const startReplica = async (name) => {
+    const srv = await startServer({ model: modelPath(arch), name: `redis-tenants-${name}-${arch}`,
+      args: [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS_T,
+        '--cache-disk-idle-s', '0', '--api-key-file', keyFile],
+      env: { LINEAGE_ADMIN_API_KEY: 'sk-admin-redis-0123456789' } });
+    srv.getHeaders = { Authorization: 'Bearer sk-admin-redis-0123456789' };  // the global stats
+    started.push(srv);
+    return srv;
+  };
+  const chatAs = async (srv, who, messages) => {
+    const r = await srv.post('/v1/chat/completions', { model: 'tiny', messages, max_tokens: 4, temperature: 0 },
+      { Authorization: `Bearer ${KEYS[who]}` });
+    assert.equal(r.status, 200, r.text);
+    return { res: r.json, prompt: r.json.usage.prompt_tokens, cached: r.json.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+  };
+  before(async () => {
+    redis = await startRedis(`redis-tenants-${arch}`);
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-redis-tenants-'));
+    keyFile = path.join(dir, 'keys.txt');
+    fs.writeFileSync(keyFile, `${KEYS.alice} alice\n${KEYS.bob} bob\n`);
+  });
+  after(async () => {
+    for (const s of started) await s.stopGracefully();
+    await redis?.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("bob's reset on one replica deletes bob's entries from Redis; a fresh replica restores alice's, none of bob's", async () => {
+    const T1 = await startReplica('t1');
+    const P = [sys(SYSTEM(61)), user(`Summarise the build failure below.\n\n${words(60, 62)}`)];
+    const first = {};
+    for (const who of ['alice', 'bob']) {
+      first[who] = await chatAs(T1, who, P);
+      assert.equal(first[who].cached, 0, `${who}'s first request: no hit across tenants`);
+    }
+    // Each tenant's conversation entry and anchor (the tenant is in the bucket: nothing shared).
+    await waitStats(T1, (s) => s.redis.writes >= 4 && s.redis.queued === 0, 'both tenants\' entries written');
+    assert.equal(redis.indexed(NS_T), 4);
+    await waitStats(T1, (s) => s.redis.entries === 4, 'T1 mirrors the index');
+    const reset = await T1.post('/v1/cache/reset', {}, { Authorization: `Bearer ${KEYS.bob}` });
+    assert.equal(reset.status, 200, reset.text);
+    assert.equal(reset.json.tenant, 'bob');
+    assert.equal(reset.json.redis_entries_freed, 2, reset.text);
+    assert.ok(reset.json.redis_bytes_freed > 0, reset.text);
+    assert.equal(redis.indexed(NS_T), 2, "alice's two entries stay");
+    assert.equal((await T1.cacheStats()).redis.entries, 2);
+
+    const T2 = await startReplica('t2');
+    await waitStats(T2, (s) => s.redis.entries === 2, 'T2 mirrors what is left');
+    const followUp = (r) => [...P, echo(r.res.choices[0].message), user('And the root cause?')];
+    const a = await chatAs(T2, 'alice', followUp(first.alice));
+    const want = hybrid ? first.alice.prompt - GEN : first.alice.prompt - GEN + RERENDER_SHARED;
+    assert.equal(a.cached, want, "alice's conversation restored from Redis on T2");
+    const b = await chatAs(T2, 'bob', followUp(first.bob));
+    assert.equal(b.cached, 0, "bob's: nothing (his entries and anchor were deleted)");
+    const s2 = await T2.cacheStats();
+    assert.equal(s2.redis_hits, 1);
+  });
+});

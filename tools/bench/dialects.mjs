@@ -138,7 +138,7 @@ async function post(base, pathname, body, signal) {
 }
 
 /** One streamed Anthropic Messages request (POST /v1/messages). */
-export async function streamMessages(base, { model, messages, tools, maxTokens, dropAfter = 0, timeoutMs }) {
+export async function streamMessages(base, { model, messages, tools, maxTokens, dropAfter = 0, sessionKey, timeoutMs }) {
   const r = emptyReply();
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), timeoutMs);
@@ -147,7 +147,7 @@ export async function streamMessages(base, { model, messages, tools, maxTokens, 
   let usage = {};
   try {
     const res = await post(base, '/v1/messages', { model, max_tokens: maxTokens, temperature: 0, stream: true,
-      ...toAnthropic(messages, tools) }, ac.signal);
+      ...(sessionKey ? { metadata: { user_id: sessionKey } } : {}), ...toAnthropic(messages, tools) }, ac.signal);
     for await (const { data } of sse(res)) {
       if (data.type === 'message_start') usage = { ...usage, ...data.message?.usage };
       else if (data.type === 'content_block_start') blocks[data.index] = { ...data.content_block, _json: '' };
@@ -191,7 +191,7 @@ export async function streamMessages(base, { model, messages, tools, maxTokens, 
 }
 
 /** One streamed OpenAI Responses request (POST /v1/responses). */
-export async function streamResponses(base, { model, messages, tools, maxTokens, dropAfter = 0, timeoutMs }) {
+export async function streamResponses(base, { model, messages, tools, maxTokens, dropAfter = 0, sessionKey, timeoutMs }) {
   const r = emptyReply();
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), timeoutMs);
@@ -199,7 +199,7 @@ export async function streamResponses(base, { model, messages, tools, maxTokens,
   let final = null;
   try {
     const res = await post(base, '/v1/responses', { model, max_output_tokens: maxTokens, temperature: 0, stream: true,
-      ...toResponses(messages, tools) }, ac.signal);
+      ...(sessionKey ? { prompt_cache_key: sessionKey } : {}), ...toResponses(messages, tools) }, ac.signal);
     for await (const { data } of sse(res)) {
       const t = data.type;
       if (t === 'response.output_text.delta') r.content = (r.content ?? '') + data.delta;

@@ -36,6 +36,7 @@ const runs = order.map((name) => {
 
 const fmt = (x, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? '-' : Number(x).toFixed(d));
 const mib = (b) => (b === null || b === undefined ? '-' : (b / 1048576).toFixed(0));
+const mib1 = (b) => (b === null || b === undefined ? '-' : (b / 1048576).toFixed(1));
 const ms = (x) => (x === null || x === undefined ? '-' : x >= 10000 ? (x / 1000).toFixed(1) + ' s' : x.toFixed(0));
 const table = (head, rows) => [
   `| ${head.join(' | ')} |`,
@@ -63,12 +64,44 @@ out.push(table(
     const cached = e.prompt ? (100 * (e.prompt - e.computed)) / e.prompt : null;
     const a = s.after_run ?? {};
     const peak = Math.max(a.peak_rss_bytes ?? 0, s.restart?.before?.peak_rss_bytes ?? 0);
-    return [name, `${s.requests} (${s.failures})`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
+    return [s.replicas > 1 ? `${name} (${s.replicas} replicas: sums)` : name, `${s.requests} (${s.failures})`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
       fmt(cached, 1), `${fmt(s.run_seconds)} s (${fmt(s.load1_mean, 1)})`, `${mib(a.rss_bytes)} (${mib(peak)})`, mib(a.cache?.ram_bytes),
       (Math.max(0, (a.disk_write_bytes ?? 0) + (s.restart?.before?.disk_write_bytes ?? 0) - (s.server_log_bytes ?? 0)) / 1048576).toFixed(1)];
   })));
 out.push('', 'Prefill efficiency sums the prefill tokens each server computed and divides by the oracle\'s: the tokens no ' +
   'earlier prompt or reply of the trace had covered (1.00 is the limit). Dropped streams are left out (no usage comes back).', '');
+
+// Memory against the budget: per process (each replica of a cluster), RSS once first ready +
+// its cache RAM budget; and a cluster's Redis.
+const withMemory = runs.filter((r) => r.summary.memory?.some((m) => m.rss_budget_bytes));
+if (withMemory.length) {
+  out.push('## Memory per process against its budget (RSS once ready + cache RAM budget)', '');
+  const pct = (a, b) => (a && b ? `${a > b ? '+' : ''}${((100 * (a - b)) / b).toFixed(1)}%` : '-');
+  const rows = [];
+  for (const r of withMemory) {
+    for (const m of r.summary.memory) {
+      const b = m.before_restart;
+      const both = (x, y) => (b ? `${x ?? 0} + ${y ?? 0}` : `${y ?? '-'}`);
+      const tier3 = m.redis ? `${both(b?.redis_hits, m.redis_hits)} restores, ${both(b?.redis_writes, m.redis.writes)} written, ` +
+        `${both(b?.redis_errors, m.redis.errors)} errors` : '-';
+      rows.push([`${r.name}${r.summary.memory.length > 1 ? ` r${m.replica}` : ''}`, mib(m.rss_at_ready_bytes?.[0]),
+        mib(m.cache_budget_bytes), mib(m.rss_budget_bytes), mib(m.peak_rss_bytes), pct(m.peak_rss_bytes, m.rss_budget_bytes),
+        `${mib1(m.cache_ram_bytes ?? r.summary.after_run?.cache?.ram_bytes)} / ${mib(m.cache_budget_bytes)}`,
+        m.lookups === undefined ? '-' : both(b?.lookups, m.lookups), tier3]);
+    }
+  }
+  out.push(table(['process', 'RSS once ready MiB', 'cache RAM budget MiB', 'RSS budget MiB', 'peak RSS MiB', 'peak vs budget',
+    'cache RAM at the end / budget MiB', 'lookups', 'tier 3 (Redis)'], rows));
+  for (const r of withMemory) {
+    const rd = r.summary.after_run?.cache?.redis;
+    if (rd) {
+      out.push('', `${r.name}: Redis (maxmemory ${rd.maxmemory}, allkeys-lru) holds ${rd.keys} keys, ` +
+        `${mib(rd.used_memory_bytes)} MiB used (peak ${mib(rd.used_memory_peak_bytes)} MiB) at the end.`);
+    }
+  }
+  out.push('', 'Peak RSS is the largest VmHWM over the process\'s starts (before and after the restart); the counters ' +
+    'of the last two columns are "before the restart + after it".', '');
+}
 
 const kinds = KINDS.filter(([k]) => runs.some((r) => r.agg.efficiency.by_kind[k] || r.agg.ttft.by_kind[k]));
 out.push('## Prefill efficiency per request kind (computed / oracle tokens)', '');

@@ -13,6 +13,13 @@
 // per-project line at ~80% of it, as agents write them), --think-ms (a pause before each user
 // turn after the first, the user reading the reply and typing: 0, the default, is closed loop;
 // agent-loop tool steps never pause).
+// A cluster (--replicas N, N > 1; tools/bench/cluster.mjs): a redis-server (no persistence,
+// --redis-maxmemory, default 2gb, allkeys-lru), N servers from SERVER ARGV ({port}, {replica}
+// (1-based) and {redis} (its redis:// URL) replaced per replica) and HAProxy with --haproxy-cfg
+// (default deploy/haproxy.cfg: session-affine consistent hashing) in front; requests go through
+// HAProxy, and the restart is rolling (each replica in turn, the next once HAProxy has it back).
+// Every request carries its conversation's session key (prompt_cache_key; Messages:
+// metadata.user_id), what HAProxy routes on, for one server too so that the traces are the same.
 // Other flags: --port (default: a free one), --timeout-s (per request, 900), --ready-timeout-s (300),
 // --dump-prompts (also write DIR/NAME.prompts.jsonl: every rendered prompt and reply, to debug misses),
 // --api chat|messages|responses (default chat): the API the requests go through. messages and
@@ -30,16 +37,18 @@
 // ids: after the run every prompt is rendered by the server (POST /apply-template) and tokenized
 // (POST /tokenize); a reply's tokens are its text as the model emitted it, tokenized the same
 // way (reconstructed from reasoning_content and content: see generatedText()).
-// After the run (DIR/NAME.summary.json): RSS and peak RSS of the server (/proc), bytes written
-// to disk by it (/proc/PID/io), bytes held in RAM by its cache (lineage-server: GET
-// /v1/cache/stats; llama-server: the last "cache state" line of its log, at -lv 4).
+// After the run (DIR/NAME.summary.json): RSS and peak RSS of the server (/proc; a cluster: summed
+// over the replicas, and each replica's against its budget, RSS once ready + --cache-ram-bytes,
+// in `memory`), bytes written to disk by it (/proc/PID/io), bytes held in RAM by its cache
+// (lineage-server: GET /v1/cache/stats; llama-server: the last "cache state" line of its log,
+// at -lv 4); a cluster's Redis memory (INFO memory) too.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { Cluster, ServerProc, freePort } from './cluster.mjs';
 import { attachEcho, streamMessages, streamResponses } from './dialects.mjs';
 import { summarize } from './summary.mjs';
 import { DEFAULTS, makeTrace } from './trace.mjs';
@@ -71,6 +80,9 @@ const { values: opt } = parseArgs({
     'dry-run': { type: 'boolean', default: false },
     'dump-prompts': { type: 'boolean', default: false },
     api: { type: 'string', default: 'chat' },
+    replicas: { type: 'string', default: '1' },
+    'haproxy-cfg': { type: 'string' },
+    'redis-maxmemory': { type: 'string', default: '2gb' },
     help: { type: 'boolean', short: 'h', default: false },
     ...Object.fromEntries(Object.keys(TRACE_FLAGS).map((k) => [k, { type: 'string' }])),
   },
@@ -115,76 +127,22 @@ if (serverArgv.length === 0) {
   process.exit(2);
 }
 
-// --- The server process -----------------------------------------------------------------------
+// --- The server process (or the cluster) -----------------------------------------------------
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-  });
-}
-
-class ServerProc {
-  constructor(argv, logPath) {
-    this.argv = argv;
-    this.logPath = logPath;
-    this.proc = null;
-    this.starts = 0;
-  }
-
-  async start(readyTimeoutMs) {
-    const logFd = fs.openSync(this.logPath, this.starts === 0 ? 'w' : 'a');
-    fs.writeSync(logFd, `\n# ---- start ${this.starts + 1}: ${this.argv.join(' ')}\n`);
-    const proc = spawn(this.argv[0], this.argv.slice(1), { stdio: ['ignore', logFd, logFd] });
-    fs.closeSync(logFd);
-    this.proc = proc;
-    this.starts++;
-    this.exit = null;
-    proc.on('exit', (code, signal) => { this.exit = { code, signal }; });
-    const t0 = Date.now();
-    while (Date.now() - t0 < readyTimeoutMs) {
-      if (this.exit) throw new Error(`server exited during startup (${JSON.stringify(this.exit)}); log ${this.logPath}`);
-      try {
-        const r = await fetch(`${BASE}/health`, { signal: AbortSignal.timeout(2000) });
-        if (r.status === 200) return Date.now() - t0;
-      } catch { /* not up yet */ }
-      await sleep(200);
-    }
-    throw new Error(`server not ready after ${readyTimeoutMs / 1000} s; log ${this.logPath}`);
-  }
-
-  /** /proc facts of the live process: rss and peak rss (bytes), bytes written to storage. */
-  procStats() {
-    const out = { pid: this.proc?.pid ?? null };
-    try {
-      const st = fs.readFileSync(`/proc/${this.proc.pid}/status`, 'utf8');
-      const kb = (k) => Number((st.match(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm')) || [])[1]) * 1024;
-      out.rss_bytes = kb('VmRSS');
-      out.peak_rss_bytes = kb('VmHWM');
-    } catch { /* gone */ }
-    try {
-      const io = fs.readFileSync(`/proc/${this.proc.pid}/io`, 'utf8');
-      out.disk_write_bytes = Number((io.match(/^write_bytes:\s+(\d+)/m) || [])[1]);
-    } catch { /* not readable */ }
-    return out;
-  }
-
-  async stop() {
-    if (!this.proc || this.exit) return this.exit;
-    this.proc.kill('SIGTERM');
-    for (let i = 0; i < 300 && !this.exit; i++) await sleep(100);
-    if (!this.exit) { log('server did not stop within 30 s: SIGKILL'); this.proc.kill('SIGKILL'); }
-    for (let i = 0; i < 100 && !this.exit; i++) await sleep(100);
-    return this.exit;
-  }
-}
-
-const port = opt.port ? Number(opt.port) : await freePort();
-const BASE = `http://127.0.0.1:${port}`;
+const replicas = Number(opt.replicas);
+if (!Number.isInteger(replicas) || replicas < 1) throw new Error(`--replicas must be a positive integer, got ${opt.replicas}`);
 fs.mkdirSync(opt.out, { recursive: true });
-const server = new ServerProc(serverArgv.map((a) => a.replaceAll('{port}', String(port))),
-  path.join(opt.out, `${opt.name}.server.log`));
+let server;
+let BASE;
+if (replicas > 1) {
+  server = new Cluster({ argv: serverArgv, replicas, outDir: opt.out, name: opt.name, log,
+    haproxyCfg: opt['haproxy-cfg'] ?? path.resolve(HERE, '../../deploy/haproxy.cfg'), redisMaxmemory: opt['redis-maxmemory'] });
+} else {
+  const port = opt.port ? Number(opt.port) : await freePort();
+  BASE = `http://127.0.0.1:${port}`;
+  server = new ServerProc(serverArgv.map((a) => a.replaceAll('{port}', String(port))),
+    path.join(opt.out, `${opt.name}.server.log`), { base: BASE, log });
+}
 
 async function getJson(pathname) {
   try {
@@ -200,35 +158,19 @@ async function postJson(pathname, body) {
   return JSON.parse(text);
 }
 
-/** Bytes the server's cache holds: lineage-server's stats, else llama-server's log. */
-async function cacheBytes() {
-  const st = await getJson('/v1/cache/stats');
-  if (st && st.bytes) {
-    return { source: '/v1/cache/stats', ram_bytes: st.bytes.ram ?? 0, device_bytes: st.bytes.device ?? 0,
-      disk_bytes: st.bytes.disk ?? 0, entries: st.entries, anchors: st.anchors, stats: st };
-  }
-  try {
-    const text = fs.readFileSync(server.logPath, 'utf8');
-    const last = [...text.matchAll(/cache state: (\d+) prompts, ([\d.]+) MiB/g)].at(-1);
-    if (last) {
-      return { source: 'llama-server log (cache state)', ram_bytes: Math.round(Number(last[2]) * 1048576),
-        disk_bytes: 0, entries: Number(last[1]) };
-    }
-  } catch { /* no log */ }
-  return { source: null, ram_bytes: null, disk_bytes: 0 };
-}
+/** Bytes the server's cache holds (a cluster: summed over the replicas, and each one's). */
+const cacheBytes = () => server.cacheBytes();
 
 // --- Requests ---------------------------------------------------------------------------------
 
 const { default: OpenAI } = await import(pathToFileURL(OPENAI_ENTRY).href);
-const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'sk-none', maxRetries: 0,
-  timeout: Number(opt['timeout-s']) * 1000 });
+let client = null;  // once the server (or the load balancer) is up: BASE is known then
 let MODEL = 'default';
 const T0 = performance.now();
 const now = () => performance.now() - T0;
 
 /** One streamed request. `dropAfter`: abort after that many content chunks (a dropped stream). */
-async function stream(messages, tools, maxTokens, dropAfter = 0) {
+async function stream(messages, tools, maxTokens, dropAfter = 0, sessionKey = undefined) {
   const ac = new AbortController();
   const r = { content: null, reasoning: null, toolCalls: [], usage: null, timings: null, finish: null,
     ttftMs: null, totalMs: null, chunks: 0, dropped: false, error: null };
@@ -236,7 +178,7 @@ async function stream(messages, tools, maxTokens, dropAfter = 0) {
   try {
     const s = await client.chat.completions.create({
       model: MODEL, messages, tools, max_tokens: maxTokens, temperature: 0,
-      stream: true, stream_options: { include_usage: true },
+      stream: true, stream_options: { include_usage: true }, prompt_cache_key: sessionKey,
       // llama-server: timings (prompt_n, cache_n) in every chunk, so that a stream that ends
       // in an error, or that the client drops, still says what was computed. Others ignore it.
       timings_per_token: true,
@@ -319,8 +261,7 @@ async function restartServer() {
   const before = { ...server.procStats(), cache: await cacheBytes(), at_request: issued, t_ms: now() };
   log(`restarting the server after ${issued} requests`);
   const t0 = performance.now();
-  await server.stop();
-  const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
+  const readyMs = await server.restart(Number(opt['ready-timeout-s']) * 1000);
   restartInfo = { before, stop_start_ms: performance.now() - t0, ready_ms: readyMs };
   restarted = true;
   log(`server back in ${(restartInfo.stop_start_ms / 1000).toFixed(1)} s`);
@@ -338,6 +279,12 @@ function loadavg() {
   try { return Number(fs.readFileSync('/proc/loadavg', 'utf8').split(' ')[0]); } catch { return null; }
 }
 
+/** The conversation's session key, sent with each of its requests as agents do (chat and
+ *  responses: prompt_cache_key; messages: metadata.user_id): the key HAProxy routes a
+ *  conversation on (deploy/haproxy.cfg), sent to every configuration so that the traces are the
+ *  same. A new session on a persona has a new key. */
+const sessionKeyOf = (conv) => `bench-${trace.options.seed}-conv-${conv.id}`;
+
 /** Sends one request of conversation `conv` and records it. */
 async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   await gate();
@@ -352,9 +299,10 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
     kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens, load1: loadavg(),
   };
   inflight++;
-  const r = opt.api === 'chat' ? await stream(messages, conv.tools, maxTokens, dropAfter)
+  const sessionKey = sessionKeyOf(conv);
+  const r = opt.api === 'chat' ? await stream(messages, conv.tools, maxTokens, dropAfter, sessionKey)
     : await (opt.api === 'messages' ? streamMessages : streamResponses)(BASE, { model: MODEL, messages,
-      tools: conv.tools, maxTokens, dropAfter, timeoutMs: Number(opt['timeout-s']) * 1000 });
+      tools: conv.tools, maxTokens, dropAfter, sessionKey, timeoutMs: Number(opt['timeout-s']) * 1000 });
   inflight--;
   rec.t_done_ms = now();
   rec.ttft_ms = r.ttftMs;
@@ -530,13 +478,24 @@ async function main() {
     `concurrency ${trace.options.concurrency}, restart after ${trace.restartAfter}`);
   log(`server: ${server.argv.join(' ')}`);
   const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
-  log(`server ready in ${(readyMs / 1000).toFixed(1)} s`);
+  BASE = server.base;
+  client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'sk-none', maxRetries: 0, timeout: Number(opt['timeout-s']) * 1000 });
+  log(`server ready in ${(readyMs / 1000).toFixed(1)} s${replicas > 1 ? `: ${replicas} replicas and Redis behind HAProxy at ${BASE}` : ''}`);
   const models = await getJson('/v1/models');
   MODEL = models?.data?.[0]?.id ?? 'default';
   const tRun = performance.now();
   await runAll();
   const runS = (performance.now() - tRun) / 1000;
   const after = { ...server.procStats(), cache: await cacheBytes() };
+  const memory = replicas > 1 ? await server.replicaReport() : [{ replica: 1, ...server.memory() }];
+  // What each replica's cache did before the restart (its counters start again at 0).
+  for (const [i, m] of memory.entries()) {
+    const st = (replicas > 1 ? restartInfo?.before?.cache?.replicas?.[i] : restartInfo?.before?.cache)?.stats;
+    if (st) {
+      m.before_restart = { lookups: st.lookups, misses: st.misses, disk_hits: st.disk_hits, redis_hits: st.redis_hits,
+        redis_writes: st.redis?.writes ?? null, redis_errors: st.redis?.errors ?? null };
+    }
+  }
   log(`trace done in ${runS.toFixed(0)} s; tokenizing ${records.length} prompts for the oracle`);
   await tokenizeAll();
   computeOracle();
@@ -557,7 +516,11 @@ async function main() {
     trace: { ...trace.options, total_requests: trace.totalRequests, restart_after: trace.restartAfter },
     run_seconds: runS,
     load1_mean: records.reduce((a, r) => a + (r.load1 ?? 0), 0) / Math.max(1, records.length),
-    server_log_bytes: (() => { try { return fs.statSync(server.logPath).size; } catch { return null; } })(),
+    server_log_bytes: server.logBytes(),
+    replicas,
+    // Per process (each replica of a cluster): RSS once ready, now and at its peak (over its
+    // starts), against its budget: the RSS once first ready + its cache RAM budget.
+    memory,
     requests: records.length,
     failures,
     parse_errors_kept: parseErrors,

@@ -1,9 +1,12 @@
 // A throwaway redis-server for the tier-3 tests (Debian redis-server): started on a free
 // loopback port with persistence off (--save '' --appendonly no), stopped by its PID, and a
-// redis-cli wrapper. The server is killed at process exit whatever happened.
+// redis-cli wrapper, and the waits the replica tests share. The server is killed at process exit
+// whatever happened.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+
+import assert from 'node:assert/strict';
 
 import { LOG_DIR, freePort } from './server.mjs';
 
@@ -40,6 +43,11 @@ export class Redis {
     return r.stdout ?? '';
   }
 
+  /** Entries in namespace `ns`'s index (ZCARD of the sorted set). */
+  indexed(ns) {
+    return Number(this.cli('ZCARD', `${ns}:index`).trim());
+  }
+
   /** Keys matching `pattern` (SCAN). */
   keys(pattern) {
     return this.cli('--scan', '--pattern', pattern).split('\n').filter(Boolean);
@@ -61,4 +69,28 @@ export class Redis {
 /** A started Redis on a free port. */
 export async function startRedis(name) {
   return new Redis(await freePort(), name).start();
+}
+
+/** Polls `srv`'s /v1/cache/stats until `pred(stats)` holds (10 s at most); returns the stats.
+ *  Fails naming `what` and the last tier-3 stats. */
+export async function waitStats(srv, pred, what) {
+  let s;
+  for (let i = 0; i < 100; i++) {
+    s = await srv.cacheStats();
+    if (pred(s)) return s;
+    await sleep(100);
+  }
+  assert.fail(`${srv.name}: ${what} not reached in 10 s: ${JSON.stringify(s.redis)}`);
+}
+
+/** Runs `ask()` (a request on replica `writer`), waits until `writer` has written `writes` more
+ *  entries to Redis (default 2: the conversation entry and its anchor) and every replica in
+ *  `readers` mirrors namespace `ns`'s whole index; returns what `ask()` returned. */
+export async function askAndShare(redis, ns, writer, readers, ask, writes = 2) {
+  const w0 = (await writer.cacheStats()).redis.writes;
+  const r = await ask();
+  await waitStats(writer, (s) => s.redis.writes >= w0 + writes, `${writes} more entries written`);
+  const n = redis.indexed(ns);
+  for (const reader of readers) await waitStats(reader, (s) => s.redis.entries >= n, `${reader.name} mirrors the index`);
+  return r;
 }

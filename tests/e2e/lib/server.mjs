@@ -167,9 +167,10 @@ export class Server {
     return readResponse(res);
   }
 
-  /** GET `pathname`; returns {status, headers, text, json}. */
+  /** GET `pathname` (with `this.getHeaders` when set, e.g. an admin key's Authorization);
+   *  returns {status, headers, text, json}. */
   async get(pathname) {
-    return readResponse(await fetch(this.url + pathname));
+    return readResponse(await fetch(this.url + pathname, { headers: this.getHeaders ?? {} }));
   }
 
   /** GET /v1/cache/stats as JSON (throws on a non-200). */
