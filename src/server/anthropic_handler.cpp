@@ -10,6 +10,7 @@
 #include "server/routes.h"
 
 #include <httplib.h>
+#include <limits>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -127,18 +128,15 @@ void handle_count_tokens(const httplib::Request & req, httplib::Response & res, 
     if (!parse(req, res, ctx, /*count_tokens=*/true, ar)) {
         return;
     }
-    std::string prompt;
-    if (auto err = ctx.preparer.render_prompt(ar.chat, prompt)) {
+    // The prompt as /v1/messages would run it (images in as their embedding tokens, and refused
+    // as there without --mmproj), but counted even past the context length.
+    prepared_chat prep;
+    if (auto err = ctx.preparer.prepare(ar.chat, std::numeric_limits<int32_t>::max(), prep)) {
         send_error(res, *err);
         return;
     }
     json j = json::object();
-    try {
-        j["input_tokens"] = ctx.model.tokenize(prompt, /*parse_special=*/true).size();
-    } catch (const std::exception & e) {
-        send_error(res, server_error(std::string("tokenization failed: ") + e.what()));
-        return;
-    }
+    j["input_tokens"] = prep.prompt.size();
     send_json_body(res, j, 200);
 }
 

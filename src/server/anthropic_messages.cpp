@@ -64,7 +64,7 @@ std::string text_of(const json & block, const std::string & p) {
 
 [[noreturn]] void refuse_block(const std::string & type, const std::string & p, const std::string & role) {
     if (type == "image" || type == "document") {
-        fail(p + ".type", "'" + p + "' is an " + type + " block in a " + role +
+        fail(p + ".type", "'" + p + "' is " + (type == "image" ? "an " : "a ") + type + " block in a " + role +
                               " message; images go in user messages (documents are not accepted)");
     }
     fail(p + ".type", "'" + p + ".type' is '" + type + "', which a " + role +

@@ -154,11 +154,7 @@ void parse_body(const json & body, bool count_tokens, const thinking_signer & si
         fail("max_tokens", "'max_tokens' is required: the most tokens to generate (an integer >= 1)");
     }
     if (max_tokens) {
-        const int64_t v = get_int(*max_tokens, "max_tokens");
-        if (v < 1) {
-            fail("max_tokens", "'max_tokens' is " + std::to_string(v) + "; it must be at least 1");
-        }
-        r.chat.sampling.max_tokens = static_cast<int32_t>(std::min<int64_t>(v, std::numeric_limits<int32_t>::max()));
+        r.chat.sampling.max_tokens = get_token_limit(*max_tokens, "max_tokens");
     }
     if (const json * t = field(body, "temperature")) {
         r.chat.sampling.temperature = static_cast<float>(get_number(*t, "temperature", 0.0, 1.0));

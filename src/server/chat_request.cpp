@@ -340,11 +340,7 @@ void parse_body(const json & body, chat_request & r) {
         max_param = "max_tokens";
     }
     if (max_tokens) {
-        const int64_t v = get_int(*max_tokens, max_param);
-        if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
-            fail(max_param, "'" + max_param + "' is " + std::to_string(v) + "; it must be at least 1");
-        }
-        r.sampling.max_tokens = static_cast<int32_t>(v);
+        r.sampling.max_tokens = get_token_limit(*max_tokens, max_param);
     }
     if (const json * t = field(body, "temperature")) {
         const double v = get_number(*t, "temperature");

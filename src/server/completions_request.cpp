@@ -81,11 +81,7 @@ void parse_body(const json & body, completions_request & r) {
     }
     r.sampling.max_tokens = 16;  // OpenAI's default for this endpoint
     if (const json * m = field(body, "max_tokens")) {
-        const int64_t v = get_int(*m, "max_tokens");
-        if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
-            fail("max_tokens", "'max_tokens' is " + std::to_string(v) + "; it must be at least 1");
-        }
-        r.sampling.max_tokens = static_cast<int32_t>(v);
+        r.sampling.max_tokens = get_token_limit(*m, "max_tokens");
     }
     if (const json * t = field(body, "temperature")) {
         r.sampling.temperature = static_cast<float>(get_number(*t, "temperature", 0.0, 2.0));

@@ -330,8 +330,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     s.back()->repeatable = true;
     s.back()->max_values = 2;
     add("--mmproj", "LINEAGE_MMPROJ", "FILE", "(none)",
-        "multimodal projector GGUF for the model (llama.cpp's mtmd): chat image_url parts with data: URIs are "
-        "then served; without it a request with an image gets HTTP 400",
+        "multimodal projector GGUF for the model (llama.cpp's mtmd): images are then served (chat image_url "
+        "parts and Responses input_image items with data: URIs, Anthropic base64 image blocks); without it a "
+        "request with an image gets HTTP 400",
         text(c.mmproj));
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
@@ -465,7 +466,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         int_min(cc.guard_min_suffix, 0));
     add("--cache-resend-checkpoint", "LINEAGE_CACHE_RESEND_CHECKPOINT", "[=BOOL]", "true",
         "hybrid models: checkpoint at prompt - 1 so a verbatim resend or regenerate restores all but one token "
-        "(one extra 1-token forward per request); replaces the prompt - guard-distance guard",
+        "(one extra 1-token forward per request; after a warm-up of the next turn ran, a resend restores up to "
+        "the history boundary instead); replaces the prompt - guard-distance guard",
         boolean(cc.resend_checkpoint), true);
     add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
         std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",

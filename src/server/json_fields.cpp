@@ -1,6 +1,7 @@
 // server::fields: typed reads of JSON request fields with 400s that name them.
 #include "server/json_fields.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace lineage::server::fields {
@@ -64,6 +65,18 @@ int64_t get_int(const json & v, const std::string & param) {
         fail(param, "'" + param + "' must be an integer, got " + type_name(v));
     }
     return v.get<int64_t>();
+}
+
+int32_t get_token_limit(const json & v, const std::string & param) {
+    constexpr auto max = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    if (v.is_number_unsigned() && v.get<uint64_t>() > max) {
+        return std::numeric_limits<int32_t>::max();
+    }
+    const int64_t n = get_int(v, param);
+    if (n < 1) {
+        fail(param, "'" + param + "' is " + std::to_string(n) + "; it must be at least 1");
+    }
+    return static_cast<int32_t>(std::min<int64_t>(n, std::numeric_limits<int32_t>::max()));
 }
 
 double get_number(const json & v, const std::string & param) {

@@ -34,6 +34,11 @@ bool get_bool(const json & v, const std::string & param);
 /** `v` itself when it is an object, or fail(param) saying what it is. */
 const json & get_object(const json & v, const std::string & param);
 int64_t get_int(const json & v, const std::string & param);
+
+/** A token limit (max_tokens, max_completion_tokens, max_output_tokens): an integer >= 1.
+ *  Values above INT32_MAX are clamped to it (generation ends at the context length anyway, as
+ *  Anthropic's clients expect a large limit to be accepted). Throws request_error otherwise. */
+int32_t get_token_limit(const json & v, const std::string & param);
 double get_number(const json & v, const std::string & param);
 
 /** A number in [lo, hi], or fail(param) with the range. */

@@ -167,6 +167,9 @@ int serve(const server::server_config & cfg) {
     server::server_context ctx(cfg, *model, *tmpl, *sched, *loras, projector.get(), projector_digest);
     server::install_routes(srv, ctx);
 
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT on Linux, with which a second
+    // server started on a busy port binds too and the kernel splits the connections between them.
+    srv.set_socket_options([](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
     if (!srv.bind_to_port(cfg.host, cfg.port)) {
         spdlog::error("cannot listen on {}:{} (address in use or not available); pick another with --port/--host",
                       cfg.host, cfg.port);

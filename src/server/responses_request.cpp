@@ -177,12 +177,8 @@ void parse_body(const json & body, responses_request & r) {
         c.stream = get_bool(*s, "stream");
     }
     if (const json * m = field(body, "max_output_tokens")) {
-        const int64_t v = get_int(*m, "max_output_tokens");
-        if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
-            fail("max_output_tokens", "'max_output_tokens' is " + std::to_string(v) + "; it must be at least 1");
-        }
-        r.max_output_tokens = static_cast<int32_t>(v);
-        c.sampling.max_tokens = static_cast<int32_t>(v);
+        r.max_output_tokens = get_token_limit(*m, "max_output_tokens");
+        c.sampling.max_tokens = *r.max_output_tokens;
     }
     if (const json * t = field(body, "temperature")) {
         r.temperature = get_number(*t, "temperature", 0.0, 2.0);

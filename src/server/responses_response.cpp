@@ -4,6 +4,8 @@
 #include "server/generation.h"
 #include "server/reasoning_seal.h"
 
+#include <algorithm>
+
 namespace lineage::server {
 
 json responses_usage_json(const scheduler::request_stats & s, int32_t prompt_tokens, int32_t reasoning_tokens) {
@@ -11,7 +13,9 @@ json responses_usage_json(const scheduler::request_stats & s, int32_t prompt_tok
     json in = json::object();
     in["cached_tokens"] = s.cached_tokens;
     json out = json::object();
-    out["reasoning_tokens"] = reasoning_tokens;
+    // The reasoning text tokenized again can exceed the tokens generated (a text may tokenize to
+    // more tokens than the model sampled for it): reasoning is part of the output, never more.
+    out["reasoning_tokens"] = std::min(reasoning_tokens, s.completion_tokens);
     json u = json::object();
     u["input_tokens"] = prompt;
     u["input_tokens_details"] = std::move(in);

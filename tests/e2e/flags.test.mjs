@@ -14,7 +14,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 
 import { words } from './lib/chat.mjs';
-import { SERVER_BIN, freePort, modelPath } from './lib/server.mjs';
+import { SERVER_BIN, freePort, modelPath, startServer } from './lib/server.mjs';
 
 const ARCH = 'qwen35';
 const START_TIMEOUT_MS = 60_000;
@@ -121,6 +121,24 @@ describe('numeric flags: refused at startup with the flag named, or served', () 
     for (const f of ['--port', '--parallel', '--ctx-size', '--batch-size', '--ubatch-size', '--threads',
       '--cache-max-anchors', '--cache-device-slots', '--prompt-cache-snapshot-ttl', '--cache-max-anchor-bytes']) {
       assert.ok(names.includes(f), `${f} missing from the numeric flags of --help: ${names.join(' ')}`);
+    }
+  });
+
+  it('a second server on a port in use exits with the port named, and the first keeps every connection', async () => {
+    const first = await startServer({ model, name: 'flags-port-owner', args: ['--cache-disk=false'] });
+    try {
+      // Another model, so that an answer from the second server would show.
+      const r = await tryFlag(modelPath(ARCH === 'qwen3' ? 'qwen35' : 'qwen3'), '--port', String(first.port), () => {});
+      assert.equal(r.started, false, `a second server listened on the busy port ${first.port}:\n${r.log.slice(-2000)}`);
+      assert.equal(r.code, 1, r.log.slice(-2000));
+      assert.match(r.log, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${first.port}`));
+      for (let i = 0; i < 6; i++) {
+        const res = await fetch(`${first.url}/v1/models`);
+        assert.equal(res.status, 200);
+        assert.equal((await res.json()).data[0].id, path.basename(model, '.gguf'));
+      }
+    } finally {
+      await first.stopGracefully();
     }
   });
 

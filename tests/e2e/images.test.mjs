@@ -180,6 +180,20 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images [${arch}]`, { t
     assert.match(plain.message, /send an image/);
     srv.assertAlive();
   });
+
+  if (dense) it('/v1/messages/count_tokens counts an image as the tokens /v1/messages runs', async () => {
+    const body = { model: 'tiny', max_tokens: 2, messages: [{ role: 'user', content: [
+      { type: 'text', text: ASK }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: IMG1.split(',')[1] } }] }] };
+    const counted = await srv.post('/v1/messages/count_tokens', body);
+    assert.equal(counted.status, 200, counted.text);
+    const ran = await srv.post('/v1/messages', body);
+    assert.equal(ran.status, 200, ran.text);
+    assert.equal(counted.json.input_tokens, ran.json.usage.input_tokens + ran.json.usage.cache_read_input_tokens +
+      (ran.json.usage.cache_creation_input_tokens ?? 0));
+    const text = await srv.post('/v1/messages/count_tokens', { ...body, messages: [{ role: 'user', content: ASK }] });
+    assert.equal(counted.json.input_tokens - text.json.input_tokens >= IMAGE_TOKENS, true,
+      `the image added ${counted.json.input_tokens - text.json.input_tokens} tokens`);
+  });
 });
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -366,6 +380,11 @@ describe('images without --mmproj', { timeout: 120_000 }, () => {
     assert.equal(r.type, 'invalid_request_error');
     assert.equal(r.param, 'messages[0].content[1].image_url');
     assert.match(r.message, /no multimodal projector \(start it with --mmproj FILE\)/);
+    // count_tokens refuses it the same way.
+    const counted = await srv.post('/v1/messages/count_tokens', { model: 'tiny', messages: [{ role: 'user', content: [
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: IMG1.split(',')[1] } }] }] });
+    assert.equal(counted.status, 400, counted.text);
+    assert.match(counted.text, /no multimodal projector/);
     // Text still works.
     const ok = await srv.openai.chat.completions.create({ model: 'tiny', max_tokens: 2, messages: [{ role: 'user', content: 'Hi' }] });
     assert.equal(ok.object, 'chat.completion');

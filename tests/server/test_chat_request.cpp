@@ -107,6 +107,15 @@ TEST(ChatRequest, MaxCompletionTokensWinsOverMaxTokens) {
     EXPECT_EQ(ok(with(R"("max_completion_tokens": 9)")).sampling.max_tokens, 9);
 }
 
+// A limit past INT32_MAX is clamped (generation ends at the context length), as on /v1/messages;
+// it used to wrap and be refused as "must be at least 1".
+TEST(ChatRequest, HugeTokenLimitsAreClamped) {
+    EXPECT_EQ(ok(with(R"("max_tokens": 2147483648)")).sampling.max_tokens, 2147483647);
+    EXPECT_EQ(ok(with(R"("max_completion_tokens": 4294967297)")).sampling.max_tokens, 2147483647);
+    EXPECT_EQ(ok(with(R"("max_tokens": 18446744073709551615)")).sampling.max_tokens, 2147483647);
+    EXPECT_EQ(ok(with(R"("max_tokens": 2147483647)")).sampling.max_tokens, 2147483647);
+}
+
 TEST(ChatRequest, StopAsAString) {
     EXPECT_EQ(ok(with(R"("stop": "\n\n")")).stop, (std::vector<std::string>{"\n\n"}));
 }

@@ -130,7 +130,7 @@ TEST(ResponsesResponse, StreamedReasoningTextAndFunctionCallsInOrder) {
     EXPECT_EQ(r["output"][1], evs[14]["item"]);
     EXPECT_EQ(r["output"][3], evs[23]["item"]);
     EXPECT_EQ(dump(r["usage"]), R"({"input_tokens":40,"input_tokens_details":{"cached_tokens":32},"output_tokens":9,)"
-                                R"("output_tokens_details":{"reasoning_tokens":13},"total_tokens":49})");
+                                R"("output_tokens_details":{"reasoning_tokens":9},"total_tokens":49})");
     EXPECT_EQ(out.output_items().size(), 4u);
     EXPECT_EQ(out.finish_reason(done(finish_reason::stop)), "stop");
 }
@@ -198,4 +198,17 @@ TEST(ResponsesResponse, EmptyAnswerIsAnEmptyMessage) {
 TEST(ResponsesResponse, NamedSseEvent) {
     json e = json::object({{"type", "response.created"}, {"sequence_number", 0}});
     EXPECT_EQ(sse_named_event(e), "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0}\n\n");
+}
+
+// Reasoning is part of the output: its count (the reasoning text tokenized again) never exceeds
+// output_tokens, which a text that tokenizes to more tokens than were sampled used to break.
+TEST(ResponsesResponse, ReasoningTokensNeverExceedOutputTokens) {
+    lineage::scheduler::request_stats s;
+    s.prompt_tokens = 30;
+    s.completion_tokens = 4;
+    const json u = responses_usage_json(s, 0, 5);
+    EXPECT_EQ(u["output_tokens"], 4);
+    EXPECT_EQ(u["output_tokens_details"]["reasoning_tokens"], 4);
+    EXPECT_EQ(responses_usage_json(s, 0, 3)["output_tokens_details"]["reasoning_tokens"], 3);
+    EXPECT_EQ(u["total_tokens"], 34);
 }
