@@ -91,10 +91,21 @@ std::string gen_tool_call_id() {
 // starts a call (the lazy grammar's trigger under tool_choice auto) is put at the end of the
 // generation prompt, as llama.cpp does for a continued message: the grammar sampler and the
 // parser both start after it, so the reply is the call. Kept only when the forced grammar
-// accepts the longer generation prompt.
+// accepts the longer generation prompt, and not when the generation prompt opens a reasoning
+// block (Qwen3.5's "<think>\n" with thinking on): the word would land inside the reasoning,
+// where the parser never looks for a call; the library's grammar (reasoning, then the call)
+// stays, as in llama-server.
 void force_tool_call_start(const chat_template::impl & im, common_chat_templates_inputs inputs, common_chat_params & cp) {
     if (cp.grammar.empty()) {
         return;
+    }
+    if (!cp.thinking_start_tag.empty()) {
+        const auto end = cp.generation_prompt.find_last_not_of(" \t\r\n");
+        const std::string head = end == std::string::npos ? std::string() : cp.generation_prompt.substr(0, end + 1);
+        if (head.size() >= cp.thinking_start_tag.size() &&
+            head.compare(head.size() - cp.thinking_start_tag.size(), std::string::npos, cp.thinking_start_tag) == 0) {
+            return;
+        }
     }
     inputs.tool_choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
     common_chat_params lazy;

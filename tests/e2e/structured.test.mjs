@@ -175,6 +175,21 @@ for (const arch of FAMILIES) {
       });
     }
 
+    it('tool_choice required with thinking on: the prompt leaves the reasoning open, the call is not forced inside it', async () => {
+      const body = { model: 'tiny', messages: messages(20), tools: [TOOL], tool_choice: 'required' };
+      const on = await srv.post('/apply-template', body);
+      const off = await srv.post('/apply-template', { ...body, chat_template_kwargs: NO_THINK });
+      assert.equal(on.status, 200, on.text);
+      if (on.json.prompt.endsWith('<think>\n')) {
+        // Thinking on: the generation prompt opens the reasoning and nothing follows it.
+        assert.ok(!on.json.prompt.includes('<think>\n<tool_call>'), on.json.prompt.slice(-80));
+        // Thinking off: the call's start word ends the prompt (the forced call).
+        assert.ok(off.json.prompt.endsWith('<tool_call>'), off.json.prompt.slice(-80));
+      } else {
+        assert.equal(on.json.prompt, off.json.prompt, 'a template without thinking renders both alike');
+      }
+    });
+
     it('tool_choice none: no tool call', async () => {
       const r = await srv.openai.chat.completions.create({ model: 'tiny', messages: messages(30), max_tokens: 12,
         temperature: 0, tools: [TOOL], tool_choice: 'none', chat_template_kwargs: NO_THINK });
