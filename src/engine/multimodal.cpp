@@ -5,7 +5,11 @@
 #include "mtmd-helper.h"
 #include "mtmd.h"
 
+#include <stb/stb_image.h>
+
+#include <limits>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace lineage::engine {
@@ -28,7 +32,8 @@ std::span<const uint8_t> image::pixels() const {
     return {mtmd_bitmap_get_data(b), mtmd_bitmap_get_n_bytes(b)};
 }
 
-projector::projector(const model & m, const std::string & path, int32_t n_threads) : path_(path) {
+projector::projector(const model & m, const std::string & path, int32_t n_threads, int64_t max_pixels)
+    : path_(path), max_pixels_(max_pixels) {
     mtmd_context_params p = mtmd_context_params_default();
     p.use_gpu = true;
     p.print_timings = false;
@@ -59,6 +64,19 @@ const char * projector::marker() {
 }
 
 image projector::decode_image(std::string_view file_bytes) const {
+    // The size from the header first (stb_image, which libmtmd decodes with and exports): a
+    // small file can hold a huge image, and decoding it would allocate width x height x 3 bytes.
+    int w_px = 0;
+    int h_px = 0;
+    int comp = 0;
+    if (file_bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()) &&
+        stbi_info_from_memory(reinterpret_cast<const unsigned char *>(file_bytes.data()),
+                              static_cast<int>(file_bytes.size()), &w_px, &h_px, &comp) != 0 &&
+        static_cast<int64_t>(w_px) * h_px > max_pixels_) {
+        throw std::invalid_argument("the image is " + std::to_string(w_px) + "x" + std::to_string(h_px) +
+                                    " pixels, more than this server takes (" + std::to_string(max_pixels_) +
+                                    " pixels, --image-max-pixels); send a smaller image");
+    }
     const mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_buf(
         ctx_, reinterpret_cast<const unsigned char *>(file_bytes.data()), file_bytes.size(), /*placeholder=*/false,
         mtmd_helper_init_opt_default());

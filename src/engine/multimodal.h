@@ -54,7 +54,13 @@ public:
      *  when libmtmd refuses it (unreadable, not a projector, embeddings of another width than
      *  the model's), when it has no vision encoder, or when the model positions images with
      *  M-RoPE (one image position per token is what the cache assumes). */
-    projector(const model & m, const std::string & path, int32_t n_threads);
+    /** `max_pixels`: the largest image decode_image() takes (width x height), so one request
+     *  cannot make the server hold gigabytes of pixels (--image-max-pixels). */
+    projector(const model & m, const std::string & path, int32_t n_threads, int64_t max_pixels = default_max_pixels);
+
+    /** 32 Mi pixels (8192 x 4096; ~96 MiB of RGB while decoding): above any camera photo sent
+     *  as is, below what a 2 GiB server can hold per request. */
+    static constexpr int64_t default_max_pixels = 32ll << 20;
     ~projector();
     projector(const projector &) = delete;
     projector & operator=(const projector &) = delete;
@@ -63,7 +69,8 @@ public:
     static const char * marker();
 
     /** Decodes an image file (PNG, JPEG, BMP, GIF: what stb_image reads). Throws
-     *  std::invalid_argument when the bytes are no image it can read. */
+     *  std::invalid_argument when the bytes are no image it can read, or when the image has more
+     *  than max_pixels pixels (read from its header before anything is decoded). */
     image decode_image(std::string_view file_bytes) const;
 
     /** Splits `prompt` (special tokens parsed, no BOS added) at its markers, one image per
@@ -81,6 +88,7 @@ public:
 private:
     mtmd_context * ctx_ = nullptr;
     std::string path_;
+    int64_t max_pixels_ = default_max_pixels;
 };
 
 }  // namespace lineage::engine

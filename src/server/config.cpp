@@ -334,6 +334,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "parts and Responses input_image items with data: URIs, Anthropic base64 image blocks); without it a "
         "request with an image gets HTTP 400",
         text(c.mmproj));
+    add("--image-max-pixels", "LINEAGE_IMAGE_MAX_PIXELS", "N", std::to_string(d.image_max_pixels),
+        "largest image a request may send, width x height in pixels (read from the image's header before it is "
+        "decoded); a larger one gets HTTP 400",
+        int64_min(c.image_max_pixels, 1));
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),

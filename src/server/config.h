@@ -52,6 +52,8 @@ struct server_config {
     std::vector<lora_spec> loras_scaled;  ///< --lora-scaled, before parse_config appends them to `loras`
     /** --mmproj: the multimodal projector GGUF for the model ("" = none: images refused). */
     std::string mmproj;
+    /** --image-max-pixels: the largest image (width x height) a request may send. */
+    int64_t image_max_pixels = 32ll << 20;
     /** --responses-store: SQLite file of the stored Responses API responses; resolved by
      *  parse_config to <disk_dir>/responses.sqlite when unset and the disk tier is on, else
      *  ":memory:" (also for the value "memory"). */

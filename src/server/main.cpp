@@ -117,7 +117,7 @@ int serve(const server::server_config & cfg) {
     scheduler::params sched_params = cfg.sched;
     if (!cfg.mmproj.empty()) {
         try {
-            projector = std::make_unique<engine::projector>(*model, cfg.mmproj, cfg.sched.n_threads);
+            projector = std::make_unique<engine::projector>(*model, cfg.mmproj, cfg.sched.n_threads, cfg.image_max_pixels);
         } catch (const std::exception & e) {
             spdlog::error("{}; check --mmproj", e.what());
             return 1;

@@ -22,7 +22,7 @@ import { after, before, describe, it } from 'node:test';
 import { echo, words } from './lib/chat.mjs';
 import { chatTokens, lcp } from './lib/agents.mjs';
 import { asInput, assertResponse, chatMessageOf } from './lib/dialects.mjs';
-import { png } from './lib/png.mjs';
+import { png, pngClaiming } from './lib/png.mjs';
 import { ANCHOR_SLACK, BASE_ARGS, FAMILY, GEN, SERVER_ARGS, Scenario, detail, expectHit, expectSame, sys, user } from './lib/scenario.mjs';
 import { MKMODEL_BIN, modelPath, startServer } from './lib/server.mjs';
 import { logMark } from './lib/trace.mjs';
@@ -178,6 +178,12 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images [${arch}]`, { t
     const plain = await rejection(srv, { model: 'tiny', messages: [withImage(ASK, 'data:text/plain;base64,aGVsbG8=')] });
     assert.equal(plain.status, 400);
     assert.match(plain.message, /send an image/);
+
+    // Past --image-max-pixels (32 Mi by default), from the header: nothing is decoded.
+    const huge = await rejection(srv, { model: 'tiny', messages: [withImage(ASK, dataUri(pngClaiming(8193, 4097)))] });
+    assert.equal(huge.status, 400);
+    assert.equal(huge.param, 'messages[0].content[1].image_url');
+    assert.match(huge.message, /the image is 8193x4097 pixels, more than this server takes \(33554432 pixels, --image-max-pixels\)/);
     srv.assertAlive();
   });
 

@@ -9,6 +9,16 @@ export function png(w, h, seed) {
     raw[y * row] = 0;  // filter: none
     for (let x = 0; x < 3 * w; x++) raw[y * row + 1 + x] = (x * seed + y * 7 + seed * 13) & 0xff;
   }
+  return pngOf(w, h, raw);
+}
+
+/** A PNG whose header says w x h but whose pixel data is one row: what a size check that reads
+ *  only the header must refuse without decoding (a real one would be as small, compressed). */
+export function pngClaiming(w, h) {
+  return pngOf(w, h, Buffer.alloc(1 + 3 * Math.min(w, 64)));
+}
+
+function pngOf(w, h, raw) {
   const chunk = (type, data) => {
     const len = Buffer.alloc(4);
     len.writeUInt32BE(data.length);
