@@ -1,6 +1,9 @@
 // server::errors: OpenAI-shaped error bodies.
 #include "server/errors.h"
 
+#include <iterator>
+#include <string_view>
+
 namespace lineage::server {
 
 api_error invalid_request(std::string message, std::string param, std::string code) {
@@ -59,20 +62,64 @@ std::string dump(const json & j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+namespace {
+
+/** The endpoints install_routes() serves (routes.cpp), for the 404 and 405 answers; ":id" is
+ *  one path segment. */
+struct endpoint {
+    const char * method;
+    const char * path;
+};
+constexpr endpoint endpoints[] = {
+    {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"},     {"POST", "/v1/messages"},
+    {"POST", "/v1/messages/count_tokens"}, {"POST", "/v1/responses"},  {"GET", "/v1/responses/:id"},
+    {"DELETE", "/v1/responses/:id"},  {"GET", "/v1/models"},           {"POST", "/tokenize"},
+    {"POST", "/apply-template"},      {"GET", "/lora-adapters"},       {"POST", "/lora-adapters"},
+    {"GET", "/health"},               {"GET", "/metrics"},             {"GET", "/v1/cache/stats"},
+    {"POST", "/v1/cache/reset"},
+};
+
+bool path_matches(std::string_view pattern, std::string_view path) {
+    const auto id = pattern.find(":id");
+    if (id == std::string_view::npos) {
+        return pattern == path;
+    }
+    return path.size() > id && path.substr(0, id) == pattern.substr(0, id) &&
+           path.find('/', id) == std::string_view::npos;
+}
+
+}  // namespace
+
 api_error error_for_status(int status, const std::string & method, const std::string & path,
                            uint64_t max_body_bytes) {
     api_error e;
     e.status = status;
-    switch (status) {
+    if (status == 404) {
+        // A served path asked with another method: 405, naming the methods it takes.
+        std::string allowed;
+        for (const auto & ep : endpoints) {
+            if (path_matches(ep.path, path)) {
+                allowed += std::string(allowed.empty() ? "" : " or ") + ep.method;
+            }
+        }
+        if (!allowed.empty()) {
+            e.status = 405;
+            e.message = "method " + method + " is not allowed on " + path + "; it takes " + allowed;
+            e.code = "method_not_allowed";
+            return e;
+        }
+    }
+    switch (e.status) {
         case 401:
             e.message = "missing or incorrect API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')";
             e.code = "invalid_api_key";
             break;
         case 404:
-            e.message = "unknown endpoint " + method + " " + path +
-                        "; this server serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, GET/DELETE "
-                        "/v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, "
-                        "GET /v1/cache/stats and POST /v1/cache/reset";
+            e.message = "unknown endpoint " + method + " " + path + "; this server serves";
+            for (size_t i = 0; i < std::size(endpoints); ++i) {
+                e.message += std::string(i == 0 ? " " : i + 1 == std::size(endpoints) ? " and " : ", ") +
+                             endpoints[i].method + " " + endpoints[i].path;
+            }
             e.code = "not_found";
             break;
         case 405:

@@ -350,6 +350,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             return httplib::Server::HandlerResponse::Handled;
         }
         const api_error e = error_for_status(res.status, req.method, req.path, max_body);
+        res.status = e.status;  // a served path asked with another method: 405
         res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
     });

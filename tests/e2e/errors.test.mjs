@@ -8,7 +8,7 @@
 //  - the same invalid body with stream:true -> 400 JSON, not an event stream
 //  - a prompt longer than the context -> 400 whose message says the prompt is too long
 //  - an unknown model name -> 200 (accepted, as llama-server does: one model is served)
-//  - an unknown route -> 404
+//  - an unknown route -> 404, a served route with another method -> 405
 //
 //   cd tests/e2e && node --test errors.test.mjs
 import assert from 'node:assert/strict';
@@ -87,6 +87,11 @@ for (const arch of ARCHS) {
     it('an unknown route -> 404', async () => {
       const r = await srv.get('/v1/does-not-exist');
       assert.equal(r.status, 404);
+      assert.match(r.json.error.message, /POST \/tokenize.*GET \/metrics/);
+      // A served path with another method: 405, naming the method it takes.
+      const m = await srv.get('/v1/chat/completions');
+      assert.equal(m.status, 405);
+      assert.equal(m.json.error.message, 'method GET is not allowed on /v1/chat/completions; it takes POST');
       await stillServes('a 404');
     });
   });

@@ -48,3 +48,24 @@ TEST(FailureKind, Names) {
 
 }  // namespace
 }  // namespace lineage::server
+
+// What httplib answers on its own: an unknown path is a 404 listing every endpoint; a served
+// path with another method is a 405 naming the methods it takes.
+TEST(ErrorForStatus, UnknownPathsAndWrongMethods) {
+    const auto nf = lineage::server::error_for_status(404, "GET", "/v2/nothing", 1024);
+    EXPECT_EQ(nf.status, 404);
+    EXPECT_EQ(nf.code, "not_found");
+    for (const char * ep : {"POST /tokenize", "POST /apply-template", "GET /metrics", "POST /v1/messages/count_tokens",
+                            "GET /lora-adapters", "POST /lora-adapters", "DELETE /v1/responses/:id"}) {
+        EXPECT_NE(nf.message.find(ep), std::string::npos) << ep << " missing from: " << nf.message;
+    }
+    const auto wrong = lineage::server::error_for_status(404, "GET", "/v1/chat/completions", 1024);
+    EXPECT_EQ(wrong.status, 405);
+    EXPECT_EQ(wrong.message, "method GET is not allowed on /v1/chat/completions; it takes POST");
+    const auto lora = lineage::server::error_for_status(404, "PUT", "/lora-adapters", 1024);
+    EXPECT_EQ(lora.message, "method PUT is not allowed on /lora-adapters; it takes GET or POST");
+    const auto id = lineage::server::error_for_status(404, "POST", "/v1/responses/resp_1", 1024);
+    EXPECT_EQ(id.message, "method POST is not allowed on /v1/responses/resp_1; it takes GET or DELETE");
+    // A deeper path under :id is no endpoint.
+    EXPECT_EQ(lineage::server::error_for_status(404, "GET", "/v1/responses/resp_1/input_items", 1024).status, 404);
+}
