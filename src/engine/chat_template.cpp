@@ -213,8 +213,20 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
     } catch (const std::invalid_argument &) {
         throw;
     } catch (const std::exception & e) {
-        throw std::invalid_argument(std::string("the chat template could not render this conversation: ") +
-                                    e.what());
+        // The Jinja engine's text is the template lines it was executing, then "Error: <what>":
+        // the client gets the what (e.g. the template's raise_exception text), the log the rest.
+        const std::string what = e.what();
+        spdlog::debug("chat template render failed: {}", what);
+        std::string reason = what;
+        if (const auto at = what.rfind("Error: "); at != std::string::npos) {
+            reason = what.substr(at + 7);
+            const std::string jinja = "Jinja Exception: ";
+            if (reason.rfind(jinja, 0) == 0) {
+                reason = reason.substr(jinja.size());
+            }
+        }
+        reason = reason.substr(0, reason.find('\n'));
+        throw std::invalid_argument(std::string("the chat template could not render this conversation: ") + reason);
     }
 
     if (inputs.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !inputs.tools.empty() && inputs.json_schema.empty()) {

@@ -84,6 +84,15 @@ for (const arch of ARCHS) {
       assertCompletion(res, { maxTokens: 8 }, 'unknown model');
     });
 
+    it('a conversation the template refuses -> 400 with the template\'s own words, not its stack', async () => {
+      const r = await srv.post('/v1/chat/completions', { messages: [{ role: 'assistant', content: 'hi' }], max_tokens: 3 });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.param, 'messages');
+      assert.match(r.json.error.message, /^the chat template could not render this conversation: [^\n]+; check the order and roles of 'messages'$/);
+      assert.doesNotMatch(r.json.error.message, /While executing|------/);
+      await stillServes('a template refusal');
+    });
+
     it('an unknown route -> 404', async () => {
       const r = await srv.get('/v1/does-not-exist');
       assert.equal(r.status, 404);
