@@ -584,16 +584,35 @@ std::string describe(const setting & st) {
     return st.help + "  [env " + st.env + "; default " + st.default_text + "]";
 }
 
+/** CLI11's formatter without the default values of flags in the names: a negated alias
+ *  ("--no-cache-prompt") would otherwise print as "--no-cache-prompt{false}"; the help text
+ *  gives every default. */
+class help_formatter : public CLI::Formatter {
+public:
+    std::string make_option_name(const CLI::Option * opt, bool is_positional) const override {
+        if (is_positional) {
+            return opt->get_name(true, false);
+        }
+        std::string names = opt->get_name(false, true);
+        for (auto open = names.find('{'); open != std::string::npos; open = names.find('{')) {
+            names.erase(open, names.find('}', open) + 1 - open);
+        }
+        return names;
+    }
+};
+
 std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique_ptr<setting>> & settings) {
     auto app = std::make_unique<CLI::App>(
         "lineage-server: an OpenAI-compatible LLM inference server built around its prompt cache.\n"
         "Every flag can also be set by the environment variable shown; the flag wins when both are set.",
         program);
+    app->formatter(std::make_shared<help_formatter>());
     app->get_formatter()->column_width(40);
     app->footer(
         "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), POST /v1/responses (+ GET/DELETE "
         "/v1/responses/{id}), POST /v1/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
-        "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET /metrics (with --metrics).");
+        "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET/POST /lora-adapters, GET /metrics (with "
+        "--metrics).");
     for (auto & st : settings) {
         if (st->is_flag) {
             st->opt = app->add_flag(st->names, st->raw, describe(*st));
