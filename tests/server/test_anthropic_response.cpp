@@ -7,10 +7,9 @@
 #include "engine/chat_template.h"
 #include "engine/model.h"
 
-#include <gtest/gtest.h>
+#include "qwen3_template_fixture.h"
 
-#include <filesystem>
-#include <memory>
+#include <gtest/gtest.h>
 
 using namespace lineage;
 using namespace lineage::server;
@@ -165,25 +164,8 @@ TEST(AnthropicResponse, ErrorsInAnthropicShape) {
 
 namespace {
 
-const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
-
-class AnthropicTemplateTest : public ::testing::Test {
+class AnthropicTemplateTest : public Qwen3TemplateTest {
 protected:
-    static void SetUpTestSuite() {
-        if (std::filesystem::exists(model_file)) {
-            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
-            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
-        }
-    }
-    static void TearDownTestSuite() {
-        tmpl_.reset();
-        model_.reset();
-    }
-    void SetUp() override {
-        if (!model_) {
-            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
-        }
-    }
     // The parser of a request with one tool, thinking on.
     static engine::chat_parse_params parser() {
         engine::chat_render_inputs in;
@@ -195,12 +177,7 @@ protected:
         in.kwargs = {{"enable_thinking", "true"}};
         return tmpl_->render(in).parser;
     }
-    static std::unique_ptr<engine::model> model_;
-    static std::unique_ptr<engine::chat_template> tmpl_;
 };
-
-std::unique_ptr<engine::model> AnthropicTemplateTest::model_;
-std::unique_ptr<engine::chat_template> AnthropicTemplateTest::tmpl_;
 
 // The tiny models carry the Qwen3.5 template: the generation prompt opens the <think> block and
 // tool calls are XML.
