@@ -17,7 +17,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { assertCompletion, echo, streamChat, usageOf, words } from './lib/chat.mjs';
+import { echo, greedyChat, streamChat, usageOf, words } from './lib/chat.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
@@ -25,13 +25,7 @@ const SYSTEM = `You are a careful software engineer working in a C++ repository.
 const USERS = [words(30, 72), words(9, 73), words(41, 74), words(5, 75)];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function chat(srv, messages, extra = {}, where = '') {
-  const res = await srv.openai.chat.completions.create({
-    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
-  });
-  assertCompletion(res, { maxTokens: extra.max_tokens ?? MAX_TOKENS }, where);
-  return res;
-}
+const chat = greedyChat(MAX_TOKENS);
 
 /** Tokens of the conversation rendered as a prompt (with the generation prompt). */
 async function promptTokens(srv, messages) {
