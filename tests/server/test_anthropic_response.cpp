@@ -7,6 +7,7 @@
 #include "engine/chat_template.h"
 #include "engine/model.h"
 
+#include "done_event.h"
 #include "qwen3_template_fixture.h"
 
 #include <gtest/gtest.h>
@@ -24,13 +25,7 @@ const thinking_signer & signer() {
 }
 
 generation_event done(finish_reason f, int32_t prompt = 100, int32_t cached = 60, int32_t completion = 5) {
-    generation_event e;
-    e.type = generation_event::kind::done;
-    e.finish = f;
-    e.stats.prompt_tokens = prompt;
-    e.stats.cached_tokens = cached;
-    e.stats.completion_tokens = completion;
-    return e;
+    return test_events::done_event(f, prompt, cached, completion);
 }
 
 messages_meta meta(int32_t breakpoint = -1, bool omitted = false, std::vector<std::string> stops = {}) {
