@@ -4,7 +4,6 @@
 #include "server/anthropic_request.h"
 
 #include "server/anthropic_messages.h"
-#include "server/json_body.h"
 #include "server/json_fields.h"
 
 #include <algorithm>
@@ -217,18 +216,8 @@ chat_request breakpoint_conversation(const anthropic_request & r, const cache_br
 
 std::optional<api_error> parse_anthropic_request(std::string_view body, const thinking_signer & signer, bool count_tokens,
                                                  anthropic_request & out) {
-    json j;
-    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
-        return err;
-    }
-    anthropic_request r;
-    try {
-        parse_body(j, count_tokens, signer, r);
-    } catch (const bad_field & b) {
-        return b.err;
-    }
-    out = std::move(r);
-    return std::nullopt;
+    return parse_request(body, out,
+                         [&](const json & j, anthropic_request & r) { parse_body(j, count_tokens, signer, r); });
 }
 
 }  // namespace lineage::server

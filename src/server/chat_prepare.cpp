@@ -336,22 +336,10 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         return e;
     }
 
-    out.template_sig = template_sig(tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools, opt_.key_hash);
-    bucket_inputs b;
-    b.model_id = opt_.model_id;
-    b.template_sig = out.template_sig;
-    b.tenant = r.tenant;
-    if (auto err = select_lora(r.lora, out, b)) {
+    if (auto err = key_request(in.kwargs, r.tool_choice_key, r.tools, r.tenant, r.lora, r.cache_prompt, out)) {
         return err;
     }
-    out.cache.bucket = bucket_digest(b, opt_.key_hash);
-    out.cache.tenant = r.tenant;
-    // The dimensions one by one: the decision trace and the key_differs miss cause name them.
-    if (opt_.cache_enabled && r.cache_prompt) {
-        out.cache.dims = key_dims_of(b, tmpl_.source(), in.kwargs, r.tool_choice_key, r.tools);
-    }
     out.cache.session_key = session_key(r.prompt_cache_key, r.user);
-    out.cache.cache_prompt = opt_.cache_enabled && r.cache_prompt;
     out.cache.anchor_tokens = -1;
     out.cache.history_tokens = -1;
     out.cache.tools_anchor_tokens = -1;
@@ -518,6 +506,29 @@ std::optional<api_error> chat_preparer::select_lora(const std::vector<lora_scale
     return std::nullopt;
 }
 
+std::optional<api_error> chat_preparer::key_request(const std::map<std::string, std::string> & kwargs,
+                                                    const std::string & tool_choice_key,
+                                                    const std::vector<engine::chat_tool> & tools,
+                                                    const std::string & tenant, const std::vector<lora_scale> & lora,
+                                                    bool cache_prompt, prepared_chat & out) const {
+    out.template_sig = template_sig(tmpl_.source(), kwargs, tool_choice_key, tools, opt_.key_hash);
+    bucket_inputs b;
+    b.model_id = opt_.model_id;
+    b.template_sig = out.template_sig;
+    b.tenant = tenant;
+    if (auto err = select_lora(lora, out, b)) {
+        return err;
+    }
+    out.cache.bucket = bucket_digest(b, opt_.key_hash);
+    out.cache.tenant = tenant;
+    out.cache.cache_prompt = opt_.cache_enabled && cache_prompt;
+    // The dimensions one by one: the decision trace and the key_differs miss cause name them.
+    if (out.cache.cache_prompt) {
+        out.cache.dims = key_dims_of(b, tmpl_.source(), kwargs, tool_choice_key, tools);
+    }
+    return std::nullopt;
+}
+
 std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_sequence_tokens,
                                                     prepared_chat & out) const {
     if (p.tokens.empty()) {
@@ -531,20 +542,8 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
                                "prompt", "context_length_exceeded");
     }
     out.prompt = std::move(p.tokens);
-    const std::vector<engine::chat_tool> no_tools;
-    out.template_sig = template_sig(tmpl_.source(), opt_.default_kwargs, "auto", no_tools, opt_.key_hash);
-    bucket_inputs b;
-    b.model_id = opt_.model_id;
-    b.template_sig = out.template_sig;
-    b.tenant = p.tenant;
-    if (auto err = select_lora(p.lora, out, b)) {
+    if (auto err = key_request(opt_.default_kwargs, "auto", {}, p.tenant, p.lora, p.cache_prompt, out)) {
         return err;
-    }
-    out.cache.bucket = bucket_digest(b, opt_.key_hash);
-    out.cache.tenant = p.tenant;
-    out.cache.cache_prompt = opt_.cache_enabled && p.cache_prompt;
-    if (out.cache.cache_prompt) {
-        out.cache.dims = key_dims_of(b, tmpl_.source(), opt_.default_kwargs, "auto", no_tools);
     }
     out.cache.session_key = session_key(p.prompt_cache_key, p.user);
     out.cache.anchor_tokens = -1;

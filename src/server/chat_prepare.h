@@ -136,11 +136,18 @@ private:
      *  with the generation prompt. */
     engine::chat_render_inputs render_inputs(const chat_request & r) const;
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
-    /** Sets out.grammar from the render's grammar or the request's `grammar`; a 400 naming the
-     *  field when the engine cannot use it. REQUIRES: out.preserved_tokens set. */
     /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
     std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
                                          bucket_inputs & b) const;
+    /** The request's cache key, for a chat render and a raw prompt alike: out.template_sig (the
+     *  template, `kwargs`, `tool_choice_key`, `tools`), out.lora (select_lora), out.cache.bucket,
+     *  tenant and cache_prompt (the server switch and the request's), and, when the cache serves
+     *  the request, out.cache.dims for the decision trace. A 400 for an unknown adapter. */
+    std::optional<api_error> key_request(const std::map<std::string, std::string> & kwargs,
+                                         const std::string & tool_choice_key,
+                                         const std::vector<engine::chat_tool> & tools, const std::string & tenant,
+                                         const std::vector<lora_scale> & lora, bool cache_prompt,
+                                         prepared_chat & out) const;
     /** A request's images decoded to pixels, and each one's digest (pixels, size, projector). */
     struct decoded_images {
         std::vector<engine::image> images;
@@ -160,6 +167,8 @@ private:
      *  bytes are no readable image; 400 when markers and images do not pair up. */
     std::optional<api_error> tokenize_with_images(const chat_request & r, const std::string & rendered,
                                                   prepared_chat & out) const;
+    /** Sets out.grammar from the render's grammar or the request's `grammar`; a 400 naming the
+     *  field when the engine cannot use it. REQUIRES: out.preserved_tokens set. */
     std::optional<api_error> grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
                                         prepared_chat & out) const;
 

@@ -423,18 +423,7 @@ void parse_body(const json & body, chat_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_chat_request(std::string_view body, chat_request & out) {
-    json j;
-    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
-        return err;
-    }
-    chat_request r;
-    try {
-        parse_body(j, r);
-    } catch (const fields::bad_field & b) {
-        return b.err;
-    }
-    out = std::move(r);
-    return std::nullopt;
+    return parse_request(body, out, [](const json & j, chat_request & r) { parse_body(j, r); });
 }
 
 }  // namespace lineage::server

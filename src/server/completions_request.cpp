@@ -1,7 +1,6 @@
 // server::completions_request: validation of a text completion body.
 #include "server/completions_request.h"
 
-#include "server/json_body.h"
 #include "server/json_fields.h"
 
 #include <limits>
@@ -128,18 +127,7 @@ void parse_body(const json & body, completions_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_completions_request(std::string_view body, completions_request & out) {
-    json j;
-    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
-        return err;
-    }
-    completions_request r;
-    try {
-        parse_body(j, r);
-    } catch (const bad_field & b) {
-        return b.err;
-    }
-    out = std::move(r);
-    return std::nullopt;
+    return parse_request(body, out, [](const json & j, completions_request & r) { parse_body(j, r); });
 }
 
 }  // namespace lineage::server

@@ -3,14 +3,18 @@
 // completion body (chat_request.cpp, chat_request_options.cpp), of the Responses and
 // completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp) and
 // of the Anthropic Messages body (anthropic_request.cpp, anthropic_messages.cpp).
-// Internally a failed check throws bad_field; the parser's entry point catches it and returns
-// the api_error. Thread safety: pure functions.
+// Internally a failed check throws bad_field; the parser's entry point (parse_request) catches
+// it and returns the api_error. Thread safety: pure functions.
 #pragma once
 
 #include "server/errors.h"
+#include "server/json_body.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace lineage::server::fields {
 
@@ -52,5 +56,25 @@ const json & require(const json & obj, const char * key, const std::string & par
 
 /** A number as JSON writes it (3.0, -2.5). */
 std::string fmt_number(double v);
+
+/** A request parser's entry point: `body` parsed as JSON (parse_json_body, the process-wide
+ *  limits; any JSON value, `read` checks the shape), then `read(j, r)` fills a fresh T, throwing
+ *  bad_field on a bad field. Returns the first error (JSON or field); `out` is assigned only
+ *  on success. */
+template <class T, class Read>
+std::optional<api_error> parse_request(std::string_view body, T & out, Read && read) {
+    json j;
+    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
+        return err;
+    }
+    T r;
+    try {
+        read(j, r);
+    } catch (const bad_field & b) {
+        return b.err;
+    }
+    out = std::move(r);
+    return std::nullopt;
+}
 
 }  // namespace lineage::server::fields

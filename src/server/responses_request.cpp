@@ -3,7 +3,6 @@
 // functions turn it into a return value.
 #include "server/responses_request.h"
 
-#include "server/json_body.h"
 #include "server/json_fields.h"
 
 #include <limits>
@@ -304,18 +303,7 @@ void parse_body(const json & body, responses_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_responses_request(std::string_view body, responses_request & out) {
-    json j;
-    if (auto err = parse_json_body(body, j, /*require_object=*/false, default_json_limits())) {
-        return err;
-    }
-    responses_request r;
-    try {
-        parse_body(j, r);
-    } catch (const bad_field & b) {
-        return b.err;
-    }
-    out = std::move(r);
-    return std::nullopt;
+    return parse_request(body, out, [](const json & j, responses_request & r) { parse_body(j, r); });
 }
 
 std::optional<api_error> build_chat_messages(responses_request & r, const std::vector<response_item> & prior,

@@ -1,6 +1,8 @@
-// Helpers of the cache unit tests: token runs and fake state blobs (no model).
+// Helpers of the cache unit tests: token runs, fake state blobs and the small store config
+// most store tests start from (no model). Header-only, pure functions.
 #pragma once
 
+#include "cache/config.h"
 #include "cache/types.h"
 
 #include <cstdint>
@@ -19,6 +21,18 @@ inline tokens seq(int32_t from, int32_t n) {
 inline tokens cat(tokens a, const tokens & b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
+}
+
+/** A 1 MiB store, a 4-token minimum prefix, guard checkpoints when 64 tokens are left,
+ *  divergence checkpoints that gain 32 tokens, and seed 000's guard rule (no resend checkpoint). */
+inline config small_config() {
+    config c;
+    c.ram_bytes = 1 << 20;
+    c.min_prefix = 4;
+    c.guard_min_suffix = 64;
+    c.divergence_min_gain = 32;
+    c.resend_checkpoint = false;
+    return c;
 }
 
 /** A fake state of `bytes` bytes, every byte `v`. */

@@ -15,15 +15,12 @@ using fakes::seq;
 using fakes::cat;
 using fakes::fake;
 
+// fakes::small_config (seed 000's guard rule; ResendCheckpoint tests the other) without the
+// issue-14 rungs.
 config small_config() {
-    config c;
-    c.ram_bytes = 1 << 20;
-    c.min_prefix = 4;
-    c.guard_min_suffix = 64;
-    c.divergence_min_gain = 32;
-    c.resend_checkpoint = false;  // seed 000's guard rule; ResendCheckpoint tests the other
-    c.ladder_step = 0;            // no anchor ladder; the Ladder tests turn it on
-    c.message_rungs = 0;          // no message rungs; the MessageRungs tests turn them on
+    config c = fakes::small_config();
+    c.ladder_step = 0;    // no anchor ladder; the Ladder tests turn it on
+    c.message_rungs = 0;  // no message rungs; the MessageRungs tests turn them on
     return c;
 }
 

@@ -15,11 +15,7 @@ using fakes::fake;
 using fakes::seq;
 
 config test_config() {
-    config c;
-    c.ram_bytes = 1 << 20;
-    c.min_prefix = 4;
-    c.divergence_min_gain = 32;
-    c.resend_checkpoint = false;
+    config c = fakes::small_config();
     c.guard_min_suffix = 1000;  // no guard checkpoints: the captures below are the breakpoints' and turns'
     return c;
 }

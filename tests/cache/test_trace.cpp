@@ -16,16 +16,7 @@ namespace {
 using fakes::seq;
 using fakes::cat;
 using fakes::fake;
-
-config small_config() {
-    config c;
-    c.ram_bytes = 1 << 20;
-    c.min_prefix = 4;
-    c.guard_min_suffix = 64;
-    c.divergence_min_gain = 32;
-    c.resend_checkpoint = false;
-    return c;
-}
+using fakes::small_config;
 
 key_dims dims(std::string tools) {
     key_dims d;

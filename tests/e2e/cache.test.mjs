@@ -14,7 +14,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { assertCompletion, echo, usageOf, words } from './lib/chat.mjs';
+import { echo, greedyChat, usageOf, words } from './lib/chat.mjs';
+import { replyOf as scenarioReplyOf } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
@@ -30,26 +31,10 @@ const GEN_PROMPT_MAX = 8;
 const SERVER_ARGS = ['--parallel', '2', '--ctx-size', '4096'];
 
 /** One greedy request; checks the shape and returns the response. */
-async function chat(srv, messages, extra = {}, where = '') {
-  const res = await srv.openai.chat.completions.create({
-    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
-  });
-  assertCompletion(res, { maxTokens: extra.max_tokens ?? MAX_TOKENS }, where);
-  return res;
-}
+const chat = greedyChat(MAX_TOKENS);
 
-/** What two greedy replies must agree on. */
-function replyOf(res) {
-  const m = res.choices[0].message;
-  return {
-    content: m.content ?? null,
-    reasoning_content: m.reasoning_content ?? null,
-    tool_calls: m.tool_calls ?? null,
-    finish_reason: res.choices[0].finish_reason,
-    prompt_tokens: res.usage.prompt_tokens,
-    completion_tokens: res.usage.completion_tokens,
-  };
-}
+/** What two greedy replies must agree on (the prompt's token count too). */
+const replyOf = (res) => ({ ...scenarioReplyOf(res), prompt_tokens: res.usage.prompt_tokens });
 
 /** The parts of /v1/cache/stats that describe what the cache holds and what it served. */
 function heldState(s) {

@@ -11,25 +11,13 @@
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test disk-damage.test.mjs
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
-import { FAMILY, GEN, MAX_TOKENS, RERENDER_SHARED, SERVER_ARGS, SYSTEM, sys, user, Scenario, askOn, expectHit, expectSame } from './lib/scenario.mjs';
-import { ARCHS, modelPath, startServer } from './lib/server.mjs';
-
-const tmpDir = (name) => fs.mkdtempSync(path.join(os.tmpdir(), `lineage-dd-${name}-`));
-const blobFiles = (dir) => fs.readdirSync(dir).filter((f) => f.endsWith('.lcache')).sort();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const followUpHit = (hybrid, p) => (hybrid ? { cached: p - GEN, kind: 'turn' } : { cached: p - GEN + RERENDER_SHARED, kind: 'prefix' });
-
-const started = [];
-async function startOn(arch, dir, name, extra = []) {
-  const srv = await startServer({ model: modelPath(arch), name, args: [...SERVER_ARGS, '--metrics', '--cache-dir', dir, ...extra] });
-  started.push(srv);
-  return srv;
-}
+import { blobFiles, diskSuite, followUpHit } from './lib/disk.mjs';
+import { FAMILY, GEN, MAX_TOKENS, SYSTEM, sys, user, Scenario, askOn, expectHit, expectSame } from './lib/scenario.mjs';
+import { ARCHS } from './lib/server.mjs';
 
 /** Sends requests from `clients` concurrent loops of distinct conversations until `ms` have
  *  passed, so that the engine never idles; returns how many completed. */
@@ -48,28 +36,15 @@ async function load(srv, ms, clients = 2) {
 for (const arch of ARCHS) {
   const hybrid = FAMILY[arch] === 'hybrid';
   describe(`disk damage and load [${arch}]`, { timeout: 300_000 }, () => {
-    let ref;
-    const dirs = [];
-    const dir = (name) => {
-      const d = tmpDir(`${arch}-${name}`);
-      dirs.push(d);
-      return d;
-    };
-    before(async () => {
-      ref = await startServer({ model: modelPath(arch), name: `dd-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt'] });
-    });
-    after(async () => {
-      for (const srv of started.splice(0)) await srv.stop();
-      await ref?.stopGracefully();
-      for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
-    });
+    const suite = diskSuite({ arch, tag: 'dd', args: ['--metrics'] });
+    const { dir, startOn } = suite;
 
     it('two same-size files swapped: never restored, == cold, counted as identity damage', async () => {
       const d = dir('swap');
       // Same system prompt, user turns of the same token count: entries of the same size.
       const P = (k) => [sys(SYSTEM(41)), user(`Summarise ticket number ${k}.\n\n${words(60, 7)}`)];
       let srv = await startOn(arch, d, `dd-swap-a-${arch}`);
-      const sc = new Scenario(srv, arch, ref);
+      const sc = new Scenario(srv, arch, suite.ref);
       const r1 = await sc.ask('P1', P(1));
       const r2 = await sc.ask('P2', P(2));
       assert.equal(r1.u.prompt, r2.u.prompt, 'the two prompts have the same token count');
@@ -111,7 +86,7 @@ for (const arch of ARCHS) {
         const d = dir(`load${bound}`);
         // Idle writes far away: only the bound can write while the load runs.
         let srv = await startOn(arch, d, `dd-load${bound}-a-${arch}`, ['--cache-disk-idle-s', '600', '--cache-disk-max-unwritten-s', String(bound)]);
-        const sc = new Scenario(srv, arch, ref);
+        const sc = new Scenario(srv, arch, suite.ref);
         const P = [sys(SYSTEM(81)), user(`Summarise the build failure below.\n\n${words(60, 82)}`)];
         const r1 = await sc.ask('P', P);
         const n = await load(srv, 6000);
@@ -156,19 +131,11 @@ describe(`steady load of 60 s, then kill -9 [${ARCHS[0]}]`, { timeout: 300_000 }
   const hybrid = FAMILY[arch] === 'hybrid';
   const BOUND_S = 2;
   const MARGIN_S = 4;
-  let ref;
-  let d;
-  before(async () => {
-    ref = await startServer({ model: modelPath(arch), name: `dd-steady-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt'] });
-    d = tmpDir(`${arch}-steady`);
-  });
-  after(async () => {
-    for (const srv of started.splice(0)) await srv.stop();
-    await ref?.stopGracefully();
-    fs.rmSync(d, { recursive: true, force: true });
-  });
+  const suite = diskSuite({ arch, tag: 'dd-steady', args: ['--metrics'] });
+  const { startOn } = suite;
 
   it(`every conversation stored more than ${BOUND_S} + ${MARGIN_S} s before the kill restores from disk`, async () => {
+    const d = suite.dir('steady');
     // Idle writes far away: only the bound writes while the load runs.
     let srv = await startOn(arch, d, `dd-steady-a-${arch}`,
       ['--cache-disk-idle-s', '600', '--cache-disk-max-unwritten-s', String(BOUND_S)]);
@@ -186,7 +153,7 @@ describe(`steady load of 60 s, then kill -9 [${ARCHS[0]}]`, { timeout: 300_000 }
         done.push({ P, message: res.choices[0].message, prompt: res.usage.prompt_tokens, at: Date.now() });
       }
     }));
-    const s = await (new Scenario(srv, arch, ref)).stats();
+    const s = await (new Scenario(srv, arch, suite.ref)).stats();
     assert.ok(s.disk.overdue_writes >= 1, JSON.stringify(s.disk));
     const killedAt = Date.now();
     srv.proc.kill('SIGKILL');
@@ -196,7 +163,7 @@ describe(`steady load of 60 s, then kill -9 [${ARCHS[0]}]`, { timeout: 300_000 }
     assert.ok(due.length >= 20, `${done.length} conversations in 60 s, ${due.length} due on disk`);
 
     srv = await startOn(arch, d, `dd-steady-b-${arch}`);
-    const sc = new Scenario(srv, arch, ref);
+    const sc = new Scenario(srv, arch, suite.ref);
     const st = await sc.stats();
     assert.ok(st.disk.files >= due.length, `${st.disk.files} files for ${due.length} conversations due`);
     // Eight of them, from the first to the last one due: each follow-up restores exactly its turn.

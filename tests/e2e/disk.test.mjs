@@ -8,26 +8,14 @@
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test disk.test.mjs
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
-import { FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, sys, user, Scenario, expectHit, expectSame } from './lib/scenario.mjs';
-import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+import { blobBytes, blobFiles, diskSuite, followUpHit } from './lib/disk.mjs';
+import { FAMILY, SYSTEM, sys, user, Scenario, expectHit, expectSame } from './lib/scenario.mjs';
+import { ARCHS } from './lib/server.mjs';
 
-const tmpDir = (name) => fs.mkdtempSync(path.join(os.tmpdir(), `lineage-disk-${name}-`));
-const blobFiles = (dir) => fs.readdirSync(dir).filter((f) => f.endsWith('.lcache')).sort();
-/** Bytes of the blob files in `dir` now; a file the disk thread deletes between the listing and
- *  its stat occupies nothing. */
-const blobBytes = (dir) => blobFiles(dir).reduce((n, f) => {
-  try {
-    return n + fs.statSync(path.join(dir, f)).size;
-  } catch (e) {
-    if (e.code === 'ENOENT') return n;
-    throw e;
-  }
-}, 0);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A first conversation turn P and its follow-up P + reply + U (the D1 pair). */
@@ -37,42 +25,17 @@ function conversation(seed) {
   return { P, followUp };
 }
 
-/** cached_tokens of the follow-up when P's entry is restored (scenario.mjs B3 rule). */
-const followUpHit = (hybrid, p) => (hybrid ? { cached: p - GEN, kind: 'turn' } : { cached: p - GEN + RERENDER_SHARED, kind: 'prefix' });
-
-// Every server a test starts, so that a failed test cannot leave one running (and writing into
-// a directory the `after` hook removes).
-const started = [];
-async function startOn(arch, dir, name, extra = []) {
-  const srv = await startServer({ model: modelPath(arch), name, args: [...SERVER_ARGS, '--cache-dir', dir, ...extra] });
-  started.push(srv);
-  return srv;
-}
-
 for (const arch of ARCHS) {
   const hybrid = FAMILY[arch] === 'hybrid';
   describe(`disk tier [${arch}]`, { timeout: 300_000 }, () => {
-    let ref;
-    const dirs = [];
-    const dir = (name) => {
-      const d = tmpDir(`${arch}-${name}`);
-      dirs.push(d);
-      return d;
-    };
-    before(async () => {
-      ref = await startServer({ model: modelPath(arch), name: `disk-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt'] });
-    });
-    after(async () => {
-      for (const srv of started.splice(0)) await srv.stop();
-      await ref?.stopGracefully();
-      for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
-    });
+    const suite = diskSuite({ arch, tag: 'disk' });
+    const { dir, startOn } = suite;
 
     it('D1: after a graceful restart the follow-up restores from disk, == cold; nothing is written while the conversation runs', async () => {
       const d = dir('d1');
       const { P, followUp } = conversation(41);
       let srv = await startOn(arch, d, `disk-d1a-${arch}`);
-      const sc = new Scenario(srv, arch, ref);
+      const sc = new Scenario(srv, arch, suite.ref);
       const r1 = await sc.ask('P', P);
       expectHit(r1, 0, 'miss');
       const p = r1.u.prompt;
@@ -113,7 +76,7 @@ for (const arch of ARCHS) {
       const d = dir('d2');
       const { P, followUp } = conversation(51);
       let srv = await startOn(arch, d, `disk-d2a-${arch}`);
-      const sc = new Scenario(srv, arch, ref);
+      const sc = new Scenario(srv, arch, suite.ref);
       const r1 = await sc.ask('P', P);
       await srv.stopGracefully();
       const files = blobFiles(d);
@@ -189,7 +152,7 @@ for (const arch of ARCHS) {
       const { P, followUp } = conversation(71);
       // Idle delay 0: every finished entry is written at once, so the kill lands mid-write.
       let srv = await startOn(arch, d, `disk-kill-a-${arch}`, ['--cache-disk-idle-s', '0']);
-      const sc = new Scenario(srv, arch, ref);
+      const sc = new Scenario(srv, arch, suite.ref);
       const r1 = await sc.ask('P', P);
       await sc.ask('another conversation', [sys(SYSTEM(72)), user(words(80, 73))]);
       srv.proc.kill('SIGKILL');

@@ -202,21 +202,6 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images [${arch}]`, { t
   });
 });
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** Polls the cache stats until warmup.runs exceeds `runs` (10 s at most); returns the stats. */
-async function waitWarmup(srv, runs, where) {
-  const t0 = Date.now();
-  for (;;) {
-    const s = await srv.cacheStats();
-    if (s.warmup.runs > runs) return s;
-    if (Date.now() - t0 > 10_000) {
-      assert.fail(`${where}: no warm-up ran within 10 s: ${JSON.stringify(s.warmup)}\n${srv.logTail(20)}`);
-    }
-    await sleep(5);
-  }
-}
-
 /** A reply as what two greedy runs must agree on, from a chat completion or a response. */
 const chatReply = (res) => ({ content: res.choices[0].message.content ?? '',
   reasoning: res.choices[0].message.reasoning_content ?? '', tokens: res.usage.completion_tokens });
@@ -282,7 +267,7 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-u
     const r1 = await chat(t1);
     assert.equal(r1.usage.prompt_tokens, (await imagePrompt(t1)).total);
     // The pause of a user reading the reply: the warm-up of the next turn runs meanwhile.
-    await waitWarmup(srv, before.warmup.runs, 'after the turn with an image');
+    await srv.waitWarmup(before.warmup.runs, 'after the turn with an image');
     const t2 = [...t1, echo(r1.choices[0].message), user('And its colours?')];
     const own = await ownTokens(t2);
     before = await srv.cacheStats();
@@ -295,7 +280,7 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-u
     const s = await srv.cacheStats();
     assert.equal(s.warmup.hits, before.warmup.hits + 1, `a warm-up hit: ${JSON.stringify(s.warmup)}`);
     assert.equal(s.warmup.wasted, before.warmup.wasted);
-    await waitWarmup(srv, before.warmup.runs, 'after turn 2');  // its own warm-up, before the cold runs
+    await srv.waitWarmup(before.warmup.runs, 'after turn 2');  // its own warm-up, before the cold runs
 
     assert.deepEqual(chatReply(r1), chatReply(await chat(t1, { cache_prompt: false })), 'turn 1 vs cold');
     assert.deepEqual(chatReply(r2), chatReply(await chat(t2, { cache_prompt: false })), 'turn 2 vs cold');
@@ -311,7 +296,7 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-u
     // The same prompt as the chat dialect's rendering of the same conversation.
     assert.equal(r1.usage.input_tokens, p1.total);
     assert.equal(cachedOf(r1), 0);
-    await waitWarmup(srv, before.warmup.runs, 'after the response with an image');
+    await srv.waitWarmup(before.warmup.runs, 'after the response with an image');
 
     // The stored conversation holds the image (its data URI): the continuation re-renders it.
     before = await srv.cacheStats();
@@ -322,7 +307,7 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-u
     assert.ok(cachedOf(r2) >= r1.usage.input_tokens, `turn 2 restores past turn 1's prompt: ${JSON.stringify(r2.usage)}`);
     assert.equal(r2.usage.input_tokens - cachedOf(r2), own, `turn 2: ${JSON.stringify(r2.usage)}\n${srv.logTail(30)}`);
     assert.equal((await srv.cacheStats()).warmup.hits, before.warmup.hits + 1);
-    await waitWarmup(srv, before.warmup.runs, 'after turn 2');
+    await srv.waitWarmup(before.warmup.runs, 'after turn 2');
 
     // Another image under the same text: at most the text before the image. Dense: exactly that
     // prefix. Hybrid: the image-start checkpoint of turn 1 was thinned away as the conversation
@@ -337,7 +322,7 @@ for (const arch of ['qwen3', 'granite-hybrid']) describe(`images with the warm-u
     assert.equal(r3.usage.input_tokens, p1.total);
     assert.equal(cachedOf(r3), dense ? p1.before : anchorHint - ANCHOR_SLACK,
       `another image (${p1.before} tokens before it, anchor hint ${anchorHint}): ${JSON.stringify(r3.usage)}\n${srv.logTail(30)}`);
-    await waitWarmup(srv, before.warmup.runs, 'after another image');  // a store: false reply is warmed too
+    await srv.waitWarmup(before.warmup.runs, 'after another image');  // a store: false reply is warmed too
     // (Read after the warm-up: the log pipe may lag the response.)
     assert.match(srv.log().slice(mark), /request \d+: lookup of \d+ tokens .*where image 1 starts \(mm_digest differs\)/);
 

@@ -16,7 +16,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 
-import { assertCompletion, echo, usageOf, words } from './lib/chat.mjs';
+import { echo, greedyChat, usageOf, words } from './lib/chat.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 8;
@@ -69,13 +69,7 @@ function promtool(text) {
   return r;
 }
 
-async function chat(srv, messages, extra = {}, where = '') {
-  const res = await srv.openai.chat.completions.create({
-    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
-  });
-  assertCompletion(res, { maxTokens: MAX_TOKENS }, where);
-  return res;
-}
+const chat = greedyChat(MAX_TOKENS);
 
 /** Log lines printed since `mark` (a character offset into the log) that contain "cache-trace:". */
 function traceSince(srv, mark) {

@@ -17,7 +17,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { assertCompletion, echo, streamChat, usageOf, words } from './lib/chat.mjs';
+import { echo, greedyChat, streamChat, usageOf, words } from './lib/chat.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
@@ -25,26 +25,7 @@ const SYSTEM = `You are a careful software engineer working in a C++ repository.
 const USERS = [words(30, 72), words(9, 73), words(41, 74), words(5, 75)];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function chat(srv, messages, extra = {}, where = '') {
-  const res = await srv.openai.chat.completions.create({
-    model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0, ...extra,
-  });
-  assertCompletion(res, { maxTokens: extra.max_tokens ?? MAX_TOKENS }, where);
-  return res;
-}
-
-/** Polls the cache stats until warmup.runs exceeds `runs` (10 s at most); returns the stats. */
-async function waitWarmup(srv, runs, where) {
-  const t0 = Date.now();
-  for (;;) {
-    const s = await srv.cacheStats();
-    if (s.warmup.runs > runs) return s;
-    if (Date.now() - t0 > 10_000) {
-      assert.fail(`${where}: no warm-up ran within 10 s: ${JSON.stringify(s.warmup)}\n${srv.logTail(20)}`);
-    }
-    await sleep(5);
-  }
-}
+const chat = greedyChat(MAX_TOKENS);
 
 /** Tokens of the conversation rendered as a prompt (with the generation prompt). */
 async function promptTokens(srv, messages) {
@@ -94,7 +75,7 @@ async function conversation(srv, { warm, session }) {
     }
     const u = usageOf(res);
     assert.equal(u.prompt, total, `turn ${k + 1}: prompt_tokens vs /apply-template + /tokenize`);
-    const stats = warm ? await waitWarmup(srv, before.warmup.runs, `after turn ${k + 1}`) : await srv.cacheStats();
+    const stats = warm ? await srv.waitWarmup(before.warmup.runs, `after turn ${k + 1}`) : await srv.cacheStats();
     turns.push({ prefilled: u.prompt - u.cached, own, total, reply: replyOf(res), before, stats });
     messages.push(echo(res.choices[0].message));
   }
@@ -199,7 +180,7 @@ for (const arch of ARCHS) {
       let before = await srv.cacheStats();
       const m1 = await srv.post('/v1/messages', { ...base, messages: msgs, max_tokens: 40 });
       assert.equal(m1.status, 200, m1.text);
-      await waitWarmup(srv, before.warmup.runs, 'after a Messages reply');
+      await srv.waitWarmup(before.warmup.runs, 'after a Messages reply');
       msgs = [...msgs, { role: 'assistant', content: m1.json.content }, { role: 'user', content: words(10, 82) }];
       const p2 = await tokens({ ...base, messages: msgs, max_tokens: 8 });
       const other = structuredClone(msgs);
@@ -225,7 +206,7 @@ for (const arch of ARCHS) {
       const r1 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, input: [{ role: 'user',
         content: words(30, 83) }], max_output_tokens: 40, temperature: 0 });
       assert.equal(r1.status, 200, r1.text);
-      await waitWarmup(srv, before.warmup.runs, 'after a Responses reply');
+      await srv.waitWarmup(before.warmup.runs, 'after a Responses reply');
       before = await srv.cacheStats();
       const r2 = await srv.post('/v1/responses', { model: 'tiny', instructions: sys, previous_response_id: r1.json.id,
         input: [{ role: 'user', content: words(10, 84) }], max_output_tokens: 8, temperature: 0 });

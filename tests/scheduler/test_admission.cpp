@@ -4,18 +4,14 @@
 // alone; the warm-up queue keeps one job per conversation, newest first, and stays bounded.
 #include "scheduler/admission.h"
 
-#include <gtest/gtest.h>
+#include "lifecycle_fixture.h"
 
-#include <numeric>
+#include <gtest/gtest.h>
 
 namespace lineage::scheduler {
 namespace {
 
-std::vector<token> seq_of(int32_t from, int32_t n) {
-    std::vector<token> t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
+using fakes::seq_of;
 
 std::shared_ptr<generation_request> request(std::vector<token> prompt, const std::string & bucket = "b") {
     auto r = std::make_shared<generation_request>();

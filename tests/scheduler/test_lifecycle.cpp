@@ -7,36 +7,24 @@
 #include "scheduler/sequence_pool.h"
 
 #include "fake_engine_states.h"
+#include "lifecycle_fixture.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
 namespace lineage::scheduler {
 namespace {
 
+using fakes::cat;
 using fakes::fake_engine_states;
-
-cache::tokens seq_of(int32_t from, int32_t n) {
-    cache::tokens t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
-
-cache::tokens cat(cache::tokens a, const cache::tokens & b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
+using fakes::seq_of;
 
 cache::config test_config() {
-    cache::config c;
-    c.ram_bytes = 1 << 20;
-    c.min_prefix = 4;
-    c.divergence_min_gain = 1 << 20;
+    cache::config c = fakes::lifecycle_config();
     c.keep_reply = false;  // seed 000's entry (the prompt end); KeepReply tests the other
     return c;
 }
@@ -56,24 +44,9 @@ protected:
 
     /** Admits `prompt` like the scheduler: plan, a sequence, restore. */
     std::unique_ptr<slot> admit(const cache::tokens & prompt, int32_t history = -1, const std::string & session = "s") {
-        auto s = std::make_unique<slot>();
-        s->req = std::make_shared<generation_request>();
-        s->req->id = ++next_id_;
-        s->req->prompt = prompt;
-        s->req->cache.history_tokens = history;
-        s->use_cache = true;
-        s->key = cache::key{"b", session};
+        auto s = fakes::new_slot(++next_id_, prompt, history, session);
         s->plan = store_->plan(s->key, prompt, {-1, history, -1}, now_);
-        if (s->plan.op == cache::restore_op::take_device) {
-            s->seq = s->plan.device_seq;
-        } else {
-            auto seq = pool_->acquire(s->plan.source);
-            EXPECT_TRUE(seq.has_value());
-            s->seq = seq.value_or(-1);
-        }
-        s->restore_started = clock::now();
-        s->ph = slot::phase::prefill;
-        life_->restore(*s, now_);
+        fakes::place_and_restore(*s, *pool_, *life_, now_);
         if (s->n_past < s->prompt_size()) {
             check_invariants(*s, 0, n_seq_);
         }

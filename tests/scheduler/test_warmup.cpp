@@ -8,27 +8,18 @@
 #include "scheduler/sequence_pool.h"
 
 #include "fake_engine_states.h"
+#include "lifecycle_fixture.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <numeric>
 
 namespace lineage::scheduler {
 namespace {
 
+using fakes::cat;
 using fakes::fake_engine_states;
-
-cache::tokens seq_of(int32_t from, int32_t n) {
-    cache::tokens t(static_cast<size_t>(n));
-    std::iota(t.begin(), t.end(), from);
-    return t;
-}
-
-cache::tokens cat(cache::tokens a, const cache::tokens & b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-}
+using fakes::seq_of;
 
 // A conversation as a Qwen3.5-like template renders it: the history, the generation prompt
 // (4 tokens) the reply was generated after, and the reply re-rendered as a past turn (its
@@ -42,10 +33,7 @@ class Warmup : public ::testing::TestWithParam<bool> {
 protected:
     void SetUp() override {
         hybrid_ = GetParam();
-        cache::config c;
-        c.ram_bytes = 1 << 20;
-        c.min_prefix = 4;
-        c.divergence_min_gain = 1 << 20;
+        cache::config c = fakes::lifecycle_config();
         c.max_entries = 3;
         st_ = std::make_unique<fake_engine_states>(hybrid_);
         store_ = std::make_unique<cache::store>(c, hybrid_);
@@ -56,27 +44,12 @@ protected:
     /** Admits `prompt` as the scheduler does (admit / admit_warmup): plan, a sequence, restore. */
     std::unique_ptr<slot> admit(const cache::tokens & prompt, int32_t history_len, bool warmup,
                                 const std::string & session = "s") {
-        auto s = std::make_unique<slot>();
-        s->req = std::make_shared<generation_request>();
-        s->req->id = ++next_id_;
-        s->req->prompt = prompt;
+        auto s = fakes::new_slot(++next_id_, prompt, history_len, session);
         s->req->warmup = warmup;
-        s->req->cache.history_tokens = history_len;
-        s->use_cache = true;
-        s->key = cache::key{"b", session};
         cache::plan_hints h;
         h.history_tokens = history_len;
         s->plan = warmup ? store_->plan_warmup(s->key, prompt, h, now_) : store_->plan(s->key, prompt, h, now_);
-        if (s->plan.op == cache::restore_op::take_device) {
-            s->seq = s->plan.device_seq;
-        } else {
-            auto seq = pool_->acquire(s->plan.source);
-            EXPECT_TRUE(seq.has_value());
-            s->seq = seq.value_or(-1);
-        }
-        s->restore_started = clock::now();
-        s->ph = slot::phase::prefill;
-        life_->restore(*s, now_);
+        fakes::place_and_restore(*s, *pool_, *life_, now_);
         return s;
     }
 

@@ -7,10 +7,10 @@
 #include "engine/chat_template.h"
 #include "engine/model.h"
 
-#include <gtest/gtest.h>
+#include "done_event.h"
+#include "qwen3_template_fixture.h"
 
-#include <filesystem>
-#include <memory>
+#include <gtest/gtest.h>
 
 using namespace lineage;
 using namespace lineage::server;
@@ -25,13 +25,7 @@ const thinking_signer & signer() {
 }
 
 generation_event done(finish_reason f, int32_t prompt = 100, int32_t cached = 60, int32_t completion = 5) {
-    generation_event e;
-    e.type = generation_event::kind::done;
-    e.finish = f;
-    e.stats.prompt_tokens = prompt;
-    e.stats.cached_tokens = cached;
-    e.stats.completion_tokens = completion;
-    return e;
+    return test_events::done_event(f, prompt, cached, completion);
 }
 
 messages_meta meta(int32_t breakpoint = -1, bool omitted = false, std::vector<std::string> stops = {}) {
@@ -165,25 +159,8 @@ TEST(AnthropicResponse, ErrorsInAnthropicShape) {
 
 namespace {
 
-const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
-
-class AnthropicTemplateTest : public ::testing::Test {
+class AnthropicTemplateTest : public Qwen3TemplateTest {
 protected:
-    static void SetUpTestSuite() {
-        if (std::filesystem::exists(model_file)) {
-            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
-            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
-        }
-    }
-    static void TearDownTestSuite() {
-        tmpl_.reset();
-        model_.reset();
-    }
-    void SetUp() override {
-        if (!model_) {
-            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
-        }
-    }
     // The parser of a request with one tool, thinking on.
     static engine::chat_parse_params parser() {
         engine::chat_render_inputs in;
@@ -195,12 +172,7 @@ protected:
         in.kwargs = {{"enable_thinking", "true"}};
         return tmpl_->render(in).parser;
     }
-    static std::unique_ptr<engine::model> model_;
-    static std::unique_ptr<engine::chat_template> tmpl_;
 };
-
-std::unique_ptr<engine::model> AnthropicTemplateTest::model_;
-std::unique_ptr<engine::chat_template> AnthropicTemplateTest::tmpl_;
 
 // The tiny models carry the Qwen3.5 template: the generation prompt opens the <think> block and
 // tool calls are XML.

@@ -3,6 +3,8 @@
 #include "server/chat_response.h"
 #include "server/sse.h"
 
+#include "done_event.h"
+
 #include <gtest/gtest.h>
 
 using namespace lineage::server;
@@ -16,12 +18,7 @@ completion_meta meta() {
 }
 
 generation_event done(finish_reason f, int32_t prompt = 10, int32_t cached = 6, int32_t completion = 5) {
-    generation_event e;
-    e.type = generation_event::kind::done;
-    e.finish = f;
-    e.stats.prompt_tokens = prompt;
-    e.stats.cached_tokens = cached;
-    e.stats.completion_tokens = completion;
+    generation_event e = test_events::done_event(f, prompt, cached, completion);
     e.stats.prefill_s = 0.004;
     e.stats.ttft_s = 0.010;
     e.stats.decode_s = 0.5;

@@ -7,10 +7,9 @@
 #include "server/chat_prepare.h"
 #include "server/chat_request.h"
 
-#include <gtest/gtest.h>
+#include "qwen3_template_fixture.h"
 
-#include <filesystem>
-#include <memory>
+#include <gtest/gtest.h>
 
 using namespace lineage;
 
@@ -23,26 +22,8 @@ engine::chat_message message(std::string role, std::string content) {
     return m;
 }
 
-const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
-
-class ChatTemplateTest : public ::testing::Test {
+class ChatTemplateTest : public Qwen3TemplateTest {
 protected:
-    static void SetUpTestSuite() {
-        if (std::filesystem::exists(model_file)) {
-            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
-            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
-        }
-    }
-    static void TearDownTestSuite() {
-        tmpl_.reset();
-        model_.reset();
-    }
-    void SetUp() override {
-        if (!model_) {
-            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
-        }
-    }
-
     static engine::chat_render_inputs weather_inputs() {
         engine::chat_render_inputs in;
         in.messages.push_back(message("system", "You are a weather bot."));
@@ -51,13 +32,7 @@ protected:
                             R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})"});
         return in;
     }
-
-    static std::unique_ptr<engine::model> model_;
-    static std::unique_ptr<engine::chat_template> tmpl_;
 };
-
-std::unique_ptr<engine::model> ChatTemplateTest::model_;
-std::unique_ptr<engine::chat_template> ChatTemplateTest::tmpl_;
 
 // The tiny models carry the Qwen3.5 template: the generation prompt opens a <think> block, and
 // tool calls are XML (<function=...><parameter=...>).

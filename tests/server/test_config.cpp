@@ -1,38 +1,16 @@
 // Tests of server::config: flags, environment variables, precedence, rejected values.
 #include "server/config.h"
 
+#include "config_args.h"
+
 #include <gtest/gtest.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
-using lineage::server::config_result;
 using lineage::server::parse_bytes;
-using lineage::server::parse_config;
-
-namespace {
-
-struct fake_env {
-    std::map<std::string, std::string> vars;
-    lineage::server::env_lookup fn() const {
-        return [this](const char * name) -> const char * {
-            auto it = vars.find(name);
-            return it == vars.end() ? nullptr : it->second.c_str();
-        };
-    }
-};
-
-config_result parse(std::vector<std::string> args, const fake_env & env = {}) {
-    args.insert(args.begin(), "lineage-server");
-    std::vector<const char *> argv;
-    for (const auto & a : args) {
-        argv.push_back(a.c_str());
-    }
-    return parse_config(static_cast<int>(argv.size()), argv.data(), env.fn());
-}
-
-}  // namespace
+using lineage::server::config_test::env_vars;
+using lineage::server::config_test::parse;
 
 TEST(Config, DefaultsWithOnlyAModel) {
     auto r = parse({"-m", "/models/x.gguf"});
@@ -140,10 +118,14 @@ TEST(Config, PromptCacheFlagsOfSeed001) {
 }
 
 TEST(Config, PromptCacheVariablesAndTheirAliases) {
-    fake_env env;
-    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "3GiB"},
-                {"LINEAGE_CACHE_RAM_BYTES", "1GiB"}, {"APC_ENABLED", "1"}, {"APC_HASH", "xxh3"},
-                {"LINEAGE_PROMPT_CACHE_HASH", "xxh3"}, {"LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL", "5"}};
+    env_vars env;
+    env = {{"LINEAGE_MODEL", "m.gguf"},
+           {"LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "3GiB"},
+           {"LINEAGE_CACHE_RAM_BYTES", "1GiB"},
+           {"APC_ENABLED", "1"},
+           {"APC_HASH", "xxh3"},
+           {"LINEAGE_PROMPT_CACHE_HASH", "xxh3"},
+           {"LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL", "5"}};
     auto r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 3ull << 30);  // the primary variable wins
@@ -151,51 +133,54 @@ TEST(Config, PromptCacheVariablesAndTheirAliases) {
     EXPECT_EQ(r.config->sched.cache.apc_hash, lineage::cache::hash_algo::xxh3);
     EXPECT_EQ(r.config->sched.cache.key_hash, lineage::cache::hash_algo::xxh3);
     EXPECT_DOUBLE_EQ(r.config->sched.cache.snapshot_ttl_s, 5);
-    env.vars.erase("LINEAGE_PROMPT_CACHE_CAPACITY_BYTES");
+    env.erase("LINEAGE_PROMPT_CACHE_CAPACITY_BYTES");
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 1ull << 30);  // then the old one
     // The master switch: LINEAGE_PROMPT_CACHE_ENABLED, then LINEAGE_CACHE_PROMPT, then
     // LLAMA_ARG_CACHE_REUSE.
-    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PROMPT_CACHE_ENABLED", "true"},
-                {"LINEAGE_CACHE_PROMPT", "0"}, {"LLAMA_ARG_CACHE_REUSE", "0"}};
+    env = {{"LINEAGE_MODEL", "m.gguf"},
+           {"LINEAGE_PROMPT_CACHE_ENABLED", "true"},
+           {"LINEAGE_CACHE_PROMPT", "0"},
+           {"LLAMA_ARG_CACHE_REUSE", "0"}};
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->sched.cache.enabled);
-    env.vars.erase("LINEAGE_PROMPT_CACHE_ENABLED");
-    env.vars["LLAMA_ARG_CACHE_REUSE"] = "1";
+    env.erase("LINEAGE_PROMPT_CACHE_ENABLED");
+    env["LLAMA_ARG_CACHE_REUSE"] = "1";
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_FALSE(r.config->sched.cache.enabled);
-    env.vars.erase("LINEAGE_CACHE_PROMPT");
-    env.vars["LLAMA_ARG_CACHE_REUSE"] = "0";
+    env.erase("LINEAGE_CACHE_PROMPT");
+    env["LLAMA_ARG_CACHE_REUSE"] = "0";
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_FALSE(r.config->sched.cache.enabled);
     // The flag beats all of them, in every spelling.
-    env.vars["LINEAGE_PROMPT_CACHE_ENABLED"] = "0";
+    env["LINEAGE_PROMPT_CACHE_ENABLED"] = "0";
     for (const char * flag : {"--prompt-cache-enabled", "--prompt-cache-enabled=true", "--cache-prompt"}) {
         r = parse({flag}, env);
         ASSERT_TRUE(r.config) << r.output;
         EXPECT_TRUE(r.config->sched.cache.enabled) << flag;
     }
-    env.vars["LINEAGE_PROMPT_CACHE_ENABLED"] = "1";
+    env["LINEAGE_PROMPT_CACHE_ENABLED"] = "1";
     r = parse({"--no-cache-prompt"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_FALSE(r.config->sched.cache.enabled);
     // A bad value of an alias names the alias.
-    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_CACHE_RAM_BYTES", "lots"}};
+    env = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_CACHE_RAM_BYTES", "lots"}};
     r = parse({}, env);
     EXPECT_FALSE(r.config);
     EXPECT_NE(r.output.find("LINEAGE_CACHE_RAM_BYTES='lots' (environment)"), std::string::npos) << r.output;
 }
 
 TEST(Config, EnvironmentVariablesSetSettings) {
-    fake_env env;
-    env.vars = {{"LINEAGE_MODEL", "env.gguf"},  {"LINEAGE_HOST", "::1"},       {"LINEAGE_PORT", "7070"},
-                {"LINEAGE_PARALLEL", "2"},      {"LINEAGE_CTX_SIZE", "8192"},  {"LINEAGE_CACHE_PROMPT", "0"},
-                {"APC_LINEAGE", "0"},           {"LINEAGE_LOG_LEVEL", "warn"}, {"LINEAGE_API_KEY", "k"},
-                {"LINEAGE_CACHE_MAX_ANCHOR_BYTES", "1GiB"}};
+    env_vars env;
+    env = {{"LINEAGE_MODEL", "env.gguf"}, {"LINEAGE_HOST", "::1"},
+           {"LINEAGE_PORT", "7070"},      {"LINEAGE_PARALLEL", "2"},
+           {"LINEAGE_CTX_SIZE", "8192"},  {"LINEAGE_CACHE_PROMPT", "0"},
+           {"APC_LINEAGE", "0"},          {"LINEAGE_LOG_LEVEL", "warn"},
+           {"LINEAGE_API_KEY", "k"},      {"LINEAGE_CACHE_MAX_ANCHOR_BYTES", "1GiB"}};
     auto r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     const auto & c = *r.config;
@@ -212,9 +197,11 @@ TEST(Config, EnvironmentVariablesSetSettings) {
 }
 
 TEST(Config, FlagBeatsEnvironment) {
-    fake_env env;
-    env.vars = {{"LINEAGE_MODEL", "env.gguf"}, {"LINEAGE_PORT", "7070"}, {"APC_LINEAGE", "0"},
-                {"LINEAGE_CACHE_PROMPT", "false"}};
+    env_vars env;
+    env = {{"LINEAGE_MODEL", "env.gguf"},
+           {"LINEAGE_PORT", "7070"},
+           {"APC_LINEAGE", "0"},
+           {"LINEAGE_CACHE_PROMPT", "false"}};
     auto r = parse({"-m", "flag.gguf", "--port", "9090", "--lineage", "--cache-prompt"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->model_path, "flag.gguf");
@@ -224,37 +211,37 @@ TEST(Config, FlagBeatsEnvironment) {
 }
 
 TEST(Config, BadEnvironmentValueIsIgnoredWhenTheFlagIsGiven) {
-    fake_env env;
-    env.vars = {{"LINEAGE_PORT", "not-a-port"}};
+    env_vars env;
+    env = {{"LINEAGE_PORT", "not-a-port"}};
     auto r = parse({"-m", "m.gguf", "--port", "1234"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->port, 1234);
 }
 
 TEST(Config, LlamaCacheReuseIsAnAliasOnlyWhenNothingElseIsSet) {
-    fake_env env;
-    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LLAMA_ARG_CACHE_REUSE", "0"}};
+    env_vars env;
+    env = {{"LINEAGE_MODEL", "m.gguf"}, {"LLAMA_ARG_CACHE_REUSE", "0"}};
     auto r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_FALSE(r.config->sched.cache.enabled);
 
-    env.vars["LLAMA_ARG_CACHE_REUSE"] = "256";
+    env["LLAMA_ARG_CACHE_REUSE"] = "256";
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->sched.cache.enabled);
 
-    env.vars["LLAMA_ARG_CACHE_REUSE"] = "0";
-    env.vars["LINEAGE_CACHE_PROMPT"] = "1";
+    env["LLAMA_ARG_CACHE_REUSE"] = "0";
+    env["LINEAGE_CACHE_PROMPT"] = "1";
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->sched.cache.enabled);
 
-    env.vars.erase("LINEAGE_CACHE_PROMPT");
+    env.erase("LINEAGE_CACHE_PROMPT");
     r = parse({"--cache-prompt"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->sched.cache.enabled);
 
-    env.vars["LLAMA_ARG_CACHE_REUSE"] = "maybe";
+    env["LLAMA_ARG_CACHE_REUSE"] = "maybe";
     r = parse({}, env);
     EXPECT_FALSE(r.config);
     EXPECT_NE(r.output.find("LLAMA_ARG_CACHE_REUSE='maybe' (environment): expected a boolean or a non-negative integer"),
@@ -278,8 +265,8 @@ TEST(Config, MetricsAndCacheTraceSwitches) {
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->metrics);
     EXPECT_TRUE(r.config->sched.cache.trace);
-    fake_env env;
-    env.vars = {{"LINEAGE_METRICS", "1"}, {"LINEAGE_CACHE_TRACE", "1"}};
+    env_vars env;
+    env = {{"LINEAGE_METRICS", "1"}, {"LINEAGE_CACHE_TRACE", "1"}};
     r = parse({"-m", "m"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->metrics);
@@ -295,8 +282,8 @@ TEST(Config, CacheWarmupIsOnByDefaultAndTurnsOffByFlagOrVariable) {
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_TRUE(r.config->sched.cache.warmup);
     EXPECT_FALSE(parse({"-m", "m", "--cache-warmup=false"}).config->sched.cache.warmup);
-    fake_env env;
-    env.vars = {{"LINEAGE_CACHE_WARMUP", "0"}};
+    env_vars env;
+    env = {{"LINEAGE_CACHE_WARMUP", "0"}};
     r = parse({"-m", "m"}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_FALSE(r.config->sched.cache.warmup);
@@ -350,8 +337,8 @@ TEST(Config, BadFlagValuesAreRejectedWithTheFlagAndWhatIsAccepted) {
 }
 
 TEST(Config, BadEnvironmentValuesNameTheVariable) {
-    fake_env env;
-    env.vars = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PORT", "99999"}, {"LINEAGE_PARALLEL", "many"}};
+    env_vars env;
+    env = {{"LINEAGE_MODEL", "m.gguf"}, {"LINEAGE_PORT", "99999"}, {"LINEAGE_PARALLEL", "many"}};
     auto r = parse({}, env);
     EXPECT_FALSE(r.config);
     EXPECT_NE(r.output.find("error: LINEAGE_PORT='99999' (environment): expected an integer in [1, 65535]"),

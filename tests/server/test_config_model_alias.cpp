@@ -2,28 +2,16 @@
 // duplicates dropped, and its --help line.
 #include "server/config.h"
 
+#include "config_args.h"
+
 #include <gtest/gtest.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
-using lineage::server::config_result;
-using lineage::server::parse_config;
+using lineage::server::config_test::parse;
 
 namespace {
-
-config_result parse(std::vector<std::string> args, std::map<std::string, std::string> vars = {}) {
-    args.insert(args.begin(), "lineage-server");
-    std::vector<const char *> argv;
-    for (const auto & a : args) {
-        argv.push_back(a.c_str());
-    }
-    return parse_config(static_cast<int>(argv.size()), argv.data(), [vars](const char * name) -> const char * {
-        auto it = vars.find(name);
-        return it == vars.end() ? nullptr : it->second.c_str();
-    });
-}
 
 using names = std::vector<std::string>;
 

@@ -5,6 +5,8 @@
 #include "server/json_fields.h"
 #include "server/lora_registry.h"
 
+#include "config_args.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +18,7 @@
 
 using namespace lineage::server;
 using lineage::cache::hash_algo;
+using lineage::server::config_test::parse;
 
 namespace {
 
@@ -23,15 +26,6 @@ std::string temp_file(const std::string & tag, const std::string & content) {
     const std::string path = ::testing::TempDir() + "lora-" + tag + "-" + std::to_string(getpid()) + ".gguf";
     std::ofstream(path, std::ios::binary) << content;
     return path;
-}
-
-config_result parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "lineage-server");
-    std::vector<const char *> argv;
-    for (const auto & a : args) {
-        argv.push_back(a.c_str());
-    }
-    return parse_config(static_cast<int>(argv.size()), argv.data(), [](const char *) -> const char * { return nullptr; });
 }
 
 }  // namespace

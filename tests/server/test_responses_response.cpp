@@ -5,6 +5,8 @@
 #include "server/reasoning_seal.h"
 #include "server/responses_response.h"
 
+#include "done_event.h"
+
 #include <gtest/gtest.h>
 
 using namespace lineage::server;
@@ -28,13 +30,7 @@ responses_meta meta(const reasoning_seal * seal = nullptr) {
 }
 
 generation_event done(finish_reason f) {
-    generation_event e;
-    e.type = generation_event::kind::done;
-    e.finish = f;
-    e.stats.prompt_tokens = 40;
-    e.stats.cached_tokens = 32;
-    e.stats.completion_tokens = 9;
-    return e;
+    return test_events::done_event(f, /*prompt=*/40, /*cached=*/32, /*completion=*/9);
 }
 
 chat_delta reasoning(const std::string & s) {

@@ -6,34 +6,24 @@
 #include "server/config.h"
 #include "server/tenants.h"
 
+#include "config_args.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <string>
 #include <unistd.h>
 #include <vector>
 
 using namespace lineage::server;
+using lineage::server::config_test::parse;
 
 namespace {
 
 caller who(const access_table & t, const std::string & key) {
     const std::string_view v(key);
     return t.identify(&v);
-}
-
-config_result parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    args.insert(args.begin(), "lineage-server");
-    std::vector<const char *> argv;
-    for (const auto & a : args) {
-        argv.push_back(a.c_str());
-    }
-    return parse_config(static_cast<int>(argv.size()), argv.data(), [env](const char * name) -> const char * {
-        auto it = env.find(name);
-        return it == env.end() ? nullptr : it->second.c_str();
-    });
 }
 
 // A temporary file holding `text`; removed at destruction.

@@ -5,6 +5,7 @@
 // the chat template, and keeps optional tensors no real checkpoint has) -> atomic rename.
 // Optional --check runs model_check on the result.
 // Thread safety: single-threaded program. Ownership: RAII wrappers free every engine object.
+#include "gguf_io.h"
 #include "lora_writer.h"
 #include "projector_writer.h"
 #include "model_check.h"
@@ -31,13 +32,9 @@
 namespace lineage::mkmodel {
 namespace {
 
-struct gguf_deleter {
-    void operator()(gguf_context * g) const { gguf_free(g); }
-};
 struct model_deleter {
     void operator()(llama_model * m) const { llama_model_free(m); }
 };
-using gguf_ptr = std::unique_ptr<gguf_context, gguf_deleter>;
 using model_ptr = std::unique_ptr<llama_model, model_deleter>;
 
 struct options {
@@ -78,7 +75,7 @@ bool silent_progress(float, void *) {
 // The tokenizer.* pairs of the vocab GGUF, without its chat template; nullptr (and a message
 // on stderr) when the file is unreadable or has no token list.
 gguf_ptr load_tokenizer_kv(const std::string & path) {
-    gguf_ptr g(gguf_init_from_file(path.c_str(), gguf_init_params{/*no_alloc =*/true, /*ctx =*/nullptr}));
+    gguf_ptr g = read_gguf_meta(path);
     if (!g) {
         std::fprintf(stderr, "lineage-mkmodel: cannot read the vocab GGUF %s (set --vocab)\n", path.c_str());
         return nullptr;
@@ -127,7 +124,7 @@ bool copy_bytes(std::FILE * in, std::FILE * out, size_t n) {
 // any read or write error.
 bool finalize_gguf(const std::string & src, const std::string & dst, const gguf_context * tok,
                    const std::string & chat_template) {
-    gguf_ptr in_meta(gguf_init_from_file(src.c_str(), gguf_init_params{/*no_alloc =*/true, /*ctx =*/nullptr}));
+    gguf_ptr in_meta = read_gguf_meta(src);
     if (!in_meta) {
         std::fprintf(stderr, "lineage-mkmodel: cannot read back %s\n", src.c_str());
         return false;

@@ -1,28 +1,13 @@
 // projector_writer: the projector GGUF of --mmproj-out (see projector_writer.h). The keys and
 // tensor names are those clip.cpp's loader reads for PROJECTOR_TYPE_MLP (clip-impl.h).
 #include "projector_writer.h"
-#include "random.h"
+#include "gguf_io.h"
 
-#include <ggml.h>
-#include <gguf.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <memory>
 #include <vector>
-
-#include <unistd.h>
 
 namespace lineage::mkmodel {
 namespace {
-
-struct gguf_deleter {
-    void operator()(gguf_context * g) const { gguf_free(g); }
-};
-struct ggml_deleter {
-    void operator()(ggml_context * c) const { ggml_free(c); }
-};
 
 constexpr int64_t n_embd = 32;      // vision width
 constexpr int64_t n_ff = 64;
@@ -34,8 +19,7 @@ constexpr int64_t patch_size = 8;
 }  // namespace
 
 int write_projector(const std::string & model_path, const std::string & out, uint64_t seed) {
-    std::unique_ptr<gguf_context, gguf_deleter> model(
-        gguf_init_from_file(model_path.c_str(), gguf_init_params{/*no_alloc =*/true, /*ctx =*/nullptr}));
+    gguf_ptr model = read_gguf_meta(model_path);
     if (!model) {
         std::fprintf(stderr, "lineage-mkmodel: cannot read the model %s for --mmproj-out\n", model_path.c_str());
         return 1;
@@ -50,9 +34,9 @@ int write_projector(const std::string & model_path, const std::string & out, uin
     const int64_t n_text = gguf_get_val_u32(model.get(), embd_key);
     const int64_t n_patches = (image_size / patch_size) * (image_size / patch_size);
 
-    std::unique_ptr<ggml_context, ggml_deleter> ctx(
+    ggml_ptr ctx(
         ggml_init(ggml_init_params{/*mem_size =*/size_t(64) << 20, /*mem_buffer =*/nullptr, /*no_alloc =*/false}));
-    std::unique_ptr<gguf_context, gguf_deleter> g(gguf_init_empty());
+    gguf_ptr g(gguf_init_empty());
     gguf_set_val_str(g.get(), "general.architecture", "clip");
     gguf_set_val_str(g.get(), "general.name", ("lineage-mkmodel mmproj seed " + std::to_string(seed)).c_str());
     gguf_set_val_str(g.get(), "clip.projector_type", "mlp");
@@ -72,18 +56,8 @@ int write_projector(const std::string & model_path, const std::string & out, uin
 
     size_t n_tensors = 0;
     // A weight of random noise (fan_in > 0), or a constant (a norm's scale 1, a bias 0).
-    auto add = [&](const std::string & name, std::vector<int64_t> ne, int64_t fan_in, float constant = 0.0f) {
-        ggml_tensor * t = ggml_new_tensor(ctx.get(), GGML_TYPE_F32, static_cast<int>(ne.size()), ne.data());
-        ggml_set_name(t, name.c_str());
-        auto * data = static_cast<float *>(t->data);
-        if (fan_in > 0) {
-            fill_noise(data, ggml_nelements(t), seed, name, fan_in);
-        } else {
-            for (int64_t i = 0; i < ggml_nelements(t); ++i) {
-                data[i] = constant;
-            }
-        }
-        gguf_add_tensor(g.get(), t);
+    auto add = [&](const std::string & name, const std::vector<int64_t> & ne, int64_t fan_in, float constant = 0.0f) {
+        add_f32_tensor(ctx.get(), g.get(), name, ne, seed, fan_in, constant);
         ++n_tensors;
     };
     add("v.patch_embd.weight", {patch_size, patch_size, 3, n_embd}, patch_size * patch_size * 3);
@@ -109,10 +83,7 @@ int write_projector(const std::string & model_path, const std::string & out, uin
     add("mm.2.weight", {n_text, n_text}, n_text);
     add("mm.2.bias", {n_text}, 0);
 
-    const std::string tmp = out + ".tmp-" + std::to_string(getpid());
-    if (!gguf_write_to_file(g.get(), tmp.c_str(), /*only_meta =*/false) || std::rename(tmp.c_str(), out.c_str()) != 0) {
-        std::fprintf(stderr, "lineage-mkmodel: cannot write %s: %s\n", out.c_str(), std::strerror(errno));
-        std::remove(tmp.c_str());
+    if (!write_gguf_atomically(g.get(), out)) {
         return 1;
     }
     std::printf("wrote %s (mlp projector for %s, n_embd %lld: %zu tensors, %lldx%lld images -> %lld tokens, seed %llu)\n",

@@ -1,5 +1,5 @@
-// mkmodel's deterministic randomness, shared by the model writer (model_spec.cpp), the LoRA
-// adapter writer (lora_writer.cpp) and the projector writer (projector_writer.cpp): splitmix64,
+// mkmodel's deterministic randomness, shared by the model writer (model_spec.cpp) and the
+// noise tensors of the LoRA and projector writers (gguf_io.cpp add_f32_tensor): splitmix64,
 // seeded per tensor with FNV-1a of its name, so a given seed writes the same bytes on every
 // platform. Thread safety: value types.
 #pragma once

@@ -112,6 +112,17 @@ export function assertCompletion(res, { maxTokens, tools = [] } = {}, where = ''
   return c.message;
 }
 
+/** A helper that sends one greedy chat completion: chat(srv, messages, extra, where) asks model
+ *  "tiny" at temperature 0 for `maxTokens` tokens (unless `extra` sets max_tokens; `extra` is
+ *  merged into the body), checks the response with assertCompletion and returns it. */
+export const greedyChat = (maxTokens) => async (srv, messages, extra = {}, where = '') => {
+  const res = await srv.openai.chat.completions.create({
+    model: 'tiny', messages, max_tokens: maxTokens, temperature: 0, ...extra,
+  });
+  assertCompletion(res, { maxTokens: extra.max_tokens ?? maxTokens }, where);
+  return res;
+};
+
 /** Tool calls as OpenAI returns them: id, type "function", a known name, JSON-string arguments. */
 export function assertToolCalls(calls, tools = [], where = '') {
   assert.ok(Array.isArray(calls), `${where}: tool_calls not an array`);

@@ -14,6 +14,7 @@
 //   LINEAGE_E2E_ARCHS     comma list of model archs to test (default "qwen35,qwen3")
 //   LINEAGE_E2E_ARGS      extra server arguments appended to every server (split on spaces)
 //   LINEAGE_E2E_VERBOSE=1 copy every server's log to stderr as it comes
+import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -178,6 +179,20 @@ export class Server {
     const r = await this.get('/v1/cache/stats');
     if (r.status !== 200) throw new Error(`GET /v1/cache/stats -> ${r.status} ${r.text}`);
     return r.json;
+  }
+
+  /** Polls cacheStats() until warmup.runs exceeds `runs` (10 s at most; then fails naming
+   *  `where`, with the warm-up stats and the log tail); returns the stats. */
+  async waitWarmup(runs, where) {
+    const t0 = Date.now();
+    for (;;) {
+      const s = await this.cacheStats();
+      if (s.warmup.runs > runs) return s;
+      if (Date.now() - t0 > 10_000) {
+        assert.fail(`${where}: no warm-up ran within 10 s: ${JSON.stringify(s.warmup)}\n${this.logTail(20)}`);
+      }
+      await sleep(5);
+    }
   }
 }
 
