@@ -48,11 +48,17 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     disk_ = std::make_unique<disk_link>(store_, *states_, p_.cache, m.path(), hybrid_);
     pool_ = std::make_unique<sequence_pool>(*states_, store_, cp.n_seq,
                                             [this](cache::disk_job j) { disk_->write(std::move(j)); });
-    // A reply comes back as text: how much of it tokenizes back to the decoded tokens.
+    // A reply comes back as text: how much of it tokenizes back to the decoded tokens (none
+    // when the tokenizer fails: no reply checkpoint is kept then).
     life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_, [this](const cache::tokens & generated) {
-        const cache::tokens again = model_.tokenize(model_.detokenize(generated, true), true, false);
-        const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
-        return static_cast<int32_t>(a - generated.begin());
+        try {
+            const cache::tokens again = model_.tokenize(model_.detokenize(generated, true), true, false);
+            const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
+            return static_cast<int32_t>(a - generated.begin());
+        } catch (const std::exception & e) {
+            spdlog::warn("reply checkpoints: the reply could not be tokenized again ({}); none kept", e.what());
+            return 0;
+        }
     });
     spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
                  "of {} tokens), batch {}, "
