@@ -304,7 +304,8 @@ TEST_F(Lifecycle, ReplyCheckpointKeptBeforeWhereTheReplyStopsComingBackFromItsTe
     EXPECT_EQ(st_->at(t2->seq).rec, 304);
     finish(*t2, 3);
     // The absorbed entry's reply checkpoint (inside the history now) is not carried over.
-    for (const auto & [n, kind] : store_->entries().front().checkpoints) {
+    const auto after_step = store_->entries();
+    for (const auto & [n, kind] : after_step.front().checkpoints) {
         EXPECT_NE(kind, cache::point_kind::reply) << n;
     }
     store_->check_invariants();
