@@ -47,6 +47,11 @@ function longMessage(n, changed = -1, at = 0, salt = 0) {
 
 const tokensOf = (srv, messages, addGenerationPrompt = true) => chatTokens(srv, { messages }, addGenerationPrompt);
 
+/** An agent-loop step after `turn1`: the reply echoed back, a tool call, and its result. */
+const CALL = { id: 'call_1', type: 'function', function: { name: 'run_shell', arguments: '{"command":"make test"}' } };
+const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', content: '', tool_calls: [CALL] },
+  { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
+
 for (const arch of SCENARIO_ARCHS) {
   describe(`scenarios, issue 14 restore points [${arch}]`, { timeout: 300_000 }, () => {
     let srv;
@@ -167,9 +172,6 @@ for (const arch of SCENARIO_ARCHS) {
     it('an agent-loop step that sends the reply back verbatim restores the reply too', async (t) => {
       if (!sc.hybrid) return t.skip('dense: the entry always holds everything decoded');
       for (const s of [sc, scOff]) await s.reset();
-      const call = { id: 'call_1', type: 'function', function: { name: 'run_shell', arguments: '{"command":"make test"}' } };
-      const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', content: '', tool_calls: [call] },
-        { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
       // The random-weight test models often sample a token that the reply's text does not
       // tokenize back to (a real model rarely does): the entry then parts from the next prompt
       // inside the reply, which restores the resend guard. Conversations until one reply comes
@@ -215,9 +217,6 @@ for (const arch of SCENARIO_ARCHS) {
     it('an agent-loop step that parts inside a long reply restores the reply checkpoint before the parting point', async (t) => {
       if (!sc.hybrid) return t.skip('dense: any prefix of the entry restores');
       for (const s of [sc, scOff]) await s.reset();
-      const call = { id: 'call_1', type: 'function', function: { name: 'run_shell', arguments: '{"command":"make test"}' } };
-      const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', content: '', tool_calls: [call] },
-        { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
       // Replies of 40 tokens: reply checkpoints every 16 decoded tokens (--cache-reply-step), at
       // P + 16 and P + 32, kept when the reply's text gives its tokens back that far. The step
       // sends the text back and restores the longest point its prompt reaches: the entry's end
