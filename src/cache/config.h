@@ -102,6 +102,18 @@ struct config {
      *  extra one-token forward per request. When on, it replaces the prompt - 16 guard.
      *  (--cache-resend-checkpoint) */
     bool resend_checkpoint = true;
+    /** Take the resend checkpoint (prompt - 1) by rolling the recurrent state back one token
+     *  after the prefill instead of splitting the prefill there (which costs one more forward
+     *  pass, ~40 ms on the bench model on 2 CPU cores, in every request's TTFT). The prompt's
+     *  last token is then decoded again together with the first sampled token (a 2-token decode
+     *  step, about the price of a 1-token one). Needs llama.cpp's recurrent-state rollback
+     *  (n_rs_seq = 1: the recurrent memory doubles), which llama.cpp has for some hybrid
+     *  architectures only (qwen35, qwen35moe, nemotron_h, lfm2, ...); elsewhere the prefill is
+     *  split as before. Off by default: a resend then computes the last prompt token alone
+     *  where the first request computed it inside its prefill, so a hit equals a miss in its
+     *  greedy tokens but not bit for bit in its logits (docs/prompt-cache.md "What a hit
+     *  guarantees"). (--cache-guard-rollback) */
+    bool guard_rollback = false;
     /** Minimum gain of a divergence checkpoint, tokens (seed 000: 256). */
     int32_t divergence_min_gain = 256;
     /** The anchor ladder (hybrid families; issue 14): when a new system region is pinned as an

@@ -34,6 +34,7 @@ context::context(const model & m, const context_params & p)
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
     cp.kv_unified = p.kv_unified;
+    cp.n_rs_seq = static_cast<uint32_t>(std::max(0, p.n_rs_seq));
     cp.no_perf = true;
     cp.abort_callback = abort_callback;
     cp.abort_callback_data = nullptr;
@@ -116,6 +117,10 @@ void context::seq_cp(seq_id src, seq_id dst, int32_t p1) {
     } else {
         llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
     }
+}
+
+int32_t context::rollback_depth() const {
+    return static_cast<int32_t>(llama_n_rs_seq(ctx_));
 }
 
 int32_t context::seq_pos_max(seq_id s) const {

@@ -33,6 +33,12 @@ struct context_params {
      *  the low bits from a run on an empty server (greedy near-ties flip); per-sequence
      *  buffers make a restored sequence compute exactly as a cold one. */
     bool kv_unified = false;
+    /** Recurrent-state snapshots kept per sequence for rollback (llama.cpp's n_rs_seq, marked
+     *  experimental there): after a decode, seq_rm(s, end - k) for k <= n_rs_seq takes the
+     *  recurrent state back k tokens instead of being refused. Costs (1 + n_rs_seq) x the
+     *  recurrent memory. llama.cpp clamps it to 0 for architectures without the support
+     *  (see rollback_depth()). */
+    int32_t n_rs_seq = 0;
 };
 
 /** One token of a batch: `logits` asks for its output distribution. */
@@ -76,7 +82,8 @@ public:
     bool set_state(seq_id s, const bytes & blob, bool recurrent_only);
 
     /** Removes positions [p0, p1) of `s` (p1 < 0: to the end). Returns false when refused
-     *  (recurrent memory cannot drop a partial range it has already absorbed). */
+     *  (recurrent memory cannot drop a partial range it has already absorbed, except the last
+     *  k <= rollback_depth() tokens of the last decode, once between decodes). */
     bool seq_rm(seq_id s, int32_t p0, int32_t p1 = -1);
     /** Gives `dst` src's KV for positions [0, p1) and src's recurrent state. Unified pool:
      *  shares the cells (metadata only). Per-sequence buffers: copies src's whole buffer on
@@ -91,6 +98,9 @@ public:
     const float * logits(int32_t i) const;
 
     int32_t n_ctx() const;
+    /** Tokens a hybrid sequence's recurrent state can be taken back after a decode (the
+     *  n_rs_seq llama.cpp kept: 0 when not asked for or not supported by the architecture). */
+    int32_t rollback_depth() const;
     int32_t n_seq() const { return n_seq_; }
     int32_t n_batch() const { return n_batch_; }
     const model & get_model() const { return model_; }

@@ -87,7 +87,56 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
         }
         s.stats.capture_s += seconds_since(t0);
     }
+    // A resend guard at prompt - 1 that the prefill passed over (slot::next_stop): roll back.
+    if (s.next_capture < s.plan.captures.size()) {
+        guard_by_rollback(s, s.plan.captures[s.next_capture]);
+        s.next_capture++;
+    }
     return true;
+}
+
+void lifecycle::guard_by_rollback(slot & s, const cache::capture_point & c) {
+    const auto t0 = clock::now();
+    cache::trace_scope trace(store_.trace(), s.req->id);
+    if (!s.use_cache) {
+        // A bypass computes what a first request with the cache on computes: the same rollback
+        // and replay, nothing kept.
+        if (st_.seq_rm(s.seq, c.n_tokens, -1)) {
+            s.replay = s.n_past - c.n_tokens;
+            s.n_past = c.n_tokens;
+        }
+        return;
+    }
+    if (!s.prompt_end_recurrent) {
+        LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: the prompt-end state was not kept (no RAM)",
+                      cache::to_string(c.kind), c.n_tokens);
+        return;
+    }
+    const size_t size = st_.state_size(s.seq, true);
+    if (!store_.reserve(size)) {
+        LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind),
+                      c.n_tokens, cache::human_bytes(size));
+        s.stats.capture_s += seconds_since(t0);
+        return;
+    }
+    // The engine takes the recurrent state back to c (its snapshot of the last decode) and
+    // drops the KV of [c, prompt): the next decode step computes those tokens again.
+    if (!st_.seq_rm(s.seq, c.n_tokens, -1)) {
+        store_.unreserve(size);
+        LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: the engine refused to roll back {} token(s)",
+                      cache::to_string(c.kind), c.n_tokens, s.n_past - c.n_tokens);
+        s.stats.capture_s += seconds_since(t0);
+        return;
+    }
+    s.reserved_bytes += size;
+    s.captured.push_back({c.n_tokens, c.kind, cache::make_blob(st_.get_state(s.seq, true))});
+    s.replay = s.n_past - c.n_tokens;
+    s.n_past = c.n_tokens;
+    LINEAGE_TRACE(store_.trace(), "captured the {} checkpoint at {} by rollback ({})", cache::to_string(c.kind),
+                  c.n_tokens, cache::human_bytes(size));
+    spdlog::debug("request {}: captured {} checkpoint at {} tokens by rollback ({} bytes)", s.req->id,
+                  cache::to_string(c.kind), c.n_tokens, size);
+    s.stats.capture_s += seconds_since(t0);
 }
 
 void lifecycle::after_decode(slot & s) {
@@ -195,6 +244,22 @@ void lifecycle::commit(slot & s, double now_s) {
     cache::commit_input in;
     in.k = s.key;
     int32_t n_keep = s.n_past;
+    cache::blob_ptr guard_final;  // the entry's own final state when it ends at the guard
+    if (s.replay > 0) {
+        // The request ended on its first token, before the rolled-back prompt tokens were
+        // decoded again: the entry ends at the guard, with the guard's state as its own (put
+        // back so that the sequence holds it plainly, not as a pending rollback).
+        if (s.captured.empty() || s.captured.back().n_tokens != s.n_past ||
+            !st_.set_state(s.seq, *s.captured.back().recurrent, true)) {
+            LINEAGE_TRACE(store_.trace(), "not stored: the engine could not put the guard state back");
+            store_.abandon(s.plan, s.reserved_bytes);
+            pool_.release(s.seq);
+            s.seq = -1;
+            return;
+        }
+        guard_final = std::move(s.captured.back().recurrent);
+        s.captured.pop_back();
+    }
     const bool keep_reply = hybrid_ && store_.cfg().keep_reply && store_.cfg().lineage && s.prompt_end_recurrent;
     if (keep_reply && s.n_past > s.prompt_size()) {
         // With the resend guard at prompt - 1 the prompt end would restore one token more than
@@ -221,7 +286,8 @@ void lifecycle::commit(slot & s, double now_s) {
     in.toks.assign(all.begin(), all.begin() + n_keep);
     in.seq = s.seq;
     in.device_bytes = st_.state_size(s.seq, false);
-    in.final_recurrent = n_keep == s.prompt_size() ? s.prompt_end_recurrent : nullptr;
+    in.final_recurrent = guard_final ? std::move(guard_final)
+                                     : (n_keep == s.prompt_size() ? s.prompt_end_recurrent : nullptr);
     for (auto & c : s.captured) {
         in.captured.push_back(std::move(c));
     }

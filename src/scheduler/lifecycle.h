@@ -44,7 +44,10 @@ public:
 
     /** After a prefill chunk brought s.n_past forward: takes the captures planned there (when
      *  the request uses the cache) and, once the whole prompt is in, keeps the recurrent state
-     *  at the prompt end (hybrid). Returns true when the whole prompt is in. */
+     *  at the prompt end (hybrid), then takes a resend guard the chunk passed over
+     *  (s.guard_rollback) by rolling the sequence back to it: n_past moves back to the guard and
+     *  s.replay counts the prompt tokens the next decode step computes again. Returns true when
+     *  the whole prompt is in. */
     bool after_chunk(slot & s, double now_s);
 
     /** After a decode step brought s.n_past forward by one (hybrid, keep_reply, reply_step > 0,
@@ -71,6 +74,12 @@ public:
     void abandon(slot & s);
 
 private:
+    /** Takes capture `c` (before s.n_past, the prompt end) through the engine's recurrent-state
+     *  rollback: seq_rm back to c, the state read there, n_past = c, replay = what was rolled
+     *  back. Skipped (traced, nothing changed) without the prompt-end state, without RAM, or
+     *  when the engine refuses. */
+    void guard_by_rollback(slot & s, const cache::capture_point & c);
+
     /** Commit of a kept reply: the reply candidates at or before where the reply stops coming
      *  back from its text join in.captured (all of them when it comes back whole). */
     void keep_reply_checkpoints(slot & s, cache::commit_input & in);

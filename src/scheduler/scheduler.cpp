@@ -29,7 +29,18 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_batch = p_.n_batch;
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
+    // One recurrent-state snapshot per sequence: the resend guard by rollback (config.h).
+    // llama.cpp keeps the last (1 + n_rs_seq) tokens of a sequence in one ubatch: n_ubatch > 2.
+    // With the cache off a prefill computes what a first request with it on does: the same.
+    const bool want_rollback = hybrid_ && p_.cache.lineage && p_.cache.resend_checkpoint &&
+                               p_.cache.guard_rollback && std::min(p_.n_ubatch, p_.n_batch) > 2;
+    cp.n_rs_seq = want_rollback ? 1 : 0;
     ctx_ = std::make_unique<engine::context>(m, cp);
+    guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
+    if (want_rollback && !guard_rollback_) {
+        spdlog::info("scheduler: llama.cpp cannot roll this architecture's recurrent state back; the resend guard "
+                     "splits the prefill (one more forward pass per request)");
+    }
     for (const auto & path : p_.lora_paths) {
         loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
     }
@@ -300,6 +311,8 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         s.plan.captures = store_.cold_split_points(s.req->prompt, hints, s.req->cache.breakpoint_tokens);
     }
     s.stats.lookup_s = seconds_since(t0);
+    // A warm-up samples nothing (its guard splits); a bypass rolls back as a miss does.
+    s.guard_rollback = guard_rollback_ && !s.req->warmup;
     if (cache::clamp_to_spans(media, s.plan.n_restore) != s.plan.n_restore) {
         // Cannot happen (an image's pseudo-tokens match whole or part at its start, and no
         // point is captured inside one); an engine cannot resume half-way through an image.
@@ -432,10 +445,16 @@ void scheduler::impl::step() {
     for (auto & s : slots_) {
         s.logits_idx = -1;
         s.chunk = 0;
-        if (s.ph == slot::phase::decode && budget > 0 && s.req->lora == lora) {
+        if (s.ph == slot::phase::decode && budget > s.replay && s.req->lora == lora) {
+            // After a guard rollback the first step computes the rolled-back prompt token(s)
+            // again before the first sampled one (no logits for them).
+            for (int32_t i = 0; i < s.replay; ++i) {
+                const int32_t pos = s.n_past + i;
+                batch.push_back({s.req->prompt[static_cast<size_t>(pos)], pos, s.seq, false});
+            }
             s.logits_idx = static_cast<int32_t>(batch.size());
-            batch.push_back({s.pending, s.n_past, s.seq, true});
-            budget--;
+            batch.push_back({s.pending, s.n_past + s.replay, s.seq, true});
+            budget -= 1 + s.replay;
         }
     }
     // Prefills take the rest, fewest prompt tokens left first; a short one runs without the
@@ -482,7 +501,8 @@ void scheduler::impl::step() {
             }
             after_prefill_chunk(s);
         } else if (s.ph == slot::phase::decode && s.logits_idx >= 0) {
-            s.n_past += 1;
+            s.n_past += 1 + s.replay;
+            s.replay = 0;
             life_->after_decode(s);
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }

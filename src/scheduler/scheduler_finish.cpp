@@ -39,7 +39,7 @@ void scheduler::impl::emit(slot & s, const engine::sampled_token & st) {
     const int32_t max_tokens = s.req->sampling.max_tokens;
     if (max_tokens >= 0 && static_cast<int32_t>(s.generated.size()) >= max_tokens) {
         finish(s, finish_reason::length);
-    } else if (s.n_past + 1 >= max_seq_tokens_) {
+    } else if (s.n_past + s.replay + 1 >= max_seq_tokens_) {
         finish(s, finish_reason::length);
     }
 }
@@ -90,8 +90,9 @@ void scheduler::impl::record(slot & s, finish_reason why) {
         return;  // not a request: counted in the cache's warm-up stats
     }
     // Prompt tokens the engine computed: the prefill reached n_past (capped at the prompt; the
-    // rest is decode) from the restore point.
-    s.stats.prefilled_tokens = std::max(0, std::min(s.n_past, s.prompt_size()) - s.stats.cached_tokens);
+    // rest is decode) from the restore point; a guard rollback's replay is not counted twice.
+    s.stats.prefilled_tokens =
+        std::max(0, std::min(s.n_past + s.replay, s.prompt_size()) - s.stats.cached_tokens);
     metrics_.record(s.stats, why, s.use_cache, s.req ? s.req->cache.tenant : std::string());
 }
 
@@ -101,6 +102,8 @@ void scheduler::impl::reset_slot(slot & s) {
     s.seq = -1;
     s.n_past = 0;
     s.use_cache = false;
+    s.guard_rollback = false;
+    s.replay = 0;
     s.plan = cache::restore_plan{};
     s.next_capture = 0;
     s.captured.clear();

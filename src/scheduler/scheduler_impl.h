@@ -77,6 +77,9 @@ struct scheduler::impl {
     const engine::model & model_;
     params p_;
     bool hybrid_;
+    /** The resend guard is taken by rolling the recurrent state back (config::guard_rollback,
+     *  and the engine keeps a rollback snapshot for this architecture). */
+    bool guard_rollback_ = false;
     int32_t max_seq_tokens_;
     std::unique_ptr<engine::context> ctx_;
     std::unique_ptr<engine_states> states_;   // ctx_ as the lifecycle sees it

@@ -86,8 +86,10 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max) {
                 }
                 break;
             case slot::phase::decode:
-                if (s.n_past < s.prompt_size() || s.next_capture != caps.size() || !s.smpl) {
-                    broken(i, s, "4. decoding before the whole prompt and every capture are in, or without a sampler");
+                if (s.n_past + s.replay < s.prompt_size() || s.next_capture != caps.size() || !s.smpl ||
+                    s.replay < 0 || s.replay > 1 || (s.replay > 0 && s.n_past + s.replay != s.prompt_size())) {
+                    broken(i, s, "4. decoding before the whole prompt and every capture are in (n_past + replay), "
+                                 "or without a sampler");
                 }
                 break;
             case slot::phase::idle:
@@ -95,7 +97,7 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max) {
         }
         int32_t last = 0;
         for (const auto & cp : s.captured) {
-            if (cp.n_tokens <= last || cp.n_tokens > s.n_past) {
+            if (cp.n_tokens <= last || cp.n_tokens > s.n_past + s.replay) {
                 broken(i, s, "5. checkpoint at " + std::to_string(cp.n_tokens) + " not ascending in [1, n_past " +
                                  std::to_string(s.n_past) + "]");
             }

@@ -36,6 +36,13 @@ struct slot {
     int32_t seq = -1;                 ///< llama.cpp sequence id holding this request's state
     int32_t n_past = 0;               ///< tokens in the sequence (positions [0, n_past))
     bool use_cache = false;           ///< cache on and cache_prompt true
+    /** The resend guard (prompt - 1) is taken by rolling the recurrent state back after the
+     *  prefill, not by splitting it (config::guard_rollback; engine support; not a warm-up). */
+    bool guard_rollback = false;
+    /** Prompt tokens the next decode step computes again before `pending` (1 after a guard
+     *  rollback took the last prompt token out of the sequence; else 0). n_past + replay is
+     *  where the prompt stands. */
+    int32_t replay = 0;
     cache::key key;
     cache::restore_plan plan;
     std::future<cache::disk_load_result> load;  ///< phase loading: the tier-2 read in flight
@@ -59,9 +66,17 @@ struct slot {
 
     bool active() const { return ph != phase::idle; }
     int32_t prompt_size() const { return static_cast<int32_t>(req->prompt.size()); }
-    /** Where the current prefill chunk must end: the next capture point or the prompt end. */
+    /** Where the current prefill chunk must end: the next capture point or the prompt end. A
+     *  guard at prompt - 1 taken by rollback does not stop it (lifecycle::after_chunk takes it). */
     int32_t next_stop() const {
-        return next_capture < plan.captures.size() ? plan.captures[next_capture].n_tokens : prompt_size();
+        if (next_capture >= plan.captures.size()) {
+            return prompt_size();
+        }
+        const auto & c = plan.captures[next_capture];
+        if (guard_rollback && c.kind == cache::point_kind::guard && c.n_tokens == prompt_size() - 1) {
+            return prompt_size();
+        }
+        return c.n_tokens;
     }
     /** The image of the prompt that starts at n_past (decoded next, as one unit), or nullptr. */
     const media_span * image_at_past() const {
@@ -97,7 +112,7 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max);
  *  3. prefill: a sequence, plan.n_restore <= n_past < the prompt length, n_past not inside an
  *     image (an image is decoded as one unit); the captures before next_capture lie at or
  *     before n_past, the next one after it (it is taken when reached);
- *  4. decode: the whole prompt in, every capture passed, a sampler;
+ *  4. decode: the whole prompt in (n_past + replay; replay 0 or 1), every capture passed, a sampler;
  *  5. prefill|decode: the checkpoints taken ascend strictly and lie in [1, n_past];
  *  6. active slots hold distinct sequence ids in [0, n_seq_max).
  *  The scheduler checks them after every step when LINEAGE_CHECK_INVARIANTS=1 (the e2e tests

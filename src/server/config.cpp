@@ -473,6 +473,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "(one extra 1-token forward per request; after a warm-up of the next turn ran, a resend restores up to "
         "the history boundary instead); replaces the prompt - guard-distance guard",
         boolean(cc.resend_checkpoint), true);
+    add("--cache-guard-rollback", "LINEAGE_CACHE_GUARD_ROLLBACK", "[=BOOL]", "false",
+        "hybrid models whose architecture llama.cpp can roll back (qwen35, nemotron_h, lfm2, ...): take the "
+        "prompt - 1 checkpoint by rolling the recurrent state back one token after the prefill instead of "
+        "splitting the prefill (one forward pass less per request; the last prompt token is decoded again with "
+        "the first generated one; the recurrent memory doubles; a resend then equals the first answer in its "
+        "greedy tokens, not bit for bit in its logits); false = split at prompt - 1",
+        boolean(cc.guard_rollback), true);
     add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
         std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",
         int_min(cc.divergence_min_gain, 0));

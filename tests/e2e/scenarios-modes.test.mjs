@@ -1,5 +1,6 @@
-// SCENARIOS.md B3 with --batch-size 16, exact mode (--lineage=false) and seed 000's guard
-// (--cache-resend-checkpoint=false), over real HTTP, for each tiny model (qwen35, kimi-linear,
+// SCENARIOS.md B3 with --batch-size 16, exact mode (--lineage=false), seed 000's guard
+// (--cache-resend-checkpoint=false) and the resend guard by rollback (--cache-guard-rollback),
+// over real HTTP, for each tiny model (qwen35, kimi-linear,
 // granite-hybrid: hybrids; qwen3: dense), with exact cached_tokens, restore kinds, captured
 // checkpoints and stats; see scenarios.test.mjs and lib/scenario.mjs for the rules relied on.
 //
@@ -9,8 +10,8 @@ import { after, before, describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
 import {
-  SCENARIO_ARCHS, GEN, RERENDER_SHARED, GUARD_DISTANCE, SERVER_ARGS, TOOLS, SYSTEM, sys, user,
-  Scenario, expectHit, expectCaptures, expectSame, expectTally, scenarioB3,
+  ROLLBACK, SCENARIO_ARCHS, GEN, RERENDER_SHARED, GUARD_DISTANCE, SERVER_ARGS, TOOLS, SYSTEM, sys, user,
+  Scenario, detail, expectHit, expectCaptures, expectSame, expectTally, ownCaptures, scenarioB3,
 } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 import { HitTally } from './lib/trace.mjs';
@@ -76,6 +77,39 @@ for (const arch of SCENARIO_ARCHS) {
       // No absorption: every prompt keeps its snapshot (turn 1, turn 2, P, P + reply + user;
       // the resends superseded their twins).
       assert.deepEqual([s.entries, s.anchors, s.checkpoints], [4, 0, {}], `exact mode holds: ${JSON.stringify(s)}`);
+    });
+  });
+
+  describe(`scenarios, --cache-guard-rollback [${arch}]`, { timeout: 120_000 }, () => {
+    let srv;
+    let sc;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `scenarios-rollback-${arch}`,
+        args: [...SERVER_ARGS, '--cache-guard-rollback'] });
+      sc = new Scenario(srv, arch);
+      sc.rollback = ROLLBACK[arch];
+    });
+    after(async () => { await srv?.stopGracefully(); });
+
+    it('the resend guard at prompt - 1 without a prefill split where llama.cpp rolls back; a resend restores it and answers the same', async () => {
+      await sc.reset();
+      const tally = new HitTally(await sc.stats());
+      const P = [sys(SYSTEM(121)), user(`Question: ${words(40, 122)}`)];
+      const r1 = await sc.ask('P', P);
+      expectHit(r1, 0, 'miss', tally);
+      const p = r1.u.prompt;
+      expectCaptures(r1, sc.hybrid ? ownCaptures(r1) : [], r1.trace.anchors);
+      assert.deepEqual(r1.trace.rollbacks, ROLLBACK[arch] ? [p - 1] : [], `P: the guard by rollback${detail(r1)}`);
+      const r2 = await sc.ask('P again', P);
+      expectHit(r2, p - 1, sc.hybrid ? 'guard' : 'prefix', tally);
+      expectSame(r2, r1, 'resend (greedy)');
+      // A bypass rolls back as the miss did: the same answer.
+      expectSame(await sc.uncached('P with cache_prompt:false', P), r1, 'cache_prompt:false vs the miss');
+      await expectTally(sc, tally, 'guard by rollback');
+    });
+
+    it('B3: P (max_tokens 1) ends before its last token is decoded again; the resend continues its entry', async () => {
+      await scenarioB3(sc, 'B3 rollback');
     });
   });
 

@@ -54,6 +54,8 @@ for (const arch of SCENARIO_ARCHS) {
       const A = r1.trace.hints.anchor - ANCHOR_SLACK;
       assert.ok(A >= 32 && A < p1 - GEN, `anchor ${A} of ${p1}`);
       expectCaptures(r1, sc.hybrid ? ownCaptures(r1) : [], [A]);
+      // The resend guard splits the prefill by default (--cache-guard-rollback: scenarios-modes).
+      assert.deepEqual(r1.trace.rollbacks, [], `turn 1: no guard by rollback${detail(r1)}`);
       let s = await sc.stats();
       assert.deepEqual([s.entries, s.anchors, s.checkpoints], [1, 1, sc.hybrid ? { turn: 1, guard: 1 } : {}],
         `after turn 1: ${JSON.stringify(s)}`);

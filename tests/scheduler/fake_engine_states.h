@@ -2,7 +2,9 @@
 // holds a KV length and the position its recurrent state is at, and the rules the real engine
 // enforces on them: a whole-state blob restores both, a recurrent-only blob the recurrent
 // position only, seq_rm of a partial range is refused on a hybrid when the recurrent state is
-// past p0 (DESIGN.md "Engine"), seq_cp copies the whole sequence (per-sequence buffers).
+// past p0 (DESIGN.md "Engine") unless it is a rollback of at most rollback_depth tokens of the
+// last decode (llama.cpp's n_rs_seq; once between decodes), seq_cp copies the whole sequence
+// (per-sequence buffers).
 #pragma once
 
 #include "scheduler/sequence_states.h"
@@ -17,6 +19,8 @@ public:
     struct seq_state {
         int32_t n_kv = 0;  ///< positions [0, n_kv) held
         int32_t rec = 0;   ///< tokens the recurrent state has seen (hybrid)
+        int32_t last_n = 0;  ///< tokens of the last decode (its rollback snapshots)
+        bool rolled = false;  ///< rolled back since the last decode
     };
 
     explicit fake_engine_states(bool hybrid) : hybrid_(hybrid) {}
@@ -26,6 +30,9 @@ public:
         auto & s = seqs_[seq];
         s.n_kv += n;
         s.rec = s.n_kv;
+        s.last_n = n;
+        s.rolled = false;
+        n_decodes++;
     }
     seq_state at(int32_t seq) const {
         auto it = seqs_.find(seq);
@@ -57,6 +64,8 @@ public:
             s.n_kv = in.n_kv;
         }
         s.rec = in.rec;
+        s.last_n = 0;  // no rollback snapshots of a state put back
+        s.rolled = false;
         return true;
     }
     bool seq_rm(int32_t seq, int32_t p0, int32_t p1) override {
@@ -66,7 +75,12 @@ public:
             return true;
         }
         if (hybrid_ && s.rec > p0) {
-            return false;  // the recurrent state cannot be cut back
+            const int32_t k = s.rec - p0;
+            if (k > rollback_depth || k >= s.last_n || s.rolled || p1 >= 0) {
+                return false;  // the recurrent state cannot be cut back
+            }
+            s.rec = p0;  // the snapshot k tokens back
+            s.rolled = true;
         }
         s.n_kv = std::min(s.n_kv, p0);
         return true;
@@ -78,6 +92,8 @@ public:
     int32_t seq_pos_max(int32_t seq) const override { return at(seq).n_kv - 1; }
 
     bool refuse_set_state = false;
+    int32_t rollback_depth = 0;  ///< the engine's n_rs_seq
+    int n_decodes = 0;
     int n_set_state = 0;
     int n_seq_cp = 0;
 

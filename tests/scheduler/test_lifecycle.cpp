@@ -67,8 +67,9 @@ protected:
             }
         }
         for (int32_t i = 0; i < n_gen; ++i) {
-            st_->decode(s.seq, 1);
-            s.n_past++;
+            st_->decode(s.seq, 1 + s.replay);  // a guard rollback's replay goes with the first step
+            s.n_past += 1 + s.replay;
+            s.replay = 0;
             s.generated.push_back(900000 + i);
             life_->after_decode(s);
         }
@@ -400,6 +401,79 @@ TEST_F(Lifecycle, ReplyCandidatesStretchTheirSpacingWhenFull) {
               (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}, {308, cache::point_kind::reply}}));
     EXPECT_EQ(store_->ram_bytes(), 3 * one);
     store_->check_invariants();
+}
+
+// The resend guard by rollback (--cache-guard-rollback): the prefill is not split at
+// prompt - 1; the engine takes the recurrent state back one token after it, the sequence stands
+// at prompt - 1 and the first decode step computes the last prompt token again.
+TEST_F(Lifecycle, GuardByRollbackTakesPromptMinusOneWithoutSplittingThePrefill) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    make(true);
+    st_->rollback_depth = 1;
+    auto s = admit(seq_of(0, 300), 290);
+    s->guard_rollback = true;
+    EXPECT_EQ(s->next_stop(), 290);  // the turn checkpoint still splits
+    const int32_t seq = s->seq;
+    bool done = false;
+    while (!done) {
+        const int32_t n = std::min(64, s->next_stop() - s->n_past);
+        st_->decode(seq, n);
+        s->n_past += n;
+        done = life_->after_chunk(*s, now_);
+    }
+    EXPECT_EQ(st_->n_decodes, 6) << "5 chunks to 290, one to the prompt end; none stops at 299";
+    EXPECT_EQ(s->n_past, 299);
+    EXPECT_EQ(s->replay, 1);
+    EXPECT_EQ(st_->at(seq).n_kv, 299);
+    EXPECT_EQ(st_->at(seq).rec, 299);
+    ASSERT_EQ(s->captured.size(), 2u);
+    EXPECT_EQ(s->captured.back().n_tokens, 299);
+    EXPECT_EQ(s->captured.back().kind, cache::point_kind::guard);
+    EXPECT_EQ(s->next_capture, s->plan.captures.size());
+    finish(*s);  // the first decode step computes 299 again, then 3 tokens
+    EXPECT_EQ(st_->at(seq).n_kv, 300);
+    EXPECT_EQ(st_->at(seq).rec, 300);
+    EXPECT_EQ(store_->entries().front().n_tokens, 300);
+    EXPECT_EQ(checkpoints_of_front(), (std::vector<cp>{{290, cache::point_kind::turn}, {299, cache::point_kind::guard}}));
+    // A resend restores the guard's state (299 tokens seen), as with a split prefill.
+    auto r = admit(seq_of(0, 300), 290);
+    EXPECT_EQ(r->n_past, 299);
+    EXPECT_EQ(r->stats.hit_kind, "guard");
+    EXPECT_EQ(st_->at(r->seq).rec, 299);
+    finish(*r);
+}
+
+TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    make(true);
+    st_->rollback_depth = 1;
+    auto s = admit(seq_of(0, 300), 290);
+    s->guard_rollback = true;
+    const int32_t seq = s->seq;
+    finish(*s, 0);  // the first sampled token ended it: the last prompt token was not decoded again
+    const auto es = store_->entries();
+    ASSERT_EQ(es.size(), 1u);
+    EXPECT_EQ(es[0].n_tokens, 299);
+    EXPECT_EQ(es[0].checkpoints, (std::vector<cp>{{290, cache::point_kind::turn}}));
+    EXPECT_EQ(st_->at(seq).n_kv, 299);
+    EXPECT_EQ(st_->at(seq).rec, 299);
+    // A resend continues it: one token to compute.
+    auto r = admit(seq_of(0, 300), 290);
+    EXPECT_EQ(r->n_past, 299);
+    EXPECT_EQ(r->stats.hit_kind, "full");
+    finish(*r);
+}
+
+TEST_F(Lifecycle, GuardByRollbackRefusedByTheEngineIsSkipped) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    make(true);
+    st_->rollback_depth = 0;  // an architecture llama.cpp cannot roll back (or the flag off there)
+    auto s = admit(seq_of(0, 300), 290);
+    s->guard_rollback = true;
+    const int32_t seq = s->seq;
+    finish(*s);
+    EXPECT_EQ(st_->at(seq).n_kv, 300);
+    EXPECT_EQ(checkpoints_of_front(), (std::vector<cp>{{290, cache::point_kind::turn}}));
 }
 
 TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {

@@ -127,7 +127,11 @@ if (runs.some((r) => r.agg.warm_user_turns.n > 0)) {
   out.push(`Warm user turns${t?.thinkMs ? ` (${t.thinkMs} ms think time before each)` : ' (closed loop: no think time)'}: ` +
     'TTFT / the prefill time of the turn\'s own tokens (its message and the generation prompt, at the request\'s own ' +
     `prefill rate), p50 / p95: ${runs.map((r) => { const w = r.agg.warm_user_turns; return `${r.name} ${fmt(w.p50, 2)} / ${fmt(w.p95, 2)} ` +
-    `(n=${w.n}, ${w.own_only} computed only their own tokens)`; }).join('; ')}.`, '');
+    `(n=${w.n}, ${w.own_only} computed only their own tokens)`; }).join('; ')}. ` +
+    'The same from the server\'s timing line (its own TTFT: lineage-server only), all of them / after a warmed reply ' +
+    `(those that computed only their own tokens): ${runs.map((r) => { const w = r.agg.warm_user_turns;
+      const f = (x) => (x?.n ? `${fmt(x.p50, 2)} / ${fmt(x.p95, 2)} (n=${x.n})` : '-');
+      return `${r.name} ${f(w.server_all)}; ${f(w.server_warmed)}`; }).join(' · ')}.`, '');
 }
 
 const ex = runs.find((r) => r.name === opt['excess-for']);

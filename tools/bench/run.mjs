@@ -322,6 +322,8 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   rec.server_cache_n = cacheN;
   rec.server_hit = t?.cache_hit ?? null;
   rec.server_prompt_ms = t?.prompt_ms ?? null;
+  // lineage-server's own TTFT (request in -> first token sampled); llama-server reports none.
+  rec.server_ttft_ms = t?.ttft_ms ?? null;
   // Prefill tokens actually computed: llama-server reports it (timings.prompt_n); lineage-server's
   // prompt_n is prompt - cached too.
   rec.computed = t?.prompt_n ?? (rec.prompt_tokens !== null && rec.cached_tokens !== null
@@ -440,6 +442,10 @@ async function tokenizeAll() {
       if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
         rec.own_prefill_ms = (rec.own_tokens * rec.server_prompt_ms) / rec.computed;
         rec.ttft_over_own_prefill = rec.ttft_ms / rec.own_prefill_ms;
+        // The same from the server's timing line (issue 14's measure): no HTTP, no streaming, no
+        // wait for a first token that the chat parser shows (a random-weight model often starts
+        // its reasoning with whitespace, which the parser holds back).
+        if (rec.server_ttft_ms !== null) rec.server_ttft_over_own_prefill = rec.server_ttft_ms / rec.own_prefill_ms;
       }
     }
     if (!rec.dropped && !rec.error && rec._reply) {

@@ -39,9 +39,11 @@ function ttft(rs) {
   return { n: xs.length, p50: percentile(xs, 50), p95: percentile(xs, 95), mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null };
 }
 
-/** {warm_user_turns: {n, own_only, p50, p95}, efficiency: {all, by_kind}, ttft: {all, by_kind},
+/** {warm_user_turns: {n, own_only, p50, p95, server_all, server_warmed}, efficiency: {all, by_kind}, ttft: {all, by_kind},
  *  excess: [...]} for `records`. warm_user_turns: warm user turns' TTFT / the prefill time of their
- *  own tokens (own_only: how many computed no more than their own tokens).
+ *  own tokens, client side (own_only: how many computed no more than their own tokens, i.e. came
+ *  after a warmed reply); server_all / server_warmed: {n, p50, p95} of the server's own TTFT (its
+ *  timing line) over the same, for all of them and for the own_only ones.
  *  `excessMin`: the smallest computed - oracle (tokens) listed as an avoidable recompute. */
 export function summarize(records, { excessMin = 64 } = {}) {
   const byKind = (f) => Object.fromEntries(KINDS.map(([k]) => [k, f(records.filter((r) => r.kind === k))])
@@ -53,14 +55,23 @@ export function summarize(records, { excessMin = 64 } = {}) {
       excess: r.computed - r.oracle, oracle_from: r.oracle_from, hit: r.server_hit, ttft_ms: r.ttft_ms }))
     .sort((a, b) => b.excess - a.excess);
   // Warm user turns: TTFT over the prefill time of the turn's own tokens (issue 14: <= 1.1 after
-  // a warmed reply; the next turn then prefills only its own message).
+  // a warmed reply; the next turn then prefills only its own message). Client side over all warm
+  // user turns; server side (the timing line's ttft_ms, lineage-server only) over all of them and
+  // over the turns after a warmed reply (those that computed no more than their own tokens).
   const own = records.filter((r) => !r.error && Number.isFinite(r.ttft_over_own_prefill));
   const ratios = own.map((r) => r.ttft_over_own_prefill);
+  const warmed = own.filter((r) => r.computed <= r.own_tokens);
+  const server = (rs) => {
+    const v = rs.map((r) => r.server_ttft_over_own_prefill).filter(Number.isFinite);
+    return { n: v.length, p50: percentile(v, 50), p95: percentile(v, 95) };
+  };
   const warmUser = {
     n: own.length,
-    own_only: own.filter((r) => r.computed <= r.own_tokens).length,
+    own_only: warmed.length,
     p50: percentile(ratios, 50),
     p95: percentile(ratios, 95),
+    server_all: server(own),
+    server_warmed: server(warmed),
   };
   return {
     warm_user_turns: warmUser,

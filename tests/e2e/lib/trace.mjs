@@ -5,10 +5,12 @@
 //   const res = await srv.openai.chat.completions.create(...);
 //   const t = await traceOf(srv, mark, usageOf(res));
 //
-// t = { id, hit, restore, captures: [{kind, n}], anchors: [n], hints: {prompt, anchor, history},
-//       toolsAnchor, lines }
+// t = { id, hit, restore, captures: [{kind, n}], rollbacks: [n], anchors: [n],
+//       hints: {prompt, anchor, history}, toolsAnchor, lines }
 //   restore   the decision line ("restore turn at 269/288 from entry 2 (device, ...)" or "miss")
 //   captures  checkpoints captured during the prefill, in the order taken (ascending n)
+//   rollbacks the points of those taken by rolling the recurrent state back after the prefill
+//             (--cache-guard-rollback) instead of splitting it
 //   anchors   lengths of the anchors pinned by this request
 //   hints     what the HTTP layer computed: the prompt length, the anchor hint (tokens the prompt
 //             shares with the render of its system messages + tools) and the history boundary
@@ -21,7 +23,7 @@
 //   info  request N: <finish> | prompt P tokens, cached C (<kind>), completion ...
 //   debug req N format=... prompt=P anchor=A history=H tools_anchor=T last_user=L session=... bucket=...
 //   debug request N: restore <kind> at n/P from entry ... | miss ...
-//   debug request N: captured <kind> checkpoint at n tokens (b bytes)
+//   debug request N: captured <kind> checkpoint at n tokens [by rollback ](b bytes)
 //   debug request N: pinned anchor at n tokens (b bytes)
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -49,7 +51,8 @@ export async function traceOf(srv, mark, { prompt, cached }, timeoutMs = 10_000)
 }
 
 function parseTrace(text, id, hit) {
-  const t = { id, hit, restore: null, captures: [], anchors: [], reply: null, hints: null, toolsAnchor: null, lines: [] };
+  const t = { id, hit, restore: null, captures: [], rollbacks: [], anchors: [], reply: null, hints: null, toolsAnchor: null,
+    lines: [] };
   const mine = new RegExp(`\\b(request ${id}:|req ${id} )`);
   for (const line of text.split('\n')) {
     if (!mine.test(line)) continue;
@@ -61,6 +64,7 @@ function parseTrace(text, id, hit) {
       t.lastUser = m[5] === undefined ? null : Number(m[5]);
     } else if ((m = /captured (\w+) checkpoint at (\d+) tokens/.exec(line))) {
       t.captures.push({ kind: m[1], n: Number(m[2]) });
+      if (/ tokens by rollback/.test(line)) t.rollbacks.push(Number(m[2]));
     } else if ((m = /kept the reply checkpoints at \[([\d ]*)\]/.exec(line))) {
       t.reply = m[1] ? m[1].split(' ').map(Number) : [];
     } else if ((m = /pinned anchor at (\d+) tokens/.exec(line))) {
