@@ -217,7 +217,9 @@ for (const arch of ARCHS) {
       assert.equal(p1.data.length, 1, JSON.stringify(p1.data));
       assert.match(p1.data[0].id, /^msg_/);
       assert.deepEqual(shape(p1.data[0]), user(first));
-      assert.deepEqual([p1.first_id, p1.last_id, p1.has_more], [p1.data[0].id, p1.data[0].id, false]);
+      // The list object as sent (the client's page keeps only data and has_more).
+      const raw1 = await srv.get(`/v1/responses/${r1.id}/input_items`);
+      assert.deepEqual(raw1.json, { object: 'list', data: p1.data, first_id: p1.data[0].id, last_id: p1.data[0].id, has_more: false });
 
       // r2: r1's input, r1's output (under its output ids), then its own two messages. The
       // default order is newest first; asc is the conversation's order.
@@ -230,12 +232,14 @@ for (const arch of ARCHS) {
       assert.equal(new Set(ids).size, ids.length, `ids are unique: ${ids}`);
       const desc = await srv.openai.responses.inputItems.list(r2.id);
       assert.deepEqual(desc.data.map((it) => it.id), [...ids].reverse());
-      assert.deepEqual([desc.first_id, desc.last_id, desc.has_more], [ids.at(-1), ids[0], false]);
+      const rawDesc = (await srv.get(`/v1/responses/${r2.id}/input_items`)).json;
+      assert.deepEqual([rawDesc.first_id, rawDesc.last_id, rawDesc.has_more], [ids.at(-1), ids[0], false]);
       assert.deepEqual((await srv.openai.responses.inputItems.list(r2.id, { order: 'asc' })).data, asc.data, 'ids are stable');
 
       // limit: a page of 2 with has_more; the client follows `after` (its last id) page by page.
-      const page = await srv.openai.responses.inputItems.list(r2.id, { order: 'asc', limit: 2 });
+      const page = (await srv.get(`/v1/responses/${r2.id}/input_items?order=asc&limit=2`)).json;
       assert.deepEqual([page.data.map((it) => it.id), page.first_id, page.last_id, page.has_more], [ids.slice(0, 2), ids[0], ids[1], true]);
+      assert.equal((await srv.openai.responses.inputItems.list(r2.id, { order: 'asc', limit: 2 })).has_more, true);
       const all = [];
       for await (const it of srv.openai.responses.inputItems.list(r2.id, { limit: 2 })) all.push(it.id);
       assert.deepEqual(all, [...ids].reverse());
