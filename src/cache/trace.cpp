@@ -17,10 +17,10 @@ void tracer::emit(const std::string & line) const {
     }
 }
 
-trace_scope::trace_scope(tracer & t, uint64_t request_id) : t_(t) {
+trace_scope::trace_scope(tracer & t, uint64_t request_id, bool warmup) : t_(t) {
     if (t_.on()) {
         saved_ = t_.context();
-        t_.set_context("request " + std::to_string(request_id));
+        t_.set_context((warmup ? "warm-up " : "request ") + std::to_string(request_id));
     }
 }
 

@@ -59,10 +59,11 @@ private:
         }                            \
     } while (false)
 
-/** Sets a tracer's context for one scope (e.g. "request 12") and restores the previous one. */
+/** Sets a tracer's context for one scope, "request 12" (or "warm-up 12" for a warm-up job, as
+ *  the INFO log names it), and restores the previous one. */
 class trace_scope {
 public:
-    trace_scope(tracer & t, uint64_t request_id);
+    trace_scope(tracer & t, uint64_t request_id, bool warmup = false);
     ~trace_scope();
     trace_scope(const trace_scope &) = delete;
     trace_scope & operator=(const trace_scope &) = delete;

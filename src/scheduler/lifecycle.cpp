@@ -185,7 +185,7 @@ void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) 
     if (!whole && !hybrid_) {
         return;
     }
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     const size_t size = st_.state_size(s.seq, !whole);
     if (!store_.reserve(size)) {
         LINEAGE_TRACE(store_.trace(), "{} capture at {} skipped: no RAM for its {}", cache::to_string(c.kind),
@@ -233,7 +233,7 @@ void lifecycle::commit(slot & s, double now_s) {
         s.seq = -1;
         return;
     }
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     // The entry is everything decoded: for dense models any prefix of their KV is a restore
     // point; for hybrids (--cache-keep-reply) a next prompt that parts inside the reply (a
     // re-rendered reply, a regenerate) restores the resend guard at prompt - 1 (or, with that

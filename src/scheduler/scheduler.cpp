@@ -272,7 +272,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         finish(s, finish_reason::cancelled);
         return;
     }
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     s.key.tenant = s.req->cache.tenant;
@@ -357,7 +357,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
 
 void scheduler::impl::end_warmup(slot & s, bool whole) {
     // What was prefilled is parked as the conversation's entry, a preempted part included.
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     const int32_t at = s.n_past;
     const int32_t prefilled = std::max(0, s.n_past - s.stats.cached_tokens);
     if (s.ph == slot::phase::loading) {
@@ -397,7 +397,7 @@ void scheduler::impl::poll_loads() {
 }
 
 void scheduler::impl::complete_load(slot & s) {
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     if (auto st = store_.disk_loaded(s.key, s.plan, s.load.get(), now_s()); !st) {
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
     }

@@ -617,7 +617,8 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
     app->get_formatter()->column_width(40);
     app->footer(
         "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), POST /v1/responses (+ GET/DELETE "
-        "/v1/responses/{id}), POST /v1/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
+        "/v1/responses/{id}, POST /v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items), POST "
+        "/v1/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
         "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET/POST /lora-adapters, GET /metrics (with "
         "--metrics).");
     for (auto & st : settings) {

@@ -71,11 +71,23 @@ struct endpoint {
     const char * path;
 };
 constexpr endpoint endpoints[] = {
-    {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"},     {"POST", "/v1/messages"},
-    {"POST", "/v1/messages/count_tokens"}, {"POST", "/v1/responses"},  {"GET", "/v1/responses/:id"},
-    {"DELETE", "/v1/responses/:id"},  {"GET", "/v1/models"},           {"POST", "/tokenize"},
-    {"POST", "/apply-template"},      {"GET", "/lora-adapters"},       {"POST", "/lora-adapters"},
-    {"GET", "/health"},               {"GET", "/metrics"},             {"GET", "/v1/cache/stats"},
+    {"POST", "/v1/chat/completions"},
+    {"POST", "/v1/completions"},
+    {"POST", "/v1/messages"},
+    {"POST", "/v1/messages/count_tokens"},
+    {"POST", "/v1/responses"},
+    {"GET", "/v1/responses/:id"},
+    {"DELETE", "/v1/responses/:id"},
+    {"POST", "/v1/responses/:id/cancel"},
+    {"GET", "/v1/responses/:id/input_items"},
+    {"GET", "/v1/models"},
+    {"POST", "/tokenize"},
+    {"POST", "/apply-template"},
+    {"GET", "/lora-adapters"},
+    {"POST", "/lora-adapters"},
+    {"GET", "/health"},
+    {"GET", "/metrics"},
+    {"GET", "/v1/cache/stats"},
     {"POST", "/v1/cache/reset"},
 };
 
@@ -84,8 +96,13 @@ bool path_matches(std::string_view pattern, std::string_view path) {
     if (id == std::string_view::npos) {
         return pattern == path;
     }
-    return path.size() > id && path.substr(0, id) == pattern.substr(0, id) &&
-           path.find('/', id) == std::string_view::npos;
+    const std::string_view rest = pattern.substr(id + 3);  // after ":id": "" or "/..."
+    if (path.size() <= id + rest.size() || path.substr(0, id) != pattern.substr(0, id) ||
+        path.substr(path.size() - rest.size()) != rest) {
+        return false;
+    }
+    const std::string_view segment = path.substr(id, path.size() - id - rest.size());
+    return segment.find('/') == std::string_view::npos;
 }
 
 }  // namespace

@@ -123,20 +123,18 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prompt_cache_misses_total", "Lookups that found no restore point: cold prefill.",
               static_cast<double>(cs.misses));
     x.counter("lineage_prompt_cache_restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
-              with_known(cs.hits, {"full", "prefix", "turn", "guard", "anchor", "divergence", "ladder", "message", "reply"}));
-    const std::vector<std::string> causes = {"no_shared_prefix", "below_min_prefix", "key_differs",
-                                             "before_first_restore_point", "evicted", "bypassed"};
+              with_known(cs.hits, known_keys::restore_kinds));
     x.counter("lineage_prompt_cache_misses_by_cause_total",
               "Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under "
               "another key shared more), before_first_restore_point (a live entry shared more but has no restore "
               "point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).",
-              "cause", with_known(cs.misses_by_cause, causes));
+              "cause", with_known(cs.misses_by_cause, known_keys::miss_causes));
     x.counter("lineage_prompt_cache_short_hits_by_cause_total",
               "Hits that restored more than 64 tokens less than the prompt shared with something seen, by cause.",
-              "cause", with_known(cs.short_hits_by_cause, causes));
+              "cause", with_known(cs.short_hits_by_cause, known_keys::miss_causes));
     x.counter("lineage_prompt_cache_key_differs_total",
               "Misses and short hits of cause key_differs, by the first key dimension that differs.", "dimension",
-              with_known(cs.key_differs, {"tenant", "model_id", "lora_id", "template_sig", "rope_regime", "mm_digest"}));
+              with_known(cs.key_differs, known_keys::key_dimensions));
     x.gauge("lineage_prompt_cache_ghosts", "Records of evicted entries kept to classify misses (at most 1024).",
             static_cast<double>(cs.ghosts));
     x.counter("lineage_prompt_cache_prefix_tokens_reused_total",
@@ -144,13 +142,12 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prompt_cache_evictions_total",
               "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
               "device entry), superseded (a resend replaced its twin), anchor_cap.",
-              "reason", with_known(cs.evictions, {"lru", "ttl", "capacity", "superseded", "anchor_cap"}));
+              "reason", with_known(cs.evictions, known_keys::eviction_reasons));
     x.counter("lineage_prompt_cache_rejections_total",
               "States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the "
               "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a "
               "request that had taken an entry failed).",
-              "cause", with_known(cs.rejections, {"too_large", "budget", "min_prefix", "disabled", "anchor_too_large",
-                                                  "abandoned", "disk_damaged", "redis_failed"}));
+              "cause", with_known(cs.rejections, known_keys::rejection_causes));
     uint64_t total_bytes = 0;
     for (const auto & [tier, b] : cs.bytes) {
         total_bytes += b;
@@ -196,8 +193,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prompt_cache_disk_damaged_total",
               "Damaged tier-2 files and index rows found (deleted; never served), by kind: corrupt, truncated, "
               "bad_magic, identity, not_regular, other_model, missing, io, index_row, index.",
-              "kind",
-              with_known(d.damage, {"corrupt", "truncated", "bad_magic", "identity", "not_regular", "index_row", "index"}));
+              "kind", with_known(d.damage, known_keys::disk_damage));
     x.counter("lineage_prompt_cache_disk_overdue_writes_total",
               "Tier-2 writes forced by --cache-disk-max-unwritten-s (the engine busy or not).",
               static_cast<double>(d.overdue_writes));
@@ -234,7 +230,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               static_cast<double>(rt.vanished));
     x.counter("lineage_prompt_cache_redis_damaged_total",
               "Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.", "kind",
-              with_known(rt.damage, {"corrupt", "truncated", "bad_magic", "identity", "other_format"}));
+              with_known(rt.damage, known_keys::redis_damage));
 
     // --- warm-ups of the next turn (owners: scheduler for runs, cache::store for hits) ---
     const auto & w = cs.warmup;
@@ -253,8 +249,8 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.",
               static_cast<double>(w.wasted));
     x.counter("lineage_prompt_cache_warmup_skipped_total",
-              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.",
-              "cause", with_known(w.skipped, {"not_needed", "replaced", "queue_full", "preempted_too_often"}));
+              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.", "cause",
+              with_known(w.skipped, known_keys::warmup_skips));
 
     // --- requests (owner: scheduler) ---
     x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",

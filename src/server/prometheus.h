@@ -49,6 +49,25 @@ private:
  *  reads back exactly ("0.0025"), "+Inf"/"-Inf"/"NaN". */
 std::string format_value(double v);
 
+/** The label values /metrics always lists for a labelled counter, 0 before the first event;
+ *  GET /v1/cache/stats lists the same keys in its maps (server::stats_json), so dashboards on
+ *  either find every series. */
+namespace known_keys {
+inline const std::vector<std::string> restore_kinds = {"full",       "prefix", "turn",    "guard", "anchor",
+                                                       "divergence", "ladder", "message", "reply"};
+inline const std::vector<std::string> miss_causes = {"no_shared_prefix",           "below_min_prefix", "key_differs",
+                                                     "before_first_restore_point", "evicted",          "bypassed"};
+inline const std::vector<std::string> key_dimensions = {"tenant",       "model_id",    "lora_id",
+                                                        "template_sig", "rope_regime", "mm_digest"};
+inline const std::vector<std::string> eviction_reasons = {"lru", "ttl", "capacity", "superseded", "anchor_cap"};
+inline const std::vector<std::string> rejection_causes = {
+    "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged", "redis_failed"};
+inline const std::vector<std::string> disk_damage = {"corrupt",     "truncated", "bad_magic", "identity",
+                                                     "not_regular", "index_row", "index"};
+inline const std::vector<std::string> redis_damage = {"corrupt", "truncated", "bad_magic", "identity", "other_format"};
+inline const std::vector<std::string> warmup_skips = {"not_needed", "replaced", "queue_full", "preempted_too_often"};
+}  // namespace known_keys
+
 /** `known` keys in order, each with its value in `m` (0 when absent), then any other key of
  *  `m` in its order: so a series exists (at 0) before its first event, and a new reason
  *  still shows up. */

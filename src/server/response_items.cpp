@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace lineage::server {
 
 using namespace fields;
@@ -356,6 +358,9 @@ json item_to_json(const response_item & it) {
             break;
         case response_item::kind::function_call_output:
             j["type"] = "function_call_output";
+            if (!it.id.empty()) {
+                j["id"] = it.id;
+            }
             j["call_id"] = it.call_id;
             j["output"] = it.output;
             break;
@@ -389,6 +394,57 @@ std::optional<std::vector<response_item>> items_from_json_text(std::string_view 
         return std::nullopt;
     }
     return out;
+}
+
+std::optional<api_error> input_items_page(const std::vector<response_item> & items, const input_items_query & q,
+                                          json & out) {
+    std::vector<const response_item *> ordered;
+    for (const auto & it : items) {
+        ordered.push_back(&it);
+    }
+    if (!q.ascending) {
+        std::reverse(ordered.begin(), ordered.end());
+    }
+    size_t start = 0;
+    if (!q.after.empty()) {
+        const auto at =
+            std::find_if(ordered.begin(), ordered.end(), [&](const response_item * it) { return it->id == q.after; });
+        if (at == ordered.end()) {
+            const std::string what =
+                "which is not the id of one of this response's input items; pass the id of "
+                "an item of a page you were given (its last_id)";
+            return invalid_request("'after' is '" + q.after + "', " + what, "after");
+        }
+        start = static_cast<size_t>(at - ordered.begin()) + 1;
+    }
+    const size_t end = std::min(ordered.size(), start + static_cast<size_t>(q.limit));
+    json data = json::array();
+    for (size_t i = start; i < end; ++i) {
+        json j = item_to_json(*ordered[i]);
+        if (j["type"] == "message" && j["content"].is_string()) {
+            json part = json::object();
+            part["type"] = ordered[i]->role == "assistant" ? "output_text" : "input_text";
+            part["text"] = ordered[i]->text;
+            if (ordered[i]->role == "assistant") {
+                part["annotations"] = json::array();
+                part["logprobs"] = json::array();
+            }
+            j["content"] = json::array({std::move(part)});
+        }
+        if (j["type"] != "reasoning") {
+            j["status"] = "completed";
+        }
+        data.push_back(std::move(j));
+    }
+    const json first = data.empty() ? json(nullptr) : data.front()["id"];
+    const json last = data.empty() ? json(nullptr) : data.back()["id"];
+    out = json::object();
+    out["object"] = "list";
+    out["data"] = std::move(data);
+    out["first_id"] = first;
+    out["last_id"] = last;
+    out["has_more"] = end < ordered.size();
+    return std::nullopt;
 }
 
 }  // namespace lineage::server

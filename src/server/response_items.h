@@ -16,6 +16,7 @@
 #include "server/errors.h"
 #include "server/media_input.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -79,5 +80,20 @@ json item_to_json(const response_item & it);
 
 /** Items from their stored JSON form; nullopt when the text is not such a list. */
 std::optional<std::vector<response_item>> items_from_json_text(std::string_view text);
+
+/** The query of GET /v1/responses/{id}/input_items. */
+struct input_items_query {
+    int64_t limit = 20;      ///< items per page, 1..100
+    bool ascending = false;  ///< order=asc: the conversation's order; desc (default): newest first
+    std::string after;       ///< an item id: the page starts after it ("" = from the start)
+};
+
+/** One page of a stored response's input items (`items`, in conversation order, each with its
+ *  id set) as OpenAI's list object: {object: "list", data: [item, ...], first_id, last_id
+ *  (null when data is empty), has_more}. Items are in their API shape: a message's content is
+ *  always an array of parts, and messages, function calls and their outputs carry status
+ *  "completed". Errors: 400 (param "after") when no item has the id `q.after`. */
+std::optional<api_error> input_items_page(const std::vector<response_item> & items, const input_items_query & q,
+                                          json & out);
 
 }  // namespace lineage::server

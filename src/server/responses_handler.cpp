@@ -14,6 +14,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <ctime>
 #include <memory>
 
@@ -102,6 +103,46 @@ api_error not_found(const std::string & id, const std::string & param) {
     e.param = param;
     e.code = param.empty() ? "not_found" : "previous_response_not_found";
     return e;
+}
+
+// The prefix of a stored item's id by its type, as OpenAI's.
+const char * id_prefix(response_item::kind k) {
+    switch (k) {
+        case response_item::kind::message: return "msg_";
+        case response_item::kind::function_call: return "fc_";
+        case response_item::kind::function_call_output: return "fco_";
+        case response_item::kind::reasoning: return "rs_";
+    }
+    return "item_";
+}
+
+// Gives each item without an id a new one, so that a stored conversation lists its input items
+// (GET /v1/responses/{id}/input_items) under ids that stay the same from read to read.
+void give_ids(std::vector<response_item> & items) {
+    for (auto & it : items) {
+        if (it.id.empty()) {
+            it.id = random_id(id_prefix(it.type));
+        }
+    }
+}
+
+// An integer query parameter in [lo, hi]; false after sending the 400.
+bool query_int(const httplib::Request & req, const char * name, int64_t lo, int64_t hi, int64_t & out,
+               httplib::Response & res) {
+    if (!req.has_param(name)) {
+        return true;
+    }
+    const std::string v = req.get_param_value(name);
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi) {
+        send_error(res, invalid_request("'" + std::string(name) + "' is '" + v + "'; expected an integer from " +
+                                            std::to_string(lo) + " to " + std::to_string(hi),
+                                        name));
+        return false;
+    }
+    out = n;
+    return true;
 }
 
 // The request fields a response object echoes.
@@ -223,6 +264,7 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
     if (r.store) {
         conversation = std::move(prior);
         conversation.insert(conversation.end(), r.input.begin(), r.input.end());
+        give_ids(conversation);
     }
     auto writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
                                                      std::move(conversation), r.chat.tenant);
@@ -253,6 +295,65 @@ void handle_delete_response(const httplib::Request & req, httplib::Response & re
     j["object"] = "response";
     j["deleted"] = true;
     send_json_body(res, j, 200);
+}
+
+void handle_cancel_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+    const std::string id = req.path_params.at("id");
+    if (!ctx.responses->get(id, ctx.tenant_of(req))) {
+        send_error(res, not_found(id, ""));
+        return;
+    }
+    // Only background responses can be cancelled (OpenAI answers a synchronous one with 400);
+    // this server runs none in the background, so every stored one has finished.
+    const std::string why =
+        "only responses created with background: true can be cancelled, and this server runs "
+        "every response in the foreground (it has finished; GET /v1/responses/" +
+        id + " returns it)";
+    send_error(res, invalid_request("cannot cancel response '" + id + "': " + why));
+}
+
+void handle_list_input_items(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+    const std::string id = req.path_params.at("id");
+    input_items_query q;
+    if (!query_int(req, "limit", 1, 100, q.limit, res)) {
+        return;
+    }
+    if (req.has_param("order")) {
+        const std::string order = req.get_param_value("order");
+        if (order != "asc" && order != "desc") {
+            send_error(res, invalid_request("'order' is '" + order + "'; expected asc or desc", "order"));
+            return;
+        }
+        q.ascending = order == "asc";
+    }
+    q.after = req.get_param_value("after");
+    auto stored = ctx.responses->get(id, ctx.tenant_of(req));
+    if (!stored) {
+        send_error(res, not_found(id, ""));
+        return;
+    }
+    // The stored conversation is the input items (the previous responses' conversation, then
+    // this request's input), then this response's output items.
+    auto items = items_from_json_text(stored->conversation);
+    const json body = json::parse(stored->body, nullptr, /*allow_exceptions=*/false);
+    const auto output = body.is_object() ? body.find("output") : body.end();
+    if (!items || output == body.end() || !output->is_array() || output->size() > items->size()) {
+        send_error(res, server_error("the stored conversation of '" + id + "' cannot be read"));
+        return;
+    }
+    items->resize(items->size() - output->size());
+    for (size_t i = 0; i < items->size(); ++i) {
+        response_item & it = (*items)[i];
+        if (it.id.empty()) {  // stored before input items had ids: one derived from the position
+            it.id = id_prefix(it.type) + id.substr(id.find('_') + 1) + "_" + std::to_string(i);
+        }
+    }
+    json page;
+    if (auto err = input_items_page(*items, q, page)) {
+        send_error(res, *err);
+        return;
+    }
+    send_json_body(res, page, 200);
 }
 
 }  // namespace lineage::server

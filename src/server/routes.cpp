@@ -10,12 +10,13 @@
 #include "server/chat_handler.h"
 #include "server/chat_request.h"
 #include "server/completions_handler.h"
-#include "server/responses_handler.h"
 #include "server/errors.h"
 #include "server/http_guard.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/prometheus.h"
+#include "server/responses_handler.h"
+#include "server/stats_json.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -36,103 +37,6 @@ void send_json(httplib::Response & res, const json & j, int status = 200) {
 
 void send_error(httplib::Response & res, const api_error & e) {
     send_json(res, to_json(e), e.status);
-}
-
-template <class M>
-json map_json(const M & m) {
-    json j = json::object();
-    for (const auto & [k, v] : m) {
-        j[k] = v;
-    }
-    return j;
-}
-
-json stats_json(const cache::stats & s) {
-    json j = json::object();
-    j["enabled"] = s.enabled;
-    j["mode"] = s.mode;
-    j["family"] = s.family;
-    j["entries"] = s.entries;
-    j["anchors"] = s.anchors;
-    j["anchor_bytes"] = s.anchor_bytes;
-    j["checkpoints"] = map_json(s.checkpoints);
-    j["checkpoint_bytes"] = map_json(s.checkpoint_bytes);
-    j["bytes"] = map_json(s.bytes);
-    j["largest_lineage"] = {{"bytes", s.largest_lineage.bytes},
-                            {"checkpoints", s.largest_lineage.checkpoints},
-                            {"message_rungs", s.largest_lineage.message_rungs},
-                            {"reply_checkpoints", s.largest_lineage.reply_checkpoints}};
-    j["budget_bytes"] = s.budget_bytes;
-    j["lookups"] = s.lookups;
-    j["misses"] = s.misses;
-    j["hits"] = map_json(s.hits);
-    j["tokens_reused"] = s.tokens_reused;
-    j["tokens_prefilled"] = s.tokens_prefilled;
-    j["rejections"] = map_json(s.rejections);
-    j["misses_by_cause"] = map_json(s.misses_by_cause);
-    j["short_hits_by_cause"] = map_json(s.short_hits_by_cause);
-    j["key_differs"] = map_json(s.key_differs);
-    j["ghosts"] = s.ghosts;
-    j["evictions"] = map_json(s.evictions);
-    j["disk_hits"] = s.disk_hits;
-    j["requests_committed"] = s.requests_committed;
-    const auto & d = s.disk;
-    json dj = {{"enabled", d.enabled},
-               {"dir", d.dir},
-               {"capacity_bytes", d.capacity_bytes},
-               {"files", d.files},
-               {"bytes", d.bytes},
-               {"anchor_files", d.anchor_files},
-               {"writes", d.writes},
-               {"bytes_written", d.bytes_written},
-               {"bytes_written_per_request",
-                s.requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(s.requests_committed) : 0},
-               {"write_failures", d.write_failures},
-               {"loads", d.loads},
-               {"bytes_read", d.bytes_read},
-               {"damaged", d.damaged},
-               {"damage", map_json(d.damage)},
-               {"superseded", d.superseded},
-               {"evictions", d.evictions},
-               {"ignored_other_model", d.ignored_other_model},
-               {"ignored_other_format", d.ignored_other_format},
-               {"discarded_old_format", d.discarded_old_format},
-               {"removed_at_startup", d.removed_at_startup},
-               {"reindexed", d.reindexed},
-               {"overdue_writes", d.overdue_writes},
-               {"overdue_read_seconds", d.overdue_read_seconds},
-               {"queued", d.queued}};
-    j["disk"] = dj;
-    j["redis_hits"] = s.redis_hits;
-    const auto & r = s.redis;
-    j["redis"] = {{"enabled", r.enabled},
-                  {"url", r.url},
-                  {"namespace", r.ns},
-                  {"connected", r.connected},
-                  {"entries", r.entries},
-                  {"writes", r.writes},
-                  {"bytes_written", r.bytes_written},
-                  {"chunks_written", r.chunks_written},
-                  {"write_failures", r.write_failures},
-                  {"loads", r.loads},
-                  {"bytes_read", r.bytes_read},
-                  {"errors", r.errors},
-                  {"timeouts", r.timeouts},
-                  {"connects", r.connects},
-                  {"vanished", r.vanished},
-                  {"damaged", r.damaged},
-                  {"damage", map_json(r.damage)},
-                  {"index_resets", r.index_resets},
-                  {"queued", r.queued}};
-    const auto & w = s.warmup;
-    j["warmup"] = {{"queued", w.queued},   {"active", w.active}, {"runs", w.runs},   {"preempted", w.preempted},
-                   {"tokens", w.tokens},   {"hits", w.hits},     {"wasted", w.wasted},
-                   {"skipped", map_json(w.skipped)}};
-    j["apc_enabled"] = s.apc_enabled;
-    j["total_blocks_stored"] = s.total_blocks_stored;
-    j["unique_block_hashes"] = s.unique_block_hashes;
-    j["apc_active_entries"] = s.apc_active_entries;
-    return j;
 }
 
 // The body of POST /tokenize as a JSON object; nullopt after sending the 400.
@@ -187,6 +91,20 @@ json tenant_stats_json(const std::string & tenant, const cache::stats & s, const
     j["anchors"] = usage.anchors;
     j["bytes"] = usage.bytes;
     return j;
+}
+
+// A POST to an endpoint that takes no body (POST /v1/responses/{id}/cancel), sent without one:
+// clients send it with no Content-Type, and an empty body carries nothing a web page could
+// forge. A body that is there must still be JSON.
+bool bodyless_post(const httplib::Request & req) {
+    const std::string prefix = "/v1/responses/";
+    const std::string suffix = "/cancel";
+    const std::string & p = req.path;
+    const bool cancel = p.size() > prefix.size() + suffix.size() && p.compare(0, prefix.size(), prefix) == 0 &&
+                        p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+                        p.find('/', prefix.size()) == p.size() - suffix.size();
+    const std::string length = req.get_header_value("Content-Length");
+    return cancel && !req.has_header("Transfer-Encoding") && (length.empty() || length == "0");
 }
 
 // Paths answered in Anthropic's error shape.
@@ -291,7 +209,8 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             e.code = "host_not_allowed";
             return reject(e);
         }
-        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type"))) {
+        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type")) &&
+            !bodyless_post(req)) {
             api_error e;
             e.status = 415;
             e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
@@ -386,6 +305,10 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             [&ctx](const httplib::Request & req, httplib::Response & res) { handle_get_response(req, res, ctx); });
     srv.Delete("/v1/responses/:id",
                [&ctx](const httplib::Request & req, httplib::Response & res) { handle_delete_response(req, res, ctx); });
+    srv.Post("/v1/responses/:id/cancel",
+             [&ctx](const httplib::Request & req, httplib::Response & res) { handle_cancel_response(req, res, ctx); });
+    srv.Get("/v1/responses/:id/input_items",
+            [&ctx](const httplib::Request & req, httplib::Response & res) { handle_list_input_items(req, res, ctx); });
 
     auto completions = [&ctx](const httplib::Request & req, httplib::Response & res) {
         handle_completions(req, res, ctx);

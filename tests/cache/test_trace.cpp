@@ -182,6 +182,23 @@ TEST_F(TraceTest, ContextPrefixesLines) {
     EXPECT_EQ(lines[2], "lookup of 10 tokens (session \"s\", bucket b): miss; miss cause: no_shared_prefix");
 }
 
+// A warm-up job's lines say "warm-up N", as the INFO log names it.
+TEST_F(TraceTest, WarmupContextNamesTheWarmup) {
+    store st = make(false);
+    {
+        trace_scope scope(st.trace(), 7, /*warmup=*/true);
+        st.plan(key{"b", "s"}, seq(0, 10), {}, 1.0);
+    }
+    {
+        trace_scope scope(st.trace(), 8);
+        st.plan(key{"b", "s"}, seq(0, 10), {}, 1.0);
+    }
+    const auto lines = take();
+    ASSERT_EQ(lines.size(), 4u);
+    EXPECT_EQ(lines[0], "warm-up 7: lookup of 10 tokens (session \"s\", bucket b): miss; miss cause: no_shared_prefix");
+    EXPECT_EQ(lines[2], "request 8: lookup of 10 tokens (session \"s\", bucket b): miss; miss cause: no_shared_prefix");
+}
+
 TEST_F(TraceTest, OffByDefault) {
     store st(small_config(), true);
     EXPECT_FALSE(st.trace().on());

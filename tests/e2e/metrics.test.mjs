@@ -4,7 +4,8 @@
 //    by exactly what the responses report: a cold turn is one miss and prefills every prompt
 //    token; a verbatim resend is one hit of the expected restore point kind that reuses exactly
 //    usage.cached_tokens; a next turn is one more hit; requests, prompt and completion token
-//    counters and the TTFT histogram count every request;
+//    counters and the TTFT histogram count every request; GET /v1/cache/stats lists every hit
+//    kind, miss cause and reason (0 included) with exactly /metrics' label values and counts;
 //  - --cache-trace logs "cache-trace:" lines for each decision: the miss, the stored entry, the
 //    restore point of a hit, and "template_sig differs (tools)" for a request whose tools
 //    changed;
@@ -103,6 +104,23 @@ for (const arch of ARCHS) {
       const hybrid = (await srv.cacheStats()).family === 'hybrid';
       const m0 = await scrape(srv);
       for (const s of COUNTERS) assert.equal(val(m0, s), 0, `${s} on a fresh server`);
+      // A fresh server's stats list every kind, cause and reason at 0, as /metrics does.
+      const s0 = await srv.cacheStats();
+      const zeros = (...keys) => Object.fromEntries(keys.map((k) => [k, 0]));
+      const causes = zeros('no_shared_prefix', 'below_min_prefix', 'key_differs', 'before_first_restore_point', 'evicted', 'bypassed');
+      assert.deepEqual({ hits: s0.hits, misses_by_cause: s0.misses_by_cause, short_hits_by_cause: s0.short_hits_by_cause,
+        key_differs: s0.key_differs, evictions: s0.evictions, rejections: s0.rejections, disk_damage: s0.disk.damage,
+        redis_damage: s0.redis.damage, warmup_skipped: s0.warmup.skipped }, {
+        hits: zeros('full', 'prefix', 'turn', 'guard', 'anchor', 'divergence', 'ladder', 'message', 'reply'),
+        misses_by_cause: causes,
+        short_hits_by_cause: causes,
+        key_differs: zeros('tenant', 'model_id', 'lora_id', 'template_sig', 'rope_regime', 'mm_digest'),
+        evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap'),
+        rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
+        disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
+        redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format'),
+        warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often'),
+      });
 
       // Turn 1: cold.
       const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
@@ -178,6 +196,18 @@ for (const arch of ARCHS) {
       assert.equal(val(m4, 'lineage_prompt_cache_tier_bytes{tier="device"}'), stats.bytes.device);
       assert.equal(val(m4, 'lineage_prompt_cache_bytes'), stats.bytes.ram + stats.bytes.device);
       assert.equal(val(m4, 'lineage_prompt_cache_anchor_bytes'), stats.anchor_bytes);
+      // Each counter map of the stats has exactly the label values of its /metrics family, and
+      // the same counts (hits by kind: one miss, then two hits).
+      const family = (name) => Object.fromEntries([...m4.samples].filter(([k]) => k.startsWith(`${name}{`))
+        .map(([k, v]) => [k.slice(k.indexOf('"') + 1, -2), v]));
+      for (const [got, name] of [[stats.hits, 'restore_point_hits_total'], [stats.misses_by_cause, 'misses_by_cause_total'],
+        [stats.short_hits_by_cause, 'short_hits_by_cause_total'], [stats.key_differs, 'key_differs_total'],
+        [stats.evictions, 'evictions_total'], [stats.rejections, 'rejections_total'], [stats.disk.damage, 'disk_damaged_total'],
+        [stats.redis.damage, 'redis_damaged_total'], [stats.warmup.skipped, 'warmup_skipped_total']]) {
+        assert.deepEqual(got, family(`lineage_prompt_cache_${name}`), name);
+      }
+      assert.equal(Object.values(stats.hits).reduce((a, b) => a + b, 0), 2, JSON.stringify(stats.hits));
+      assert.equal(stats.misses_by_cause.no_shared_prefix, 1, JSON.stringify(stats.misses_by_cause));
 
       // Histograms: cumulative buckets, +Inf == count.
       for (const [name, type] of m4.types) {

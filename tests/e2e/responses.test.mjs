@@ -4,11 +4,13 @@
 // the same conversation, a second turn's exact restore, a function_call -> function_call_output
 // round trip with sealed reasoning (encrypted_content) restoring at least the whole previous
 // prompt, previous_response_id (also across a restart: stored responses persist), GET / DELETE /
-// 404, and a conversation started on /v1/chat/completions continued here.
+// 404, input_items (order, limit, after), cancel without a body, and a conversation started on
+// /v1/chat/completions continued here.
 //
 //   cd tests/e2e && node --test responses.test.mjs
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -20,6 +22,21 @@ import { FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM, TOOLS } from './lib/
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX = 6;
+
+/** A POST with no body, no Content-Type and no Content-Length (as `curl -X POST URL` sends it);
+ *  resolves to the raw HTTP response text. */
+function rawPost(port, target) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1', () => {
+      sock.write(`POST ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAccept: */*\r\nConnection: close\r\n\r\n`);
+    });
+    let text = '';
+    sock.setEncoding('utf8');
+    sock.on('data', (d) => { text += d; });
+    sock.on('end', () => resolve(text));
+    sock.on('error', reject);
+  });
+}
 
 /** cached_tokens of a follow-up (previous turn + its reply + a new user message) when the
  *  previous turn's entry is restored (lib/scenario.mjs rules, as for chat completions). */
@@ -184,6 +201,81 @@ for (const arch of ARCHS) {
         { role: 'assistant', content: m.content ?? '', ...(m.reasoning_content ? { reasoning_content: m.reasoning_content } : {}) },
         { role: 'user', content: 'Why?' }]));
       assert.equal(r2.usage.input_tokens_details.cached_tokens, followUpCached(hybrid, p1));
+    });
+
+    it('input_items lists the conversation a stored response came from: order, limit, after; 404', async () => {
+      const instructions = SYSTEM(561);
+      const first = `Plan the migration.\n\n${words(20, 562)}`;
+      const r1 = await create({ instructions, input: [{ role: 'user', content: first }] });
+      const r2 = await create({ instructions, previous_response_id: r1.id,
+        input: [{ role: 'user', content: 'Next step?' }, { role: 'user', content: [{ type: 'input_text', text: 'Be brief.' }] }] });
+      const user = (text) => ({ type: 'message', role: 'user', content: [{ type: 'input_text', text }], status: 'completed' });
+      const shape = ({ id: _id, ...rest }) => rest;
+
+      // r1: its one input message (instructions are no item), under a message id.
+      const p1 = await srv.openai.responses.inputItems.list(r1.id);
+      assert.equal(p1.data.length, 1, JSON.stringify(p1.data));
+      assert.match(p1.data[0].id, /^msg_/);
+      assert.deepEqual(shape(p1.data[0]), user(first));
+      // The list object as sent (the client's page keeps only data and has_more).
+      const raw1 = await srv.get(`/v1/responses/${r1.id}/input_items`);
+      assert.deepEqual(raw1.json, { object: 'list', data: p1.data, first_id: p1.data[0].id, last_id: p1.data[0].id, has_more: false });
+
+      // r2: r1's input, r1's output (under its output ids), then its own two messages. The
+      // default order is newest first; asc is the conversation's order.
+      const asc = await srv.openai.responses.inputItems.list(r2.id, { order: 'asc' });
+      assert.equal(asc.data.length, 3 + r1.output.length, JSON.stringify(asc.data));
+      assert.deepEqual(asc.data[0], p1.data[0], 'r1\'s input item keeps its id in the conversation r2 continued');
+      assert.deepEqual(asc.data.slice(1, 1 + r1.output.length).map((it) => [it.id, it.type]), r1.output.map((it) => [it.id, it.type]));
+      assert.deepEqual(asc.data.slice(-2).map(shape), [user('Next step?'), user('Be brief.')]);
+      const ids = asc.data.map((it) => it.id);
+      assert.equal(new Set(ids).size, ids.length, `ids are unique: ${ids}`);
+      const desc = await srv.openai.responses.inputItems.list(r2.id);
+      assert.deepEqual(desc.data.map((it) => it.id), [...ids].reverse());
+      const rawDesc = (await srv.get(`/v1/responses/${r2.id}/input_items`)).json;
+      assert.deepEqual([rawDesc.first_id, rawDesc.last_id, rawDesc.has_more], [ids.at(-1), ids[0], false]);
+      assert.deepEqual((await srv.openai.responses.inputItems.list(r2.id, { order: 'asc' })).data, asc.data, 'ids are stable');
+
+      // limit: a page of 2 with has_more; the client follows `after` (its last id) page by page.
+      const page = (await srv.get(`/v1/responses/${r2.id}/input_items?order=asc&limit=2`)).json;
+      assert.deepEqual([page.data.map((it) => it.id), page.first_id, page.last_id, page.has_more], [ids.slice(0, 2), ids[0], ids[1], true]);
+      assert.equal((await srv.openai.responses.inputItems.list(r2.id, { order: 'asc', limit: 2 })).has_more, true);
+      const all = [];
+      for await (const it of srv.openai.responses.inputItems.list(r2.id, { limit: 2 })) all.push(it.id);
+      assert.deepEqual(all, [...ids].reverse());
+      const after = await srv.openai.responses.inputItems.list(r2.id, { order: 'asc', after: ids[1], limit: 100 });
+      assert.deepEqual(after.data.map((it) => it.id), ids.slice(2));
+
+      // Errors: 404 in the OpenAI shape for an unknown id, 400 naming the bad parameter.
+      await assert.rejects(srv.openai.responses.inputItems.list('resp_nope'),
+        (e) => e.status === 404 && e.error?.code === 'not_found' && e.error?.type === 'invalid_request_error');
+      for (const [q, param] of [['limit=0', 'limit'], ['limit=101', 'limit'], ['limit=x', 'limit'], ['order=up', 'order'],
+        ['after=msg_nope', 'after']]) {
+        const r = await srv.get(`/v1/responses/${r2.id}/input_items?${q}`);
+        assert.equal(r.status, 400, `${q}: ${r.text}`);
+        assert.equal(r.json.error.param, param, q);
+      }
+    });
+
+    it('cancel needs no body: a foreground response cannot be cancelled (400), an unknown one is a 404', async () => {
+      const r = await create({ input: `Say hello.\n\n${words(10, 571)}` });
+      // The openai client sends the cancel without a body (and without a Content-Type).
+      await assert.rejects(srv.openai.responses.cancel(r.id), (e) => e.status === 400 && e.error?.type === 'invalid_request_error' &&
+        e.error?.message === `cannot cancel response '${r.id}': only responses created with background: true can be ` +
+          `cancelled, and this server runs every response in the foreground (it has finished; GET /v1/responses/${r.id} returns it)`);
+      await assert.rejects(srv.openai.responses.cancel('resp_nope'), (e) => e.status === 404 && e.error?.code === 'not_found');
+      // As curl -X POST without -d sends it: no Content-Type, no Content-Length.
+      const raw = await rawPost(srv.port, `/v1/responses/${r.id}/cancel`);
+      assert.match(raw, /^HTTP\/1\.1 400 /, raw);
+      assert.match(raw, /only responses created with background: true can be cancelled/);
+      // A body that is there must still be JSON; a JSON one is accepted (and ignored).
+      const text = await fetch(`${srv.url}/v1/responses/${r.id}/cancel`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: 'x' });
+      assert.equal(text.status, 415);
+      assert.equal((await text.json()).error.code, 'unsupported_media_type');
+      assert.equal((await srv.post(`/v1/responses/${r.id}/cancel`, {})).status, 400);
+      // The response is untouched, and a body-less POST elsewhere is still refused.
+      assert.equal((await srv.openai.responses.retrieve(r.id)).status, r.status);
+      assert.match(await rawPost(srv.port, '/v1/cache/reset'), /^HTTP\/1\.1 415 /);
     });
 
     it('bad requests get a 400 naming the field; hosted tools are ignored', async () => {

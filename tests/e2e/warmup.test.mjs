@@ -11,7 +11,8 @@
 //  - a request that arrives while a warm-up runs is served at once (the warm-up is preempted,
 //    what it did is parked) and answers as a cold run;
 //  - Messages and Responses replies are warmed the same way;
-//  - /metrics carries the warm-up counters.
+//  - /metrics carries the warm-up counters; GET /v1/cache/stats lists every skip cause;
+//  - the decision trace (--cache-trace) names a warm-up's lines "warm-up N", as the INFO log.
 //
 //   cd tests/e2e && node --test warmup.test.mjs
 import assert from 'node:assert/strict';
@@ -88,7 +89,7 @@ for (const arch of ARCHS) {
     let cold;
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `warmup-${arch}`,
-        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--metrics'] });
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--metrics', '--cache-trace'] });
       cold = await startServer({ model: modelPath(arch), name: `warmup-off-${arch}`,
         args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup=false'] });
     });
@@ -111,6 +112,17 @@ for (const arch of ARCHS) {
       assert.equal(w.preempted, 0);
       assert.equal(w.wasted, 0);
       assert.ok(w.tokens > 0);
+      // The decision trace names a warm-up's lines as the INFO log does ("warm-up N"), never
+      // "request N".
+      const log = srv.log();
+      const warmIds = [...log.matchAll(/\bwarm-up (\d+): stored \|/g)].map((m) => m[1]);
+      assert.equal(warmIds.length, USERS.length, `one INFO line per warm-up:\n${srv.logTail(30)}`);
+      for (const id of warmIds) {
+        assert.match(log, new RegExp(`cache-trace: warm-up ${id}: lookup of \\d+ tokens`), `warm-up ${id}'s lookup in the trace`);
+        assert.match(log, new RegExp(`cache-trace: warm-up ${id}: stored entry \\d+`), `warm-up ${id}'s entry in the trace`);
+        assert.doesNotMatch(log, new RegExp(`cache-trace: request ${id}:`), `warm-up ${id} traced as a request`);
+      }
+      assert.match(log, /cache-trace: request \d+: lookup of \d+ tokens/, 'requests are still traced as requests');
 
       // Without warm-ups, the same turns re-prefill the reply as re-rendered.
       const off = await conversation(cold, { warm: false, session: 'warm-1' });
@@ -238,6 +250,11 @@ for (const arch of ARCHS) {
       assert.equal(value('lineage_prompt_cache_warmups_total{outcome="stored"}'), s.warmup.runs);
       assert.equal(value('lineage_prompt_cache_warmup_tokens_total'), s.warmup.tokens);
       assert.equal(value('lineage_prompt_cache_warmup_hits_total'), s.warmup.hits);
+      // Every skip cause is listed, 0 included, with the /metrics count.
+      assert.deepEqual(Object.keys(s.warmup.skipped), ['not_needed', 'replaced', 'queue_full', 'preempted_too_often']);
+      for (const [cause, n] of Object.entries(s.warmup.skipped)) {
+        assert.equal(value(`lineage_prompt_cache_warmup_skipped_total{cause="${cause}"}`), n, cause);
+      }
       assert.ok(s.warmup.runs >= USERS.length);
     });
   });

@@ -56,7 +56,8 @@ TEST(ErrorForStatus, UnknownPathsAndWrongMethods) {
     EXPECT_EQ(nf.status, 404);
     EXPECT_EQ(nf.code, "not_found");
     for (const char * ep : {"POST /tokenize", "POST /apply-template", "GET /metrics", "POST /v1/messages/count_tokens",
-                            "GET /lora-adapters", "POST /lora-adapters", "DELETE /v1/responses/:id"}) {
+                            "GET /lora-adapters", "POST /lora-adapters", "DELETE /v1/responses/:id",
+                            "POST /v1/responses/:id/cancel", "GET /v1/responses/:id/input_items"}) {
         EXPECT_NE(nf.message.find(ep), std::string::npos) << ep << " missing from: " << nf.message;
     }
     const auto wrong = lineage::server::error_for_status(404, "GET", "/v1/chat/completions", 1024);
@@ -66,6 +67,12 @@ TEST(ErrorForStatus, UnknownPathsAndWrongMethods) {
     EXPECT_EQ(lora.message, "method PUT is not allowed on /lora-adapters; it takes GET or POST");
     const auto id = lineage::server::error_for_status(404, "POST", "/v1/responses/resp_1", 1024);
     EXPECT_EQ(id.message, "method POST is not allowed on /v1/responses/resp_1; it takes GET or DELETE");
-    // A deeper path under :id is no endpoint.
-    EXPECT_EQ(lineage::server::error_for_status(404, "GET", "/v1/responses/resp_1/input_items", 1024).status, 404);
+    // The endpoints under :id: each takes its own method; deeper or other paths are no endpoint.
+    EXPECT_EQ(lineage::server::error_for_status(404, "GET", "/v1/responses/resp_1/cancel", 1024).message,
+              "method GET is not allowed on /v1/responses/resp_1/cancel; it takes POST");
+    EXPECT_EQ(lineage::server::error_for_status(404, "POST", "/v1/responses/resp_1/input_items", 1024).message,
+              "method POST is not allowed on /v1/responses/resp_1/input_items; it takes GET");
+    EXPECT_EQ(lineage::server::error_for_status(404, "GET", "/v1/responses/resp_1/other", 1024).status, 404);
+    EXPECT_EQ(lineage::server::error_for_status(404, "GET", "/v1/responses/a/b/input_items", 1024).status, 404);
+    EXPECT_EQ(lineage::server::error_for_status(404, "POST", "/v1/responses//cancel", 1024).status, 404);
 }
