@@ -97,7 +97,7 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
 
 void lifecycle::guard_by_rollback(slot & s, const cache::capture_point & c) {
     const auto t0 = clock::now();
-    cache::trace_scope trace(store_.trace(), s.req->id);
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     if (!s.use_cache) {
         // A bypass computes what a first request with the cache on computes: the same rollback
         // and replay, nothing kept.
