@@ -37,9 +37,18 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_rs_seq = want_rollback ? 1 : 0;
     ctx_ = std::make_unique<engine::context>(m, cp);
     guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
-    if (want_rollback && !guard_rollback_) {
-        spdlog::info("scheduler: llama.cpp cannot roll this architecture's recurrent state back; the resend guard "
-                     "splits the prefill (one more forward pass per request)");
+    if (guard_rollback_) {
+        spdlog::info("scheduler: the resend guard (prompt - 1) is taken by rolling the recurrent state back after "
+                     "the prefill (--cache-guard-rollback): no prefill split there");
+    } else if (want_rollback) {
+        spdlog::info("scheduler: --cache-guard-rollback: llama.cpp cannot roll this architecture's recurrent state "
+                     "back; the resend guard splits the prefill (one more forward pass per request)");
+    } else if (p_.cache.guard_rollback) {
+        spdlog::info("scheduler: --cache-guard-rollback has no effect here: {}",
+                     !hybrid_ ? "a dense model restores any prefix, it takes no resend guard"
+                     : !p_.cache.lineage ? "exact mode takes no checkpoints"
+                     : !p_.cache.resend_checkpoint ? "--cache-resend-checkpoint is off"
+                                                   : "llama.cpp needs --ubatch-size and --batch-size above 2 for it");
     }
     for (const auto & path : p_.lora_paths) {
         loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));

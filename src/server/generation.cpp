@@ -9,6 +9,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -40,6 +41,7 @@ struct run_state {
     std::optional<generation_event> pending;  ///< first event, read before the stream started
     bool finished = false;
     bool stopped = false;  ///< a stop string matched: later tokens are dropped
+    int32_t kept_tokens = 0;  ///< tokens received up to and including the one a stop string matched in
     std::chrono::steady_clock::time_point last_client_check = std::chrono::steady_clock::now();
     std::function<bool()> client_closed;  ///< streaming: the request's socket probe
     std::shared_ptr<const chat_request> conversation;  ///< for the warm-up; null: none
@@ -79,6 +81,7 @@ struct run_state {
         if (e.tok >= 0 && ctx.model.is_eog(e.tok)) {
             return;
         }
+        kept_tokens++;
         std::string piece = e.piece;
         if (e.tok >= 0 && preserved.count(e.tok)) {
             piece = ctx.model.token_to_piece(e.tok, /*special=*/true);
@@ -86,6 +89,15 @@ struct run_state {
         if (out->add(e, piece)) {
             stopped = true;
             req->stop_requested->store(true);
+        }
+    }
+
+    // The reply's token count as the client sees it: a stop string ends the reply at the token
+    // that completed it, and the tokens the scheduler decoded before it saw stop_requested (a
+    // number that depends on timing) are not counted.
+    void settle(generation_event & done) const {
+        if (stopped) {
+            done.stats.completion_tokens = std::min(done.stats.completion_tokens, kept_tokens);
         }
     }
 
@@ -152,6 +164,7 @@ void respond_json(run_state & s, const httplib::Request & req, httplib::Response
                 s.on_token(*ev);
                 break;
             case ev_kind::done:
+                s.settle(*ev);
                 if (auto err = run_state::done_error(*ev)) {
                     s.send_error(res, *err);
                     s.log_done(err->status, ev->stats, "error");
@@ -210,10 +223,11 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
 
     std::string buf;
     const generation_event * done = nullptr;
-    for (const auto & ev : evs) {
+    for (auto & ev : evs) {
         if (ev.type == ev_kind::token) {
             s->on_token(ev);
         } else if (ev.type == ev_kind::done) {
+            s->settle(ev);
             if (auto err = run_state::done_error(ev)) {
                 buf += s->out->stream_error(*err);
                 s->log_done(err->status, ev.stats, "error");

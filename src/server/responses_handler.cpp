@@ -5,6 +5,7 @@
 #include "scheduler/scheduler.h"
 #include "server/chat_prepare.h"
 #include "server/generation.h"
+#include "server/json_body.h"
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
 #include "server/responses_request.h"
@@ -299,6 +300,14 @@ void handle_delete_response(const httplib::Request & req, httplib::Response & re
 
 void handle_cancel_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
     const std::string id = req.path_params.at("id");
+    // No body is needed; one that is sent must be a JSON object (docs/prompt-cache.md).
+    if (!req.body.empty()) {
+        json ignored;
+        if (auto err = parse_json_body(req.body, ignored)) {
+            send_error(res, *err);
+            return;
+        }
+    }
     if (!ctx.responses->get(id, ctx.tenant_of(req))) {
         send_error(res, not_found(id, ""));
         return;

@@ -100,6 +100,28 @@ for (const arch of ARCHS) {
       assert.ok(cut.usage.completion_tokens < full.usage.completion_tokens, 'stopped reply is not shorter');
     });
 
+    it('a stop string the first token completes: completion_tokens is 1, every time (streamed and not)', async () => {
+      // Tokens the scheduler decoded before it saw the stop are not the client's: the count must
+      // not depend on timing.
+      const body = { model: 'tiny', messages: [{ role: 'user', content: words(10, 15) }], max_tokens: 8, temperature: 0,
+        logprobs: true, cache_prompt: false };
+      const full = await srv.openai.chat.completions.create(body);
+      const first = full.choices[0].logprobs.content[0].token;
+      assert.ok(first.trim().length > 0, `the first token ${JSON.stringify(first)} is a usable stop string`);
+      for (let i = 0; i < 4; i++) {
+        const cut = await srv.openai.chat.completions.create({ ...body, stop: [first] });
+        assert.equal(cut.choices[0].finish_reason, 'stop', `run ${i}`);
+        assert.equal(cut.usage.completion_tokens, 1, `run ${i}: completion_tokens`);
+      }
+      for (let i = 0; i < 2; i++) {
+        const stream = await srv.openai.chat.completions.create({ ...body, stop: [first], stream: true,
+          stream_options: { include_usage: true } });
+        let usage = null;
+        for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+        assert.equal(usage?.completion_tokens, 1, `stream ${i}: completion_tokens`);
+      }
+    });
+
     it('GET /v1/cache/stats returns counters', async () => {
       const r = await srv.get('/v1/cache/stats');
       assert.equal(r.status, 200, r.text);

@@ -273,6 +273,14 @@ for (const arch of ARCHS) {
       assert.equal(text.status, 415);
       assert.equal((await text.json()).error.code, 'unsupported_media_type');
       assert.equal((await srv.post(`/v1/responses/${r.id}/cancel`, {})).status, 400);
+      // A JSON content type over a body that is not a JSON object: the parse error, not the cancel answer.
+      for (const body of ['hello', '[1]']) {
+        const bad = await fetch(`${srv.url}/v1/responses/${r.id}/cancel`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        assert.equal(bad.status, 400, body);
+        const e = (await bad.json()).error;
+        assert.equal(e.type, 'invalid_request_error', body);
+        assert.doesNotMatch(e.message, /cannot cancel/, `${body}: ${e.message}`);
+      }
       // The response is untouched, and a body-less POST elsewhere is still refused.
       assert.equal((await srv.openai.responses.retrieve(r.id)).status, r.status);
       assert.match(await rawPost(srv.port, '/v1/cache/reset'), /^HTTP\/1\.1 415 /);
