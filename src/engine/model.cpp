@@ -47,9 +47,15 @@ void init_backend_once() {
     static std::once_flag once;
     std::call_once(once, [] {
         llama_log_set(log_callback, nullptr);
-        // The common library logs on its own (stderr); keep it to errors unless debugging
-        // (its chat-parse warnings repeat what chat_template already reports).
-        common_log_set_verbosity_thold(spdlog::get_level() <= spdlog::level::debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR);
+        // The common library logs on its own (stderr); keep it to errors unless tracing (its
+        // chat-parse warnings repeat what chat_template already reports, and its debug lines
+        // quote prompts and replies). At trace its lines carry a timestamp too.
+        const bool tracing = spdlog::get_level() <= spdlog::level::trace;
+        common_log_set_verbosity_thold(tracing ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR);
+        if (tracing) {
+            common_log_set_prefix(common_log_main(), true);
+            common_log_set_timestamps(common_log_main(), true);
+        }
         llama_backend_init();
     });
 }

@@ -373,7 +373,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--http-keep-alive-timeout", "LINEAGE_HTTP_KEEP_ALIVE_TIMEOUT", "SECONDS",
         std::to_string(d.http_keep_alive_timeout_s), "an idle kept-alive connection is closed after this many whole seconds",
         int_in(c.http_keep_alive_timeout_s, 1, 3600));
-    add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level, "trace|debug|info|warn|error",
+    add("--log-level", "LINEAGE_LOG_LEVEL", "LEVEL", d.log_level,
+        "trace|debug|info|warn|error (trace adds llama.cpp's own debug lines, which quote prompts and replies)",
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",
         "serve GET /metrics in the Prometheus text format (404 when off)", boolean(c.metrics), true);
