@@ -91,6 +91,8 @@ constexpr endpoint endpoints[] = {
     {"POST", "/v1/cache/reset"},
 };
 
+}  // namespace
+
 bool path_matches(std::string_view pattern, std::string_view path) {
     const auto id = pattern.find(":id");
     if (id == std::string_view::npos) {
@@ -104,8 +106,6 @@ bool path_matches(std::string_view pattern, std::string_view path) {
     const std::string_view segment = path.substr(id, path.size() - id - rest.size());
     return segment.find('/') == std::string_view::npos;
 }
-
-}  // namespace
 
 api_error error_for_status(int status, const std::string & method, const std::string & path,
                            uint64_t max_body_bytes) {

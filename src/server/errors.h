@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 
 namespace lineage::server {
 
@@ -39,6 +40,10 @@ json to_json(const api_error & e);
 
 /** JSON text of `j`; invalid UTF-8 is replaced (U+FFFD) instead of throwing. */
 std::string dump(const json & j);
+
+/** True when `path` is `pattern`, where a ":id" in the pattern stands for one path segment
+ *  (e.g. "/v1/responses/:id/cancel"). */
+bool path_matches(std::string_view pattern, std::string_view path);
 
 /** Status and type an HTTP status code gets when httplib answers it without a handler body
  *  (404, 405, 413, ...). */

@@ -97,14 +97,9 @@ json tenant_stats_json(const std::string & tenant, const cache::stats & s, const
 // clients send it with no Content-Type, and an empty body carries nothing a web page could
 // forge. A body that is there must still be JSON.
 bool bodyless_post(const httplib::Request & req) {
-    const std::string prefix = "/v1/responses/";
-    const std::string suffix = "/cancel";
-    const std::string & p = req.path;
-    const bool cancel = p.size() > prefix.size() + suffix.size() && p.compare(0, prefix.size(), prefix) == 0 &&
-                        p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-                        p.find('/', prefix.size()) == p.size() - suffix.size();
     const std::string length = req.get_header_value("Content-Length");
-    return cancel && !req.has_header("Transfer-Encoding") && (length.empty() || length == "0");
+    return path_matches("/v1/responses/:id/cancel", req.path) && !req.has_header("Transfer-Encoding") &&
+           (length.empty() || length == "0");
 }
 
 // Paths answered in Anthropic's error shape.

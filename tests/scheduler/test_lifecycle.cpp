@@ -78,6 +78,17 @@ protected:
         now_ += 1;
     }
 
+    /** A hybrid lifecycle whose engine rolls back `depth` tokens, and `prompt` admitted on it
+     *  with the resend guard taken by rollback (as the scheduler admits it with
+     *  --cache-guard-rollback). */
+    std::unique_ptr<slot> admit_rolling_back(int32_t depth, const cache::tokens & prompt, int32_t history) {
+        make(true);
+        st_->rollback_depth = depth;
+        auto s = admit(prompt, history);
+        s->guard_rollback = true;
+        return s;
+    }
+
     std::vector<std::pair<int32_t, cache::point_kind>> checkpoints_of_front() const {
         return store_->entries().front().checkpoints;
     }
@@ -408,10 +419,7 @@ TEST_F(Lifecycle, ReplyCandidatesStretchTheirSpacingWhenFull) {
 // at prompt - 1 and the first decode step computes the last prompt token again.
 TEST_F(Lifecycle, GuardByRollbackTakesPromptMinusOneWithoutSplittingThePrefill) {
     using cp = std::pair<int32_t, cache::point_kind>;
-    make(true);
-    st_->rollback_depth = 1;
-    auto s = admit(seq_of(0, 300), 290);
-    s->guard_rollback = true;
+    auto s = admit_rolling_back(1, seq_of(0, 300), 290);
     EXPECT_EQ(s->next_stop(), 290);  // the turn checkpoint still splits
     const int32_t seq = s->seq;
     bool done = false;
@@ -445,10 +453,7 @@ TEST_F(Lifecycle, GuardByRollbackTakesPromptMinusOneWithoutSplittingThePrefill) 
 
 TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {
     using cp = std::pair<int32_t, cache::point_kind>;
-    make(true);
-    st_->rollback_depth = 1;
-    auto s = admit(seq_of(0, 300), 290);
-    s->guard_rollback = true;
+    auto s = admit_rolling_back(1, seq_of(0, 300), 290);
     const int32_t seq = s->seq;
     finish(*s, 0);  // the first sampled token ended it: the last prompt token was not decoded again
     const auto es = store_->entries();
@@ -466,10 +471,8 @@ TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {
 
 TEST_F(Lifecycle, GuardByRollbackRefusedByTheEngineIsSkipped) {
     using cp = std::pair<int32_t, cache::point_kind>;
-    make(true);
-    st_->rollback_depth = 0;  // an architecture llama.cpp cannot roll back (or the flag off there)
-    auto s = admit(seq_of(0, 300), 290);
-    s->guard_rollback = true;
+    // An architecture llama.cpp cannot roll back.
+    auto s = admit_rolling_back(0, seq_of(0, 300), 290);
     const int32_t seq = s->seq;
     finish(*s);
     EXPECT_EQ(st_->at(seq).n_kv, 300);
