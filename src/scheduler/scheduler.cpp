@@ -54,7 +54,13 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
     }
     states_ = std::make_unique<engine_states>(*ctx_);
-    apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_);
+    // The measurement decodes two tokens. It runs on a thread of its own that ends here, never
+    // on the caller's: with an OpenMP build of ggml the first thread that computes keeps a pool
+    // of OpenMP workers for life, and a second computing thread (the engine thread) adds its own.
+    // libgomp then manages more threads than there are CPUs and throttles its spin-waits to ~100
+    // iterations, so every ggml barrier sleeps in futex (docs/architecture.md "One computing
+    // thread"). A thread that ends gives its pool back.
+    std::thread([&] { apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_); }).join();
     slots_.resize(static_cast<size_t>(p_.n_parallel));
     n_seq_ = cp.n_seq;
     if (const char * v = std::getenv("LINEAGE_CHECK_INVARIANTS"); v != nullptr && std::string_view(v) == "1") {

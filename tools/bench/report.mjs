@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The benchmark report: reads the runs in DIR (NAME.summary.json + NAME.jsonl, written by
-// tools/bench/run.mjs) and writes DIR/report.md (markdown tables, configurations side by side)
+// tools/bench/run.mjs; NAME.engine.json, written by tools/bench/engine.mjs) and writes DIR/report.md (markdown tables, configurations side by side)
 // and DIR/results.json (the summaries together).
 //
 //   node tools/bench/report.mjs DIR [--order name1,name2,...] [--excess-for NAME] [--title TEXT]
@@ -54,6 +54,55 @@ if (t) {
     `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}` +
     `${t.systemVariation ? `, system variation ${t.systemVariation}` : ''}${t.thinkMs ? `, think time ${t.thinkMs} ms` : ''}. ` +
     `Model: \`${runs[0].summary.model}\`.`, '');
+}
+
+// Time first (WORKLOAD.md "What is reported"): a cache that computes fewer tokens but finishes
+// later has lost. Ratios are to the reference configuration (llama-server when it ran).
+const ref = runs.find((r) => r.name === 'llama-server');
+const ratio = (a, b, d = 2) => (a && b ? (a / b).toFixed(d) : '-');
+const generated = (r) => r.records.reduce((a, x) => a + (x.completion_tokens ?? 0), 0);
+out.push('## Time', '');
+out.push(table(['configuration', 'wall time s', 'generated tokens', 'generated tokens/s over the wall time',
+  'TTFT p50 / p95 ms', ...(ref ? ['wall vs llama-server', 'TTFT p50 vs llama-server', 'TTFT p95 vs llama-server'] : [])],
+runs.map((r) => {
+  const s = r.summary;
+  const g = generated(r);
+  const row = [r.name, fmt(s.run_seconds, 1), fmt(g), fmt(s.run_seconds ? g / s.run_seconds : null, 1),
+    `${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`];
+  if (ref) {
+    row.push(`**${ratio(s.run_seconds, ref.summary.run_seconds)}**`, ratio(r.agg.ttft.all.p50, ref.agg.ttft.all.p50),
+      ratio(r.agg.ttft.all.p95, ref.agg.ttft.all.p95));
+  }
+  return row;
+})));
+out.push('', 'Wall time is the whole trace, restart included; a ratio below 1 is faster than llama-server.', '');
+
+// The raw-engine part (tools/bench/engine.mjs): NAME.engine.json per configuration.
+const engines = order.map((name) => {
+  const f = path.join(dir, `${name}.engine.json`);
+  return fs.existsSync(f) ? { name, e: JSON.parse(fs.readFileSync(f, 'utf8')) } : null;
+}).filter(Boolean);
+for (const n of fs.readdirSync(dir).filter((f) => f.endsWith('.engine.json')).map((f) => f.slice(0, -'.engine.json'.length))) {
+  if (!engines.some((x) => x.name === n)) engines.push({ name: n, e: JSON.parse(fs.readFileSync(path.join(dir, `${n}.engine.json`), 'utf8')) });
+}
+if (engines.length) {
+  const eref = engines.find((x) => x.name === 'llama-server')?.e;
+  const sizes = [...new Set(engines.flatMap((x) => x.e.prefill.map((p) => p.target)))].sort((a, b) => a - b);
+  const pre = (e, k) => e.prefill.find((p) => p.target === k);
+  const cell = (v, r, d = 1) => (v === null || v === undefined ? '-' : `${fmt(v, d)}${r && eref ? ` (**${ratio(v, r)}x**)` : ''}`);
+  const e0 = engines[0].e;
+  out.push('## Raw engine (cache out of the picture)', '');
+  out.push(table(['configuration', `one stream, decode tok/s (${e0.decode_tokens} tokens)`, 'server-reported decode tok/s',
+    `${e0.streams} streams, aggregate decode tok/s`, ...sizes.map((k) => `cold prefill ~${k} tokens, tok/s (prompt)`),
+    'context switches/s while decoding', 'peak RSS MiB'],
+  engines.map(({ name, e }) => [name, cell(e.decode_1?.client_tok_s, eref?.decode_1?.client_tok_s),
+    cell(e.decode_1?.server_tok_s, eref?.decode_1?.server_tok_s), cell(e.decode_n?.aggregate_tok_s, eref?.decode_n?.aggregate_tok_s),
+    ...sizes.map((k) => { const p = pre(e, k); const rp = eref ? pre(eref, k) : null;
+      return p ? `${cell(p.server_tok_s, rp?.server_tok_s)} (${p.prompt_tokens})` : '-'; }),
+    fmt(e.decode_1?.ctx_switches_per_s), mib(e.memory?.peak_rss_bytes)])));
+  out.push('', 'Each figure is the best of its runs; the ratio in bold is to llama-server\'s (above 1 is faster). One-stream ' +
+    'decode is client side (completion tokens - 1 over first to last chunk); prefill is the server\'s own timing ' +
+    '(`timings.prompt_n / prompt_ms`) of a `cache_prompt: false` request.', '');
 }
 
 out.push('## Overview', '');
