@@ -71,6 +71,10 @@ void metrics::record(const request_stats & st, finish_reason why, bool used_cach
     m_.prompt_tokens += static_cast<uint64_t>(std::max(0, st.prompt_tokens));
     m_.prompt_tokens_prefilled += static_cast<uint64_t>(std::max(0, st.prefilled_tokens));
     m_.completion_tokens += static_cast<uint64_t>(std::max(0, st.completion_tokens));
+    m_.prefill_passes += static_cast<uint64_t>(std::max(0, st.prefill_passes));
+    for (const auto & [kind, n] : st.prefill_splits_by_kind) {
+        m_.prefill_splits[kind] += static_cast<uint64_t>(std::max(0, n));
+    }
     if (st.ttft_s > 0) {
         observe(phase::ttft, st.ttft_s);
     }

@@ -59,6 +59,10 @@ struct metrics_snapshot {
     uint64_t prompt_tokens = 0;            ///< prompt tokens of the requests that ended
     uint64_t prompt_tokens_prefilled = 0;  ///< of those, computed by the engine (not restored)
     uint64_t completion_tokens = 0;
+    /** Forward passes the prefills of the requests that ended took, and of those the passes cut
+     *  short at a restore point, by capture kind (request_stats::prefill_splits_by_kind). */
+    uint64_t prefill_passes = 0;
+    std::map<std::string, uint64_t> prefill_splits;
     /** Seconds per request, by phase (index: static_cast<size_t>(phase)). Observed for:
      *  ttft: requests that sampled a first token; queue: every request admitted; lookup,
      *  capture, commit: requests that used the cache; restore: requests that restored >= 1

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -129,6 +130,14 @@ struct request_stats {
     double lookup_s = 0, restore_s = 0, prefill_s = 0, capture_s = 0, commit_s = 0;
     double ttft_s = 0;               ///< seconds from submission to the first sampled token
     double decode_s = 0;             ///< seconds from the first to the last sampled token
+    /** Forward passes (llama_decode calls) the prompt's prefill took part in, images included. */
+    int32_t prefill_passes = 0;
+    /** Of those, the passes cut short at a restore point the cache captures (the chunk ended
+     *  there, not at --batch-size, an image or the prompt end): each is one more read of all the
+     *  weights. By capture kind ("turn", "guard", "anchor", "divergence", "ladder", "message",
+     *  ...); prefill_splits is their sum. */
+    int32_t prefill_splits = 0;
+    std::map<std::string, int32_t> prefill_splits_by_kind;
     std::string hit_kind;            ///< "miss", "full", "turn", "guard", "anchor", "divergence"
 };
 

@@ -510,6 +510,7 @@ void scheduler::impl::step() {
     for (auto & s : slots_) {
         if (s.ph == slot::phase::prefill && s.chunk > 0) {
             s.stats.prefill_s += dt;
+            count_pass(s);
             s.n_past += s.chunk;
             if (s.req->warmup) {
                 store_.warmup_counters().tokens += s.chunk;
@@ -521,6 +522,17 @@ void scheduler::impl::step() {
             life_->after_decode(s);
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
         }
+    }
+}
+
+void scheduler::impl::count_pass(slot & s) {
+    s.stats.prefill_passes++;
+    // A chunk that ends where the cache captures a restore point, short of the prompt end: a
+    // split (slot::next_stop). Counted before after_prefill_chunk moves next_capture on.
+    const int32_t stop = s.next_stop();
+    if (s.n_past + s.chunk == stop && stop < s.prompt_size() && s.next_capture < s.plan.captures.size()) {
+        s.stats.prefill_splits++;
+        s.stats.prefill_splits_by_kind[std::string(cache::to_string(s.plan.captures[s.next_capture].kind))]++;
     }
 }
 
@@ -545,6 +557,7 @@ void scheduler::impl::decode_image(slot & s, const media_span & m) {
         return;
     }
     s.stats.prefill_s += seconds_since(t0);
+    s.stats.prefill_passes++;
     s.n_past += n;
     if (s.req->warmup) {
         store_.warmup_counters().tokens += n;

@@ -67,6 +67,9 @@ struct scheduler::impl {
      *  moves n_past past it and takes the captures there; fails the slot when the engine fails
      *  (kv_full when no parked sequence can leave the device to make room). */
     void decode_image(slot & s, const media_span & m);
+    /** Counts one prefill pass of `s` (its chunk just computed, n_past not yet moved) and
+     *  whether the chunk was cut short at a capture point (request_stats::prefill_splits). */
+    void count_pass(slot & s);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
     void fail(slot & s, request_failure why);

@@ -29,6 +29,8 @@ json timings_json(const scheduler::request_stats & s, int32_t prompt_tokens) {
     // decode_s spans first to last sampled token: completion_tokens - 1 intervals.
     t["predicted_per_second"] =
         s.completion_tokens > 1 && s.decode_s > 0 ? (s.completion_tokens - 1) / s.decode_s : 0.0;
+    t["prefill_passes"] = s.prefill_passes;
+    t["prefill_splits"] = s.prefill_splits;
     t["cache_hit"] = s.hit_kind.empty() ? std::string("miss") : s.hit_kind;
     return t;
 }

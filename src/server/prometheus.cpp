@@ -262,6 +262,13 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               static_cast<double>(ms.prompt_tokens_prefilled));
     x.counter("lineage_completion_tokens_total", "Tokens generated, of the requests that ended.",
               static_cast<double>(ms.completion_tokens));
+    x.counter("lineage_prefill_passes_total",
+              "Forward passes (llama_decode calls) the prefills of the requests that ended took part in.",
+              static_cast<double>(ms.prefill_passes));
+    x.counter("lineage_prefill_splits_total",
+              "Of those passes, the ones cut short at a restore point the cache captures, by its kind: each is one "
+              "more read of all the weights.",
+              "kind", with_known(ms.prefill_splits, known_keys::split_kinds));
     x.histogram("lineage_time_to_first_token_seconds",
                 "Seconds from the request's arrival to its first sampled token.", ms.of(phase::ttft));
     x.histogram("lineage_request_queue_seconds", "Seconds a request waited for a free slot.", ms.of(phase::queue));

@@ -65,6 +65,8 @@ inline const std::vector<std::string> rejection_causes = {
 inline const std::vector<std::string> disk_damage = {"corrupt",     "truncated", "bad_magic", "identity",
                                                      "not_regular", "index_row", "index"};
 inline const std::vector<std::string> redis_damage = {"corrupt", "truncated", "bad_magic", "identity", "other_format"};
+/** Restore points a prefill is split at (cache::point_kind; reply checkpoints split nothing). */
+inline const std::vector<std::string> split_kinds = {"turn", "guard", "anchor", "divergence", "ladder", "message"};
 inline const std::vector<std::string> warmup_skips = {"not_needed", "replaced", "queue_full", "preempted_too_often"};
 }  // namespace known_keys
 

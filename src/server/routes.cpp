@@ -462,8 +462,15 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             return;
         }
         json j = stats_json(s);
+        const scheduler::metrics_snapshot m = ctx.sched.snapshot_metrics();
+        // Forward passes of the prefills, and those cut short at a restore point, by kind
+        // (lineage_prefill_passes_total, lineage_prefill_splits_total).
+        json splits = json::object();
+        for (const auto & [kind, n] : with_known(m.prefill_splits, known_keys::split_kinds)) {
+            splits[kind] = static_cast<uint64_t>(n);
+        }
+        j["prefill"] = {{"passes", m.prefill_passes}, {"splits", std::move(splits)}};
         if (!ctx.access.open()) {
-            const scheduler::metrics_snapshot m = ctx.sched.snapshot_metrics();
             std::vector<std::string> names = ctx.access.tenants();
             for (const auto & [name, _] : s.tenants) {
                 names.push_back(name);

@@ -141,6 +141,23 @@ for (const arch of ARCHS) {
         'lineage_requests_total{finish_reason="length"}': r1.choices[0].finish_reason === 'length' ? 1 : 0,
         lineage_time_to_first_token_seconds_count: 1,
       });
+      // Forward passes: the prompt is under --batch-size, so every pass but the last one ends at
+      // a restore point the cache captures (a split). A hybrid splits at its checkpoints (the
+      // anchor, the history boundary, the resend guard); a dense model restores any prefix of a
+      // stored KV and splits only to pin the new system prompt's anchor (a separate entry). The
+      // counters move by what the response's timings say.
+      const SPLITS = ['turn', 'guard', 'anchor', 'divergence', 'ladder', 'message'];
+      const splitSeries = SPLITS.map((k) => `lineage_prefill_splits_total{kind="${k}"}`);
+      const t1 = r1.timings;
+      assert.equal(t1.prefill_passes, t1.prefill_splits + 1, JSON.stringify(t1));
+      const dp1 = deltas(m0, m1, ['lineage_prefill_passes_total', ...splitSeries]);
+      if (hybrid) assert.ok(t1.prefill_splits >= 2, `a cold hybrid turn captures checkpoints: ${JSON.stringify(t1)}`);
+      else assert.deepEqual([t1.prefill_splits, dp1['lineage_prefill_splits_total{kind="anchor"}']], [1, 1], JSON.stringify(t1));
+      assert.equal(dp1.lineage_prefill_passes_total, t1.prefill_passes);
+      assert.equal(splitSeries.reduce((a, s) => a + dp1[s], 0), t1.prefill_splits);
+      const p1 = (await srv.cacheStats()).prefill;
+      assert.deepEqual(p1, { passes: t1.prefill_passes,
+        splits: Object.fromEntries(SPLITS.map((k, i) => [k, dp1[splitSeries[i]]])) });
       let trace = traceSince(srv, mark);
       assert.ok(trace.some((l) => new RegExp(`cache-trace: request \\d+: lookup of ${u1.prompt} tokens .*: miss; miss cause: no_shared_prefix$`).test(l)),
         `no miss line in the trace:\n${trace.join('\n')}`);
@@ -167,6 +184,8 @@ for (const arch of ARCHS) {
       assert.equal(d2.lineage_prompt_cache_prefix_tokens_reused_total, u2.cached);
       assert.equal(d2.lineage_prompt_tokens_prefilled_total, u2.prompt - u2.cached);
       assert.equal(d2.lineage_request_restore_seconds_count, 1);
+      // The resend computes its last token alone: one pass, no split.
+      assert.deepEqual([r2.timings.prefill_passes, r2.timings.prefill_splits], [1, 0]);
       trace = traceSince(srv, mark);
       assert.ok(trace.some((l) => l.includes(`restore ${kind} at ${u2.cached}/${u2.prompt} from entry`)),
         `no restore line in the trace:\n${trace.join('\n')}`);

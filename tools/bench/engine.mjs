@@ -6,10 +6,11 @@
 //   node tools/bench/engine.mjs --name NAME --out DIR [flags] -- SERVER ARGV... ({port} is replaced)
 //
 // Measures, in this order, on one freshly started server:
-//   decode_1   one streamed completion request decoding --decode-tokens tokens (EOS suppressed by logit_bias,
-//              so every run decodes the same number): decode tokens/s from the server's own
-//              timing line (timings.predicted_per_second, both servers report it) and from the
-//              client (completion tokens - 1 over first-to-last chunk).
+//   decode_1   one streamed completion request decoding --decode-tokens tokens (a logit bias steers
+//              it into plain word tokens and away from EOS, so every run decodes the same number:
+//              wordTokenIds): decode tokens/s from the server's own timing line
+//              (timings.predicted_per_second, both servers report it) and from the client
+//              (completion tokens - 1 over first-to-last chunk).
 //   decode_n   --streams concurrent such requests: aggregate decode tokens/s = all completion
 //              tokens / (last stream's end - first stream's first chunk), client side.
 //   prefill_K  for each K in --prefill (prompt sizes in tokens): a cold prefill of a ~K-token
@@ -132,6 +133,23 @@ async function stream(body) {
   return { t0, first: first ?? end, end, usage, timings };
 }
 
+/** Token ids of plain ASCII words (" alpha", " river", ...), each one token in this vocabulary.
+ *  Decoding is steered into them by a logit bias: a random-weight model otherwise emits byte
+ *  tokens that make invalid UTF-8 and special tokens, and llama-server's reply parser then ends
+ *  the stream with an error after a few dozen tokens, so no two runs decoded the same number. */
+async function wordTokenIds() {
+  const ids = new Set();
+  const words = ['alpha', 'river', 'stone', 'window', 'seven', 'quick', 'table', 'market', 'signal', 'orange',
+    'thread', 'engine', 'garden', 'silver', 'number', 'planet', 'copper', 'winter', 'camera', 'pocket', 'the', 'and',
+    'house', 'water', 'light', 'green', 'small', 'large', 'north', 'south', 'paper', 'music', 'story', 'field'];
+  for (const w of words) {
+    const r = await postJson('/tokenize', { content: ` ${w}`, add_special: false, parse_special: false });
+    const toks = (r.tokens ?? []).map((t) => (typeof t === 'number' ? t : t.id));
+    if (toks.length === 1) ids.add(toks[0]);
+  }
+  return [...ids];
+}
+
 /** Token ids that end a reply (suppressed so that every run decodes the same number). */
 async function stopTokenIds() {
   const ids = new Set();
@@ -163,13 +181,15 @@ async function main() {
   const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
   log(`ready in ${readyMs} ms`);
   const stops = await stopTokenIds();
-  const bias = Object.fromEntries(stops.map((id) => [String(id), -100]));
+  const words = await wordTokenIds();
+  if (words.length < 8) throw new Error(`only ${words.length} single-token words in this vocabulary`);
+  const bias = Object.fromEntries([...stops.map((id) => [String(id), -100]), ...words.map((id) => [String(id), 100])]);
   const decodeBody = (nonce) => ({ model: 'default', prompt: `Write a story, ${nonce}.`,
     max_tokens: DECODE, temperature: 0, logit_bias: bias, ignore_eos: true, cache_prompt: false });
   await stream({ ...decodeBody('warm-up'), max_tokens: 8 });  // first-use costs (page faults of the weights)
 
   const out = { name: opt.name, argv: serverArgv, decode_tokens: DECODE, streams: STREAMS, repeats: REPEATS,
-    stop_token_ids: stops, decode_1: null, decode_n: null, prefill: [] };
+    stop_token_ids: stops, word_token_ids: words, decode_1: null, decode_n: null, prefill: [] };
 
   const d1 = [];
   for (let k = 0; k < REPEATS; k++) {
