@@ -62,6 +62,7 @@ decode_result context::decode(const std::vector<batch_token> & tokens) {
         common_batch_add(batch, t.tok, t.pos, {t.seq}, t.logits);
     }
     const int32_t rc = llama_decode(ctx_, batch);
+    decode_calls_++;
     llama_batch_free(batch);
     switch (rc) {
         case 0: return decode_result::ok;
@@ -117,6 +118,10 @@ void context::seq_cp(seq_id src, seq_id dst, int32_t p1) {
     } else {
         llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
     }
+}
+
+int32_t context::graphs_reused() const {
+    return llama_perf_context(ctx_).n_reused;
 }
 
 int32_t context::rollback_depth() const {

@@ -101,6 +101,12 @@ public:
     /** Tokens a hybrid sequence's recurrent state can be taken back after a decode (the
      *  n_rs_seq llama.cpp kept: 0 when not asked for or not supported by the architecture). */
     int32_t rollback_depth() const;
+    /** Compute graphs of this context that llama.cpp reused instead of building again
+     *  (llama_perf_context's n_reused): a decode step of the same shape as the last reuses its
+     *  graph; one that does not pays for building and allocating it. */
+    int32_t graphs_reused() const;
+    /** llama_decode calls so far (this wrapper's count). */
+    int64_t decode_calls() const { return decode_calls_; }
     int32_t n_seq() const { return n_seq_; }
     int32_t n_batch() const { return n_batch_; }
     const model & get_model() const { return model_; }
@@ -113,6 +119,7 @@ private:
     int32_t n_batch_ = 512;
     bool unified_ = false;
     std::atomic<bool> * abort_ = nullptr;
+    int64_t decode_calls_ = 0;
 };
 
 }  // namespace lineage::engine

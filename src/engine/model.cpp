@@ -104,6 +104,7 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = p.n_gpu_layers;
     model_ = llama_model_load_from_file(p.path.c_str(), mp);
+    offloaded_ = p.n_gpu_layers != 0 && llama_supports_gpu_offload();
     if (!model_) {
         throw std::runtime_error("llama.cpp could not load " + p.path +
                                  " (not a GGUF file, unsupported architecture, or out of memory; "

@@ -65,6 +65,10 @@ public:
     int32_t n_vocab() const;
     int32_t n_ctx_train() const;
     memory_family family() const;
+    /** True when some of the model's layers were offloaded to a GPU (--n-gpu-layers not 0 and
+     *  llama.cpp found a GPU device); false when everything, the KV cache included, lives in
+     *  host RAM. */
+    bool offloaded() const { return offloaded_; }
 
     /** general.architecture, e.g. "qwen35". */
     std::string architecture() const;
@@ -84,6 +88,7 @@ private:
     llama_model * model_ = nullptr;
     std::string path_;
     std::string id_;
+    bool offloaded_ = false;
     std::vector<bool> newline_;  // by token id: its text holds '\n
 };
 

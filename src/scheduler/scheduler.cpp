@@ -21,7 +21,15 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     }
     max_seq_tokens_ = m.n_ctx_train() > 0 ? std::min(p_.n_ctx, m.n_ctx_train()) : p_.n_ctx;
     engine::context_params cp;
-    cp.n_seq = p_.n_parallel + std::max(0, p_.cache.device_slots);
+    if (p_.cache.device_slots < 0) {
+        p_.cache.device_slots = p_.cache.device_slots_for(m.offloaded());
+        spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", p_.cache.device_slots,
+                     p_.cache.device_slots == 1 ? "" : "s",
+                     m.offloaded() ? "the model runs on a GPU"
+                                   : "the model runs on the CPU: a parked sequence would hold a KV buffer of the whole "
+                                     "--ctx-size in host RAM; the RAM tier keeps finished states at their used size");
+    }
+    cp.n_seq = p_.n_parallel + p_.cache.device_slots;
     // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
     // the pool evenly; a unified pool of the same size lets one sequence take more.
     cp.n_ctx = max_seq_tokens_ * cp.n_seq;
@@ -337,7 +345,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     if (s.plan.op == cache::restore_op::take_device) {
         s.seq = s.plan.device_seq;
-    } else if (auto seq = pool_->acquire(s.plan.source)) {
+    } else if (auto seq = pool_->acquire(s.plan.source, active_seqs())) {
         s.seq = *seq;
     } else {
         store_.abandon(s.plan, 0);
@@ -489,6 +497,7 @@ void scheduler::impl::step() {
     if (batch.empty()) {
         return;
     }
+    order_by_sequence(batch);
     const auto t0 = clock::now();
     engine::decode_result rc = ctx_->decode(batch);
     while (rc == engine::decode_result::no_kv_space && pool_->demote_one(0)) {
@@ -521,6 +530,46 @@ void scheduler::impl::step() {
             s.replay = 0;
             life_->after_decode(s);
             emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
+        }
+    }
+}
+
+std::vector<int32_t> scheduler::impl::active_seqs() const {
+    std::vector<int32_t> out;
+    for (const auto & s : slots_) {
+        if (s.active() && s.seq >= 0) {
+            out.push_back(s.seq);
+        }
+    }
+    return out;
+}
+
+void scheduler::impl::order_by_sequence(std::vector<engine::batch_token> & batch) {
+    // llama.cpp splits a batch over per-sequence KV buffers into micro-batches of increasing,
+    // consecutive sequence ids, in batch order: slots in another order than their ids (as the
+    // pool hands ids out) cost a whole graph per sequence and step. Stable: each sequence's
+    // tokens keep their order; the slots' logits rows follow their tokens.
+    if (std::is_sorted(batch.begin(), batch.end(), [](const auto & a, const auto & b) { return a.seq < b.seq; })) {
+        return;
+    }
+    std::vector<int32_t> order(batch.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        order[i] = static_cast<int32_t>(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return batch[static_cast<size_t>(a)].seq < batch[static_cast<size_t>(b)].seq;
+    });
+    std::vector<int32_t> where(batch.size());
+    std::vector<engine::batch_token> sorted;
+    sorted.reserve(batch.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        where[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+        sorted.push_back(batch[static_cast<size_t>(order[i])]);
+    }
+    batch = std::move(sorted);
+    for (auto & s : slots_) {
+        if (s.logits_idx >= 0) {
+            s.logits_idx = where[static_cast<size_t>(s.logits_idx)];
         }
     }
 }

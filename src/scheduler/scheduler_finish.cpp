@@ -68,6 +68,7 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
                  splits, st.capture_s * 1e3, st.commit_s * 1e3,
                  st.ttft_s * 1e3,
                  st.decode_s > 0 && st.completion_tokens > 1 ? (st.completion_tokens - 1) / st.decode_s : 0.0);
+    spdlog::debug("engine: {} graphs reused of {} llama_decode calls", ctx_->graphs_reused(), ctx_->decode_calls());
     s.req->events->push(std::move(e));
     reset_slot(s);
 }

@@ -70,6 +70,10 @@ struct scheduler::impl {
     /** Counts one prefill pass of `s` (its chunk just computed, n_past not yet moved) and
      *  whether the chunk was cut short at a capture point (request_stats::prefill_splits). */
     void count_pass(slot & s);
+    /** The sequence ids of the active slots. */
+    std::vector<int32_t> active_seqs() const;
+    /** Orders `batch` by sequence id (stable) and moves the slots' logits_idx with it. */
+    void order_by_sequence(std::vector<engine::batch_token> & batch);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);
     void fail(slot & s, request_failure why);

@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace lineage::scheduler {
 
 sequence_pool::sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
@@ -59,15 +61,24 @@ bool sequence_pool::demote_one(uint64_t protect) {
     return true;
 }
 
-std::optional<int32_t> sequence_pool::acquire(uint64_t protect) {
+std::optional<int32_t> sequence_pool::acquire(uint64_t protect, const std::vector<int32_t> & active) {
     drain_released();
     while (free_.empty()) {
         if (!demote_one(protect)) {
             return std::nullopt;
         }
     }
-    const int32_t seq = free_.back();
-    free_.pop_back();
+    auto is_active = [&](int32_t s) { return std::find(active.begin(), active.end(), s) != active.end(); };
+    size_t pick = 0;
+    for (size_t i = 1; i < free_.size(); ++i) {
+        const bool near_i = is_active(free_[i] - 1) || is_active(free_[i] + 1);
+        const bool near_pick = is_active(free_[pick] - 1) || is_active(free_[pick] + 1);
+        if (near_i != near_pick ? near_i : free_[i] < free_[pick]) {
+            pick = i;
+        }
+    }
+    const int32_t seq = free_[pick];
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(pick));
     st_.seq_rm(seq, -1, -1);
     return seq;
 }

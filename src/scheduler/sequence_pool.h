@@ -25,8 +25,13 @@ public:
                   std::function<void(cache::disk_job)> spill = {});
 
     /** A free sequence id, emptied; demotes parked entries (never entry `protect`, the one the
-     *  request restores from) until one is free. nullopt when every id is busy. */
-    std::optional<int32_t> acquire(uint64_t protect);
+     *  request restores from) until one is free. nullopt when every id is busy. Of the free
+     *  ids it takes one next to an id in `active` (the sequences computing now), else the
+     *  lowest: llama.cpp computes a step of several sequences with per-sequence KV buffers in
+     *  one micro-batch only when their ids are consecutive (llama_batch_allocr::split_equal,
+     *  "accept only increasing sequence ids"), and in one graph per run of consecutive ids
+     *  otherwise (docs/architecture.md "One computing thread"). */
+    std::optional<int32_t> acquire(uint64_t protect, const std::vector<int32_t> & active = {});
     /** Empties `seq` and returns it to the pool. */
     void release(int32_t seq);
     /** Hands the store's spills to `spill`, then releases the ids the store let go of. */

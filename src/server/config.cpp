@@ -430,9 +430,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: an entry expires this long after its last hit",
         seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
-        "finished sequences kept parked on the device, besides the --parallel slots; --parallel + "
+        "finished sequences kept parked on the device, besides the --parallel slots; -1 = auto: 4 when the model "
+        "runs on a GPU, 0 on the CPU alone (there a parked sequence is a KV buffer of the whole --ctx-size in host "
+        "RAM, allocated at startup; the RAM tier keeps the same state at its used size); --parallel + "
         "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ)",
-        int_in(cc.device_slots, 0, max_sequences - 1));
+        int_in(cc.device_slots, -1, max_sequences - 1));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
     add("--prompt-cache-max-entries", "LINEAGE_PROMPT_CACHE_MAX_ENTRIES", "N", std::to_string(dc.max_entries),
@@ -745,13 +747,14 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     } else if (c.responses_store.empty()) {
         c.responses_store = c.sched.cache.disk_dir.empty() ? ":memory:" : c.sched.cache.disk_dir + "/responses.sqlite";
     }
-    if (errors.empty() && static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots > max_sequences) {
+    // Checked with the most sequences the flag can mean (auto: its GPU value).
+    const int32_t device_slots = c.sched.cache.device_slots_for(/*gpu=*/true);
+    if (errors.empty() && static_cast<int64_t>(c.sched.n_parallel) + device_slots > max_sequences) {
         errors.push_back("--parallel " + std::to_string(c.sched.n_parallel) + " + --cache-device-slots " +
-                         std::to_string(c.sched.cache.device_slots) + " = " +
-                         std::to_string(c.sched.n_parallel + c.sched.cache.device_slots) + " sequences; llama.cpp holds at most " +
-                         std::to_string(max_sequences) + ": lower one of them");
+                         std::to_string(device_slots) + " = " + std::to_string(c.sched.n_parallel + device_slots) +
+                         " sequences; llama.cpp holds at most " + std::to_string(max_sequences) + ": lower one of them");
     }
-    const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + c.sched.cache.device_slots;
+    const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + device_slots;
     if (errors.empty() && c.http_threads <= c.sched.n_parallel) {
         errors.push_back("--http-threads " + std::to_string(c.http_threads) + " is not more than --parallel " +
                          std::to_string(c.sched.n_parallel) +

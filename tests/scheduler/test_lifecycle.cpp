@@ -558,3 +558,34 @@ TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
 
 }  // namespace
 }  // namespace lineage::scheduler
+
+namespace lineage::scheduler {
+namespace {
+
+// llama.cpp computes the step of several sequences in one micro-batch only when their ids are
+// consecutive (per-sequence KV buffers): the pool hands out an id next to an active one, else
+// the lowest free one, whatever order ids came back in.
+TEST(SequencePool, HandsOutIdsNextToTheActiveOnesElseTheLowest) {
+    fakes::fake_engine_states st(true);
+    cache::store store(fakes::lifecycle_config(), true);
+    sequence_pool pool(st, store, 6);
+    std::vector<int32_t> got;
+    for (int i = 0; i < 6; ++i) {
+        got.push_back(*pool.acquire(0, got));
+    }
+    EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_FALSE(pool.acquire(0, got));  // every id busy, nothing parked to demote
+    // Back in another order than they went out: the lowest first when nothing is active.
+    for (int32_t s : {5, 2, 0, 4, 1}) {
+        pool.release(s);
+    }
+    EXPECT_EQ(pool.acquire(0, {}), 0);  // free now: 1, 2, 4, 5 (3 is still out)
+    EXPECT_EQ(pool.acquire(0, {3}), 2);  // 2 and 4 are beside 3: the lower one
+    // Beside an active sequence beats a lower id: 4 (beside 3) before 1, then 5 (beside 4).
+    EXPECT_EQ(pool.acquire(0, {3}), 4);
+    EXPECT_EQ(pool.acquire(0, {3, 4}), 5);
+    EXPECT_EQ(pool.acquire(0, {}), 1);
+}
+
+}  // namespace
+}  // namespace lineage::scheduler

@@ -22,6 +22,8 @@ generation_event done(finish_reason f, int32_t prompt = 10, int32_t cached = 6, 
     e.stats.prefill_s = 0.004;
     e.stats.ttft_s = 0.010;
     e.stats.decode_s = 0.5;
+    e.stats.prefill_passes = 3;
+    e.stats.prefill_splits = 2;
     e.stats.hit_kind = "turn";
     return e;
 }
@@ -54,7 +56,7 @@ TEST(ChatResponse, NonStreamingCompletionShape) {
               R"("usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,)"
               R"("prompt_tokens_details":{"cached_tokens":6}},)"
               R"("timings":{"prompt_n":4,"cached_n":6,"prompt_ms":4.0,"ttft_ms":10.0,"predicted_n":5,)"
-              R"("predicted_ms":500.0,"predicted_per_second":8.0,"cache_hit":"turn"}})");
+              R"("predicted_ms":500.0,"predicted_per_second":8.0,"prefill_passes":3,"prefill_splits":2,"cache_hit":"turn"}})");
 }
 
 TEST(ChatResponse, LengthFinish) {

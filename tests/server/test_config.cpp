@@ -382,7 +382,7 @@ TEST(Config, HelpListsEveryFlagWithItsVariableAndDefault) {
         {"--apc-block-size", "[env APC_BLOCK_SIZE; default 16]"},
         {"--apc-num-blocks", "[env APC_NUM_BLOCKS; default 0]"},
         {"--apc-hash", "[env APC_HASH; default sha256]"},
-        {"--cache-device-slots", "[env LINEAGE_CACHE_DEVICE_SLOTS; default 4]"},
+        {"--cache-device-slots", "[env LINEAGE_CACHE_DEVICE_SLOTS; default -1]"},
         {"--prompt-cache-min-prefix", "[env LINEAGE_PROMPT_CACHE_MIN_PREFIX; default 32]"},
         {"--prompt-cache-max-entries", "[env LINEAGE_PROMPT_CACHE_MAX_ENTRIES; default 1024]"},
         {"--prompt-cache-ttl", "[env LINEAGE_PROMPT_CACHE_TTL; default 3600]"},

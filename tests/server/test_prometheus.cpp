@@ -80,6 +80,10 @@ scheduler::metrics_snapshot known_metrics() {
     m.prompt_tokens = 1500;
     m.prompt_tokens_prefilled = 266;
     m.completion_tokens = 120;
+    m.prefill_passes = 31;
+    m.prefill_splits["turn"] = 9;
+    m.prefill_splits["ladder"] = 12;
+    m.prefill_splits["future_kind"] = 1;  // a kind not (yet) in known_keys::split_kinds still shows
     // Two bounds keep the expected text short; the server uses phase_seconds_buckets().
     m.phases.assign(scheduler::all_phases.size(), scheduler::histogram({0.1, 1}));
     auto & ttft = m.phases[static_cast<size_t>(scheduler::phase::ttft)];
@@ -317,6 +321,18 @@ lineage_prompt_tokens_prefilled_total 266
 # HELP lineage_completion_tokens_total Tokens generated, of the requests that ended.
 # TYPE lineage_completion_tokens_total counter
 lineage_completion_tokens_total 120
+# HELP lineage_prefill_passes_total Forward passes (llama_decode calls) the prefills of the requests that ended took part in.
+# TYPE lineage_prefill_passes_total counter
+lineage_prefill_passes_total 31
+# HELP lineage_prefill_splits_total Of those passes, the ones cut short at a restore point the cache captures, by its kind: each is one more read of all the weights.
+# TYPE lineage_prefill_splits_total counter
+lineage_prefill_splits_total{kind="turn"} 9
+lineage_prefill_splits_total{kind="guard"} 0
+lineage_prefill_splits_total{kind="anchor"} 0
+lineage_prefill_splits_total{kind="divergence"} 0
+lineage_prefill_splits_total{kind="ladder"} 12
+lineage_prefill_splits_total{kind="message"} 0
+lineage_prefill_splits_total{kind="future_kind"} 1
 # HELP lineage_time_to_first_token_seconds Seconds from the request's arrival to its first sampled token.
 # TYPE lineage_time_to_first_token_seconds histogram
 lineage_time_to_first_token_seconds_bucket{le="0.1"} 2

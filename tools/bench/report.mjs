@@ -52,7 +52,8 @@ if (t) {
     `${t.total_requests} requests planned, server restart after ${t.restart_after}; user messages ${t.userMin}-${t.userMax} tokens, ` +
     `tool results ${t.toolMin}-${t.toolMax}, max_tokens ${t.maxTokensMin}-${t.maxTokensMax}, ` +
     `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}` +
-    `${t.systemVariation ? `, system variation ${t.systemVariation}` : ''}${t.thinkMs ? `, think time ${t.thinkMs} ms` : ''}. ` +
+    `${t.systemVariation ? `, system variation ${t.systemVariation}` : ''}${t.thinkMs ? `, think time ${t.thinkMs} ms` : ''}` +
+    `${t.coldPersonas ? ', every session a new persona (cold-heavy)' : ''}. ` +
     `Model: \`${runs[0].summary.model}\`.`, '');
 }
 

@@ -10,7 +10,8 @@
 // --turns-max --user-min --user-max --tool-min --tool-max --max-tokens-min --max-tokens-max
 // --p-tool --p-regenerate --p-edit --p-drop --restart-at --persona-scale,
 // --system-variation none|end|mid (per-session lines at the end of every system text, or a
-// per-project line at ~80% of it, as agents write them), --think-ms (a pause before each user
+// per-project line at ~80% of it, as agents write them), --cold-personas 1 (every session a new
+// persona: a system text of its own after the shared tool block; the cold-heavy trace), --think-ms (a pause before each user
 // turn after the first, the user reading the reply and typing: 0, the default, is closed loop;
 // agent-loop tool steps never pause).
 // A cluster (--replicas N, N > 1; tools/bench/cluster.mjs): a redis-server (no persistence,
@@ -64,6 +65,7 @@ const TRACE_FLAGS = {
   'tool-max': 'toolMax', 'max-tokens-min': 'maxTokensMin', 'max-tokens-max': 'maxTokensMax', 'p-tool': 'pTool',
   'p-regenerate': 'pRegenerate', 'p-edit': 'pEdit', 'p-drop': 'pDrop', 'restart-at': 'restartAt',
   'persona-scale': 'personaScale', 'system-variation': 'systemVariation', 'think-ms': 'thinkMs',
+  'cold-personas': 'coldPersonas',
 };
 
 const dash = process.argv.indexOf('--');

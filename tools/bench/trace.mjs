@@ -37,7 +37,9 @@ export const DEFAULTS = {
   // per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
   // the working folder and the date as its last lines (pi, opencode); 'mid': a per-project
   // memory path at ~80% of its length (qwen-code). thinkMs (likewise): a pause before each
-  // user turn after the first, ms (run.mjs; 0: closed loop).
+  // user turn after the first, ms (run.mjs; 0: closed loop). coldPersonas (likewise; 1: on):
+  // every session is a new persona, its system text opening with a line of its own, so that
+  // no session shares more than the tool block with any earlier one (the cold-heavy trace).
 };
 
 const PROJECTS = ['lineage', 'atlas', 'orchard', 'quill', 'harbor', 'ember', 'tessellate', 'juniper'];
@@ -84,7 +86,8 @@ export function makeTrace(options = {}) {
     })();
     const session = sessions[persona]++;
     const prompt = personaPrompt(persona, session, o.personaScale);
-    const system = withSessionLines(prompt.system, o.systemVariation ?? 'none', persona, session);
+    const own = o.coldPersonas ? `You are agent ${c + 1} of this team (${PROJECTS[c % PROJECTS.length]} desk, persona ${persona}).\n\n` : '';
+    const system = own + withSessionLines(prompt.system, o.systemVariation ?? 'none', persona, session);
     const { tools } = prompt;
     const nSteps = between(r, o.turnsMin, o.turnsMax);
     const steps = [];
