@@ -20,18 +20,6 @@ std::string key_difference(const key_dims & a, const key_dims & b) {
     if (a.lora_id != b.lora_id) {
         dims.push_back("lora_id differs");
     }
-    if (a.template_sig != b.template_sig) {
-        std::string parts;
-        for (const auto & [name, diff] : {std::pair{"template", a.template_source != b.template_source},
-                                          std::pair{"tools", a.tools != b.tools},
-                                          std::pair{"kwargs", a.kwargs != b.kwargs},
-                                          std::pair{"tool_choice", a.tool_choice != b.tool_choice}}) {
-            if (diff) {
-                parts += (parts.empty() ? "" : ", ") + std::string(name);
-            }
-        }
-        dims.push_back("template_sig differs" + (parts.empty() ? std::string() : " (" + parts + ")"));
-    }
     if (a.rope != b.rope) {
         dims.push_back("rope_regime differs");
     }
@@ -43,6 +31,21 @@ std::string key_difference(const key_dims & a, const key_dims & b) {
         out += (out.empty() ? "" : ", ") + d;
     }
     return out;
+}
+
+std::string template_difference(const key_dims & a, const key_dims & b) {
+    if (a.empty() || b.empty() || a.template_sig == b.template_sig) {
+        return "";
+    }
+    std::string parts;
+    for (const auto & [name, diff] : {std::pair{"template", a.template_source != b.template_source},
+                                      std::pair{"tools", a.tools != b.tools}, std::pair{"kwargs", a.kwargs != b.kwargs},
+                                      std::pair{"tool_choice", a.tool_choice != b.tool_choice}}) {
+        if (diff) {
+            parts += (parts.empty() ? "" : ", ") + std::string(name);
+        }
+    }
+    return "template_sig differs" + (parts.empty() ? std::string() : " (" + parts + ")");
 }
 
 }  // namespace lineage::cache

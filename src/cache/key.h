@@ -1,10 +1,13 @@
 // cache::key: the one key vocabulary of the prompt cache (docs/architecture.md "Keys").
 // - bucket key: a digest of the dimensions that must match for two states to be interchangeable
-//   (model_id, lora_id, template_sig, rope_regime, mm_digest, and the tenant: the API key's
-//   owner, so that no state is shared across tenants); entries only match in a bucket;
+//   (model_id, lora_id, rope_regime, mm_digest, and the tenant: the API key's owner, so that no
+//   state is shared across tenants); entries only match in a bucket. template_sig (chat
+//   template, kwargs, tool_choice, tools) is not one: it decides which tokens a request has,
+//   not what state those tokens give, and the trie matches tokens;
 // - key dimensions (key_dims): those dimensions one by one, so that the decision trace can say
-//   which one made two requests land in different buckets ("template_sig differs (tools)");
-//   never used for matching;
+//   which one made two requests land in different buckets ("lora_id differs"), and template_sig
+//   with its inputs, so that it can say a hit crossed templates ("template_sig differs
+//   (tools)"); never used for matching;
 // - session key: prompt_cache_key > user > anonymous; decides the two-tier precedence only.
 // Digests are computed on the HTTP thread (src/server/cache_key.h, cache/digest.h).
 // Thread safety: value types and pure functions.
@@ -46,9 +49,14 @@ struct key {
     key_dims dims;        ///< the bucket's dimensions, for the decision trace only (may be empty)
 };
 
-/** Names the dimensions in which `a` and `b` differ, most significant first, e.g.
- *  "tenant differs", "model_id differs", "template_sig differs (tools, kwargs)", "mm_digest differs"; "" when
- *  they are equal or when either side is empty (not recorded). */
+/** Names the bucket dimensions in which `a` and `b` differ, most significant first, e.g.
+ *  "tenant differs", "model_id differs", "lora_id differs, mm_digest differs"; "" when they are
+ *  equal or when either side is empty (not recorded). */
 std::string key_difference(const key_dims & a, const key_dims & b);
+
+/** "template_sig differs (tools, kwargs)" when the two were rendered under other template
+ *  inputs (template, tools, kwargs, tool_choice), else "" (also when either side is empty). Not
+ *  a bucket dimension: a hit may cross it when the tokens agree. */
+std::string template_difference(const key_dims & a, const key_dims & b);
 
 }  // namespace lineage::cache

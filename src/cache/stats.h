@@ -123,6 +123,10 @@ struct stats {
     int64_t misses = 0;
     std::map<std::string, int64_t> hits;         ///< by restore point kind: full, turn, guard, anchor, divergence
     int64_t tokens_reused = 0;        ///< prompt tokens restored instead of prefilled
+    /** Hits restored from an entry rendered under another template_sig (other tools, kwargs,
+     *  template or tool_choice) whose tokens agree with the prompt's: template_sig is not a
+     *  bucket dimension (key.h). */
+    int64_t cross_template_hits = 0;
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
     /** Misses by cause (reasons.h miss_cause): no_shared_prefix, below_min_prefix, key_differs,

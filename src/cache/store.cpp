@@ -214,15 +214,19 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             p.op = restore_op::load_ram;
             p.full = e.full;
         }
+        const std::string other_template = template_difference(e.k.dims, k.dims);
         if (counted) {
             stats_.hits[std::string(to_string(p.kind))]++;
             stats_.tokens_reused += p.n_restore;
+            stats_.cross_template_hits += other_template.empty() ? 0 : 1;
         }
         note_warmed_restore(e, p.n_restore, p.absorbs, !counted);
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
                    std::to_string(prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
                    std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
-                   (e.k.session == k.session ? "" : ", cross-session") + ")" + (p.absorbs ? ", absorbing it" : "");
+                   (e.k.session == k.session ? "" : ", cross-session") +
+                   (other_template.empty() ? "" : ", rendered under another template: " + other_template) + ")" +
+                   (p.absorbs ? ", absorbing it" : "");
         if (p.absorbs) {
             // The request owns the entry now. Its restore points up to the restore point (and
             // its final state, when restored whole) return with the commit; its RAM bytes stay

@@ -68,11 +68,13 @@ const std::string & text_only_mm_digest() {
 }
 
 std::string bucket_digest(const bucket_inputs & in, hash_algo algo) {
+    // Only what changes the state computed for a token sequence (docs/prompt-cache.md "Key
+    // dimensions"): template_sig is not here (v2) since the template and the tools only decide
+    // which tokens a request has, and the trie matches tokens.
     hasher h(algo);
-    h.raw("lineage:prompt-cache:v1");
+    h.raw("lineage:prompt-cache:v2");
     h.field(in.model_id);
     h.field(in.lora_id);
-    h.field(in.template_sig);
     const char rope[2] = {static_cast<char>(in.rope_regime ? 1 : 0), static_cast<char>(in.rope_regime.value_or(0))};
     h.raw(std::string_view(rope, 2));
     h.field(in.mm_digest);

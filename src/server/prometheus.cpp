@@ -139,6 +139,10 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
             static_cast<double>(cs.ghosts));
     x.counter("lineage_prompt_cache_prefix_tokens_reused_total",
               "Prompt tokens restored from the cache instead of prefilled.", static_cast<double>(cs.tokens_reused));
+    x.counter("lineage_prompt_cache_cross_template_hits_total",
+              "Hits restored from an entry rendered under another template_sig (tools, kwargs, template or "
+              "tool_choice) whose tokens agree with the prompt.",
+              static_cast<double>(cs.cross_template_hits));
     x.counter("lineage_prompt_cache_evictions_total",
               "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
               "device entry), superseded (a resend replaced its twin), anchor_cap.",

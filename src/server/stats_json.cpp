@@ -60,6 +60,7 @@ json stats_json(const cache::stats & s) {
     j["misses"] = s.misses;
     j["hits"] = known_json(s.hits, known_keys::restore_kinds);
     j["tokens_reused"] = s.tokens_reused;
+    j["cross_template_hits"] = s.cross_template_hits;
     j["tokens_prefilled"] = s.tokens_prefilled;
     j["rejections"] = known_json(s.rejections, known_keys::rejection_causes);
     j["misses_by_cause"] = known_json(s.misses_by_cause, known_keys::miss_causes);

@@ -101,8 +101,10 @@ TEST_F(TraceTest, RejectedCandidatesSayWhy) {
     store st = make(true);
     const key k{"bucket-a", "s", dims("t1")};
     run(st, k, seq(0, 200), {-1, 195});
-    // Same tokens, other tools: another bucket.
-    const key other{"bucket-b", "s", dims("t2")};
+    // Same tokens under a LoRA adapter: another bucket.
+    key_dims with_lora = dims("t1");
+    with_lora.lora_id = "adapter";
+    const key other{"bucket-b", "s", with_lora};
     run(st, other, seq(0, 150), {}, 2.0);
     take();
     // Diverges from entry 1 at 100: before its first checkpoint (guard at 184).
@@ -113,8 +115,8 @@ TEST_F(TraceTest, RejectedCandidatesSayWhy) {
                           "  entry 1 (device, 200 tokens, session \"s\") not taken: the prompt diverges from it at "
                           "token 100; no restore point at or before 100 (nearest: guard at 184)",
                           "  entry 2 (150 tokens, session \"s\") shares 100 tokens with the prompt but is in another "
-                          "bucket: template_sig differs (tools)",
-                          "  1 entry in other buckets (template_sig differs (tools): 1)",
+                          "bucket: lora_id differs",
+                          "  1 entry in other buckets (lora_id differs: 1)",
                           "captures planned: [divergence@98 guard@114]; not planned: anchor: the request has no "
                           "leading system message or tools",
                       }));
@@ -208,14 +210,33 @@ TEST_F(TraceTest, OffByDefault) {
 
 TEST(KeyDifference, NamesTheDimension) {
     EXPECT_EQ(key_difference(dims("t1"), dims("t1")), "");
-    EXPECT_EQ(key_difference(dims("t1"), dims("t2")), "template_sig differs (tools)");
+    // Other tools: not a bucket dimension; template_difference names it for the trace.
+    EXPECT_EQ(key_difference(dims("t1"), dims("t2")), "");
+    EXPECT_EQ(template_difference(dims("t1"), dims("t2")), "template_sig differs (tools)");
     key_dims a = dims("t1");
     key_dims b = dims("t1");
     b.model_id = "other";
     b.kwargs = "kw2";
     b.template_sig = "sig2";
-    EXPECT_EQ(key_difference(a, b), "model_id differs, template_sig differs (kwargs)");
+    EXPECT_EQ(key_difference(a, b), "model_id differs");
+    EXPECT_EQ(template_difference(a, b), "template_sig differs (kwargs)");
     EXPECT_EQ(key_difference(a, key_dims{}), "") << "not recorded: nothing to say";
+    EXPECT_EQ(template_difference(a, key_dims{}), "");
+}
+
+// The same tokens rendered under other tools share their state: a hit across template_sig,
+// named in the trace and counted.
+TEST_F(TraceTest, AHitAcrossTemplateSigSaysWhatChanged) {
+    store st = make(true);
+    run(st, key{"bucket-a", "s", dims("t1")}, seq(0, 200), {-1, 195});
+    take();
+    const auto p = st.plan(key{"bucket-a", "s", dims("t2")}, cat(seq(0, 195), seq(8000, 20)), {}, 3.0);
+    EXPECT_EQ(p.n_restore, 195);
+    EXPECT_EQ(st.get_stats().cross_template_hits, 1);
+    const auto lines = take();
+    ASSERT_FALSE(lines.empty());
+    EXPECT_NE(lines[0].find("rendered under another template: template_sig differs (tools))"), std::string::npos)
+        << lines[0];
 }
 
 TEST(TraceFormat, QuotedAndBytes) {

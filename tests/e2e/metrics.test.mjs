@@ -7,8 +7,8 @@
 //    counters and the TTFT histogram count every request; GET /v1/cache/stats lists every hit
 //    kind, miss cause and reason (0 included) with exactly /metrics' label values and counts;
 //  - --cache-trace logs "cache-trace:" lines for each decision: the miss, the stored entry, the
-//    restore point of a hit, and "template_sig differs (tools)" for a request whose tools
-//    changed;
+//    restore point of a hit, and "template_sig differs (kwargs)" for a hit whose entry was
+//    rendered under other template inputs (template_sig is not a bucket dimension: it restores);
 //  - without --metrics, GET /metrics is a 404 in the OpenAI error shape naming the flag, and
 //    without --cache-trace no "cache-trace:" line is logged.
 //
@@ -114,7 +114,7 @@ for (const arch of ARCHS) {
         hits: zeros('full', 'prefix', 'turn', 'guard', 'anchor', 'divergence', 'ladder', 'message', 'reply'),
         misses_by_cause: causes,
         short_hits_by_cause: causes,
-        key_differs: zeros('tenant', 'model_id', 'lora_id', 'template_sig', 'rope_regime', 'mm_digest'),
+        key_differs: zeros('tenant', 'model_id', 'lora_id', 'rope_regime', 'mm_digest'),
         evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap'),
         rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
         disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
@@ -242,34 +242,28 @@ for (const arch of ARCHS) {
       assert.equal((check.stdout + check.stderr).trim(), '', `promtool lint:\n${check.stdout}${check.stderr}`);
     });
 
-    it('the trace names the dimension of a bucket mismatch', async () => {
-      const mark = srv.log().length;
-      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
-      await chat(srv, messages, { tools: TOOLS }, 'with tools');
-      const trace = traceSince(srv, mark);
-      assert.ok(trace.some((l) => /in another bucket: template_sig differs \(tools\)$/.test(l)),
-        `no bucket-mismatch line in the trace:\n${trace.join('\n')}`);
-    });
-
-    it('a miss because the key differs is counted by cause and dimension', async () => {
-      // The same messages as the first test with one more chat_template_kwargs entry: the same
-      // prompt tokens under another key (template_sig: kwargs). The entry under the first key
-      // shares the whole prompt, so the miss is "key_differs", not "no_shared_prefix".
-      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
+    it('a request under other template inputs restores the tokens it shares, and the trace says what changed', async () => {
+      // Another chat_template_kwargs entry that renders the same tokens: template_sig differs
+      // (kwargs), but it is not a bucket dimension (the state of a token sequence does not depend
+      // on what rendered it), so the second request restores all but one token of the first.
+      const messages = [{ role: 'system', content: `Another persona.\n\n${words(140, 21)}` }, { role: 'user', content: words(30, 22) }];
+      const first = await chat(srv, messages, {}, 'default kwargs');
+      assert.equal(usageOf(first).cached, 0, 'a new system prompt is a miss');
       const before = await srv.cacheStats();
+      const m0 = await scrape(srv);
       const mark = srv.log().length;
       const r = await chat(srv, messages, { chat_template_kwargs: { add_vision_id: false } }, 'other kwargs');
-      assert.equal(usageOf(r).cached, 0);
+      const u = usageOf(r);
+      assert.equal(u.prompt, usageOf(first).prompt, 'the same tokens');
+      assert.equal(u.cached, u.prompt - 1, 'restores all but one token across template_sig');
       const after = await srv.cacheStats();
-      const d = (m, k) => (after[m][k] ?? 0) - (before[m][k] ?? 0);
-      assert.equal(d('misses_by_cause', 'key_differs'), 1, JSON.stringify(after.misses_by_cause));
-      assert.equal(d('key_differs', 'template_sig'), 1, JSON.stringify(after.key_differs));
+      assert.equal(after.cross_template_hits - before.cross_template_hits, 1);
+      assert.deepEqual(after.key_differs, before.key_differs, 'no key_differs: the bucket is the same');
+      const m1 = await scrape(srv);
+      assert.equal(val(m1, 'lineage_prompt_cache_cross_template_hits_total') - val(m0, 'lineage_prompt_cache_cross_template_hits_total'), 1);
       const trace = traceSince(srv, mark);
-      assert.ok(trace.some((l) => /miss cause: key_differs: an entry under another key shares \d+ tokens \(template_sig differs \(kwargs\)\)$/.test(l)),
-        `no key_differs cause in the trace:\n${trace.join('\n')}`);
-      // Positive case: the same request again hits under its own key.
-      const again = await chat(srv, messages, { chat_template_kwargs: { add_vision_id: false } }, 'other kwargs again');
-      assert.equal(usageOf(again).cached, usageOf(again).prompt - 1);
+      assert.ok(trace.some((l) => /restore \w+ at \d+\/\d+ from entry \d+ \(.*rendered under another template: template_sig differs \(kwargs\)\)/.test(l)),
+        `no cross-template restore line in the trace:\n${trace.join('\n')}`);
     });
   });
 }

@@ -82,8 +82,10 @@ TEST(CacheKey, EveryTemplateSigDimensionChangesTheDigest) {
 TEST(CacheKey, LengthPrefixesKeepFieldsApart) {
     // "ab"+"c" and "a"+"bc" must not collide.
     EXPECT_NE(tools_digest({{"ab", "c", "{}"}}), tools_digest({{"a", "bc", "{}"}}));
-    bucket_inputs a = bucket("ab", "c");
-    bucket_inputs b = bucket("a", "bc");
+    bucket_inputs a = bucket("ab", "t");
+    a.lora_id = "c";
+    bucket_inputs b = bucket("a", "t");
+    b.lora_id = "bc";
     EXPECT_NE(bucket_digest(a), bucket_digest(b));
 }
 
@@ -98,9 +100,6 @@ TEST(CacheKey, EveryBucketDimensionChangesTheDigest) {
     b.lora_id = "lora";
     differs(b);
     b = base;
-    b.template_sig = "t2";
-    differs(b);
-    b = base;
     b.rope_regime = 0;  // present with tag 0 differs from absent
     differs(b);
     b = base;
@@ -109,6 +108,11 @@ TEST(CacheKey, EveryBucketDimensionChangesTheDigest) {
     b = base;
     b.mm_digest = std::string(32, '\0');
     differs(b);
+    // Not template_sig: the template and the tools decide which tokens a request has, not the
+    // state those tokens give; the trie matches tokens (docs/prompt-cache.md "Key dimensions").
+    b = base;
+    b.template_sig = "t2";
+    EXPECT_EQ(bucket_digest(b), bucket_digest(base));
 }
 
 TEST(CacheKey, TextOnlyMultimodalDigestIsAStable32ByteConstant) {
@@ -156,12 +160,16 @@ TEST(CacheKey, KeyDimsNameTheInputThatChanged) {
     auto one_tool = two_tools();
     one_tool.pop_back();
     bucket_inputs b2 = bucket("m", template_sig("tmpl", kw, "auto", one_tool));
-    EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b2, "tmpl", kw, "auto", one_tool)),
-              "template_sig differs (tools)");
+    // Other tools: the same bucket; the trace names the template inputs that changed.
+    const auto a2 = key_dims_of(b2, "tmpl", kw, "auto", one_tool);
+    EXPECT_EQ(lineage::cache::key_difference(a, a2), "");
+    EXPECT_EQ(lineage::cache::template_difference(a, a2), "template_sig differs (tools)");
+    EXPECT_EQ(lineage::cache::template_difference(a, key_dims_of(b, "tmpl", kw, "auto", two_tools())), "");
     const std::map<std::string, std::string> kw2 = {{"enable_thinking", "true"}};
     bucket_inputs b3 = bucket("other", template_sig("tmpl2", kw2, "auto", two_tools()));
-    EXPECT_EQ(lineage::cache::key_difference(a, key_dims_of(b3, "tmpl2", kw2, "auto", two_tools())),
-              "model_id differs, template_sig differs (template, kwargs)");
+    const auto a3 = key_dims_of(b3, "tmpl2", kw2, "auto", two_tools());
+    EXPECT_EQ(lineage::cache::key_difference(a, a3), "model_id differs");
+    EXPECT_EQ(lineage::cache::template_difference(a, a3), "template_sig differs (template, kwargs)");
 }
 
 TEST(CacheKey, Xxh3IsTheFastOption) {

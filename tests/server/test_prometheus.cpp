@@ -26,12 +26,13 @@ cache::stats known_cache_stats() {
     s.misses = 4;
     s.hits = {{"full", 3}, {"turn", 2}, {"anchor", 1}};
     s.tokens_reused = 1234;
+    s.cross_template_hits = 2;
     s.tokens_prefilled = 99;
     s.rejections = {{"min_prefix", 2}};
     s.evictions = {{"ttl", 1}, {"superseded", 2}, {"brand_new", 7}};
     s.misses_by_cause = {{"no_shared_prefix", 1}, {"evicted", 2}, {"key_differs", 1}};
     s.short_hits_by_cause = {{"before_first_restore_point", 1}};
-    s.key_differs = {{"template_sig", 1}};
+    s.key_differs = {{"lora_id", 1}};
     s.ghosts = 3;
     s.disk_hits = 1;
     s.disk.enabled = true;
@@ -137,8 +138,7 @@ lineage_prompt_cache_short_hits_by_cause_total{cause="bypassed"} 0
 # TYPE lineage_prompt_cache_key_differs_total counter
 lineage_prompt_cache_key_differs_total{dimension="tenant"} 0
 lineage_prompt_cache_key_differs_total{dimension="model_id"} 0
-lineage_prompt_cache_key_differs_total{dimension="lora_id"} 0
-lineage_prompt_cache_key_differs_total{dimension="template_sig"} 1
+lineage_prompt_cache_key_differs_total{dimension="lora_id"} 1
 lineage_prompt_cache_key_differs_total{dimension="rope_regime"} 0
 lineage_prompt_cache_key_differs_total{dimension="mm_digest"} 0
 # HELP lineage_prompt_cache_ghosts Records of evicted entries kept to classify misses (at most 1024).
@@ -147,6 +147,9 @@ lineage_prompt_cache_ghosts 3
 # HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
 # TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
 lineage_prompt_cache_prefix_tokens_reused_total 1234
+# HELP lineage_prompt_cache_cross_template_hits_total Hits restored from an entry rendered under another template_sig (tools, kwargs, template or tool_choice) whose tokens agree with the prompt.
+# TYPE lineage_prompt_cache_cross_template_hits_total counter
+lineage_prompt_cache_cross_template_hits_total 2
 # HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap.
 # TYPE lineage_prompt_cache_evictions_total counter
 lineage_prompt_cache_evictions_total{reason="lru"} 0

@@ -121,16 +121,15 @@ TEST(AccessTable, ALoneApiKeyIsAlsoTheAdmin) {
     EXPECT_FALSE(admin_only.identify(nullptr).known);
 }
 
-TEST(TenantKey, AnEmptyTenantKeepsTheBucketDigestOfBefore) {
+TEST(TenantKey, AnEmptyTenantAddsNoFieldToTheBucketDigest) {
     bucket_inputs b;
     b.model_id = "m";
-    b.template_sig = "t";
-    // The v1 layout, computed by hand: no tenant field.
+    b.template_sig = "t";  // not a bucket dimension (v2)
+    // The v2 layout, computed by hand: no tenant field, no template_sig.
     lineage::cache::hasher h;
-    h.raw("lineage:prompt-cache:v1");
+    h.raw("lineage:prompt-cache:v2");
     h.field("m");
     h.field("");
-    h.field("t");
     h.raw(std::string_view("\0\0", 2));
     h.field(text_only_mm_digest());
     EXPECT_EQ(bucket_digest(b), h.hex());
