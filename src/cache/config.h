@@ -49,15 +49,21 @@ struct config {
     std::string ttl_flag = "--prompt-cache-ttl";
     /** Sequences kept parked on the device after they finish (T0), in addition to the
      *  --parallel active slots (--cache-device-slots). -1 (the default) is resolved by the
-     *  scheduler: auto_device_slots_gpu when the model runs on a GPU, 0 on the CPU alone (a
-     *  parked sequence is a KV buffer of the whole --ctx-size in host RAM, allocated and zeroed
-     *  at startup whether used or not, where the RAM tier holds the same state at its used
-     *  size; measured: docs/benchmarks/README.md "Raw engine and time"). */
+     *  scheduler: auto_device_slots_gpu when the model runs on a GPU, auto_device_slots_cpu on
+     *  the CPU alone (a parked sequence is a KV buffer of the whole --ctx-size in host RAM,
+     *  allocated and zeroed at startup whether used or not, where the RAM tier holds the same
+     *  state at its used size; measured: docs/benchmarks/README.md "Raw engine and time"). */
     int32_t device_slots = -1;
     /** --cache-device-slots' value when a GPU holds the model (auto). */
     static constexpr int32_t auto_device_slots_gpu = 4;
+    /** --cache-device-slots' value on the CPU alone (auto): the one spare sequence a request
+     *  needs when every --parallel sequence is busy or parked and it restores by copying a
+     *  parked entry it must not evict (sequence_pool::acquire's `protect`). */
+    static constexpr int32_t auto_device_slots_cpu = 1;
     /** The number of parked sequences in effect for a model on a GPU (`gpu`) or not. */
-    int32_t device_slots_for(bool gpu) const { return device_slots >= 0 ? device_slots : gpu ? auto_device_slots_gpu : 0; }
+    int32_t device_slots_for(bool gpu) const {
+        return device_slots >= 0 ? device_slots : gpu ? auto_device_slots_gpu : auto_device_slots_cpu;
+    }
     /** Minimum prompt tokens before an entry is stored (seed 001: 32). */
     int32_t min_prefix = 32;
     /** Maximum live entries in T1 (seed 001: 1024). */

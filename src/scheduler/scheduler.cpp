@@ -26,8 +26,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", p_.cache.device_slots,
                      p_.cache.device_slots == 1 ? "" : "s",
                      m.offloaded() ? "the model runs on a GPU"
-                                   : "the model runs on the CPU: a parked sequence would hold a KV buffer of the whole "
-                                     "--ctx-size in host RAM; the RAM tier keeps finished states at their used size");
+                                   : "the model runs on the CPU: a parked sequence holds a KV buffer of the whole "
+                                     "--ctx-size in host RAM, so one spare is kept for restores that copy a parked "
+                                     "entry; the RAM tier keeps finished states at their used size");
     }
     cp.n_seq = p_.n_parallel + p_.cache.device_slots;
     // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
