@@ -38,4 +38,23 @@ std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::ve
     return out;
 }
 
+std::vector<int32_t> order_by_sequence(std::vector<engine::batch_token> & batch) {
+    std::vector<int32_t> order(batch.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        order[i] = static_cast<int32_t>(i);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return batch[static_cast<size_t>(a)].seq < batch[static_cast<size_t>(b)].seq;
+    });
+    std::vector<int32_t> where(batch.size());
+    std::vector<engine::batch_token> sorted;
+    sorted.reserve(batch.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        where[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
+        sorted.push_back(batch[static_cast<size_t>(order[i])]);
+    }
+    batch = std::move(sorted);
+    return where;
+}
+
 }  // namespace lineage::scheduler

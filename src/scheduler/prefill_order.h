@@ -29,4 +29,12 @@ struct prefill_chunk {
 std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::vector<float> & lora, int32_t budget,
                                         int32_t short_prefill, int32_t max_deferrals);
 
+/** Orders a step's tokens by sequence id, stably (each sequence's tokens keep their order), and
+ *  returns each old position's new one (size = batch size; identity when already in order).
+ *  Why: with a KV buffer per sequence llama.cpp cuts a batch into micro-batches of increasing,
+ *  consecutive sequence ids taken in batch order (llama_batch_allocr::split_equal), so tokens
+ *  of sequences 2, 1, 0 cost three graphs where 0, 1, 2 cost one (docs/architecture.md "One
+ *  micro-batch per step"). */
+std::vector<int32_t> order_by_sequence(std::vector<engine::batch_token> & batch);
+
 }  // namespace lineage::scheduler

@@ -546,29 +546,11 @@ std::vector<int32_t> scheduler::impl::active_seqs() const {
 }
 
 void scheduler::impl::order_by_sequence(std::vector<engine::batch_token> & batch) {
-    // llama.cpp splits a batch over per-sequence KV buffers into micro-batches of increasing,
-    // consecutive sequence ids, in batch order: slots in another order than their ids (as the
-    // pool hands ids out) cost a whole graph per sequence and step. Stable: each sequence's
-    // tokens keep their order; the slots' logits rows follow their tokens.
     if (std::is_sorted(batch.begin(), batch.end(), [](const auto & a, const auto & b) { return a.seq < b.seq; })) {
         return;
     }
-    std::vector<int32_t> order(batch.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-        order[i] = static_cast<int32_t>(i);
-    }
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return batch[static_cast<size_t>(a)].seq < batch[static_cast<size_t>(b)].seq;
-    });
-    std::vector<int32_t> where(batch.size());
-    std::vector<engine::batch_token> sorted;
-    sorted.reserve(batch.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-        where[static_cast<size_t>(order[i])] = static_cast<int32_t>(i);
-        sorted.push_back(batch[static_cast<size_t>(order[i])]);
-    }
-    batch = std::move(sorted);
-    for (auto & s : slots_) {
+    const std::vector<int32_t> where = lineage::scheduler::order_by_sequence(batch);
+    for (auto & s : slots_) {  // the slots' logits rows follow their tokens
         if (s.logits_idx >= 0) {
             s.logits_idx = where[static_cast<size_t>(s.logits_idx)];
         }

@@ -72,7 +72,8 @@ struct scheduler::impl {
     void count_pass(slot & s);
     /** The sequence ids of the active slots. */
     std::vector<int32_t> active_seqs() const;
-    /** Orders `batch` by sequence id (stable) and moves the slots' logits_idx with it. */
+    /** Orders `batch` by sequence id (prefill_order.h order_by_sequence) and moves the slots'
+     *  logits_idx with it. */
     void order_by_sequence(std::vector<engine::batch_token> & batch);
     void emit(slot & s, const engine::sampled_token & st);
     void finish(slot & s, finish_reason why);

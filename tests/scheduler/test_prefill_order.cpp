@@ -88,3 +88,29 @@ TEST(PrefillOrder, OnlyTheStepsAdapterSetJoins) {
 
 }  // namespace
 }  // namespace lineage::scheduler
+
+namespace lineage::scheduler {
+namespace {
+
+// llama.cpp computes a step in one micro-batch only when the sequence ids come in increasing
+// consecutive order: the batch is sorted by id, each sequence's tokens keep their order, and
+// the returned positions say where each token (and so each logits row) went.
+TEST(OrderBySequence, SortsBySequenceKeepingEachSequencesOrder) {
+    std::vector<engine::batch_token> batch = {
+        {10, 5, 2, true}, {20, 0, 1, false}, {21, 1, 1, false}, {22, 2, 1, true}, {30, 7, 0, true}};
+    const auto where = order_by_sequence(batch);
+    std::vector<std::pair<int32_t, int32_t>> got;  // (seq, token)
+    for (const auto & t : batch) {
+        got.emplace_back(t.seq, t.tok);
+    }
+    EXPECT_EQ(got, (std::vector<std::pair<int32_t, int32_t>>{{0, 30}, {1, 20}, {1, 21}, {1, 22}, {2, 10}}));
+    EXPECT_EQ(where, (std::vector<int32_t>{4, 1, 2, 3, 0}));
+    // A logits row moves with its token: the row of old position 3 (token 22) is now 3, of 0 is 4.
+    EXPECT_EQ(batch[static_cast<size_t>(where[0])].tok, 10);
+    EXPECT_TRUE(batch[static_cast<size_t>(where[3])].logits);
+    // Already in order: the identity.
+    EXPECT_EQ(order_by_sequence(batch), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace lineage::scheduler
