@@ -30,6 +30,15 @@ async function getJson(url) {
   } catch { return null; }
 }
 
+/** POST `body` as JSON to `base + pathname`; the parsed answer, or an Error naming the status. */
+export async function postJson(base, pathname, body, timeoutMs) {
+  const r = await fetch(base + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`POST ${pathname} -> ${r.status}: ${text.slice(0, 300)}`);
+  return JSON.parse(text);
+}
+
 /** The value of `--flag VALUE` in argv (the last one), or null. */
 function flagValue(argv, flag) {
   const i = argv.lastIndexOf(flag);

@@ -29,7 +29,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { ServerProc, freePort } from './cluster.mjs';
+import { ServerProc, freePort, postJson as postJsonTo } from './cluster.mjs';
 
 const dash = process.argv.indexOf('--');
 const { values: opt } = parseArgs({
@@ -72,13 +72,7 @@ const BASE = `http://127.0.0.1:${port}`;
 const server = new ServerProc(serverArgv.map((a) => a.replaceAll('{port}', String(port))),
   path.join(opt.out, `${opt.name}.engine.server.log`), { base: BASE, log });
 
-async function postJson(pathname, body) {
-  const r = await fetch(BASE + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body), signal: AbortSignal.timeout(900_000) });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`POST ${pathname} -> ${r.status}: ${text.slice(0, 300)}`);
-  return JSON.parse(text);
-}
+const postJson = (pathname, body) => postJsonTo(BASE, pathname, body, 900_000);
 
 /** Deterministic filler text (a linear congruential generator over a small word list). */
 function filler(seed, words) {

@@ -49,7 +49,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
-import { Cluster, ServerProc, freePort } from './cluster.mjs';
+import { Cluster, ServerProc, freePort, postJson as postJsonTo } from './cluster.mjs';
 import { attachEcho, streamMessages, streamResponses } from './dialects.mjs';
 import { summarize } from './summary.mjs';
 import { DEFAULTS, makeTrace } from './trace.mjs';
@@ -152,13 +152,7 @@ async function getJson(pathname) {
     return r.status === 200 ? await r.json() : null;
   } catch { return null; }
 }
-async function postJson(pathname, body) {
-  const r = await fetch(BASE + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body), signal: AbortSignal.timeout(120_000) });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`POST ${pathname} -> ${r.status}: ${text.slice(0, 300)}`);
-  return JSON.parse(text);
-}
+const postJson = (pathname, body) => postJsonTo(BASE, pathname, body, 120_000);
 
 /** Bytes the server's cache holds (a cluster: summed over the replicas, and each one's). */
 const cacheBytes = () => server.cacheBytes();
