@@ -198,6 +198,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     } else if (chosen) {
         const iter chosen_it = by_id_.at(chosen->id);
         entry & e = *chosen_it;
+        uint64_t retire_twin = 0;
         e.last_use = now_s;
         p.n_restore = chosen->n;
         p.kind = chosen->kind;
@@ -207,6 +208,24 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
         // Absorption (seed 000 "final"): a prompt that continues a conversation entry takes it.
         p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
+        if (p.absorbs && !counted && p.n_restore < p.source_tokens) {
+            // A warm-up that parts before the entry's end keeps it as the resend twin
+            // (restore_plan::twin): a regenerate of the turn just answered restores all but one
+            // token from it until the next turn continues the warm-up's entry.
+            p.absorbs = false;
+            p.twin = e.id;
+            for (const auto & c : e.checkpoints) {
+                if (c.n_tokens <= p.n_restore) {
+                    p.inherited.push_back(c);
+                }
+            }
+        } else if (p.absorbs && e.resend_twin != 0) {
+            if (!counted) {
+                p.twin = e.resend_twin;  // a preempted warm-up's continuation keeps the link
+            } else {
+                retire_twin = e.resend_twin;  // the next turn is here: the resend point serves no one
+            }
+        }
         if (e.where == tier::device) {
             p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
             p.device_seq = e.seq;
@@ -249,6 +268,14 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             p.unwritten_since = e.disk_file == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
             index_remove(chosen_it);
             entries_.erase(chosen_it);
+            if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
+                const iter twin = t->second;
+                p.disk_ancestors.insert(p.disk_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
+                if (twin->disk_file != 0) {
+                    p.disk_ancestors.push_back(twin->disk_file);
+                }
+                erase(twin, eviction_reason::superseded, " (the resend twin of the turn this request continues)");
+            }
         } else {
             entries_.splice(entries_.begin(), entries_, chosen_it);
             e.mru = next_mru_++;

@@ -133,6 +133,15 @@ struct restore_plan {
      *  so after the restore the sequence's recurrent state becomes the new entry's turn
      *  checkpoint at source_tokens (seed 000 "final"; the scheduler reserves and takes it). */
     bool final_from_sequence = false;
+    /** The resend twin (docs/prompt-cache.md "Warm-up of the next turn"): a warm-up that continues
+     *  an entry short of its end (the next turn re-renders the reply from the history boundary)
+     *  does not absorb it: the entry stays as the conversation's resend twin, holding its state at
+     *  its end and its resend guard, so that a regenerate or a verbatim resend after the warm-up
+     *  still restores all but one token; `inherited` then holds copies of its restore points up to
+     *  n_restore (shared blobs) for the warm-up's entry. This is the twin's id (0: none), carried to
+     *  the warm-up's entry (and through a preempted warm-up's continuation); the next request
+     *  that continues that entry retires the twin (eviction reason `superseded`). */
+    uint64_t twin = 0;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
@@ -380,6 +389,9 @@ private:
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
         int32_t warmed = 0;              // a warm-up stored it at this length, not hit yet (0: none)
+        // The entry a warm-up left behind as this conversation's resend twin (restore_plan::twin);
+        // retired when a request continues this entry (0: none).
+        uint64_t resend_twin = 0;
         uint64_t ram_bytes() const;
     };
     using iter = std::list<entry>::iterator;

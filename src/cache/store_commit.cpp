@@ -109,6 +109,7 @@ bool store::commit(commit_input in, double now_s) {
                                                                          : now_s;
     e.history = in.history_tokens;
     e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
+    e.resend_twin = in.absorbed ? in.absorbed->twin : 0;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }
@@ -118,7 +119,13 @@ bool store::commit(commit_input in, double now_s) {
             successor_[in.absorbed->pending_write_of] = e.id;
         }
     }
-    const uint64_t absorbed_id = in.absorbed ? in.absorbed->source : 0;
+    const uint64_t absorbed_id = in.absorbed && in.absorbed->absorbs ? in.absorbed->source : 0;
+    if (absorbed_id != 0) {
+        // A regenerate that took a resend twin is the turn's resend point now.
+        for (auto & x : entries_) {
+            x.resend_twin = x.resend_twin == absorbed_id ? e.id : x.resend_twin;
+        }
+    }
     const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
     if (hybrid_ && cfg_.lineage) {
         e.final_recurrent = std::move(in.final_recurrent);
@@ -192,11 +199,13 @@ bool store::commit(commit_input in, double now_s) {
         for (const auto & c : e.checkpoints) {
             cps += fmt::format("{}{}@{}", cps.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
         }
-        LINEAGE_TRACE(trace_, "stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}", id,
+        LINEAGE_TRACE(trace_, "stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}{}", id,
                       e.toks.size(), e.seq, human_bytes(e.device_bytes + e.ram_bytes()), cps,
                       absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points",
                                                 absorbed_id, n_inherited)
-                                  : std::string());
+                                  : std::string(),
+                      e.resend_twin != 0 ? fmt::format("; entry {} stays as the resend twin", e.resend_twin)
+                                         : std::string());
     }
     entries_.push_front(std::move(e));
     index_add(entries_.begin());

@@ -10,6 +10,8 @@
 //  - greedy outputs through warmed entries equal a cold run (cache_prompt: false);
 //  - a request that arrives while a warm-up runs is served at once (the warm-up is preempted,
 //    what it did is parked) and answers as a cold run;
+//  - a regenerate (the same prompt again) after the warm-up ran restores all but one token,
+//    three times in a row, answers as a cold run, and the next turn still prefills only its own;
 //  - Messages and Responses replies are warmed the same way;
 //  - /metrics carries the warm-up counters; GET /v1/cache/stats lists every skip cause;
 //  - the decision trace (--cache-trace) names a warm-up's lines "warm-up N", as the INFO log.
@@ -47,6 +49,18 @@ async function ownTokens(srv, messages) {
   let i = 0;
   while (i < p.length && i < q.length && p[i] === q[i]) i++;
   return { total: p.length, own: p.length - i };
+}
+
+/** Polls until a warm-up job queued after `before` ran or was skipped as not needed. */
+async function waitWarmupDone(srv, before, where) {
+  const done = (w) => w.runs + w.skipped.not_needed;
+  const t0 = Date.now();
+  for (;;) {
+    const s = await srv.cacheStats();
+    if (done(s.warmup) > done(before.warmup)) return s;
+    if (Date.now() - t0 > 10_000) assert.fail(`${where}: no warm-up within 10 s: ${JSON.stringify(s.warmup)}\n${srv.logTail(20)}`);
+    await sleep(5);
+  }
 }
 
 function replyOf(res) {
@@ -141,6 +155,42 @@ for (const arch of ARCHS) {
         assert.deepEqual(turns[k].reply, replyOf(c), `turn ${k + 1}: warmed vs cold`);
         assert.deepEqual(off.turns[k].reply, replyOf(c), `turn ${k + 1}: warm-up off vs cold`);
       }
+    });
+
+    it('a regenerate right after a warmed reply restores all but one token, every time', async () => {
+      // The warm-up keeps the reply's entry as the resend twin (docs/prompt-cache.md "Warm-up of
+      // the next turn"): the same prompt sent again after the warm-up ran restores |P| - 1, as
+      // it does without a warm-up; then the next user turn still prefills only its own message.
+      const session = `regen-${arch}`;
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(25, 80) }];
+      let before = await srv.cacheStats();
+      const first = await chat(srv, messages, { prompt_cache_key: session }, 'first reply');
+      await srv.waitWarmup(before.warmup.runs, 'after the first reply');
+      const cold = await chat(srv, messages, { cache_prompt: false }, 'cold');
+      for (let r = 0; r < 3; r++) {
+        before = await srv.cacheStats();
+        const again = await chat(srv, messages, { prompt_cache_key: session }, `regenerate ${r + 1}`);
+        const u = usageOf(again);
+        assert.equal(u.cached, u.prompt - 1,
+          `regenerate ${r + 1}: restored ${u.cached} of ${u.prompt} tokens\n${srv.logTail(30)}`);
+        assert.deepEqual(replyOf(again), replyOf(cold), `regenerate ${r + 1} vs cold`);
+        // Its warm-up: the same greedy reply, so the warmed entry already holds the prefix.
+        const s = await waitWarmupDone(srv, before, `after regenerate ${r + 1}`);
+        assert.equal(s.warmup.skipped.not_needed, before.warmup.skipped.not_needed + 1, JSON.stringify(s.warmup));
+      }
+
+      assert.deepEqual(replyOf(first), replyOf(cold), 'first reply vs cold');
+      // The next turn continues the warmed entry: only its own tokens are prefilled.
+      messages.push(echo(first.choices[0].message), { role: 'user', content: words(7, 81) });
+      const { own } = await ownTokens(srv, messages);
+      before = await srv.cacheStats();
+      const next = usageOf(await chat(srv, messages, { prompt_cache_key: session }, 'next turn'));
+      assert.equal(next.prompt - next.cached, own, `next turn: prefilled ${next.prompt - next.cached}, own ${own}`);
+      // ... and retires the last regenerate's entry, the turn's resend twin.
+      const afterNext = await srv.cacheStats();
+      assert.equal(afterNext.evictions.superseded, before.evictions.superseded + 1,
+        `the resend twin retired: ${JSON.stringify(afterNext.evictions)}\n${srv.logTail(20)}`);
+      assert.match(srv.log(), /stays as the resend twin/, 'the trace names the twin');
     });
 
     it('a request arriving during a warm-up is served at once and answers as a cold run', async () => {

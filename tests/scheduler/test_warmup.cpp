@@ -96,10 +96,13 @@ TEST_P(Warmup, TheNextTurnRestoresTheWarmedPrefixWhole) {
     const cache::stats before = store_->get_stats();
     const cache::tokens w = warm_prefix();
     ASSERT_FALSE(store_->covers({"b", "s"}, w));
+    const uint64_t reply_entry = store_->entries().front().id;
     auto warm = admit(w, -1, true);
-    // It continues the reply's entry from the history boundary (or, dense, the shared prefix).
-    EXPECT_TRUE(warm->plan.absorbs);
-    EXPECT_EQ(warm->plan.op, cache::restore_op::take_device);
+    // It continues the reply's entry from the history boundary (or, dense, the shared prefix),
+    // by a copy: the reply's entry stays as the resend twin.
+    EXPECT_FALSE(warm->plan.absorbs);
+    EXPECT_EQ(warm->plan.twin, reply_entry);
+    EXPECT_EQ(warm->plan.op, cache::restore_op::share_device);
     EXPECT_EQ(warm->n_past, hybrid_ ? 200 : 202);
     run(*warm, 0);
     const cache::stats after_warm = store_->get_stats();
@@ -108,9 +111,17 @@ TEST_P(Warmup, TheNextTurnRestoresTheWarmedPrefixWhole) {
     EXPECT_EQ(after_warm.hits, before.hits);
     EXPECT_EQ(after_warm.tokens_prefilled, before.tokens_prefilled);
     auto es = store_->entries();
-    ASSERT_EQ(es.size(), 1u);  // one entry per lineage: the warm-up absorbed the reply's
+    ASSERT_EQ(es.size(), 2u);  // the warmed entry and the reply's, kept as the resend twin
     EXPECT_EQ(es[0].n_tokens, static_cast<int32_t>(w.size()));
     EXPECT_EQ(es[0].warmed, static_cast<int32_t>(w.size()));
+    EXPECT_EQ(es[1].id, reply_entry);
+    if (hybrid_) {
+        // The warmed entry holds the conversation's restore points up to where it parted.
+        EXPECT_FALSE(es[0].checkpoints.empty());
+        for (const auto & [n, kind] : es[0].checkpoints) {
+            EXPECT_TRUE(n <= 200 || n > static_cast<int32_t>(history.size() + 2)) << n;
+        }
+    }
     EXPECT_TRUE(store_->covers({"b", "s"}, w));
     EXPECT_FALSE(store_->covers({"another bucket", "s"}, w));
 
@@ -122,8 +133,44 @@ TEST_P(Warmup, TheNextTurnRestoresTheWarmedPrefixWhole) {
     EXPECT_EQ(t2->plan.op, cache::restore_op::take_device);
     EXPECT_EQ(store_->get_stats().warmup.hits, 1);
     EXPECT_EQ(store_->get_stats().warmup.wasted, 0);
+    // The next turn retired the twin: one entry per lineage again.
+    for (const auto & e : store_->entries()) {
+        EXPECT_NE(e.id, reply_entry);
+    }
+    EXPECT_EQ(store_->get_stats().evictions.at("superseded"), 1);
     run(*t2, 5);
+    EXPECT_EQ(store_->entries().size(), 1u);
     EXPECT_EQ(store_->entries().front().warmed, 0);  // the new entry is the request's, not warmed
+}
+
+TEST_P(Warmup, ARegenerateAfterTheWarmupRestoresAllButOneToken) {
+    first_turn();
+    auto warm = admit(warm_prefix(), -1, true);
+    run(*warm, 0);
+    // The turn just answered, sent again (a regenerate, or a retry of a lost reply).
+    const cache::tokens p1 = cat(history, gen_prompt);
+    auto again = admit(p1, 200, false);
+    EXPECT_EQ(again->n_past, static_cast<int32_t>(p1.size()) - 1);
+    EXPECT_EQ(again->stats.hit_kind, hybrid_ ? "guard" : "prefix");
+    EXPECT_TRUE(again->plan.absorbs);  // it takes the twin
+    run(*again, 30);
+    // The warmed entry is still there for the next turn.
+    const cache::tokens w = warm_prefix();
+    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
+    run(*t2, 5);
+}
+
+TEST_P(Warmup, WithoutAWarmupTheNextTurnAbsorbsAndNoTwinIsKept) {
+    // Control: a request (not a warm-up) that continues the reply's entry absorbs it.
+    first_turn();
+    const cache::tokens p2 = cat(cat(warm_prefix(), user_msg), gen_prompt);
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_TRUE(t2->plan.absorbs);
+    EXPECT_EQ(t2->plan.twin, 0u);
+    run(*t2, 5);
+    EXPECT_EQ(store_->entries().size(), 1u);
 }
 
 TEST_P(Warmup, APreemptedWarmupParksWhatItDidAndTheNextRequestContinuesIt) {
@@ -132,15 +179,23 @@ TEST_P(Warmup, APreemptedWarmupParksWhatItDidAndTheNextRequestContinuesIt) {
     auto warm = admit(w, -1, true);
     run(*warm, 0, 220);  // preempted after 220 tokens
     auto es = store_->entries();
-    ASSERT_EQ(es.size(), 1u);
+    ASSERT_EQ(es.size(), 2u);  // and the resend twin
     EXPECT_EQ(es[0].n_tokens, 220);
     EXPECT_EQ(es[0].warmed, 220);
+    // Resumed, the warm-up continues what it parked and keeps the twin linked.
+    auto resumed = admit(w, -1, true);
+    EXPECT_EQ(resumed->n_past, 220);
+    EXPECT_TRUE(resumed->plan.absorbs);
+    EXPECT_EQ(resumed->plan.twin, es[1].id);
+    run(*resumed, 0, 230);
+    ASSERT_EQ(store_->entries().size(), 2u);
     const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
     auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
-    EXPECT_EQ(t2->n_past, 220);
+    EXPECT_EQ(t2->n_past, 230);
     EXPECT_TRUE(t2->plan.absorbs);
     EXPECT_EQ(store_->get_stats().warmup.hits, 1);
     run(*t2, 5);
+    EXPECT_EQ(store_->entries().size(), 1u);  // the twin retired
 }
 
 TEST_P(Warmup, ANextPromptThatLeavesTheWarmedPrefixEarlyWastesIt) {
