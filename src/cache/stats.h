@@ -127,6 +127,12 @@ struct stats {
      *  template or tool_choice) whose tokens agree with the prompt's: template_sig is not a
      *  bucket dimension (key.h). */
     int64_t cross_template_hits = 0;
+    /** Hits restored from a running request's sequence (store.h live_state): a request sharing
+     *  a prefix with one in flight, which would otherwise have prefilled it again. */
+    int64_t live_hits = 0;
+    /** Requests that waited at admission for a running request to compute the prefix they
+     *  share (scheduler admission.h prefix_hold), instead of prefilling it beside it. */
+    int64_t prefix_holds = 0;
     int64_t tokens_prefilled = 0;     ///< prompt tokens computed
     std::map<std::string, int64_t> rejections;   ///< by cause, e.g. too_large, min_prefix, disabled
     /** Misses by cause (reasons.h miss_cause): no_shared_prefix, below_min_prefix, key_differs,

@@ -156,6 +156,21 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             return true;
         });
     }
+    // Running requests' sequences: restore points their prefill has passed (live_state). Offered
+    // after the stored entries, with no recency, so that a stored state of the same length wins.
+    for (size_t i = 0; i < hints.live.size(); ++i) {
+        const live_state & l = hints.live[i];
+        if (l.bucket != k.bucket || l.seq < 0) {
+            continue;
+        }
+        const int32_t lcp = common_prefix(prompt, l.toks);
+        live_lcp = std::max(live_lcp, lcp);
+        if (search.worth(lcp)) {
+            search.offer(live_id_bit | i,
+                         stored_state{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr},
+                         lcp);
+        }
+    }
     const std::optional<restore_candidate> chosen = search.chosen();
     const int32_t best_short = search.best_short();
     // Tier 2 only for something longer than the best device/RAM restore point.
@@ -195,6 +210,30 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                    std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
                    (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
                    (p.absorbs ? ", superseding it" : "");
+    } else if (chosen && (chosen->id & live_id_bit) != 0) {
+        const live_state & l = hints.live[chosen->id & ~live_id_bit];
+        p.n_restore = chosen->n;
+        p.kind = chosen->kind;
+        p.op = restore_op::share_device;
+        p.device_seq = l.seq;
+        p.source_tokens = static_cast<int32_t>(l.toks.size());
+        p.recurrent = chosen->checkpoint >= 0 ? l.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
+        // Its restore points up to here are the new entry's too (shared blobs): a resend of this
+        // prompt then restores its guard from either request's entry.
+        for (const auto & c : l.checkpoints) {
+            if (c.n_tokens <= p.n_restore) {
+                p.inherited.push_back(c);
+            }
+        }
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            stats_.tokens_reused += p.n_restore;
+            stats_.live_hits++;
+        }
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + " from running request " + std::to_string(l.request) +
+                   " (sequence " + std::to_string(l.seq) + ", " + std::to_string(l.toks.size()) + " tokens so far" +
+                   (l.session == k.session ? "" : ", cross-session") + ")";
     } else if (chosen) {
         const iter chosen_it = by_id_.at(chosen->id);
         entry & e = *chosen_it;

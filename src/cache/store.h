@@ -58,6 +58,19 @@
 
 namespace lineage::cache {
 
+/** A running request's sequence offered to plan() as a restore source (docs/prompt-cache.md
+ *  "Parallel requests on one prefix"): two requests that share a prefix and run at once need
+ *  not both prefill it. The plan copies its KV [0, n) (and, hybrid, a checkpoint its prefill
+ *  took) as it copies a parked entry's (restore_op::share_device); nothing is absorbed. */
+struct live_state {
+    uint64_t request = 0;                 ///< the running request's id (decision trace)
+    int32_t seq = -1;                     ///< its device sequence
+    std::string bucket;                   ///< its cache key's bucket (matches only within one)
+    std::string session;                  ///< its session key
+    tokens toks;                          ///< the tokens its sequence holds now
+    std::vector<checkpoint> checkpoints;  ///< hybrid: recurrent states its prefill took, ascending
+};
+
 /** Request facts the plan needs besides its tokens. */
 struct plan_hints {
     int32_t anchor_tokens = -1;   ///< end of system prompt + tools, tokens (-1: none)
@@ -79,6 +92,10 @@ struct plan_hints {
      *  image's start, and a lookup whose longest match parts at an image's start names
      *  mm_digest as its miss cause. The span must outlive the plan() call. */
     std::span<const token_span> media = {};
+    /** Running requests' sequences (live_state), considered beside the stored entries; a live
+     *  restore point is chosen only when it is longer than every stored one. The span must
+     *  outlive the plan() call. */
+    std::span<const live_state> live = {};
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
@@ -112,7 +129,9 @@ struct restore_plan {
     /** The entry was taken: its checkpoints and final state go into the request's commit. */
     bool absorbs = false;
     /** absorbs: the taken entry's checkpoints plus its final state as a turn checkpoint
-     *  (hybrid), carried over to the request's new entry (seed 000 "final"). */
+     *  (hybrid), carried over to the request's new entry (seed 000 "final"). A copy from a
+     *  running request's sequence or by a twin-keeping warm-up (twin): the source's restore
+     *  points up to n_restore, shared blobs, carried over the same way. */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
     file_id disk_file = 0;                 ///< load_disk: the file to read
@@ -293,6 +312,11 @@ public:
 
     /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
      *  cause "bypassed". */
+    /** The longest prefix `prompt` shares with a stored state (entry or anchor) of `bucket`, in
+     *  memory, tokens (0: none); an upper bound of what plan() restores from memory. */
+    int32_t longest_match(const std::string & bucket, const tokens & prompt) const;
+    /** Counts a request that waited for a running one to compute their shared prefix. */
+    void count_prefix_hold() { stats_.prefix_holds++; }
     void count_bypassed() { stats_.misses_by_cause[std::string(to_string(miss_cause::bypassed))]++; }
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
@@ -395,6 +419,8 @@ private:
         uint64_t ram_bytes() const;
     };
     using iter = std::list<entry>::iterator;
+    /** Marks a restore_search id as an index into plan_hints::live, not an entry id. */
+    static constexpr uint64_t live_id_bit = uint64_t{1} << 63;
 
     /** What the restore rule (restore_rule.h) sees of `e` for a request in `session`. */
     stored_state state_of(const entry & e, const std::string & session) const;

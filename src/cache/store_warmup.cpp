@@ -23,6 +23,17 @@ bool store::covers(const key & k, const tokens & prefix) const {
     return covered;
 }
 
+int32_t store::longest_match(const std::string & bucket, const tokens & prompt) const {
+    int32_t best = 0;
+    if (auto t = tries_.find(bucket); t != tries_.end() && !prompt.empty()) {
+        t->second.match(prompt, [&](uint64_t, int32_t lcp) {
+            best = std::max(best, lcp);
+            return false;  // descending common prefix: the first is the longest
+        });
+    }
+    return best;
+}
+
 restore_plan store::plan_warmup(const key & k, const tokens & prefix, const plan_hints & hints, double now_s) {
     warmup_lookup_ = true;
     restore_plan p = plan(k, prefix, hints, now_s);

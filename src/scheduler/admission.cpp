@@ -54,6 +54,36 @@ bool retry_hold(const std::vector<slot> & slots, generation_request & r, std::ch
     return now - *r.held_since < limit;
 }
 
+const slot * prefix_hold(const std::vector<slot> & slots, const generation_request & r, bool hybrid, int32_t stored,
+                         int32_t min_prefix) {
+    if (!r.cache.cache_prompt || r.warmup || !r.media.empty() || r.prompt.size() < 2) {
+        return nullptr;
+    }
+    for (const auto & s : slots) {
+        if (s.ph != slot::phase::prefill || !s.use_cache || !s.req || s.req->warmup || !s.req->media.empty() ||
+            s.req->cache.bucket != r.cache.bucket) {
+            continue;
+        }
+        const int32_t lcp =
+            std::min(cache::common_prefix(s.req->prompt, r.prompt), static_cast<int32_t>(r.prompt.size()) - 1);
+        int32_t point = hybrid ? 0 : lcp;
+        if (hybrid) {
+            if (s.prompt_size() <= lcp) {
+                point = s.prompt_size();
+            }
+            for (const auto & c : s.plan.captures) {
+                if (c.n_tokens <= lcp) {
+                    point = std::max(point, c.n_tokens);
+                }
+            }
+        }
+        if (point >= min_prefix && point > stored && s.n_past < point) {
+            return &s;
+        }
+    }
+    return nullptr;
+}
+
 void warmup_queue::push(std::shared_ptr<generation_request> job) {
     received++;
     // One job per conversation: a newer prefix that extends a queued one replaces it.

@@ -41,6 +41,19 @@ const slot * repeated_by(const std::vector<slot> & slots, const generation_reque
 bool retry_hold(const std::vector<slot> & slots, generation_request & r, std::chrono::steady_clock::time_point now,
                 std::chrono::milliseconds limit = retry_hold_limit);
 
+/** The prefix hold (docs/prompt-cache.md "Parallel requests on one prefix"): the running request
+ *  whose prefill will, within the prompt prefix that `r` (queued) shares with it, reach a restore
+ *  point longer than `stored` (the longest prefix `r` shares with a stored state, tokens) that it
+ *  has not computed yet; nullptr when none. Once that slot passes the point, `r` restores from
+ *  its sequence (cache::live_state) instead of prefilling the prefix beside it: one engine
+ *  computes a shared prefix once, and `r` waits no longer than computing it itself would take.
+ *  The point is, for a dense family (`hybrid` false), the shared prefix (all but `r`'s last
+ *  token at most); for a hybrid one, the furthest capture point of that slot's plan or its prompt
+ *  end within the shared prefix. Points shorter than `min_prefix` do not hold. Requests that
+ *  bypass the cache, warm-ups and requests with images neither hold nor are held. */
+const slot * prefix_hold(const std::vector<slot> & slots, const generation_request & r, bool hybrid, int32_t stored,
+                         int32_t min_prefix);
+
 /** Warm-up jobs waiting for an idle engine. */
 class warmup_queue {
 public:

@@ -296,7 +296,7 @@ void lifecycle::commit(slot & s, double now_s) {
     in.history_tokens = s.req->cache.history_tokens;
     in.last_user_tokens = s.req->cache.last_user_tokens;
     in.warmed = s.req->warmup;  // whole or preempted: a later restore of it is a warm-up hit
-    if (s.plan.absorbs || s.plan.twin != 0) {  // a twin-keeping warm-up carries copies of its restore points
+    if (s.plan.absorbs || s.plan.twin != 0 || !s.plan.inherited.empty()) {  // a copy may carry its source's restore points
         in.absorbed = std::move(s.plan);
     }
     if (!store_.commit(std::move(in), now_s)) {

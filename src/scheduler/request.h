@@ -215,6 +215,8 @@ struct generation_request {
     // --- engine thread only ---
     /** Queued: when the retry hold started (admission.h); unset while not held. */
     std::optional<std::chrono::steady_clock::time_point> held_since;
+    /** Queued: when the prefix hold started (admission.h prefix_hold); unset while not held. */
+    std::optional<std::chrono::steady_clock::time_point> prefix_held_since;
     int32_t preemptions = 0;  ///< warm-up: times a foreground request interrupted it
 };
 

@@ -181,20 +181,37 @@ void scheduler::impl::loop() {
             }
             // New requests join between steps, as many as there are idle slots. One that repeats
             // a running request's prompt waits for that one's client to answer (the retry hold).
+            // One that shares a prefix with a request still prefilling it waits for that one to
+            // compute it (the prefix hold) and lets the requests behind it go first.
             const auto now = clock::now();
+            auto next = queue_.begin();
             for (auto & s : slots_) {
-                if (!s.active() && !queue_.empty() && idle_tasks_.empty()) {
-                    auto & r = *queue_.front();
+                if (s.active() || !idle_tasks_.empty()) {
+                    continue;
+                }
+                while (next != queue_.end()) {
+                    auto & r = **next;
                     if (retry_hold(slots_, r, now)) {
+                        next = queue_.end();
                         break;
+                    }
+                    if (held_for_prefix(r, now) || shares_with(admitted, r)) {
+                        ++next;  // a request admitted this round shares its prefix: decided next round
+                        continue;
                     }
                     if (r.held_since) {
                         spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
                                      "request's prompt)",
                                      r.id, std::chrono::duration<double, std::milli>(now - *r.held_since).count());
                     }
-                    admitted.push_back(std::move(queue_.front()));
-                    queue_.pop_front();
+                    if (r.prefix_held_since) {
+                        spdlog::info("request {}: admitted after a {:.1f} ms prefix hold (a running request computed "
+                                     "the prefix it shares)",
+                                     r.id, std::chrono::duration<double, std::milli>(now - *r.prefix_held_since).count());
+                    }
+                    admitted.push_back(std::move(*next));
+                    next = queue_.erase(next);
+                    break;
                 }
             }
             // A warm-up yields to any foreground request (parking what it did), and starts only
@@ -325,6 +342,11 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
                             s.req->cache.line_starts, s.req->cache.last_user_tokens, media};
+    std::vector<cache::live_state> live;
+    if (s.use_cache && !s.req->warmup && media.empty()) {
+        live = live_states(s);
+        hints.live = live;
+    }
     if (s.use_cache && s.req->warmup) {
         s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
     } else if (s.use_cache) {
@@ -541,6 +563,87 @@ std::vector<int32_t> scheduler::impl::active_seqs() const {
         if (s.active() && s.seq >= 0) {
             out.push_back(s.seq);
         }
+    }
+    return out;
+}
+
+bool scheduler::impl::shares_with(const std::deque<std::shared_ptr<generation_request>> & admitted,
+                                  const generation_request & r) const {
+    if (!p_.cache.enabled || !p_.cache.lineage || !r.cache.cache_prompt || r.warmup) {
+        return false;
+    }
+    return std::any_of(admitted.begin(), admitted.end(), [&](const auto & a) {
+        return a->cache.cache_prompt && a->cache.bucket == r.cache.bucket &&
+               cache::common_prefix(a->prompt, r.prompt) >= std::max(1, p_.cache.min_prefix);
+    });
+}
+
+bool scheduler::impl::held_for_prefix(generation_request & r, clock::time_point now) {
+    if (!p_.cache.enabled || !p_.cache.lineage) {
+        return false;
+    }
+    const slot * by = prefix_hold(slots_, r, hybrid_, store_.longest_match(r.cache.bucket, r.prompt),
+                                  p_.cache.min_prefix);
+    if (by == nullptr) {
+        return false;
+    }
+    if (!r.prefix_held_since) {
+        r.prefix_held_since = now;
+        store_.count_prefix_hold();
+        spdlog::debug("request {}: waits for request {} to compute the prefix they share", r.id, by->req->id);
+    }
+    return true;
+}
+
+std::vector<cache::live_state> scheduler::impl::live_states(const slot & s) const {
+    std::vector<cache::live_state> out;
+    for (const auto & o : slots_) {
+        if (&o == &s || (o.ph != slot::phase::prefill && o.ph != slot::phase::decode) || !o.use_cache ||
+            o.req->warmup || !o.req->media.empty() || o.replay != 0 || o.seq < 0 || o.n_past <= 0 ||
+            o.key.bucket != s.key.bucket) {
+            continue;
+        }
+        cache::live_state l;
+        l.request = o.req->id;
+        l.seq = o.seq;
+        l.bucket = o.key.bucket;
+        l.session = o.key.session;
+        // Its sequence holds the prompt, then the generated tokens decoded so far.
+        const auto n_prompt = static_cast<size_t>(std::min(o.n_past, o.prompt_size()));
+        l.toks.assign(o.req->prompt.begin(), o.req->prompt.begin() + static_cast<std::ptrdiff_t>(n_prompt));
+        for (size_t i = 0; static_cast<int32_t>(l.toks.size()) < o.n_past && i < o.generated.size(); ++i) {
+            l.toks.push_back(o.generated[i]);
+        }
+        if (static_cast<int32_t>(l.toks.size()) != o.n_past) {
+            continue;  // not a state of known tokens
+        }
+        // Its restore points: those it restored with (the point and what it inherited) and
+        // those its prefill captured; each holds the recurrent state at a prefix of its KV.
+        auto add = [&](const cache::checkpoint & c) {
+            if (c.recurrent && c.n_tokens > 0 && c.n_tokens < o.n_past) {
+                l.checkpoints.push_back(c);
+            }
+        };
+        if (o.plan.recurrent) {
+            add({o.plan.n_restore, o.plan.kind, o.plan.recurrent});
+        }
+        for (const auto & c : o.plan.inherited) {
+            add(c);
+        }
+        for (const auto & c : o.captured) {
+            add(c);
+        }
+        if (o.prompt_end_recurrent && o.prompt_size() < o.n_past) {
+            l.checkpoints.push_back({o.prompt_size(), cache::point_kind::turn, o.prompt_end_recurrent});
+        }
+        std::stable_sort(l.checkpoints.begin(), l.checkpoints.end(),
+                         [](const cache::checkpoint & a, const cache::checkpoint & b) { return a.n_tokens < b.n_tokens; });
+        l.checkpoints.erase(std::unique(l.checkpoints.begin(), l.checkpoints.end(),
+                                        [](const cache::checkpoint & a, const cache::checkpoint & b) {
+                                            return a.n_tokens == b.n_tokens;
+                                        }),
+                            l.checkpoints.end());
+        out.push_back(std::move(l));
     }
     return out;
 }

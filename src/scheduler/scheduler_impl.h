@@ -70,6 +70,18 @@ struct scheduler::impl {
     /** Counts one prefill pass of `s` (its chunk just computed, n_past not yet moved) and
      *  whether the chunk was cut short at a capture point (request_stats::prefill_splits). */
     void count_pass(slot & s);
+    /** True while queued `r` waits for a running request to compute the prefix they share
+     *  (admission.h prefix_hold); counts the hold once. Engine thread, under mu_. */
+    bool held_for_prefix(generation_request & r, clock::time_point now);
+    /** True when a request admitted in this round (`admitted`) shares at least
+     *  --prompt-cache-min-prefix tokens of `r`'s prompt in its bucket: `r` is then decided in the
+     *  next round, when that one is running and the prefix hold can see it. */
+    bool shares_with(const std::deque<std::shared_ptr<generation_request>> & admitted,
+                     const generation_request & r) const;
+    /** The running requests' sequences that `s` (being admitted) may restore from
+     *  (cache::live_state): prefilling or decoding slots other than `s` that use the cache, are
+     *  no warm-up, hold no image and replay nothing (a rollback guard in flight). */
+    std::vector<cache::live_state> live_states(const slot & s) const;
     /** The sequence ids of the active slots. */
     std::vector<int32_t> active_seqs() const;
     /** Orders `batch` by sequence id (prefill_order.h order_by_sequence) and moves the slots'

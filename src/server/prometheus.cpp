@@ -143,6 +143,12 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "Hits restored from an entry rendered under another template_sig (tools, kwargs, template or "
               "tool_choice) whose tokens agree with the prompt.",
               static_cast<double>(cs.cross_template_hits));
+    x.counter("lineage_prompt_cache_live_hits_total",
+              "Hits restored from a running request's sequence (parallel requests on one prefix).",
+              static_cast<double>(cs.live_hits));
+    x.counter("lineage_prompt_cache_prefix_holds_total",
+              "Requests that waited at admission for a running request to compute the prefix they share.",
+              static_cast<double>(cs.prefix_holds));
     x.counter("lineage_prompt_cache_evictions_total",
               "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
               "device entry), superseded (a resend replaced its twin), anchor_cap.",

@@ -61,6 +61,8 @@ json stats_json(const cache::stats & s) {
     j["hits"] = known_json(s.hits, known_keys::restore_kinds);
     j["tokens_reused"] = s.tokens_reused;
     j["cross_template_hits"] = s.cross_template_hits;
+    j["live_hits"] = s.live_hits;
+    j["prefix_holds"] = s.prefix_holds;
     j["tokens_prefilled"] = s.tokens_prefilled;
     j["rejections"] = known_json(s.rejections, known_keys::rejection_causes);
     j["misses_by_cause"] = known_json(s.misses_by_cause, known_keys::miss_causes);

@@ -200,6 +200,64 @@ TEST(StoreLookup, ApcXxh3GivesTheSameClampAndNumBlocksCapsTheChains) {
     EXPECT_EQ(p.source, 2u);
 }
 
+// A running request's sequence (live_state) is a restore source when it is longer than every
+// stored one: a prefix of its KV (dense), a checkpoint its prefill took (hybrid).
+TEST(StoreLookup, ALiveSequenceLongerThanTheStoredStatesIsRestoredFrom) {
+    config c = dense_config();
+    c.lineage = true;
+    store st(c, false);
+    const key k{"b", "s"};
+    commit(st, k, seq(1, 40), 0);  // a stored entry sharing 40 tokens
+    const tokens prompt = cat(seq(1, 300), seq(9000, 10));
+    live_state l;
+    l.request = 7;
+    l.seq = 3;
+    l.bucket = "b";
+    l.session = "s";
+    l.toks = seq(1, 250);  // it has computed 250 of the tokens they share
+    std::vector<live_state> live{l};
+    plan_hints h;
+    h.live = live;
+    restore_plan p = st.plan(k, prompt, h, 2.0);
+    EXPECT_EQ(p.n_restore, 250);
+    EXPECT_EQ(p.op, restore_op::share_device);
+    EXPECT_EQ(p.device_seq, 3);
+    EXPECT_EQ(p.source, 0u);
+    EXPECT_FALSE(p.absorbs);
+    EXPECT_NE(p.reason.find("from running request 7"), std::string::npos) << p.reason;
+    EXPECT_EQ(st.get_stats().live_hits, 1);
+    // Another bucket's live sequence is never offered: the stored entry is restored.
+    live[0].bucket = "other";
+    p = st.plan(k, prompt, h, 3.0);
+    EXPECT_EQ(p.n_restore, 40);
+    EXPECT_EQ(p.op, restore_op::take_device);
+    EXPECT_EQ(st.get_stats().live_hits, 1);
+    st.check_invariants();
+}
+
+TEST(StoreLookup, AHybridLiveSequenceRestoresAtACheckpointItsPrefillTook) {
+    config c = dense_config();
+    c.lineage = true;
+    store st(c, true);
+    const key k{"b", "s"};
+    const tokens prompt = seq(1, 300);
+    live_state l;
+    l.seq = 1;
+    l.bucket = "b";
+    l.toks = seq(1, 310);  // a longer prompt's prefill, past the shared 300 tokens
+    l.checkpoints = {{120, point_kind::turn, make_blob(blob(8, 'T'))}, {290, point_kind::guard, make_blob(blob(8, 'G'))}};
+    std::vector<live_state> live{l};
+    plan_hints h;
+    h.live = live;
+    restore_plan p = st.plan(k, prompt, h, 2.0);
+    EXPECT_EQ(p.n_restore, 290);  // its state at 310 holds other tokens past 300: the checkpoint
+    EXPECT_EQ(p.kind, point_kind::guard);
+    ASSERT_TRUE(p.recurrent);
+    EXPECT_EQ(p.recurrent->front(), 'G');
+    EXPECT_EQ(p.op, restore_op::share_device);
+    EXPECT_EQ(p.source_tokens, 310);
+}
+
 TEST(StoreLookup, ApcIsOffForHybridFamilies) {
     store st(apc_config(), true);
     EXPECT_FALSE(st.get_stats().apc_enabled);

@@ -11,6 +11,7 @@
 namespace lineage::scheduler {
 namespace {
 
+using fakes::cat;
 using fakes::seq_of;
 
 std::shared_ptr<generation_request> request(std::vector<token> prompt, const std::string & bucket = "b") {
@@ -98,6 +99,72 @@ TEST_F(RetryHold, RequestsThatCannotAnswerAreNeverWaitedFor) {
     slots_[0].req->warmup = false;
     slots_[0].ph = slot::phase::loading;  // not computing yet: nothing to race
     EXPECT_EQ(repeated_by(slots_, *r), nullptr);
+}
+
+// The prefix hold: a running request prefilling a prompt; queued requests that share its prefix.
+class PrefixHold : public ::testing::Test {
+protected:
+    void SetUp() override {
+        slots_.resize(2);
+        slot & s = slots_[0];
+        s.req = request(seq_of(0, 400));
+        s.ph = slot::phase::prefill;
+        s.use_cache = true;
+        s.n_past = 100;
+        s.plan.captures = {{150, cache::point_kind::turn}, {399, cache::point_kind::guard}};
+    }
+    std::vector<slot> slots_;
+};
+
+TEST_F(PrefixHold, DenseWaitsUntilTheSharedPrefixIsComputed) {
+    auto same = request(seq_of(0, 400));
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), &slots_[0]);
+    auto sibling = request(cat(seq_of(0, 300), seq_of(5000, 50)));
+    EXPECT_EQ(prefix_hold(slots_, *sibling, false, 0, 32), &slots_[0]);
+    slots_[0].n_past = 300;  // it computed the 300 tokens they share
+    EXPECT_EQ(prefix_hold(slots_, *sibling, false, 0, 32), nullptr);
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), &slots_[0]);  // 399 not yet
+    slots_[0].n_past = 399;
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), nullptr);
+}
+
+TEST_F(PrefixHold, HybridWaitsForTheFurthestRestorePointItsPrefillTakes) {
+    // A sibling parting at 300: the running prefill captures at 150 within it.
+    auto sibling = request(cat(seq_of(0, 300), seq_of(5000, 50)));
+    EXPECT_EQ(prefix_hold(slots_, *sibling, true, 0, 32), &slots_[0]);
+    slots_[0].n_past = 150;
+    EXPECT_EQ(prefix_hold(slots_, *sibling, true, 0, 32), nullptr);
+    // The same prompt: the guard at 399.
+    auto same = request(seq_of(0, 400));
+    EXPECT_EQ(prefix_hold(slots_, *same, true, 0, 32), &slots_[0]);
+    // A prompt that extends the running one: its prompt end.
+    auto longer = request(cat(seq_of(0, 400), seq_of(7000, 20)));
+    slots_[0].n_past = 399;
+    EXPECT_EQ(prefix_hold(slots_, *longer, true, 0, 32), &slots_[0]);
+    slots_[0].n_past = 400;
+    EXPECT_EQ(prefix_hold(slots_, *longer, true, 0, 32), nullptr);
+}
+
+TEST_F(PrefixHold, NoHoldWhenNothingLongerThanTheStoredStateOrTheMinimumComes) {
+    auto same = request(seq_of(0, 400));
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 399, 32), nullptr);  // a stored state shares as much
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 500), nullptr);   // below --prompt-cache-min-prefix
+    auto other = request(seq_of(0, 400), "another bucket");
+    EXPECT_EQ(prefix_hold(slots_, *other, false, 0, 32), nullptr);
+    auto unrelated = request(seq_of(9000, 400));
+    EXPECT_EQ(prefix_hold(slots_, *unrelated, false, 0, 32), nullptr);
+    auto bypass = request(seq_of(0, 400));
+    bypass->cache.cache_prompt = false;
+    EXPECT_EQ(prefix_hold(slots_, *bypass, false, 0, 32), nullptr);
+    auto warm = request(seq_of(0, 400));
+    warm->warmup = true;
+    EXPECT_EQ(prefix_hold(slots_, *warm, false, 0, 32), nullptr);
+    // A running request that decodes already has its prompt in: the plan restores from it now.
+    slots_[0].ph = slot::phase::decode;
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), nullptr);
+    slots_[0].ph = slot::phase::prefill;
+    slots_[0].req->warmup = true;  // a warm-up is never waited for
+    EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), nullptr);
 }
 
 TEST(WarmupQueue, ANewerPrefixOfTheSameConversationReplacesTheQueuedOne) {

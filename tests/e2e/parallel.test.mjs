@@ -1,0 +1,98 @@
+// Parallel requests on one prefix (docs/prompt-cache.md "Parallel requests on one prefix"), on
+// each tiny model: qwen35 (Gated DeltaNet), qwen3 (dense), kimi-linear (KDA), granite-hybrid
+// (Mamba2):
+//  - four identical cold prompts sent at once to a server with two sequences (--parallel 2):
+//    one request prefills the prompt, the other three restore all but its last token (from the
+//    running request's sequence while it runs: GET /v1/cache/stats live_hits, prefix_holds; or
+//    from its entry once it is done), and every reply equals a cache-bypassed run's (greedy);
+//  - the same four sent with cache_prompt: false prefill four times (the control: without the
+//    cache nothing is shared);
+//  - siblings (one system prompt + history, four different last messages, as sub-agents fanned
+//    out on one conversation) share the prefix: at most one of them prefills it.
+//
+//   cd tests/e2e && node --test parallel.test.mjs
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+
+import { usageOf, words } from './lib/chat.mjs';
+import { modelPath, startServer } from './lib/server.mjs';
+
+const MAX_TOKENS = 8;
+const SYSTEM = `You are a careful software engineer.\n\n${words(1200, 31)}`;
+const KW = { chat_template_kwargs: { enable_thinking: false } };
+
+function replyOf(res) {
+  const m = res.choices[0].message;
+  return { content: m.content ?? null, reasoning_content: m.reasoning_content ?? null,
+    finish_reason: res.choices[0].finish_reason };
+}
+
+async function send(srv, messages, extra = {}) {
+  return srv.openai.chat.completions.create({ model: 'tiny', messages, max_tokens: MAX_TOKENS, temperature: 0,
+    ...KW, ...extra });
+}
+
+for (const arch of ['qwen35', 'qwen3', 'kimi-linear', 'granite-hybrid']) {
+  describe(`parallel requests on one prefix [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `parallel-${arch}`,
+        // --batch-size 16: the tiny model's prefill of ~1,900 tokens takes ~120 steps, so that the
+        // requests sent with the first arrive while it prefills (as on a real model), and the
+        // retry hold's probe (up to 100 ms) is answered before it ends.
+        args: ['--parallel', '2', '--ctx-size', '8192', '--batch-size', '16', '--cache-trace', '--cache-warmup=false'] });
+    });
+    after(async () => {
+      await srv?.stopGracefully();
+    });
+
+    it('four identical cold prompts at once: one prefill, three restore all but one token', async () => {
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(200, 32) }];
+      const s0 = await srv.cacheStats();
+      const res = await Promise.all([0, 1, 2, 3].map(() => send(srv, messages)));
+      const s1 = await srv.cacheStats();
+      const us = res.map(usageOf);
+      const prompt = us[0].prompt;
+      const prefilled = us.map((u) => u.prompt - u.cached);
+      assert.ok(prompt > 1000, `a long prompt: ${prompt}`);
+      assert.equal(prefilled.filter((n) => n > 1).length, 1,
+        `one cold prefill, got prefilled ${JSON.stringify(prefilled)} of ${prompt}\n${srv.logTail(40)}`);
+      assert.equal(prefilled.filter((n) => n === 1).length, 3, `three restore |P| - 1: ${JSON.stringify(prefilled)}`);
+      assert.equal(s1.tokens_prefilled - s0.tokens_prefilled, prompt + 3);
+      // At least one of them restored from the running request's sequence (two start at once).
+      assert.ok(s1.live_hits - s0.live_hits >= 1, `live hits: ${s0.live_hits} -> ${s1.live_hits}\n${srv.logTail(40)}`);
+      assert.ok(s1.prefix_holds - s0.prefix_holds >= 1, `prefix holds: ${s0.prefix_holds} -> ${s1.prefix_holds}`);
+      assert.match(srv.log(), /from running request \d+ \(sequence \d+/, 'the trace names the running request');
+      const cold = await send(srv, messages, { cache_prompt: false });
+      for (let i = 0; i < res.length; i++) {
+        assert.deepEqual(replyOf(res[i]), replyOf(cold), `request ${i + 1} vs cache bypassed`);
+      }
+    });
+
+    it('the control: with cache_prompt false each prefills the whole prompt', async () => {
+      const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(200, 33) }];
+      const s0 = await srv.cacheStats();
+      const res = await Promise.all([0, 1, 2, 3].map(() => send(srv, messages, { cache_prompt: false })));
+      const s1 = await srv.cacheStats();
+      for (const u of res.map(usageOf)) assert.equal(u.cached, 0);
+      assert.equal(s1.live_hits, s0.live_hits);
+      assert.equal(s1.prefix_holds, s0.prefix_holds);
+    });
+
+    it('siblings fanned out on one conversation share its prefix', async () => {
+      const history = [{ role: 'system', content: `${SYSTEM}\nSession ${arch}.` },
+        { role: 'user', content: words(150, 34) }, { role: 'assistant', content: words(60, 35) }];
+      const s0 = await srv.cacheStats();
+      const res = await Promise.all([0, 1, 2, 3].map((i) =>
+        send(srv, [...history, { role: 'user', content: `Task ${i}: ${words(20, 40 + i)}` }])));
+      const s1 = await srv.cacheStats();
+      const us = res.map(usageOf);
+      // Each prompt's own part (its last message + generation prompt) is < 64 tokens here; at
+      // most one request prefills the shared history (a hybrid restores its anchor at least).
+      const big = us.filter((u) => u.prompt - u.cached > 128);
+      assert.ok(big.length <= 1, `prefilled ${JSON.stringify(us.map((u) => u.prompt - u.cached))}\n${srv.logTail(40)}`);
+      assert.ok(s1.tokens_reused - s0.tokens_reused >= 3 * (us[0].prompt - 128),
+        `reused ${s1.tokens_reused - s0.tokens_reused}`);
+    });
+  });
+}
