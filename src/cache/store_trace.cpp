@@ -93,6 +93,30 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
         }
         same_bucket.emplace_back(lcp, who + " not taken: " + why);
     }
+    // Running requests' sequences (plan_hints::live) that were not restored from.
+    for (const auto & l : h.live) {
+        if (l.bucket != k.bucket || (p.source == 0 && p.op == restore_op::share_device && p.device_seq == l.seq)) {
+            continue;
+        }
+        const int32_t lcp = common_prefix(l.toks, prompt);
+        if (lcp == 0) {
+            continue;
+        }
+        const stored_state st{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr};
+        const auto c = best_point(rule_, 0, st, prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
+        same_bucket.emplace_back(
+            lcp, fmt::format("running request {} (sequence {}, {} tokens so far) not restored from: {}", l.request,
+                             l.seq, l.toks.size(),
+                             !c ? fmt::format("it shares {} tokens, but has no restore point at or before {} yet "
+                                              "(its prefill captured none there)",
+                                              lcp, std::min(lcp, limit))
+                             : c->n < p.n_restore || c->n < cfg_.min_prefix
+                                 ? fmt::format("its {} restore point at {} is shorter than the chosen one at {} or "
+                                               "min prefix {}",
+                                               to_string(c->kind), c->n, p.n_restore, cfg_.min_prefix)
+                                 : fmt::format("its {} restore point at {} ties with a stored one (preferred)",
+                                               to_string(c->kind), c->n)));
+    }
     std::stable_sort(same_bucket.begin(), same_bucket.end(),
                      [](const auto & a, const auto & b) { return a.first > b.first; });
     for (size_t i = 0; i < same_bucket.size() && i < max_listed; ++i) {

@@ -261,9 +261,14 @@ void scheduler::impl::loop() {
             verify();
         }
     }
-    // Shutdown: everything in flight or queued gets an error.
+    // Shutdown: everything in flight or queued gets an error. What a running request computed
+    // is committed first, as for a client that left: one that continued its conversation's
+    // entry holds the only copy of it, and the flush below writes only what the store holds.
     for (auto & s : slots_) {
         if (s.active()) {
+            if (s.ph == slot::phase::prefill || s.ph == slot::phase::decode) {
+                life_->commit(s, now_s());  // leaves s.seq -1: fail() then abandons nothing
+            }
             fail(s, {failure_kind::shutting_down, "the server is shutting down"});
         }
     }
