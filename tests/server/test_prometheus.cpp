@@ -27,6 +27,8 @@ cache::stats known_cache_stats() {
     s.hits = {{"full", 3}, {"turn", 2}, {"anchor", 1}};
     s.tokens_reused = 1234;
     s.cross_template_hits = 2;
+    s.live_hits = 3;
+    s.prefix_holds = 1;
     s.tokens_prefilled = 99;
     s.rejections = {{"min_prefix", 2}};
     s.evictions = {{"ttl", 1}, {"superseded", 2}, {"brand_new", 7}};
@@ -150,6 +152,12 @@ lineage_prompt_cache_prefix_tokens_reused_total 1234
 # HELP lineage_prompt_cache_cross_template_hits_total Hits restored from an entry rendered under another template_sig (tools, kwargs, template or tool_choice) whose tokens agree with the prompt.
 # TYPE lineage_prompt_cache_cross_template_hits_total counter
 lineage_prompt_cache_cross_template_hits_total 2
+# HELP lineage_prompt_cache_live_hits_total Hits restored from a running request's sequence (parallel requests on one prefix).
+# TYPE lineage_prompt_cache_live_hits_total counter
+lineage_prompt_cache_live_hits_total 3
+# HELP lineage_prompt_cache_prefix_holds_total Requests that waited at admission for a running request to compute the prefix they share.
+# TYPE lineage_prompt_cache_prefix_holds_total counter
+lineage_prompt_cache_prefix_holds_total 1
 # HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap.
 # TYPE lineage_prompt_cache_evictions_total counter
 lineage_prompt_cache_evictions_total{reason="lru"} 0
