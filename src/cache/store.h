@@ -181,7 +181,9 @@ struct commit_input {
     /** Where the prompt's last user message starts (plan_hints), -1 when unknown: message rungs
      *  before it belong to older messages and are dropped (config::message_rungs). */
     int32_t last_user_tokens = -1;
-    std::optional<restore_plan> absorbed;  ///< the plan, when it took an entry (absorption)
+    /** The plan, when it took an entry (absorption), or when it copied one whose restore points
+     *  the new entry carries (restore_plan::inherited: a running request's, a resend twin's). */
+    std::optional<restore_plan> absorbed;
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
     /** A warm-up that prefilled its whole prefix: the entry is marked warmed at its length, and
      *  a later request restoring at least that much counts a warm-up hit. */
@@ -310,13 +312,13 @@ public:
     /** The warm-up counters, for the scheduler's part of them (runs, tokens, skips). */
     warmup_stats & warmup_counters() { return stats_.warmup; }
 
-    /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
-     *  cause "bypassed". */
     /** The longest prefix `prompt` shares with a stored state (entry or anchor) of `bucket`, in
      *  memory, tokens (0: none); an upper bound of what plan() restores from memory. */
     int32_t longest_match(const std::string & bucket, const tokens & prompt) const;
     /** Counts a request that waited for a running one to compute their shared prefix. */
     void count_prefix_hold() { stats_.prefix_holds++; }
+    /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
+     *  cause "bypassed". */
     void count_bypassed() { stats_.misses_by_cause[std::string(to_string(miss_cause::bypassed))]++; }
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
