@@ -7,6 +7,7 @@
 #include "server/config.h"
 
 #include "cache/redis_tier.h"
+#include "server/endpoints.h"
 
 #include <CLI/CLI.hpp>
 
@@ -619,12 +620,7 @@ std::unique_ptr<CLI::App> make_app(const char * program, std::vector<std::unique
         program);
     app->formatter(std::make_shared<help_formatter>());
     app->get_formatter()->column_width(40);
-    app->footer(
-        "Endpoints: POST /v1/chat/completions, POST /v1/messages (+ /count_tokens), POST /v1/responses (+ GET/DELETE "
-        "/v1/responses/{id}, POST /v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items), POST "
-        "/v1/completions, GET /v1/models, GET /health, GET /v1/cache/stats, "
-        "POST /v1/cache/reset, POST /tokenize, POST /apply-template, GET/POST /lora-adapters, GET /metrics (with "
-        "--metrics).");
+    app->footer("Endpoints: " + endpoint_list() + ".");
     for (auto & st : settings) {
         if (st->is_flag) {
             st->opt = app->add_flag(st->names, st->raw, describe(*st));

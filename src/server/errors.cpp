@@ -1,7 +1,8 @@
 // server::errors: OpenAI-shaped error bodies.
 #include "server/errors.h"
 
-#include <iterator>
+#include "server/endpoints.h"
+
 #include <string_view>
 
 namespace lineage::server {
@@ -62,37 +63,6 @@ std::string dump(const json & j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-namespace {
-
-/** The endpoints install_routes() serves (routes.cpp), for the 404 and 405 answers; ":id" is
- *  one path segment. */
-struct endpoint {
-    const char * method;
-    const char * path;
-};
-constexpr endpoint endpoints[] = {
-    {"POST", "/v1/chat/completions"},
-    {"POST", "/v1/completions"},
-    {"POST", "/v1/messages"},
-    {"POST", "/v1/messages/count_tokens"},
-    {"POST", "/v1/responses"},
-    {"GET", "/v1/responses/:id"},
-    {"DELETE", "/v1/responses/:id"},
-    {"POST", "/v1/responses/:id/cancel"},
-    {"GET", "/v1/responses/:id/input_items"},
-    {"GET", "/v1/models"},
-    {"POST", "/tokenize"},
-    {"POST", "/apply-template"},
-    {"GET", "/lora-adapters"},
-    {"POST", "/lora-adapters"},
-    {"GET", "/health"},
-    {"GET", "/metrics"},
-    {"GET", "/v1/cache/stats"},
-    {"POST", "/v1/cache/reset"},
-};
-
-}  // namespace
-
 bool path_matches(std::string_view pattern, std::string_view path) {
     const auto id = pattern.find(":id");
     if (id == std::string_view::npos) {
@@ -113,12 +83,7 @@ api_error error_for_status(int status, const std::string & method, const std::st
     e.status = status;
     if (status == 404) {
         // A served path asked with another method: 405, naming the methods it takes.
-        std::string allowed;
-        for (const auto & ep : endpoints) {
-            if (path_matches(ep.path, path)) {
-                allowed += std::string(allowed.empty() ? "" : " or ") + ep.method;
-            }
-        }
+        const std::string allowed = allowed_methods(path);
         if (!allowed.empty()) {
             e.status = 405;
             e.message = "method " + method + " is not allowed on " + path + "; it takes " + allowed;
@@ -132,11 +97,7 @@ api_error error_for_status(int status, const std::string & method, const std::st
             e.code = "invalid_api_key";
             break;
         case 404:
-            e.message = "unknown endpoint " + method + " " + path + "; this server serves";
-            for (size_t i = 0; i < std::size(endpoints); ++i) {
-                e.message += std::string(i == 0 ? " " : i + 1 == std::size(endpoints) ? " and " : ", ") +
-                             endpoints[i].method + " " + endpoints[i].path;
-            }
+            e.message = "unknown endpoint " + method + " " + path + "; this server serves " + endpoint_list();
             e.code = "not_found";
             break;
         case 405:

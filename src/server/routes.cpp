@@ -1,29 +1,19 @@
-// server::routes: endpoint registration and the small endpoints; the chat completion itself is
-// in chat_handler.cpp.
+// server::routes: the guards before routing (limits, Host, Content-Type, API keys), the error
+// and exception handlers, and the endpoint table's rows installed on httplib (endpoints.h); the
+// handlers themselves are in the *_handler.cpp files.
 #include "server/routes.h"
 
-#include "engine/chat_template.h"
-#include "engine/model.h"
-#include "scheduler/scheduler.h"
-#include "server/anthropic_handler.h"
 #include "server/anthropic_response.h"
-#include "server/chat_handler.h"
-#include "server/chat_request.h"
-#include "server/completions_handler.h"
+#include "server/endpoints.h"
 #include "server/errors.h"
 #include "server/http_guard.h"
-#include "server/json_body.h"
-#include "server/json_fields.h"
-#include "server/prometheus.h"
-#include "server/responses_handler.h"
-#include "server/stats_json.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <ctime>
 #include <exception>
-#include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace lineage::server {
@@ -39,30 +29,6 @@ void send_error(httplib::Response & res, const api_error & e) {
     send_json(res, to_json(e), e.status);
 }
 
-// The body of POST /tokenize as a JSON object; nullopt after sending the 400.
-std::optional<json> parse_object(const httplib::Request & req, httplib::Response & res) {
-    json j;
-    if (auto err = parse_json_body(req.body, j, /*require_object=*/true, default_json_limits())) {
-        send_error(res, *err);
-        return std::nullopt;
-    }
-    return j;
-}
-
-// An optional boolean field; false after sending the 400.
-bool get_flag(const json & body, const char * name, bool & out, httplib::Response & res) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) {
-        return true;
-    }
-    if (!it->is_boolean()) {
-        send_error(res, invalid_request(std::string("'") + name + "' must be a boolean", name));
-        return false;
-    }
-    out = it->get<bool>();
-    return true;
-}
-
 // The error logger records why httplib is about to answer 400 on its own, for the error
 // handler on the same thread (a header block over httplib's limits becomes a 431).
 thread_local bool header_limit_hit = false;
@@ -76,35 +42,20 @@ uint64_t header_bytes(const httplib::Request & req) {
     return n;
 }
 
-json tenant_stats_json(const std::string & tenant, const cache::stats & s, const scheduler::metrics_snapshot & m) {
-    json j = json::object();
-    const auto u = s.tenants.find(tenant);
-    const auto t = m.tenants.find(tenant);
-    const cache::tenant_usage usage = u == s.tenants.end() ? cache::tenant_usage{} : u->second;
-    const scheduler::metrics_snapshot::tenant_counts counts =
-        t == m.tenants.end() ? scheduler::metrics_snapshot::tenant_counts{} : t->second;
-    j["requests"] = counts.requests;
-    j["prompt_tokens"] = counts.prompt_tokens;
-    j["cached_tokens"] = counts.cached_tokens;
-    j["completion_tokens"] = counts.completion_tokens;
-    j["entries"] = usage.entries;
-    j["anchors"] = usage.anchors;
-    j["bytes"] = usage.bytes;
-    return j;
-}
-
-// A POST to an endpoint that takes no body (POST /v1/responses/{id}/cancel), sent without one:
-// clients send it with no Content-Type, and an empty body carries nothing a web page could
+// A POST to an endpoint that may come without a body (endpoint::body_optional), sent without
+// one: clients send it with no Content-Type, and an empty body carries nothing a web page could
 // forge. A body that is there must still be JSON.
 bool bodyless_post(const httplib::Request & req) {
+    const endpoint * e = find_endpoint(req.method, req.path);
     const std::string length = req.get_header_value("Content-Length");
-    return path_matches("/v1/responses/:id/cancel", req.path) && !req.has_header("Transfer-Encoding") &&
-           (length.empty() || length == "0");
+    return e && e->body_optional && !req.has_header("Transfer-Encoding") && (length.empty() || length == "0");
 }
 
-// Paths answered in Anthropic's error shape.
+// Paths answered in Anthropic's error shape: its endpoints' (endpoint::errors), and unknown
+// paths under /v1/messages.
 bool anthropic_path(const std::string & path) {
-    return path.rfind("/v1/messages", 0) == 0;
+    const endpoint * e = find_path(path);
+    return e ? e->errors == error_shape::anthropic : path.rfind("/v1/messages", 0) == 0;
 }
 
 }  // namespace
@@ -213,17 +164,20 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             e.code = "unsupported_media_type";
             return reject(e);
         }
-        if (ctx.access.open() || req.path == "/health" || req.path == "/") {
+        // Who may call the path (endpoint::access); an unknown path needs a key like the rest.
+        const endpoint * target = find_path(req.path);
+        const endpoint_access access = target ? target->access : endpoint_access::tenant;
+        if (ctx.access.open() || access == endpoint_access::open) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
         const caller c = ctx.caller_of(req);
         if (!c.known) {
             return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
         }
-        if (req.path == "/metrics" && !c.admin) {
+        if (access == endpoint_access::admin && !c.admin) {
             api_error e;
             e.status = 403;
-            e.message = "GET /metrics shows every tenant's figures: send the admin key (--admin-api-key); a tenant's "
+            e.message = req.method + " " + req.path + " shows every tenant's figures: send the admin key (--admin-api-key); a tenant's "
                         "own figures are at GET /v1/cache/stats";
             e.code = "admin_key_required";
             return reject(e);
@@ -287,241 +241,26 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
     });
 
-    auto chat = [&ctx](const httplib::Request & req, httplib::Response & res) {
-        handle_chat_completions(req, res, ctx);
-    };
-    srv.Post("/v1/chat/completions", chat);
-    srv.Post("/chat/completions", chat);
-
-    auto responses = [&ctx](const httplib::Request & req, httplib::Response & res) { handle_responses(req, res, ctx); };
-    srv.Post("/v1/responses", responses);
-    srv.Post("/responses", responses);
-    srv.Get("/v1/responses/:id",
-            [&ctx](const httplib::Request & req, httplib::Response & res) { handle_get_response(req, res, ctx); });
-    srv.Delete("/v1/responses/:id",
-               [&ctx](const httplib::Request & req, httplib::Response & res) { handle_delete_response(req, res, ctx); });
-    srv.Post("/v1/responses/:id/cancel",
-             [&ctx](const httplib::Request & req, httplib::Response & res) { handle_cancel_response(req, res, ctx); });
-    srv.Get("/v1/responses/:id/input_items",
-            [&ctx](const httplib::Request & req, httplib::Response & res) { handle_list_input_items(req, res, ctx); });
-
-    auto completions = [&ctx](const httplib::Request & req, httplib::Response & res) {
-        handle_completions(req, res, ctx);
-    };
-    srv.Post("/v1/completions", completions);
-    srv.Post("/completions", completions);
-
-    // Anthropic Messages API (Claude Code adds ?beta=true; the query does not change the route).
-    srv.Post("/v1/messages", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        handle_messages(req, res, ctx);
-    });
-    srv.Post("/v1/messages/count_tokens", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        handle_count_tokens(req, res, ctx);
-    });
-
-    // The base URL itself: clients (Claude Code) probe it with HEAD / (httplib answers HEAD
-    // with the GET handler, without the body).
-    srv.Get("/", [](const httplib::Request &, httplib::Response & res) {
-        json j = json::object();
-        j["status"] = "ok";
-        j["service"] = "lineage-server";
-        send_json(res, j);
-    });
-
-    // The served model under its id, then under each --model-alias (every generating endpoint
-    // accepts any model name; the aliases are for clients that look for theirs in the list).
-    auto models = [&ctx](const httplib::Request &, httplib::Response & res) {
-        json m = json::object();
-        m["id"] = ctx.model_id;
-        m["object"] = "model";
-        m["created"] = ctx.created;
-        m["owned_by"] = "lineage";
-        json meta = json::object();
-        meta["architecture"] = ctx.model.architecture();
-        meta["family"] = engine::to_string(ctx.model.family());
-        meta["n_ctx_train"] = ctx.model.n_ctx_train();
-        meta["n_vocab"] = ctx.model.n_vocab();
-        meta["size_bytes"] = ctx.model.size_bytes();
-        meta["max_sequence_tokens"] = ctx.sched.max_sequence_tokens();
-        m["meta"] = std::move(meta);
-        json list = json::object();
-        list["object"] = "list";
-        json data = json::array({m});
-        for (const auto & alias : ctx.cfg.model_aliases) {
-            if (alias != ctx.model_id) {
-                json a = m;
-                a["id"] = alias;
-                data.push_back(std::move(a));
+    // Every row of the endpoint table, under its path and its alias.
+    for (const endpoint & e : endpoint_table()) {
+        const endpoint_handler fn = e.handler;
+        auto handler = [&ctx, fn](const httplib::Request & req, httplib::Response & res) { fn(req, res, ctx); };
+        for (const std::string_view path : {e.path, e.alias}) {
+            if (path.empty()) {
+                continue;
+            }
+            const std::string pattern(path);
+            if (e.method == "GET") {
+                srv.Get(pattern, handler);
+            } else if (e.method == "POST") {
+                srv.Post(pattern, handler);
+            } else if (e.method == "DELETE") {
+                srv.Delete(pattern, handler);
+            } else {
+                throw std::logic_error("endpoint table: no route installer for method " + std::string(e.method));
             }
         }
-        list["data"] = std::move(data);
-        send_json(res, list);
-    };
-    srv.Get("/v1/models", models);
-    srv.Get("/models", models);
-
-    srv.Get("/health", [](const httplib::Request &, httplib::Response & res) {
-        json j = json::object();
-        j["status"] = "ok";
-        send_json(res, j);
-    });
-
-    // llama-server's POST /tokenize: {content, add_special = false, parse_special = true} ->
-    // {tokens}. With /apply-template it gives a client the exact prompt tokens of a chat
-    // request (the benchmark's oracle needs them).
-    srv.Post("/tokenize", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        const std::optional<json> body = parse_object(req, res);
-        if (!body) {
-            return;
-        }
-        auto content = body->find("content");
-        if (content == body->end() || !content->is_string()) {
-            send_error(res, invalid_request("'content' is required and must be a string", "content"));
-            return;
-        }
-        bool add_special = false;
-        bool parse_special = true;
-        if (!get_flag(*body, "add_special", add_special, res) || !get_flag(*body, "parse_special", parse_special, res)) {
-            return;
-        }
-        json j = json::object();
-        j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
-        send_json(res, j);
-    });
-
-    // llama-server's POST /apply-template: a chat completion body -> {prompt}, the text that
-    // /v1/chat/completions would tokenize (with parse_special) for it.
-    // With ?api=messages the body is an Anthropic Messages body (anthropic_handler.h).
-    srv.Post("/apply-template", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        if (req.get_param_value("api") == "messages") {
-            handle_messages_apply_template(req, res, ctx);
-            return;
-        }
-        chat_request r;
-        if (auto err = parse_chat_request(req.body, r)) {
-            send_error(res, *err);
-            return;
-        }
-        std::string prompt;
-        if (auto err = ctx.preparer.render_prompt(r, prompt)) {
-            send_error(res, *err);
-            return;
-        }
-        json j = json::object();
-        j["prompt"] = std::move(prompt);
-        send_json(res, j);
-    });
-
-    // llama-server's LoRA endpoints: GET lists [{id, path, scale}] (+ digest: the file content's,
-    // part of the cache key); POST [{id, scale}] sets the global scales (adapters not named go
-    // to 0), re-reads every adapter file and reloads those whose content changed (once the
-    // requests in flight are done) -> {success: true, reloaded: [ids]}.
-    srv.Get("/lora-adapters", [&ctx](const httplib::Request &, httplib::Response & res) {
-        json list = json::array();
-        for (const auto & e : ctx.loras.list()) {
-            list.push_back({{"id", e.id}, {"path", e.path}, {"scale", e.scale}, {"digest", e.digest}});
-        }
-        send_json(res, list);
-    });
-    srv.Post("/lora-adapters", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        json body;
-        if (auto err = parse_json_body(req.body, body, /*require_object=*/false, default_json_limits())) {
-            send_error(res, *err);
-            return;
-        }
-        std::vector<lora_scale> scales;
-        try {
-            scales = parse_lora_list(body, "body");
-        } catch (const fields::bad_field & e) {
-            send_error(res, e.err);
-            return;
-        }
-        std::vector<int64_t> reloaded;
-        auto reload = [&ctx](size_t id, uint64_t epoch) { return ctx.sched.reload_lora(id, epoch); };
-        if (auto err = ctx.loras.apply(scales, reload, reloaded)) {
-            send_error(res, *err);
-            return;
-        }
-        json j = json::object();
-        j["success"] = true;
-        j["reloaded"] = reloaded;
-        send_json(res, j);
-    });
-
-    // Without API keys, and for the admin key: the global figures (with the admin key also
-    // "tenants": each tenant's). For a tenant's key: that tenant's figures only.
-    srv.Get("/v1/cache/stats", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        const caller c = ctx.caller_of(req);
-        const cache::stats s = ctx.sched.snapshot_stats();
-        if (!c.admin) {
-            json j = tenant_stats_json(c.tenant, s, ctx.sched.snapshot_metrics());
-            j["tenant"] = c.tenant;
-            j["enabled"] = s.enabled;
-            j["mode"] = s.mode;
-            send_json(res, j);
-            return;
-        }
-        json j = stats_json(s);
-        const scheduler::metrics_snapshot m = ctx.sched.snapshot_metrics();
-        // Forward passes of the prefills, and those cut short at a restore point, by kind
-        // (lineage_prefill_passes_total, lineage_prefill_splits_total).
-        json splits = json::object();
-        for (const auto & [kind, n] : with_known(m.prefill_splits, known_keys::split_kinds)) {
-            splits[kind] = static_cast<uint64_t>(n);
-        }
-        j["prefill"] = {{"passes", m.prefill_passes}, {"splits", std::move(splits)}};
-        if (!ctx.access.open()) {
-            std::vector<std::string> names = ctx.access.tenants();
-            for (const auto & [name, _] : s.tenants) {
-                names.push_back(name);
-            }
-            for (const auto & [name, _] : m.tenants) {
-                names.push_back(name);
-            }
-            json tenants = json::object();
-            for (const auto & name : names) {
-                tenants[name] = tenant_stats_json(name, s, m);
-            }
-            j["tenants"] = std::move(tenants);
-        }
-        send_json(res, j);
-    });
-
-    // Prometheus text format (docs/prompt-cache.md "Metrics"); behind the API key like the rest.
-    srv.Get("/metrics", [&ctx](const httplib::Request &, httplib::Response & res) {
-        if (!ctx.cfg.metrics) {
-            api_error e;
-            e.status = 404;
-            e.message = "metrics are off: start the server with --metrics (or LINEAGE_METRICS=1) to serve GET /metrics";
-            e.code = "not_found";
-            send_error(res, e);
-            return;
-        }
-        const cache::stats cs = ctx.sched.snapshot_stats();
-        res.status = 200;
-        res.set_content(render_metrics(cs, ctx.sched.snapshot_metrics()), prometheus_content_type);
-    });
-
-    // The admin key (or no keys) resets everything; a tenant's key its own entries only.
-    srv.Post("/v1/cache/reset", [&ctx](const httplib::Request & req, httplib::Response & res) {
-        const caller c = ctx.caller_of(req);
-        const cache::reset_result r = c.admin ? ctx.sched.reset_cache() : ctx.sched.reset_cache_of(c.tenant);
-        spdlog::info("cache reset{}: {} entries, {} bytes freed", c.admin ? "" : " of tenant " + c.tenant,
-                     r.entries_freed, r.bytes_freed);
-        json j = json::object();
-        if (!c.admin) {
-            j["tenant"] = c.tenant;
-        }
-        j["entries_freed"] = r.entries_freed;
-        j["bytes_freed"] = r.bytes_freed;
-        j["disk_files_freed"] = r.disk_files_freed;
-        j["disk_bytes_freed"] = r.disk_bytes_freed;
-        if (r.redis) {
-            j["redis_entries_freed"] = r.redis_entries_freed;
-            j["redis_bytes_freed"] = r.redis_bytes_freed;
-        }
-        send_json(res, j);
-    });
+    }
 }
 
 }  // namespace lineage::server

@@ -1,12 +1,9 @@
-// server::routes: the HTTP endpoints. POST /v1/chat/completions (alias /chat/completions),
-// POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST /v1/responses, GET/DELETE
-// /v1/responses/{id}, POST /v1/completions, GET /v1/models, GET /health, GET and HEAD / (200:
-// clients probe the base URL), GET /v1/cache/stats, POST /v1/cache/reset, POST /tokenize and
-// POST /apply-template, GET/POST /lora-adapters (as llama-server's); API-key check ('Authorization: Bearer' or
-// Anthropic's 'x-api-key') naming the caller's tenant (tenants.h), which scopes the cache stats
-// and reset (the admin key sees and resets all, and alone reads /metrics); 414 for long
-// request targets and 431 for large headers; OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for
-// everything httplib rejects on its own (404, 413, ...).
+// server::routes: installs the endpoint table (endpoints.h) on httplib, behind the guards that run
+// before any handler: request-target and header limits (414, 431), the Host allow-list, JSON-only
+// POST bodies, and the API-key check ('Authorization: Bearer' or Anthropic's 'x-api-key') naming
+// the caller's tenant (tenants.h) against the endpoint's access (the admin key alone reads
+// /metrics); OpenAI-shaped errors (Anthropic-shaped under /v1/messages) for everything httplib
+// rejects on its own (404 listing the endpoints, 405 naming a path's methods, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
 // SSE stream (DESIGN.md "Layers and data flow").

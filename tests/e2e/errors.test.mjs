@@ -8,14 +8,30 @@
 //  - the same invalid body with stream:true -> 400 JSON, not an event stream
 //  - a prompt longer than the context -> 400 whose message says the prompt is too long
 //  - an unknown model name -> 200 (accepted, as llama-server does: one model is served)
-//  - an unknown route -> 404, a served route with another method -> 405
+//  - an unknown route -> 404, a served route with another method -> 405 (every endpoint and
+//    alias --help lists, with every method)
 //
 //   cd tests/e2e && node --test errors.test.mjs
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 
 import { assertCompletion, assertError, words } from './lib/chat.mjs';
-import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+import { ARCHS, SERVER_BIN, modelPath, startServer } from './lib/server.mjs';
+
+/** The endpoints of `lineage-server --help`'s footer: path (and alias) -> methods, in order. */
+function helpEndpoints() {
+  const r = spawnSync(SERVER_BIN, ['--help'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const footer = r.stdout.slice(r.stdout.indexOf('Endpoints: '));
+  const served = new Map();
+  const add = (p, m) => served.set(p, [...(served.get(p) ?? []), m]);
+  for (const [, method, p, alias] of footer.matchAll(/(GET|POST|DELETE) (\/[^\s,(.]*)(?: \(alias (\/[^\s;)]+))?/g)) {
+    add(p, method);
+    if (alias) add(alias, method);
+  }
+  return served;
+}
 
 const OK_BODY = { model: 'tiny', messages: [{ role: 'user', content: 'Say something short.' }], max_tokens: 8, temperature: 0 };
 const user = (content) => [{ role: 'user', content }];
@@ -102,6 +118,34 @@ for (const arch of ARCHS) {
       assert.equal(m.status, 405);
       assert.equal(m.json.error.message, 'method GET is not allowed on /v1/chat/completions; it takes POST');
       await stillServes('a 404');
+    });
+
+    it('every endpoint --help lists is served, and answers 405 naming its methods to any other', async () => {
+      const served = helpEndpoints();
+      assert.ok(served.size >= 20, `premise: --help lists the endpoints and their aliases (${[...served.keys()]})`);
+      for (const [pattern, methods] of served) {
+        const pathname = pattern.replace(':id', 'resp_none');
+        for (const method of ['GET', 'POST', 'DELETE', 'PUT', 'PATCH']) {
+          const res = await fetch(srv.url + pathname, {
+            method,
+            headers: method === 'GET' ? {} : { 'content-type': 'application/json' },
+            body: method === 'GET' || method === 'DELETE' ? undefined : '{}',
+          });
+          const text = await res.text();
+          if (methods.includes(method)) {
+            // Served: the handler answers (a 400 for the empty body, a 404 for an unknown
+            // response id), never the router's 404/405.
+            assert.notEqual(res.status, 405, `${method} ${pathname}: ${text}`);
+            if (res.status === 404) assert.doesNotMatch(text, /unknown endpoint/, `${method} ${pathname}`);
+            continue;
+          }
+          assert.equal(res.status, 405, `${method} ${pathname}: ${text}`);
+          const body = JSON.parse(text);
+          const message = body.error.message;
+          assert.equal(message, `method ${method} is not allowed on ${pathname}; it takes ${methods.join(' or ')}`);
+        }
+      }
+      await stillServes('the endpoint walk');
     });
   });
 }

@@ -1,0 +1,106 @@
+// server::endpoints: the endpoint table (endpoints.h).
+#include "server/endpoints.h"
+
+#include "server/anthropic_handler.h"
+#include "server/chat_handler.h"
+#include "server/completions_handler.h"
+#include "server/errors.h"
+#include "server/ops_handlers.h"
+#include "server/responses_handler.h"
+
+#include <array>
+
+namespace lineage::server {
+
+namespace {
+
+using enum endpoint_access;
+
+// The order is the order of --help and of the 404 answer's list.
+constexpr std::array table{
+    endpoint{.method = "POST", .path = "/v1/chat/completions", .alias = "/chat/completions",
+             .handler = handle_chat_completions},
+    endpoint{.method = "POST", .path = "/v1/messages", .errors = error_shape::anthropic, .handler = handle_messages},
+    endpoint{.method = "POST", .path = "/v1/messages/count_tokens", .errors = error_shape::anthropic,
+             .handler = handle_count_tokens},
+    endpoint{.method = "POST", .path = "/v1/responses", .alias = "/responses", .handler = handle_responses},
+    endpoint{.method = "GET", .path = "/v1/responses/:id", .handler = handle_get_response},
+    endpoint{.method = "DELETE", .path = "/v1/responses/:id", .handler = handle_delete_response},
+    // Clients send the cancel without a body (and so without a Content-Type).
+    endpoint{.method = "POST", .path = "/v1/responses/:id/cancel", .body_optional = true,
+             .handler = handle_cancel_response},
+    endpoint{.method = "GET", .path = "/v1/responses/:id/input_items", .handler = handle_list_input_items},
+    endpoint{.method = "POST", .path = "/v1/completions", .alias = "/completions", .handler = handle_completions},
+    endpoint{.method = "GET", .path = "/v1/models", .alias = "/models", .handler = handle_models},
+    endpoint{.method = "GET", .path = "/health", .access = open, .handler = handle_health},
+    endpoint{.method = "GET", .path = "/", .access = open, .note = "and HEAD: clients probe the base URL",
+             .handler = handle_root},
+    endpoint{.method = "GET", .path = "/v1/cache/stats", .note = "a tenant's key sees its own figures",
+             .handler = handle_cache_stats},
+    endpoint{.method = "POST", .path = "/v1/cache/reset", .note = "a tenant's key resets its own entries",
+             .handler = handle_cache_reset},
+    endpoint{.method = "POST", .path = "/tokenize", .handler = handle_tokenize},
+    endpoint{.method = "POST", .path = "/apply-template", .handler = handle_apply_template},
+    endpoint{.method = "GET", .path = "/lora-adapters", .handler = handle_get_lora_adapters},
+    endpoint{.method = "POST", .path = "/lora-adapters", .handler = handle_set_lora_adapters},
+    endpoint{.method = "GET", .path = "/metrics", .access = admin, .note = "with --metrics; the admin key",
+             .handler = handle_metrics},
+};
+
+bool serves(const endpoint & e, std::string_view path) {
+    return path_matches(e.path, path) || (!e.alias.empty() && path_matches(e.alias, path));
+}
+
+}  // namespace
+
+std::span<const endpoint> endpoint_table() {
+    return table;
+}
+
+const endpoint * find_endpoint(std::string_view method, std::string_view path) {
+    for (const auto & e : table) {
+        if (e.method == method && serves(e, path)) {
+            return &e;
+        }
+    }
+    return nullptr;
+}
+
+const endpoint * find_path(std::string_view path) {
+    for (const auto & e : table) {
+        if (serves(e, path)) {
+            return &e;
+        }
+    }
+    return nullptr;
+}
+
+std::string allowed_methods(std::string_view path) {
+    std::string allowed;
+    for (const auto & e : table) {
+        if (serves(e, path)) {
+            allowed += std::string(allowed.empty() ? "" : " or ") + std::string(e.method);
+        }
+    }
+    return allowed;
+}
+
+std::string endpoint_list() {
+    std::string out;
+    for (const auto & e : table) {
+        out += std::string(out.empty() ? "" : ", ") + std::string(e.method) + " " + std::string(e.path);
+        std::string extra;
+        if (!e.alias.empty()) {
+            extra = "alias " + std::string(e.alias);
+        }
+        if (!e.note.empty()) {
+            extra += (extra.empty() ? "" : "; ") + std::string(e.note);
+        }
+        if (!extra.empty()) {
+            out += " (" + extra + ")";
+        }
+    }
+    return out;
+}
+
+}  // namespace lineage::server
