@@ -15,7 +15,7 @@ struct config {
      *  Off: nothing read or written. */
     bool enabled = true;
     /** Lineage mode (seed 000); false = exact mode, whole-prompt snapshots only
-     *  (--lineage=false, env APC_LINEAGE=0). */
+     *  (--lineage=false, env LINEAGE_LINEAGE=0). */
     bool lineage = true;
     /** Byte budget of the host-RAM tier T1 in effect, bytes. The scheduler sets it from
      *  kv_capacity_bytes (dense families) or snapshot_capacity_bytes (hybrid families) before

@@ -409,10 +409,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "and LINEAGE_PROMPT_CACHE_ENABLED is unset, LINEAGE_CACHE_PROMPT and then LLAMA_ARG_CACHE_REUSE are read",
         boolean(cc.enabled), true);
     s.back()->env_aliases = {"LINEAGE_CACHE_PROMPT"};
-    add("--lineage", "APC_LINEAGE", "[=BOOL]", "true",
+    add("--lineage", "LINEAGE_LINEAGE", "[=BOOL]", "true",
         "lineage mode (checkpoints at turn, guard, anchor and divergence points); false = exact mode, "
         "whole-prompt snapshots only",
         boolean(cc.lineage), true);
+    s.back()->env_aliases = {"APC_LINEAGE"};  // the name in the design documents
     add("--prompt-cache-capacity-bytes,--cache-ram-bytes", "LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "BYTES", "0",
         "dense models: byte budget of the host-RAM cache tier (anchors, demoted entries); 0 = model-aware: "
         "max(2 GiB, min(6 entries of min(ctx, 8192) tokens, a quarter of the memory left after the model)); "
@@ -448,17 +449,21 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "digest of the cache key (bucket, template_sig): sha256 (OpenSSL) or xxh3 (XXH3-128, faster, not "
         "cryptographic)",
         hash_name(cc.key_hash));
-    add("--apc-enabled", "APC_ENABLED", "[=BOOL]", dc.apc_enabled ? "true" : "false",
+    add("--apc-enabled", "LINEAGE_APC_ENABLED", "[=BOOL]", dc.apc_enabled ? "true" : "false",
         "dense models: Automatic Prefix Caching, block hash chains per entry; a partial match is clamped to whole "
         "agreeing blocks (off by default: lineage restores any prefix of a dense entry); hybrid models never use it",
         boolean(cc.apc_enabled), true);
-    add("--apc-block-size", "APC_BLOCK_SIZE", "TOKENS", std::to_string(dc.apc_block_size), "tokens per APC block",
+    s.back()->env_aliases = {"APC_ENABLED"};  // the name in the design documents
+    add("--apc-block-size", "LINEAGE_APC_BLOCK_SIZE", "TOKENS", std::to_string(dc.apc_block_size), "tokens per APC block",
         int_in(cc.apc_block_size, 1, 1 << 20));
-    add("--apc-num-blocks", "APC_NUM_BLOCKS", "N", "0",
+    s.back()->env_aliases = {"APC_BLOCK_SIZE"};  // the name in the design documents
+    add("--apc-num-blocks", "LINEAGE_APC_NUM_BLOCKS", "N", "0",
         "most APC block hashes held over all entries; 0 = --prompt-cache-max-entries x 512",
         int64_min(cc.apc_num_blocks, 0));
-    add("--apc-hash", "APC_HASH", "ALGO", std::string(cache::to_string(dc.apc_hash)),
+    s.back()->env_aliases = {"APC_NUM_BLOCKS"};  // the name in the design documents
+    add("--apc-hash", "LINEAGE_APC_HASH", "ALGO", std::string(cache::to_string(dc.apc_hash)),
         "hash of the APC block chains: sha256 or xxh3", hash_name(cc.apc_hash));
+    s.back()->env_aliases = {"APC_HASH"};  // the name in the design documents
     add("--cache-trace", "LINEAGE_CACHE_TRACE", "[=BOOL]", "false",
         "log one INFO line 'cache-trace: ...' per cache decision: the restore point taken, why other entries "
         "were not, captures, absorption, thinning, evictions",
@@ -593,7 +598,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
 }
 
 std::string describe(const setting & st) {
-    return st.help + "  [env " + st.env + "; default " + st.default_text + "]";
+    std::string help = st.help;
+    for (const auto & alias : st.env_aliases) {
+        if (help.find(alias) == std::string::npos) {
+            help += " (" + alias + " is read when " + st.env + " is unset)";
+        }
+    }
+    return help + "  [env " + st.env + "; default " + st.default_text + "]";
 }
 
 /** CLI11's formatter without the default values of flags in the names: a negated alias

@@ -137,6 +137,26 @@ TEST(Config, PromptCacheVariablesAndTheirAliases) {
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 1ull << 30);  // then the old one
+    // The design documents' APC_* names are read when the LINEAGE_* ones are unset; the
+    // LINEAGE_* ones win; --help names the alias.
+    env = {{"LINEAGE_MODEL", "m.gguf"}, {"APC_BLOCK_SIZE", "32"}, {"APC_NUM_BLOCKS", "7"}, {"APC_LINEAGE", "0"}};
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.cache.apc_block_size, 32);
+    EXPECT_EQ(r.config->sched.cache.apc_num_blocks, 7);
+    EXPECT_FALSE(r.config->sched.cache.lineage);
+    env["LINEAGE_APC_BLOCK_SIZE"] = "64";
+    env["LINEAGE_LINEAGE"] = "1";
+    r = parse({}, env);
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.cache.apc_block_size, 64);
+    EXPECT_TRUE(r.config->sched.cache.lineage);
+    env["LINEAGE_APC_BLOCK_SIZE"] = "0";
+    r = parse({}, env);
+    EXPECT_FALSE(r.config);
+    EXPECT_NE(r.output.find("LINEAGE_APC_BLOCK_SIZE='0' (environment)"), std::string::npos) << r.output;
+    EXPECT_NE(lineage::server::config_help().find("APC_BLOCK_SIZE is read when LINEAGE_APC_BLOCK_SIZE is unset"),
+              std::string::npos);
     // The master switch: LINEAGE_PROMPT_CACHE_ENABLED, then LINEAGE_CACHE_PROMPT, then
     // LLAMA_ARG_CACHE_REUSE.
     env = {{"LINEAGE_MODEL", "m.gguf"},
@@ -372,16 +392,16 @@ TEST(Config, HelpListsEveryFlagWithItsVariableAndDefault) {
         {"--threads", "[env LINEAGE_THREADS; default 0]"},
         {"--prompt-cache-enabled", "[env LINEAGE_PROMPT_CACHE_ENABLED; default true]"},
         {"--no-cache-prompt", "[env LINEAGE_PROMPT_CACHE_ENABLED; default true]"},
-        {"--lineage", "[env APC_LINEAGE; default true]"},
+        {"--lineage", "[env LINEAGE_LINEAGE; default true]"},
         {"--prompt-cache-capacity-bytes,--cache-ram-bytes", "[env LINEAGE_PROMPT_CACHE_CAPACITY_BYTES; default 0]"},
         {"--prompt-cache-snapshot-capacity-bytes", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_CAPACITY_BYTES; default 0]"},
         {"--prompt-cache-snapshot-max-entries", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_MAX_ENTRIES; default 4096]"},
         {"--prompt-cache-snapshot-ttl", "[env LINEAGE_PROMPT_CACHE_SNAPSHOT_TTL; default 7200]"},
         {"--prompt-cache-hash", "[env LINEAGE_PROMPT_CACHE_HASH; default sha256]"},
-        {"--apc-enabled", "[env APC_ENABLED; default false]"},
-        {"--apc-block-size", "[env APC_BLOCK_SIZE; default 16]"},
-        {"--apc-num-blocks", "[env APC_NUM_BLOCKS; default 0]"},
-        {"--apc-hash", "[env APC_HASH; default sha256]"},
+        {"--apc-enabled", "[env LINEAGE_APC_ENABLED; default false]"},
+        {"--apc-block-size", "[env LINEAGE_APC_BLOCK_SIZE; default 16]"},
+        {"--apc-num-blocks", "[env LINEAGE_APC_NUM_BLOCKS; default 0]"},
+        {"--apc-hash", "[env LINEAGE_APC_HASH; default sha256]"},
         {"--cache-device-slots", "[env LINEAGE_CACHE_DEVICE_SLOTS; default -1]"},
         {"--prompt-cache-min-prefix", "[env LINEAGE_PROMPT_CACHE_MIN_PREFIX; default 32]"},
         {"--prompt-cache-max-entries", "[env LINEAGE_PROMPT_CACHE_MAX_ENTRIES; default 1024]"},
