@@ -1,5 +1,7 @@
 #include "cache/disk_format.h"
 
+#include "cache/digest.h"
+
 #include <xxhash.h>
 
 #include <cerrno>
@@ -472,28 +474,22 @@ std::string model_fingerprint(const std::string & path) {
         throw std::runtime_error("cannot read the model file " + path + ": " + std::strerror(errno));
     }
     const auto size = static_cast<uint64_t>(st.st_size);
-    XXH3_state_t * s = XXH3_createState();
-    XXH3_128bits_reset(s);
-    XXH3_128bits_update(s, &size, sizeof size);
+    hasher h(hash_algo::xxh3);
+    h.u64(size);
     std::vector<char> buf(window);
     auto hash_at = [&](uint64_t off, uint64_t n) {
         if (std::fseek(f.get(), static_cast<long>(off), SEEK_SET) != 0) {
             return;
         }
         const size_t got = std::fread(buf.data(), 1, static_cast<size_t>(n), f.get());
-        XXH3_128bits_update(s, buf.data(), got);
+        h.raw(std::string_view(buf.data(), got));
     };
     hash_at(0, std::min<uint64_t>(size, window));
     if (size > window) {
         const uint64_t n = std::min<uint64_t>(window, size - window);
         hash_at(size - n, n);
     }
-    const XXH128_hash_t h = XXH3_128bits_digest(s);
-    XXH3_freeState(s);
-    char hex[33];
-    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
-    return hex;
+    return h.hex();
 }
 
 }  // namespace lineage::cache

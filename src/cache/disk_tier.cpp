@@ -37,7 +37,8 @@ void fsync_dir(const std::string & dir) {
 
 }  // namespace
 
-disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule) {
+disk_tier::disk_tier(disk_config cfg)
+    : lower_tier(worker_config{.name = "disk tier"}), cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
     const bool created = fs::create_directories(cfg_.dir, ec);
     if (ec) {
@@ -91,18 +92,11 @@ disk_tier::disk_tier(disk_config cfg) : cfg_(std::move(cfg)), catalog_(cfg_.rule
         ::close(lock_fd_);
         throw;
     }
-    thread_ = std::thread([this] { run(); });
+    start();
 }
 
 disk_tier::~disk_tier() {
-    {
-        util::lock_guard lk(qmu_);
-        stopping_ = true;
-    }
-    qcv_.notify_all();
-    if (thread_.joinable()) {
-        thread_.join();
-    }
+    stop();  // the queued jobs first (writes at shutdown included)
     index_.reset();
     if (lock_fd_ >= 0) {
         ::close(lock_fd_);
@@ -139,89 +133,13 @@ std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const 
     return catalog_.best(bucket, session, prompt, longer_than);
 }
 
-void disk_tier::push(job j, bool front) {
-    {
-        util::lock_guard lk(qmu_);
-        if (front) {
-            queue_.push_front(std::move(j));
-        } else {
-            queue_.push_back(std::move(j));
-        }
-    }
-    qcv_.notify_one();
-}
-
-void disk_tier::write(disk_write w) {
-    job j;
-    j.k = job::kind::write;
-    j.w = std::move(w);
-    push(std::move(j), false);
-}
-
-std::future<disk_load_result> disk_tier::load(file_id id, disk_expect want, std::function<void()> on_done) {
-    job j;
-    j.k = job::kind::load;
-    j.id = id;
-    j.want = std::move(want);
-    j.load_done = std::make_shared<std::promise<disk_load_result>>();
-    j.on_done = std::move(on_done);
-    auto fut = j.load_done->get_future();
-    push(std::move(j), true);
-    return fut;
-}
-
-void disk_tier::remove(std::vector<file_id> ids) {
-    if (ids.empty()) {
-        return;
-    }
-    job j;
-    j.k = job::kind::remove;
-    j.ids = std::move(ids);
-    push(std::move(j), false);
-}
-
-std::vector<disk_completion> disk_tier::take_completions() {
-    util::lock_guard lk(mu_);
-    std::vector<disk_completion> out;
-    out.swap(completions_);
-    return out;
-}
-
-void disk_tier::drain() {
-    job j;
-    j.k = job::kind::barrier;
-    j.barrier = std::make_shared<std::promise<void>>();
-    auto fut = j.barrier->get_future();
-    push(std::move(j), false);
-    fut.wait();
-}
-
-std::pair<int64_t, uint64_t> disk_tier::reset() {
-    return queue_reset(std::nullopt);
-}
-
-std::pair<int64_t, uint64_t> disk_tier::reset_tenant(const std::string & tenant) {
-    return queue_reset(tenant);
-}
-
-std::pair<int64_t, uint64_t> disk_tier::queue_reset(std::optional<std::string> tenant) {
-    job j;
-    j.k = job::kind::reset;
-    j.tenant = std::move(tenant);
-    j.reset_done = std::make_shared<std::promise<std::pair<int64_t, uint64_t>>>();
-    auto fut = j.reset_done->get_future();
-    push(std::move(j), false);
-    return fut.get();
-}
-
 disk_stats disk_tier::get_stats() const {
     disk_stats s;
     {
         util::lock_guard lk(mu_);
         s = stats_;
     }
-    util::lock_guard lk(qmu_);
-    s.queued = static_cast<int64_t>(queue_.size());
+    s.queued = queued();
     return s;
 }
 
@@ -242,62 +160,28 @@ void disk_tier::check_invariants() const {
     }
 }
 
-void disk_tier::run() {
-    for (;;) {
-        job j;
-        {
-            util::unique_lock lk(qmu_);
-            while (!stopping_ && queue_.empty()) {
-                lk.wait(qcv_);
-            }
-            if (queue_.empty()) {
-                break;  // stopping, and everything queued is done (writes at shutdown included)
-            }
-            j = std::move(queue_.front());
-            queue_.pop_front();
-        }
-        try {
-            switch (j.k) {
-                case job::kind::write: do_write(j); break;
-                case job::kind::load: do_load(j); break;
-                case job::kind::remove:
-                    for (file_id id : j.ids) {
-                        delete_file(id, file_removal::superseded);
-                    }
-                    break;
-                case job::kind::reset: {
-                    std::vector<file_id> ids;
-                    uint64_t bytes = 0;
-                    {
-                        util::lock_guard lk(mu_);
-                        for (const auto & [id, e] : catalog_.files()) {
-                            if (!j.tenant || e.tenant == *j.tenant) {
-                                ids.push_back(id);
-                                bytes += e.bytes;
-                            }
-                        }
-                    }
-                    for (file_id id : ids) {
-                        delete_file(id, file_removal::reset);
-                    }
-                    j.reset_done->set_value({static_cast<int64_t>(ids.size()), bytes});
-                    break;
-                }
-                case job::kind::barrier: j.barrier->set_value(); break;
-            }
-        } catch (const std::exception & e) {
-            spdlog::error("disk tier: {}", e.what());
-            if (j.load_done) {
-                disk_load_result r;
-                r.error = disk_load_error::io;
-                r.detail = e.what();
-                j.load_done->set_value(std::move(r));
-                if (j.on_done) {
-                    j.on_done();
-                }
+void disk_tier::remove_now(const std::vector<file_id> & ids) {
+    for (file_id id : ids) {
+        delete_file(id, file_removal::superseded);
+    }
+}
+
+std::pair<int64_t, uint64_t> disk_tier::reset_now(const std::optional<std::string> & tenant) {
+    std::vector<file_id> ids;
+    uint64_t bytes = 0;
+    {
+        util::lock_guard lk(mu_);
+        for (const auto & [id, e] : catalog_.files()) {
+            if (!tenant || e.tenant == *tenant) {
+                ids.push_back(id);
+                bytes += e.bytes;
             }
         }
     }
+    for (file_id id : ids) {
+        delete_file(id, file_removal::reset);
+    }
+    return {static_cast<int64_t>(ids.size()), bytes};
 }
 
 void disk_tier::delete_file(file_id id, file_removal why) {
@@ -357,31 +241,29 @@ bool disk_tier::make_room(uint64_t bytes) {
     }
 }
 
-void disk_tier::do_write(job & j) {
-    disk_write & w = j.w;
+disk_completion disk_tier::write_failed(disk_completion done, std::string why) {
+    done.result = util::status::error(std::move(why));
+    util::lock_guard lk(mu_);
+    stats_.write_failures++;
+    return done;
+}
+
+disk_completion disk_tier::write_now(disk_write & w) {
     w.rec.model = cfg_.model;
     disk_completion done;
     done.entry_id = w.entry_id;
     const uint64_t size = disk_file_size(w.rec);
     if (!make_room(size)) {
-        done.result = util::status::error("larger than the disk capacity");
         if (!warned_too_large_) {
             warned_too_large_ = true;
             spdlog::warn("disk tier: an entry of {} bytes is larger than the disk capacity of {} bytes and is not "
                          "written; raise --cache-disk-capacity-bytes (this warning is printed once)",
                          size, cfg_.capacity_bytes);
         }
-        util::lock_guard lk(mu_);
-        stats_.write_failures++;
-        completions_.push_back(std::move(done));
-        return;
+        return write_failed(std::move(done), "larger than the disk capacity");
     }
     if (next_id_ > max_file_id) {
-        done.result = util::status::error("no file id left");
-        util::lock_guard lk(mu_);
-        stats_.write_failures++;
-        completions_.push_back(std::move(done));
-        return;
+        return write_failed(std::move(done), "no file id left");
     }
     const file_id id = next_id_++;
     w.rec.id = id;
@@ -396,22 +278,15 @@ void disk_tier::do_write(job & j) {
     }
     if (!written) {
         fs::remove(tmp, ec);
-        done.result = written;
         spdlog::warn("disk tier: writing {} failed: {}", tmp, written.message());
-        util::lock_guard lk(mu_);
-        stats_.write_failures++;
-        completions_.push_back(std::move(done));
-        return;
+        return write_failed(std::move(done), written.message());
     }
     fsync_dir(cfg_.dir);
     if (!index_->insert(id, w.rec, size, w.last_use)) {
-        done.result = util::status::error("index insert failed: " + index_->error());
-        spdlog::warn("disk tier: {}", done.result.message());
+        const std::string why = "index insert failed: " + index_->error();
+        spdlog::warn("disk tier: {}", why);
         fs::remove(path_of(id), ec);
-        util::lock_guard lk(mu_);
-        stats_.write_failures++;
-        completions_.push_back(std::move(done));
-        return;
+        return write_failed(std::move(done), why);
     }
     {
         util::lock_guard lk(mu_);
@@ -442,8 +317,7 @@ void disk_tier::do_write(job & j) {
         delete_file(old, file_removal::superseded);
     }
     done.file = id;
-    util::lock_guard lk(mu_);
-    completions_.push_back(std::move(done));
+    return done;
 }
 
 void disk_tier::count_overdue_write(double read_seconds) {
@@ -474,11 +348,11 @@ std::string identity_mismatch(const disk_record & r, const disk_catalog::file & 
 
 }  // namespace
 
-void disk_tier::do_load(job & j) {
+disk_load_result disk_tier::load_now(file_id id, const disk_expect & want) {
     std::optional<entry> row;
     {
         util::lock_guard lk(mu_);
-        if (entry * f = catalog_.find(j.id)) {
+        if (entry * f = catalog_.find(id)) {
             f->last_use = wall_s();
             row = *f;
         }
@@ -486,38 +360,35 @@ void disk_tier::do_load(job & j) {
     disk_load_result r;
     if (!row) {
         r.error = disk_load_error::missing;
-        r.detail = "file " + std::to_string(j.id) + " was deleted before it could be loaded";
+        r.detail = "file " + std::to_string(id) + " was deleted before it could be loaded";
     } else {
         try {
-            r = read_disk_file(path_of(j.id), cfg_.model);
+            r = read_disk_file(path_of(id), cfg_.model);
         } catch (const std::exception & e) {  // e.g. bad_alloc for a section the size of the disk
             r = disk_load_result{};
             r.error = disk_load_error::io;
             r.detail = e.what();
         }
         if (r.error == disk_load_error::none) {
-            if (std::string why = identity_mismatch(*r.record, *row, j.want); !why.empty()) {
+            if (std::string why = identity_mismatch(*r.record, *row, want); !why.empty()) {
                 r.error = disk_load_error::identity;
                 r.detail = std::move(why);
                 r.record.reset();
             }
         }
         if (r.error == disk_load_error::none) {
-            index_->touch(j.id, wall_s());
+            index_->touch(id, wall_s());
             util::lock_guard lk(mu_);
             stats_.loads++;
             stats_.bytes_read += disk_file_size(*r.record);
         } else {
             spdlog::warn("disk tier: file {} failed its checks ({}: {}); deleted, the request prefills cold",
-                         path_of(j.id), to_string(r.error), r.detail);
+                         path_of(id), to_string(r.error), r.detail);
             count_damage(r.error);
-            delete_file(j.id, file_removal::damaged);
+            delete_file(id, file_removal::damaged);
         }
     }
-    j.load_done->set_value(std::move(r));
-    if (j.on_done) {
-        j.on_done();
-    }
+    return r;
 }
 
 }  // namespace lineage::cache

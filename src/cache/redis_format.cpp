@@ -1,6 +1,8 @@
 // cache::redis_format: tier 3's keys, metas and chunks; see redis_format.h.
 #include "cache/redis_format.h"
 
+#include "cache/digest.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -48,22 +50,11 @@ constexpr size_t chunk_fixed = 8 + 4 + 4 + 4 + 8 + 4 + 4 + 8;  // 44 bytes: all 
 }  // namespace
 
 std::string redis_entry_key(const std::string & model, const std::string & bucket, const tokens & toks) {
-    XXH3_state_t * st = XXH3_createState();
-    XXH3_128bits_reset(st);
-    auto add = [&](const void * p, size_t n) {
-        const uint64_t len = n;
-        XXH3_128bits_update(st, &len, sizeof len);
-        XXH3_128bits_update(st, p, n);
-    };
-    add(model.data(), model.size());
-    add(bucket.data(), bucket.size());
-    add(toks.data(), toks.size() * sizeof(token));
-    const XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    char hex[33];
-    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                  static_cast<unsigned long long>(h.low64));
-    return hex;
+    hasher h(hash_algo::xxh3);  // each field length-prefixed (8 bytes little-endian)
+    h.field(model);
+    h.field(bucket);
+    h.field(std::string_view(reinterpret_cast<const char *>(toks.data()), toks.size() * sizeof(token)));
+    return h.hex();
 }
 
 std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec) {

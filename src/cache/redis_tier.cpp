@@ -71,7 +71,12 @@ util::expected<redis_url> parse_redis_url(const std::string & url) {
     return u;
 }
 
-redis_tier::redis_tier(redis_config cfg) : cfg_(std::move(cfg)), keys_{cfg_.ns}, mirror_(cfg_.rule) {
+redis_tier::redis_tier(redis_config cfg)
+    // Redis slower than the write-behind: drop writes past 64 queued rather than hold states.
+    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s}),
+      cfg_(std::move(cfg)),
+      keys_{cfg_.ns},
+      mirror_(cfg_.rule) {
     auto u = parse_redis_url(cfg_.url);
     if (!u) {
         throw std::invalid_argument(u.error().message());
@@ -83,18 +88,11 @@ redis_tier::redis_tier(redis_config cfg) : cfg_(std::move(cfg)), keys_{cfg_.ns},
         stats_.url = cfg_.url;
         stats_.ns = cfg_.ns;
     }
-    thread_ = std::thread([this] { run(); });
+    start();
 }
 
 redis_tier::~redis_tier() {
-    {
-        util::lock_guard lk(qmu_);
-        stopping_ = true;
-    }
-    qcv_.notify_all();
-    if (thread_.joinable()) {
-        thread_.join();
-    }
+    stop();  // the queued jobs first (writes included, each bounded by the timeout)
     if (ctx_ != nullptr) {
         redisFree(ctx_);
     }
@@ -110,77 +108,9 @@ std::optional<disk_candidate> redis_tier::best(const std::string & bucket, const
     return c;
 }
 
-void redis_tier::push(job j, bool front) {
-    {
-        util::lock_guard lk(qmu_);
-        if (front) {
-            queue_.push_front(std::move(j));
-        } else {
-            queue_.push_back(std::move(j));
-        }
-    }
-    qcv_.notify_one();
-}
-
-void redis_tier::write(disk_write w) {
-    {
-        util::lock_guard lk(qmu_);
-        size_t writes = 0;
-        for (const auto & q : queue_) {
-            writes += q.k == job::kind::write ? 1 : 0;
-        }
-        if (writes >= 64) {  // Redis slower than the write-behind: drop rather than hold states
-            util::lock_guard lk2(mu_);
-            stats_.write_failures++;
-            completions_.push_back({w.entry_id, 0, util::status::error("tier-3 queue full")});
-            return;
-        }
-    }
-    job j;
-    j.k = job::kind::write;
-    j.w = std::move(w);
-    push(std::move(j), false);
-}
-
-std::future<disk_load_result> redis_tier::load(file_id id, disk_expect want, std::function<void()> on_done) {
-    job j;
-    j.k = job::kind::load;
-    j.id = id;
-    j.want = std::move(want);
-    j.load_done = std::make_shared<std::promise<disk_load_result>>();
-    j.on_done = std::move(on_done);
-    auto f = j.load_done->get_future();
-    push(std::move(j), true);
-    return f;
-}
-
-std::vector<disk_completion> redis_tier::take_completions() {
+void redis_tier::write_dropped() {
     util::lock_guard lk(mu_);
-    std::vector<disk_completion> out;
-    out.swap(completions_);
-    return out;
-}
-
-void redis_tier::drain() {
-    {
-        util::lock_guard lk(qmu_);
-        poll_now_ = true;
-    }
-    job j;
-    j.barrier = std::make_shared<std::promise<void>>();
-    auto f = j.barrier->get_future();
-    push(std::move(j), false);
-    f.wait();
-}
-
-std::pair<int64_t, uint64_t> redis_tier::reset(const std::optional<std::string> & tenant) {
-    job j;
-    j.k = job::kind::reset;
-    j.tenant = tenant;
-    j.reset_done = std::make_shared<std::promise<std::pair<int64_t, uint64_t>>>();
-    auto f = j.reset_done->get_future();
-    push(std::move(j), false);
-    return f.get();
+    stats_.write_failures++;
 }
 
 redis_stats redis_tier::get_stats() const {
@@ -190,8 +120,7 @@ redis_stats redis_tier::get_stats() const {
         s = stats_;
         s.entries = static_cast<int64_t>(remote_.size());
     }
-    util::lock_guard lk(qmu_);
-    s.queued = static_cast<int64_t>(queue_.size());
+    s.queued = queued();
     return s;
 }
 
@@ -303,60 +232,8 @@ void redis_tier::forget(file_id id) {
     std::erase(order_, id);
 }
 
-void redis_tier::run() {
-    double last_poll = 0;
-    for (;;) {
-        std::optional<job> j;
-        bool poll_due = false;
-        {
-            util::unique_lock lk(qmu_);
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg_.poll_s);
-            while (!stopping_ && queue_.empty() && !poll_now_ &&
-                   lk.wait_until(qcv_, deadline) != std::cv_status::timeout) {
-            }
-            if (stopping_ && queue_.empty()) {
-                break;
-            }
-            poll_due = poll_now_ || mono_s() - last_poll >= cfg_.poll_s;
-            poll_now_ = false;
-            if (!queue_.empty()) {
-                j = std::move(queue_.front());
-                queue_.pop_front();
-            }
-        }
-        try {
-            if (poll_due && (!j || j->k != job::kind::load)) {
-                last_poll = mono_s();
-                poll();
-            }
-            if (j) {
-                switch (j->k) {
-                    case job::kind::write: do_write(*j); break;
-                    case job::kind::load: do_load(*j); break;
-                    case job::kind::reset: j->reset_done->set_value(do_reset(j->tenant)); break;
-                    case job::kind::barrier: j->barrier->set_value(); break;
-                }
-            }
-        } catch (const std::exception & e) {
-            spdlog::error("tier 3: {}", e.what());
-            if (j && j->reset_done) {
-                j->reset_done->set_value({0, 0});
-            }
-            if (j && j->load_done) {
-                disk_load_result r;
-                r.error = disk_load_error::io;
-                r.detail = e.what();
-                j->load_done->set_value(std::move(r));
-                if (j->on_done) {
-                    j->on_done();
-                }
-            }
-        }
-    }
-}
-
-void redis_tier::do_write(job & j) {
-    disk_record & rec = j.w.rec;
+disk_completion redis_tier::write_now(disk_write & w) {
+    disk_record & rec = w.rec;
     rec.model = cfg_.model;
     rec.id = 1;  // the disk format wants an id; tier 3's identity is the entry key
     const std::string ek = redis_entry_key(rec.model, rec.bucket, rec.toks);
@@ -382,19 +259,18 @@ void redis_tier::do_write(job & j) {
     util::lock_guard lk(mu_);
     if (!ok) {
         stats_.write_failures++;
-        completions_.push_back({j.w.entry_id, 0, util::status::error("tier 3: Redis unreachable")});
-        return;
+        return {w.entry_id, 0, util::status::error("tier 3: Redis unreachable")};
     }
     stats_.writes++;
     stats_.chunks_written += static_cast<int64_t>(chunks.size());
     stats_.bytes_written += bytes;
-    completions_.push_back({j.w.entry_id, 1, util::status::ok()});
+    return {w.entry_id, 1, util::status::ok()};
 }
 
-void redis_tier::poll() {
+bool redis_tier::tick_now() {
     reply_set rs;
     if (!pipeline({{"GET", keys_.seq()}}, rs)) {
-        return;
+        return false;
     }
     const auto seq_text = string_of(rs.r[0].get());
     const int64_t seq = seq_text ? std::stoll(*seq_text) : 0;
@@ -412,12 +288,12 @@ void redis_tier::poll() {
         last_seq_ = 0;
     }
     if (seq == last_seq_) {
-        return;
+        return false;
     }
     if (!pipeline({{"ZRANGEBYSCORE", keys_.index(), "(" + std::to_string(last_seq_), "+inf", "WITHSCORES", "LIMIT",
                     "0", "512"}},
                   rs)) {
-        return;
+        return false;
     }
     const redisReply * arr = rs.r[0].get();
     std::vector<std::pair<std::string, int64_t>> fresh;
@@ -430,14 +306,14 @@ void redis_tier::poll() {
     }
     if (fresh.empty()) {
         last_seq_ = seq;
-        return;
+        return false;
     }
     std::vector<std::vector<std::string>> gets;
     for (const auto & [ek, s] : fresh) {
         gets.push_back({"GET", keys_.meta(ek)});
     }
     if (!pipeline(gets, rs)) {
-        return;
+        return false;
     }
     for (size_t i = 0; i < fresh.size(); ++i) {
         last_seq_ = std::max(last_seq_, fresh[i].second);
@@ -487,35 +363,25 @@ void redis_tier::poll() {
             mirror_.remove(victim);
         }
     }
-    if (fresh.size() == 512) {
-        util::lock_guard lk(qmu_);
-        poll_now_ = true;  // more to read
-    }
+    return fresh.size() == 512;  // more to read
 }
 
-void redis_tier::do_load(job & j) {
+disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
     remote_entry e;
     disk_catalog::file row;
     {
         util::lock_guard lk(mu_);
-        auto it = remote_.find(j.id);
+        auto it = remote_.find(id);
         if (it != remote_.end()) {
             e = it->second;
-            row = *mirror_.find(j.id);
+            row = *mirror_.find(id);
         }
     }
     disk_load_result r;
-    auto finish = [&] {
-        j.load_done->set_value(std::move(r));
-        if (j.on_done) {
-            j.on_done();
-        }
-    };
     if (e.ek.empty()) {
         r.error = disk_load_error::missing;
         r.detail = "no longer in the mirror";
-        finish();
-        return;
+        return r;
     }
     std::vector<std::vector<std::string>> gets;
     for (uint32_t i = 0; i < e.n_chunks; ++i) {
@@ -525,8 +391,7 @@ void redis_tier::do_load(job & j) {
     if (!pipeline(gets, rs)) {
         r.error = disk_load_error::io;
         r.detail = "Redis unreachable or slow";
-        finish();
-        return;
+        return r;
     }
     std::vector<std::optional<std::string>> chunks;
     uint64_t bytes = 0;
@@ -543,9 +408,9 @@ void redis_tier::do_load(job & j) {
         // Its identity: the entry the index names, and the prefix the request restores.
         const disk_record & rec = *r.record;
         const bool same = rec.bucket == row.bucket && rec.session == row.session && rec.toks == row.toks &&
-                          (j.want.bucket.empty() || rec.bucket == j.want.bucket) &&
-                          j.want.prefix.size() <= rec.toks.size() &&
-                          std::equal(j.want.prefix.begin(), j.want.prefix.end(), rec.toks.begin());
+                          (want.bucket.empty() || rec.bucket == want.bucket) &&
+                          want.prefix.size() <= rec.toks.size() &&
+                          std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin());
         if (!same) {
             r = {};
             r.error = disk_load_error::identity;
@@ -562,11 +427,11 @@ void redis_tier::do_load(job & j) {
             stats_.vanished++;
         }
         spdlog::info("tier 3: entry {} vanished from Redis ({}): a miss", e.ek, r.detail);
-        forget(j.id);
+        forget(id);
     } else {
         count_damage(r.error);
         spdlog::warn("tier 3: entry {} rejected ({}: {}); deleted from Redis", e.ek, to_string(r.error), r.detail);
-        forget(j.id);
+        forget(id);
         std::vector<std::vector<std::string>> dels{{"ZREM", keys_.index(), e.ek}, {"DEL", keys_.meta(e.ek)}};
         for (uint32_t i = 0; i < e.n_chunks; ++i) {
             dels.push_back({"DEL", keys_.chunk(e.ek, i)});
@@ -574,19 +439,13 @@ void redis_tier::do_load(job & j) {
         reply_set ignored;
         pipeline(dels, ignored);
     }
-    finish();
+    return r;
 }
 
-std::pair<int64_t, uint64_t> redis_tier::do_reset(const std::optional<std::string> & tenant) {
+std::pair<int64_t, uint64_t> redis_tier::reset_now(const std::optional<std::string> & tenant) {
     // The whole index first (what other replicas wrote since the last poll, and this replica's
-    // writes queued before the reset): poll() reads 512 index entries a call.
-    for (int i = 0; i < 256; ++i) {
-        poll();
-        util::lock_guard lk(qmu_);
-        if (!poll_now_) {
-            break;
-        }
-        poll_now_ = false;
+    // writes queued before the reset): tick_now() reads 512 index entries a call.
+    for (int i = 0; i < 256 && tick_now(); ++i) {
     }
     std::vector<std::pair<file_id, remote_entry>> victims;
     {

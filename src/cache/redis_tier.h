@@ -17,6 +17,7 @@
 #include "cache/disk_tier.h"
 #include "cache/redis_format.h"
 #include "cache/stats.h"
+#include "cache/lower_tier.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
 
@@ -56,38 +57,25 @@ struct redis_config {
     double retry_s = 1.0;            ///< how long after a failure the connection is tried again
 };
 
-class redis_tier : public disk_lookup {
+class redis_tier final : public lower_tier {
 public:
     /** Starts the Redis thread (which connects; Redis need not be up). Throws
      *  std::invalid_argument when the URL cannot be parsed. */
     explicit redis_tier(redis_config cfg);
     /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
     ~redis_tier() override;
-    redis_tier(const redis_tier &) = delete;
-    redis_tier & operator=(const redis_tier &) = delete;
 
     /** The mirror's best restore point (disk_lookup's contract); candidates carry remote=true
      *  and a mirror id (not a file id). */
     std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override;
-    /** Queues a write (write-behind or a pinned anchor); dropped (counted) when 64 are queued. */
-    void write(disk_write w);
-    /** Queues the read of mirror entry `id` ahead of writes; the result as disk_tier::load's
-     *  (a vanished entry comes back as error missing, a damaged one counted as damage). */
-    std::future<disk_load_result> load(file_id id, disk_expect want, std::function<void()> on_done = {});
-    /** Writes done or dropped since the last call (`file`: 1 when written, 0 when not). */
-    std::vector<disk_completion> take_completions();
-    /** Reads the index now (not waiting for the next poll) and blocks until every queued job
-     *  is done. */
-    void drain();
-    /** POST /v1/cache/reset: after the jobs queued before it (writes included) and a full read
-     *  of the index, deletes from Redis every entry of this model the mirror lists (any
-     *  replica's; `tenant`: only that tenant's) — index entry, meta and chunks, UNLINKed in
-     *  pipelines of 256 entries — and forgets them here even when Redis cannot be reached, so
-     *  this replica never restores them again. Other models' entries in the namespace stay.
-     *  Blocks until done (each call bounded by the timeout); returns entries and chunk payload
-     *  bytes deleted from Redis. */
-    std::pair<int64_t, uint64_t> reset(const std::optional<std::string> & tenant);
+    // write (dropped, counted, when 64 are queued), load (a vanished entry comes back as error
+    // missing, a damaged one counted as damage), take_completions (`file`: 1 when written),
+    // drain (reads the index first) and reset: lower_tier's. A reset deletes from Redis every
+    // entry of this model the mirror lists after a full read of the index (any replica's;
+    // `tenant`: only that tenant's) -- index entry, meta and chunks, UNLINKed in pipelines of 256
+    // entries -- and forgets them here even when Redis cannot be reached, so this replica never
+    // restores them again; other models' entries in the namespace stay.
     redis_stats get_stats() const;
 
 private:
@@ -96,32 +84,22 @@ private:
         uint64_t payload_bytes = 0;
         uint32_t n_chunks = 0;
     };
-    struct job {
-        enum class kind { write, load, reset, barrier } k = kind::barrier;
-        disk_write w;
-        file_id id = 0;
-        disk_expect want;
-        std::shared_ptr<std::promise<disk_load_result>> load_done;
-        std::function<void()> on_done;
-        std::shared_ptr<std::promise<void>> barrier;
-        std::shared_ptr<std::promise<std::pair<int64_t, uint64_t>>> reset_done;
-        std::optional<std::string> tenant;  ///< reset: only this tenant's entries
-    };
     /** One reply per command (nullptr for all when the connection failed: dropped, counted). */
     struct reply_set;
 
-    void run();
-    void do_write(job & j);
-    void do_load(job & j);
-    std::pair<int64_t, uint64_t> do_reset(const std::optional<std::string> & tenant);
-    void poll();
+    // tier_io, on the worker thread:
+    disk_completion write_now(disk_write & w) override;
+    disk_load_result load_now(file_id id, const disk_expect & want) override;
+    std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
+    /** Reads the index for other replicas' entries; true when more is left to read. */
+    bool tick_now() override;
     bool connected();
     void drop_connection(const std::string & why);
     /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout. */
     bool pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out);
     void forget(file_id id);
     void count_damage(disk_load_error e);
-    void push(job j, bool front);
+    void write_dropped() override;
 
     redis_config cfg_;
     redis_url url_;
@@ -137,15 +115,6 @@ private:
     std::deque<file_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
     file_id next_id_ GUARDED_BY(mu_) = 1;
     redis_stats stats_ GUARDED_BY(mu_);
-    std::vector<disk_completion> completions_ GUARDED_BY(mu_);
-
-    mutable util::mutex qmu_;
-    std::condition_variable qcv_;
-    std::deque<job> queue_ GUARDED_BY(qmu_);
-    bool stopping_ GUARDED_BY(qmu_) = false;
-    bool poll_now_ GUARDED_BY(qmu_) = false;
-    std::condition_variable idle_cv_;
-    std::thread thread_;
 };
 
 }  // namespace lineage::cache

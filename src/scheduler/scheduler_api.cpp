@@ -69,7 +69,7 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
         if (auto * d = impl_->disk_->tier()) {
             // Its writes queued before run first and are deleted with the rest; completions of
             // other tenants' writes stay for the housekeeping to hand to the store.
-            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset_tenant(tenant);
+            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset(tenant);
         }
         if (auto * t3 = impl_->disk_->redis()) {
             r.redis = true;

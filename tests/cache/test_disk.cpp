@@ -340,7 +340,7 @@ TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
         // After a restart the tenant comes from the index rows.
         disk_tier t(cfg());
         EXPECT_EQ(t.get_stats().files, 4);
-        const auto [files, freed] = t.reset_tenant("alice");
+        const auto [files, freed] = t.reset("alice");
         EXPECT_EQ(files, 2);
         EXPECT_EQ(freed, alice_bytes);
         t.check_invariants();
@@ -352,13 +352,13 @@ TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
         ASSERT_TRUE(c);
         EXPECT_EQ(t.load(c->id, {"bucket-bob", seq(0, c->n)}).get().error, disk_load_error::none);
         EXPECT_TRUE(t.best("bucket-", "s1", seq(100, 60), 0));
-        EXPECT_EQ(t.reset_tenant("alice").first, 0);
+        EXPECT_EQ(t.reset("alice").first, 0);
     }
     // And after a second restart the reset holds (the rows went with the files).
     disk_tier t(cfg());
     EXPECT_EQ(t.get_stats().files, 2);
     EXPECT_EQ(t.get_stats().removed_at_startup, 0);
-    EXPECT_EQ(t.reset_tenant("bob").first, 1);
+    EXPECT_EQ(t.reset("bob").first, 1);
 }
 
 // --- store hooks -------------------------------------------------------------------------------

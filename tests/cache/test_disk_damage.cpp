@@ -274,8 +274,8 @@ TEST_F(DiskDamage, AFormat2IndexGainsTheTenantColumnAndItsRowsAreDiscarded) {
     disk_record r = record(seq(100, 40), 200);
     r.tenant = "alice";
     ASSERT_NE(put(t, r), 0u);
-    EXPECT_EQ(t.reset_tenant("bob").first, 0);
-    EXPECT_EQ(t.reset_tenant("alice").first, 1);
+    EXPECT_EQ(t.reset("bob").first, 0);
+    EXPECT_EQ(t.reset("alice").first, 1);
 }
 
 TEST_F(DiskDamage, ATenantsRowAndHeaderMustAgree) {
