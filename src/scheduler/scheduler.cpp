@@ -38,6 +38,10 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_batch = p_.n_batch;
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
+    cp.n_threads_batch = p_.n_threads_batch;
+    cp.flash_attn = p_.flash_attn;
+    cp.type_k = p_.type_k;
+    cp.type_v = p_.type_v;
     // One recurrent-state snapshot per sequence: the resend guard by rollback (config.h).
     // llama.cpp keeps the last (1 + n_rs_seq) tokens of a sequence in one ubatch: n_ubatch > 2.
     // With the cache off a prefill computes what a first request with it on does: the same.

@@ -82,7 +82,8 @@ void wait_for_signals(const sigset_t & signals) {
 int serve(const server::server_config & cfg) {
     std::unique_ptr<engine::model> model;
     try {
-        model = std::make_unique<engine::model>(engine::model_params{cfg.model_path, cfg.n_gpu_layers});
+        model = std::make_unique<engine::model>(
+            engine::model_params{cfg.model_path, cfg.n_gpu_layers, cfg.use_mmap, cfg.use_mlock});
     } catch (const std::exception & e) {
         spdlog::error("cannot load the model: {}", e.what());
         return 1;
