@@ -490,6 +490,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
             one_of(c.sched.type_v, engine::kv_cache_types()));
         s.back()->llama_short = {"-ctv"};
     }
+    add("--cache-device-bytes", "LINEAGE_CACHE_DEVICE_BYTES", "BYTES", "0",
+        "what the device may hold: the model, and the KV cache of the --parallel and the parked "
+        "(--cache-device-slots) sequences at --ctx-size tokens each; startup logs this plan and refuses one "
+        "that does not fit, with its numbers; 0 = the device's memory as ggml reports it (the GPUs' free memory "
+        "before the model loads; on the CPU alone the host's physical memory)",
+        bytes_min(c.sched.device_budget_bytes, 0));
     // --- prompt cache ---
     add("--prompt-cache-enabled,--cache-prompt,!--no-cache-prompt", "LINEAGE_PROMPT_CACHE_ENABLED", "[=BOOL]", "true",
         "enable/disable the prompt cache (--cache-prompt / --no-cache-prompt are aliases); when no flag is given "

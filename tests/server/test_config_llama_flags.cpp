@@ -1,7 +1,7 @@
 // Tests of llama-server's flag names in server::config (issue 27 item 2): the single-dash short
 // forms (-np, -ngl, -tb, -fa, -ctk, -ctv, -cram) and -a, --cache-ram in MiB, --flash-attn,
 // --cache-type-k/-v with llama.cpp's types, --jinja (no-op), --mlock, --no-mmap,
-// --threads-batch; each reaches its field, bad values are refused naming
+// --threads-batch, --cache-device-bytes; each reaches its field, bad values are refused naming
 // the flag.
 #include "server/config.h"
 
@@ -22,6 +22,7 @@ TEST(ConfigLlamaFlags, DefaultsAreLlamaCppDefaults) {
     EXPECT_EQ(c.sched.type_v, "f16");
     EXPECT_EQ(c.sched.flash_attn, -1);
     EXPECT_EQ(c.sched.n_threads_batch, 0);
+    EXPECT_EQ(c.sched.device_budget_bytes, 0u);
     EXPECT_TRUE(c.use_mmap);
     EXPECT_FALSE(c.use_mlock);
     EXPECT_TRUE(c.jinja);
@@ -137,10 +138,15 @@ TEST(ConfigLlamaFlags, JinjaFalseIsRefused) {
     EXPECT_NE(r.output.find("--jinja false (or --no-jinja)"), std::string::npos) << r.output;
 }
 
-TEST(ConfigLlamaFlags, ThreadsBatchBound) {
+TEST(ConfigLlamaFlags, ThreadsBatchAndDeviceBytesBounds) {
     auto r = parse({"-m", "x.gguf", "-tb", "513"});
     ASSERT_FALSE(r.config);
     EXPECT_NE(r.output.find("--threads-batch '513'"), std::string::npos) << r.output;
+    r = parse({"-m", "x.gguf", "--cache-device-bytes", "12GiB"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_EQ(r.config->sched.device_budget_bytes, 12ull << 30);
+    r = parse({"-m", "x.gguf", "--cache-device-bytes", "-1"});
+    EXPECT_FALSE(r.config);
 }
 
 TEST(ConfigLlamaFlags, HelpNamesTheShortForms) {
@@ -150,7 +156,7 @@ TEST(ConfigLlamaFlags, HelpNamesTheShortForms) {
                            "(llama-server's -cram)"}) {
         EXPECT_NE(help.find(s), std::string::npos) << s;
     }
-    for (const char * s : {"-a,", "--jinja", "--mlock", "--no-mmap", "--gpu-layers"}) {
+    for (const char * s : {"-a,", "--jinja", "--mlock", "--no-mmap", "--cache-device-bytes", "--gpu-layers"}) {
         EXPECT_NE(help.find(s), std::string::npos) << s;
     }
 }
