@@ -26,6 +26,9 @@ std::string key_difference(const key_dims & a, const key_dims & b) {
     if (a.mm != b.mm) {
         dims.push_back("mm_digest differs");
     }
+    if (a.kv_type != b.kv_type) {
+        dims.push_back("kv_type differs");
+    }
     std::string out;
     for (const auto & d : dims) {
         out += (out.empty() ? "" : ", ") + d;

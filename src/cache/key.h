@@ -1,7 +1,7 @@
 // cache::key: the one key vocabulary of the prompt cache (docs/architecture.md "Keys").
 // - bucket key: a digest of the dimensions that must match for two states to be interchangeable
-//   (model_id, lora_id, rope_regime, mm_digest, and the tenant: the API key's owner, so that no
-//   state is shared across tenants); entries only match in a bucket. template_sig (chat
+//   (model_id, lora_id, rope_regime, mm_digest, the KV cache types, and the tenant: the API key's
+//   owner, so that no state is shared across tenants); entries only match in a bucket. template_sig (chat
 //   template, kwargs, tool_choice, tools) is not one: it decides which tokens a request has,
 //   not what state those tokens give, and the trie matches tokens;
 // - key dimensions (key_dims): those dimensions one by one, so that the decision trace can say
@@ -27,6 +27,7 @@ struct key_dims {
     std::string rope;          ///< "" when the model's RoPE does not depend on length, else the tag
     std::string mm;            ///< hex digest of the multimodal inputs
     std::string tenant;        ///< the API key's tenant ("" without API keys)
+    std::string kv_type;       ///< the KV cache types "K/V" ("" for f16/f16)
     // template_sig's inputs (seed 001 "template_sig")
     std::string template_source;  ///< hex digest of the Jinja source
     std::string kwargs;           ///< hex digest of the merged, canonicalised chat_template_kwargs

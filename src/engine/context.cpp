@@ -21,7 +21,29 @@ llama_state_seq_flags flags_for(bool recurrent_only) {
     return recurrent_only ? LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY : LLAMA_STATE_SEQ_FLAGS_NONE;
 }
 
+/** The ggml type named `name` among kv_cache_types(); throws std::runtime_error otherwise. */
+ggml_type kv_type_of(const std::string & name) {
+    for (const ggml_type t : {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0,
+                              GGML_TYPE_Q4_1, GGML_TYPE_IQ4_NL, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1}) {
+        if (name == ggml_type_name(t)) {
+            return t;
+        }
+    }
+    throw std::runtime_error("unknown KV cache type '" + name + "'");
+}
+
 }  // namespace
+
+const std::vector<std::string> & kv_cache_types() {
+    static const std::vector<std::string> names = {"f32",  "f16",  "bf16",   "q8_0", "q4_0",
+                                                   "q4_1", "iq4_nl", "q5_0", "q5_1"};
+    return names;
+}
+
+bool kv_type_is_quantized(const std::string & name) {
+    const auto & all = kv_cache_types();
+    return std::find(all.begin(), all.end(), name) != all.end() && ggml_is_quantized(kv_type_of(name));
+}
 
 context::context(const model & m, const context_params & p)
     : model_(m), n_seq_(p.n_seq), n_batch_(p.n_batch), unified_(p.kv_unified) {
@@ -32,7 +54,12 @@ context::context(const model & m, const context_params & p)
     cp.n_seq_max = static_cast<uint32_t>(p.n_seq);
     const int32_t threads = p.n_threads > 0 ? p.n_threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
     cp.n_threads = threads;
-    cp.n_threads_batch = threads;
+    cp.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : threads;
+    cp.flash_attn_type = p.flash_attn < 0    ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                         : p.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                             : LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    cp.type_k = kv_type_of(p.type_k);
+    cp.type_v = kv_type_of(p.type_v);
     cp.kv_unified = p.kv_unified;
     cp.n_rs_seq = static_cast<uint32_t>(std::max(0, p.n_rs_seq));
     cp.no_perf = true;
@@ -41,7 +68,10 @@ context::context(const model & m, const context_params & p)
     ctx_ = llama_init_from_model(m.raw(), cp);
     if (ctx_ == nullptr) {
         throw std::runtime_error("llama.cpp could not create a context with n_ctx=" + std::to_string(p.n_ctx) +
-                                 " and " + std::to_string(p.n_seq) + " sequences; lower --ctx-size or --parallel");
+                                 " and " + std::to_string(p.n_seq) + " sequences (KV cache types K " + p.type_k +
+                                 ", V " + p.type_v +
+                                 "); lower --ctx-size or --parallel, or pick other --cache-type-k/-v (a quantized "
+                                 "type needs a head size that is a multiple of its block, and flash attention)");
     }
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 struct llama_context;
@@ -27,6 +28,15 @@ struct context_params {
     int32_t n_batch = 512;    ///< max tokens per decode()
     int32_t n_ubatch = 512;
     int32_t n_threads = 0;    ///< 0 = hardware concurrency
+    int32_t n_threads_batch = 0;  ///< threads of a prefill (a batch of several tokens); 0 = n_threads
+    /** Flash attention: -1 auto (llama.cpp decides per device), 0 off, 1 on (llama.cpp's
+     *  llama_flash_attn_type). A quantized V cache needs it: auto then turns it on, off fails. */
+    int32_t flash_attn = -1;
+    /** KV cache data types of K and V, by ggml name (one of kv_cache_types()). A state blob
+     *  holds the cache in this type: blobs of another type do not restore (set_state fails), so
+     *  the cache key carries it (server/cache_key.h bucket_inputs::kv_type). */
+    std::string type_k = "f16";
+    std::string type_v = "f16";
     /** One KV pool for all sequences (cells shared through seq_cp, no copies) instead of one
      *  buffer per sequence. Off by default: in a shared pool a sequence's attention runs over
      *  a view whose layout depends on the other sequences held, so its logits can differ in
@@ -40,6 +50,14 @@ struct context_params {
      *  (see rollback_depth()). */
     int32_t n_rs_seq = 0;
 };
+
+/** The KV cache data types llama.cpp accepts (llama-server's -ctk/-ctv list, common/arg.cpp):
+ *  f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1. */
+const std::vector<std::string> & kv_cache_types();
+
+/** True for a block-quantized KV type (q8_0, q4_0, ...), which llama.cpp stores only with flash
+ *  attention for V. False for f32, f16, bf16 and for names not in kv_cache_types(). */
+bool kv_type_is_quantized(const std::string & name);
 
 /** One token of a batch: `logits` asks for its output distribution. */
 struct batch_token {

@@ -103,6 +103,8 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
 
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = p.n_gpu_layers;
+    mp.load_mode = p.use_mlock ? (p.use_mmap ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MLOCK)
+                               : (p.use_mmap ? LLAMA_LOAD_MODE_AUTO : LLAMA_LOAD_MODE_NONE);
     model_ = llama_model_load_from_file(p.path.c_str(), mp);
     offloaded_ = p.n_gpu_layers != 0 && llama_supports_gpu_offload();
     if (!model_) {

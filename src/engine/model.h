@@ -29,6 +29,11 @@ const char * to_string(memory_family f);
 struct model_params {
     std::string path;        ///< GGUF file
     int32_t n_gpu_layers = -1;  ///< -1: as many as fit (engine default); 0: CPU only
+    /** Memory-map the weights (llama.cpp's load mode mmap; --mmap / --no-mmap). True leaves the
+     *  choice to llama.cpp (auto: mmap unless a device cannot use it). */
+    bool use_mmap = true;
+    /** Lock the weights in RAM so that they are never swapped out (--mlock). */
+    bool use_mlock = false;
 };
 
 class model {

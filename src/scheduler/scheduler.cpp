@@ -38,12 +38,32 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     cp.n_batch = p_.n_batch;
     cp.n_ubatch = p_.n_ubatch;
     cp.n_threads = p_.n_threads;
+    cp.n_threads_batch = p_.n_threads_batch;
+    cp.flash_attn = p_.flash_attn;
+    cp.type_k = p_.type_k;
+    cp.type_v = p_.type_v;
     // One recurrent-state snapshot per sequence: the resend guard by rollback (config.h).
     // llama.cpp keeps the last (1 + n_rs_seq) tokens of a sequence in one ubatch: n_ubatch > 2.
     // With the cache off a prefill computes what a first request with it on does: the same.
     const bool want_rollback = hybrid_ && p_.cache.lineage && p_.cache.resend_checkpoint &&
                                p_.cache.guard_rollback && std::min(p_.n_ubatch, p_.n_batch) > 2;
     cp.n_rs_seq = want_rollback ? 1 : 0;
+    // The memory plan, before the pool is allocated: a plan that does not fit refuses the start.
+    // The probe decodes two tokens on a thread of its own that ends there, never on the
+    // caller's: with an OpenMP build of ggml the first thread that computes keeps a pool of
+    // OpenMP workers for life, and a second computing thread (the engine thread) adds its own.
+    // libgomp then manages more threads than there are CPUs and throttles its spin-waits to ~100
+    // iterations, so every ggml barrier sleeps in futex (docs/architecture.md "One computing
+    // thread"). A thread that ends gives its pool back.
+    const auto sizes = probe_state_sizes(m, cp);
+    if (sizes) {
+        const memory_plan plan = plan_of(m, p_, *sizes, max_seq_tokens_, p_.cache.device_slots);
+        if (const std::string why = refusal(plan); !why.empty()) {
+            throw std::runtime_error(why);
+        }
+    } else {
+        spdlog::warn("memory plan: the state sizes could not be measured; no plan checked");
+    }
     ctx_ = std::make_unique<engine::context>(m, cp);
     guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
     if (guard_rollback_) {
@@ -63,13 +83,10 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
     }
     states_ = std::make_unique<engine_states>(*ctx_);
-    // The measurement decodes two tokens. It runs on a thread of its own that ends here, never
-    // on the caller's: with an OpenMP build of ggml the first thread that computes keeps a pool
-    // of OpenMP workers for life, and a second computing thread (the engine thread) adds its own.
-    // libgomp then manages more threads than there are CPUs and throttles its spin-waits to ~100
-    // iterations, so every ggml barrier sleeps in futex (docs/architecture.md "One computing
-    // thread"). A thread that ends gives its pool back.
-    std::thread([&] { apply_capacity_default(*ctx_, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_); }).join();
+    apply_capacity_default(sizes, model_, p_, store_, cp.n_seq, max_seq_tokens_, hybrid_);
+    if (sizes) {
+        spdlog::info("{}", describe(plan_of(m, p_, *sizes, max_seq_tokens_, p_.cache.device_slots)));
+    }
     slots_.resize(static_cast<size_t>(p_.n_parallel));
     n_seq_ = cp.n_seq;
     if (const char * v = std::getenv("LINEAGE_CHECK_INVARIANTS"); v != nullptr && std::string_view(v) == "1") {

@@ -9,6 +9,7 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "engine/device.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
 
@@ -30,6 +31,16 @@ struct params {
     int32_t n_batch = 512;      ///< tokens per llama_decode call = prefill chunk size (--batch-size)
     int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
     int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)
+    int32_t n_threads_batch = 0;  ///< threads of a prefill; 0 = n_threads (--threads-batch)
+    int32_t flash_attn = -1;    ///< -1 auto, 0 off, 1 on (--flash-attn); engine::context_params
+    std::string type_k = "f16"; ///< KV cache type of K (--cache-type-k); engine::kv_cache_types()
+    std::string type_v = "f16"; ///< KV cache type of V (--cache-type-v)
+    /** Bytes the device may hold for the model and the KV cache of every sequence, active and
+     *  parked (--cache-device-bytes); 0 = `device`'s memory. Startup refuses a plan above it
+     *  (memory_plan.h). */
+    uint64_t device_budget_bytes = 0;
+    /** The device's memory, read before the model was loaded (engine::read_device_memory). */
+    engine::device_memory device;
     std::vector<std::string> lora_paths;  ///< LoRA adapter GGUFs, id = index (--lora, --lora-scaled)
     /** The multimodal projector (--mmproj) that decodes requests' images; nullptr = none (the
      *  routes then refuse images). Borrowed: outlives the scheduler. */

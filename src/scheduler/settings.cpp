@@ -7,19 +7,13 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include <unistd.h>
 
 namespace lineage::scheduler {
 
 namespace {
-
-/** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */
-struct state_size_model {
-    uint64_t fixed = 0;
-    uint64_t per_token = 0;
-    uint64_t at(int64_t n_tokens) const { return fixed + per_token * static_cast<uint64_t>(n_tokens); }
-};
 
 /** Measures state_size_model on sequence 0 of an empty context: the state after one and after
  *  two decoded tokens (the difference is one KV row over all attention layers; the rest is the
@@ -41,6 +35,42 @@ std::optional<state_size_model> measure_state_sizes(engine::context & ctx) {
 }
 
 }  // namespace
+
+std::optional<state_size_model> probe_state_sizes(const engine::model & m, const engine::context_params & cp) {
+    engine::context_params small = cp;
+    small.n_seq = 1;
+    small.n_ctx = 256;  // llama.cpp's smallest KV (it pads to 256 cells)
+    small.n_batch = 8;
+    small.n_ubatch = 8;
+    small.n_rs_seq = 0;
+    std::optional<state_size_model> out;
+    try {
+        engine::context probe(m, small);
+        std::thread([&] { out = measure_state_sizes(probe); }).join();
+    } catch (const std::exception & e) {
+        spdlog::warn("memory plan: the probe context failed ({})", e.what());
+    }
+    return out;
+}
+
+memory_plan plan_of(const engine::model & m, const params & p, const state_size_model & sizes, int32_t n_ctx_seq,
+                    int32_t n_parked) {
+    memory_inputs in;
+    in.device = p.device.name.empty() ? "CPU" : p.device.name;
+    in.gpu = p.device.gpu;
+    in.budget_from_flag = p.device_budget_bytes > 0;
+    in.budget_bytes = in.budget_from_flag ? p.device_budget_bytes : p.device.free_bytes;
+    in.model_bytes = m.size_bytes();
+    in.type_k = p.type_k;
+    in.type_v = p.type_v;
+    in.kv_bytes_per_token = sizes.per_token;
+    in.seq_fixed_bytes = sizes.fixed;
+    in.n_parallel = p.n_parallel;
+    in.n_parked = n_parked;
+    in.n_ctx_seq = n_ctx_seq;
+    in.ram_tier_bytes = p.cache.ram_bytes;
+    return plan_memory(in);
+}
 
 int32_t default_n_ctx(const engine::model & m) {
     const int32_t train = m.n_ctx_train() > 0 ? m.n_ctx_train() : 4096;
@@ -76,9 +106,8 @@ params with_family_settings(params p, bool hybrid) {
     return p;
 }
 
-void apply_capacity_default(engine::context & ctx, const engine::model & m, params & p, cache::store & store,
-                            int32_t n_seq, int32_t max_seq_tokens, bool hybrid) {
-    const auto sizes = measure_state_sizes(ctx);
+void apply_capacity_default(const std::optional<state_size_model> & sizes, const engine::model & m, params & p,
+                            cache::store & store, int32_t n_seq, int32_t max_seq_tokens, bool hybrid) {
     const int64_t rep_tokens = cache::representative_tokens(max_seq_tokens);
     const uint64_t entry = sizes ? sizes->at(rep_tokens) : 0;
     if (p.cache.ram_bytes == 0) {

@@ -8,9 +8,11 @@
 #include "cache/store.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "scheduler/memory_plan.h"
 #include "scheduler/scheduler.h"
 
 #include <cstdint>
+#include <optional>
 
 namespace lineage::scheduler {
 
@@ -23,10 +25,28 @@ int32_t default_n_ctx(const engine::model & m);
  *  trio. A budget of 0 is filled in later by apply_capacity_default(). */
 params with_family_settings(params p, bool hybrid);
 
-/** Sets the store's byte budget when p.cache.ram_bytes is 0 (the model-aware default, measured
- *  on `ctx`, which must be empty and is left empty) and WARNs when one representative entry
- *  cannot fit the budget. Updates p.cache.ram_bytes. */
-void apply_capacity_default(engine::context & ctx, const engine::model & m, params & p, cache::store & store,
-                            int32_t n_seq, int32_t max_seq_tokens, bool hybrid);
+/** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */
+struct state_size_model {
+    uint64_t fixed = 0;      ///< bytes whatever the length (recurrent state, headers)
+    uint64_t per_token = 0;  ///< one token's K and V rows over all attention layers, bytes
+    uint64_t at(int64_t n_tokens) const { return fixed + per_token * static_cast<uint64_t>(n_tokens); }
+};
+
+/** Measures state_size_model on a small context of its own (one sequence, the KV types, flash
+ *  attention and threads of `cp`), freed before it returns: the state after one and after two
+ *  decoded tokens. Runs the decodes on a thread of its own (see scheduler.cpp on OpenMP
+ *  pools). nullopt when llama.cpp refuses the context or a decode fails. */
+std::optional<state_size_model> probe_state_sizes(const engine::model & m, const engine::context_params & cp);
+
+/** The startup memory plan (memory_plan.h) of `p` on `m` with `sizes`, `n_ctx_seq` tokens per
+ *  sequence and `n_parked` parked sequences. */
+memory_plan plan_of(const engine::model & m, const params & p, const state_size_model & sizes, int32_t n_ctx_seq,
+                    int32_t n_parked);
+
+/** Sets the store's byte budget when p.cache.ram_bytes is 0 (the model-aware default from
+ *  `sizes`, nullopt: the floor) and WARNs when one representative entry cannot fit the budget.
+ *  Updates p.cache.ram_bytes. */
+void apply_capacity_default(const std::optional<state_size_model> & sizes, const engine::model & m, params & p,
+                            cache::store & store, int32_t n_seq, int32_t max_seq_tokens, bool hybrid);
 
 }  // namespace lineage::scheduler

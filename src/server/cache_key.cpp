@@ -67,6 +67,10 @@ const std::string & text_only_mm_digest() {
     return digest;
 }
 
+std::string kv_type_dimension(const std::string & type_k, const std::string & type_v) {
+    return type_k == "f16" && type_v == "f16" ? std::string() : type_k + "/" + type_v;
+}
+
 std::string bucket_digest(const bucket_inputs & in, hash_algo algo) {
     // Only what changes the state computed for a token sequence (docs/prompt-cache.md "Key
     // dimensions"): template_sig is not here (v2) since the template and the tools only decide
@@ -84,6 +88,10 @@ std::string bucket_digest(const bucket_inputs & in, hash_algo algo) {
         h.field("tenant");
         h.field(in.tenant);
     }
+    if (!in.kv_type.empty()) {
+        h.field("kv_type");
+        h.field(in.kv_type);
+    }
     return h.hex();
 }
 
@@ -97,6 +105,7 @@ cache::key_dims key_dims_of(const bucket_inputs & b, const std::string & templat
     d.rope = b.rope_regime ? std::to_string(*b.rope_regime) : "";
     d.mm = cache::to_hex(b.mm_digest);
     d.tenant = b.tenant;
+    d.kv_type = b.kv_type;
     d.template_source = sha256_hex(template_source);
     hasher h;
     h.field("lineage:kwargs:v1");

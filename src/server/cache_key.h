@@ -51,12 +51,21 @@ struct bucket_inputs {
     std::optional<uint8_t> rope_regime;   ///< nullopt: the model's RoPE does not depend on length
     std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
     std::string tenant;                   ///< the API key's tenant (issue 15); "" without API keys
+    /** The KV cache types (issue 27) as "K/V", e.g. "q8_0/q8_0"; "" for llama.cpp's default
+     *  f16/f16. A state holds its KV in these types and llama.cpp restores it into no other. */
+    std::string kv_type;
 };
+
+/** bucket_inputs::kv_type of the KV cache types `type_k`, `type_v` (ggml names): "" for
+ *  f16/f16 (llama.cpp's default, so that the digests of a default server stay as they were),
+ *  else "K/V", e.g. "q8_0/q8_0", "f16/q4_0". */
+std::string kv_type_dimension(const std::string & type_k, const std::string & type_v);
 
 /** Bucket digest: `algo` (SHA-256: 64 hex characters; XXH3-128: 32) of "lineage:prompt-cache:v1"
  *  then each dimension (strings length-prefixed with a u64 little-endian; rope as presence byte
  *  + tag byte), then, for a non-empty tenant, the field "tenant" and the tenant's name (so a
- *  server without API keys keeps the digests it always had). Hex. */
+ *  server without API keys keeps the digests it always had), then, for a non-empty kv_type, the
+ *  field "kv_type" and its value (so f16/f16 keeps them too). Hex. */
 std::string bucket_digest(const bucket_inputs & in, cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** The bucket's dimensions one by one, for the decision trace (cache::key_dims): the values of

@@ -514,6 +514,7 @@ std::optional<api_error> chat_preparer::key_request(const std::map<std::string, 
     out.template_sig = template_sig(tmpl_.source(), kwargs, tool_choice_key, tools, opt_.key_hash);
     bucket_inputs b;
     b.model_id = opt_.model_id;
+    b.kv_type = opt_.kv_type;
     b.template_sig = out.template_sig;
     b.tenant = tenant;
     if (auto err = select_lora(lora, out, b)) {

@@ -35,6 +35,7 @@ namespace lineage::server {
 
 struct prepare_options {
     std::string model_id;       ///< bucket dimension (seed 001 "model_id")
+    std::string kv_type = {};   ///< bucket dimension: the KV cache types "K/V"; "" = f16/f16 (bucket_inputs)
     bool cache_enabled = true;  ///< server-wide switch; false: hints say cache_prompt = false
     bool cache_trace = false;   ///< --cache-trace: also fill the hints' per-dimension key digests
     /** Server-side chat_template_kwargs under the request's (llama-server enables

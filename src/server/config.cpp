@@ -7,6 +7,7 @@
 #include "server/config.h"
 
 #include "cache/redis_tier.h"
+#include "engine/context.h"
 #include "server/endpoints.h"
 
 #include <CLI/CLI.hpp>
@@ -41,6 +42,9 @@ struct setting {
     bool is_flag = false;    ///< --name or --name=BOOL (no separate value)
     bool repeatable = false; ///< may be given several times; the values reach `parse` joined by ','
     int max_values = 1;      ///< values one occurrence may take (--lora-scaled FILE SCALE: 2)
+    /** llama-server's single-dash names of this flag ("-np"): CLI11 takes one-letter short
+     *  names only, so parse_config rewrites these to the first long name before parsing. */
+    std::vector<std::string> llama_short;
     std::string raw;         ///< filled by CLI11
     CLI::Option * opt = nullptr;
 };
@@ -201,6 +205,47 @@ value_parser one_of(std::string & out, std::vector<std::string> allowed) {
     };
 }
 
+/** --flash-attn: on|off|auto (llama-server's values; also true/false, 1/0, yes/no, enabled/
+ *  disabled) -> 1, 0, -1. */
+value_parser flash_attn(int32_t & out) {
+    return [&out](const std::string & s) -> std::string {
+        std::string t = trim(s);
+        for (auto & ch : t) {
+            ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        }
+        if (t == "auto" || t == "-1") {
+            out = -1;
+        } else if (t == "enabled") {
+            out = 1;
+        } else if (t == "disabled") {
+            out = 0;
+        } else if (const auto b = to_bool(t)) {
+            out = *b ? 1 : 0;
+        } else {
+            return "expected on, off or auto";
+        }
+        return "";
+    };
+}
+
+/** --n-gpu-layers: an integer >= -1, or llama-server's "auto" / "all" (both -1 here: llama.cpp
+ *  then offloads every layer it can). */
+value_parser gpu_layers(int32_t & out) {
+    return [&out](const std::string & s) -> std::string {
+        const std::string t = trim(s);
+        if (t == "auto" || t == "all") {
+            out = -1;
+            return "";
+        }
+        const auto v = to_int(t);
+        if (!v || *v < -1 || *v > std::numeric_limits<int32_t>::max()) {
+            return "expected an integer >= -1, auto or all";
+        }
+        out = static_cast<int32_t>(*v);
+        return "";
+    };
+}
+
 }  // namespace
 
 /** Byte count with an optional suffix: B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers
@@ -294,8 +339,18 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     };
     // --- model and HTTP ---
     add("-m,--model", "LINEAGE_MODEL", "PATH", "(required)", "GGUF model file to serve", text(c.model_path, false));
-    add("--n-gpu-layers", "LINEAGE_N_GPU_LAYERS", "N", std::to_string(d.n_gpu_layers),
-        "model layers to offload to the GPU; -1 = as many as fit, 0 = CPU only", int_min(c.n_gpu_layers, -1));
+    add("--n-gpu-layers,--gpu-layers", "LINEAGE_N_GPU_LAYERS", "N", std::to_string(d.n_gpu_layers),
+        "model layers to offload to the GPU; -1 (or auto, all) = every layer llama.cpp can, 0 = CPU only",
+        gpu_layers(c.n_gpu_layers));
+    s.back()->llama_short = {"-ngl"};
+    add("--mmap,!--no-mmap", "LINEAGE_MMAP", "[=BOOL]", "true",
+        "memory-map the model file (llama.cpp decides when true: mmap unless a device cannot use it); "
+        "--no-mmap reads the weights into memory instead (slower start, no page-outs)",
+        boolean(c.use_mmap), true);
+    add("--mlock", "LINEAGE_MLOCK", "[=BOOL]", "false",
+        "lock the weights in RAM so that they are never swapped out or compressed (may need a raised "
+        "RLIMIT_MEMLOCK: ulimit -l)",
+        boolean(c.use_mlock), true);
     add("--host", "LINEAGE_HOST", "HOST", d.host, "address to listen on", text(c.host, false));
     add("--port", "LINEAGE_PORT", "PORT", std::to_string(d.port), "TCP port to listen on", int_in(c.port, 1, 65535));
     add("--api-key", "LINEAGE_API_KEY", "KEY", "(none)",
@@ -310,7 +365,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "host names a request's Host header may carry besides IP addresses and localhost (DNS-rebinding "
         "protection); comma-separated, * allows any; others get HTTP 403",
         name_list(c.allowed_hosts));
-    add("--alias", "LINEAGE_ALIAS", "NAME", "(model file name)", "model id reported by /v1/models and in responses",
+    add("-a,--alias", "LINEAGE_ALIAS", "NAME", "(model file name)",
+        "model id reported by /v1/models and in responses (a bucket dimension of the cache key); as with "
+        "llama-server, NAME,MORE,... also lists the others in /v1/models (as --model-alias)",
         text(c.alias));
     add("--model-alias", "LINEAGE_MODEL_ALIAS", "NAME", "(none)",
         "another model id listed by GET /v1/models (repeatable, or a comma-separated list; every endpoint "
@@ -341,6 +398,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         int64_min(c.image_max_pixels, 1));
     add("--chat-template-file", "LINEAGE_CHAT_TEMPLATE_FILE", "PATH", "(the model's template)",
         "Jinja chat template to use instead of the one in the GGUF", text(c.chat_template_file));
+    add("--jinja,!--no-jinja", "LINEAGE_JINJA", "[=BOOL]", "true",
+        "accepted for llama-server command lines and does nothing: lineage always renders the chat template "
+        "with Jinja (llama.cpp's common chat); false / --no-jinja is refused",
+        boolean(c.jinja), true);
     add("--max-body-bytes", "LINEAGE_MAX_BODY_BYTES", "BYTES", format_bytes_default(d.max_body_bytes),
         "largest request body accepted; larger ones get HTTP 413", bytes_min(c.max_body_bytes, 1024));
     add("--max-json-depth", "LINEAGE_MAX_JSON_DEPTH", "N", std::to_string(d.max_json_depth),
@@ -386,6 +447,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     // --- engine and batching ---
     add("--parallel", "LINEAGE_PARALLEL", "N", std::to_string(d.sched.n_parallel),
         "sequences decoded together (continuous batching slots)", int_in(c.sched.n_parallel, 1, 256));
+    s.back()->llama_short = {"-np"};
     add("-c,--ctx-size", "LINEAGE_CTX_SIZE", "TOKENS", "0",
         "tokens one sequence (prompt + completion) may hold; the KV pool holds this many for each of the "
         "--parallel + --cache-device-slots sequences; 0 = the model's training context, capped at 16384",
@@ -403,6 +465,38 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("-t,--threads", "LINEAGE_THREADS", "N", "0",
         "CPU threads for the engine, at most 512 (ggml's GGML_MAX_N_THREADS); 0 = all hardware threads",
         int_in(c.sched.n_threads, 0, max_threads));
+    add("--threads-batch", "LINEAGE_THREADS_BATCH", "N", "0",
+        "CPU threads for a prefill (a batch of several tokens), at most 512; 0 = as --threads",
+        int_in(c.sched.n_threads_batch, 0, max_threads));
+    s.back()->llama_short = {"-tb"};
+    add("--flash-attn", "LINEAGE_FLASH_ATTN", "on|off|auto", "auto",
+        "flash attention; auto = llama.cpp decides per device (and turns it on for a quantized V cache); a "
+        "quantized --cache-type-v needs it, so off with one is refused",
+        flash_attn(c.sched.flash_attn));
+    s.back()->llama_short = {"-fa"};
+    {
+        std::string types;
+        for (const auto & t : engine::kv_cache_types()) {
+            types += (types.empty() ? "" : ", ") + t;
+        }
+        add("--cache-type-k", "LINEAGE_CACHE_TYPE_K", "TYPE", d.sched.type_k,
+            "KV cache data type of K: " + types +
+                "; a state stored in the cache (device, RAM, disk, Redis) restores only into the same K and V "
+                "types (they are a bucket dimension of the cache key), a quantized type needs a head size that is a "
+                "multiple of its block",
+            one_of(c.sched.type_k, engine::kv_cache_types()));
+        s.back()->llama_short = {"-ctk"};
+        add("--cache-type-v", "LINEAGE_CACHE_TYPE_V", "TYPE", d.sched.type_v,
+            "KV cache data type of V: as --cache-type-k; a quantized type needs flash attention", 
+            one_of(c.sched.type_v, engine::kv_cache_types()));
+        s.back()->llama_short = {"-ctv"};
+    }
+    add("--cache-device-bytes", "LINEAGE_CACHE_DEVICE_BYTES", "BYTES", "0",
+        "what the device may hold: the model, and the KV cache of the --parallel and the parked "
+        "(--cache-device-slots) sequences at --ctx-size tokens each; startup logs this plan and refuses one "
+        "that does not fit, with its numbers; 0 = the device's memory as ggml reports it (the GPUs' free memory "
+        "before the model loads; on the CPU alone the host's physical memory)",
+        bytes_min(c.sched.device_budget_bytes, 0));
     // --- prompt cache ---
     add("--prompt-cache-enabled,--cache-prompt,!--no-cache-prompt", "LINEAGE_PROMPT_CACHE_ENABLED", "[=BOOL]", "true",
         "enable/disable the prompt cache (--cache-prompt / --no-cache-prompt are aliases); when no flag is given "
@@ -420,6 +514,21 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "--cache-ram-bytes and LINEAGE_CACHE_RAM_BYTES are aliases",
         bytes_min(cc.kv_capacity_bytes, 0));
     s.back()->env_aliases = {"LINEAGE_CACHE_RAM_BYTES"};
+    add("--cache-ram", "LINEAGE_CACHE_RAM", "MIB", "-1",
+        "llama-server's flag: the RAM tier's budget in MiB, for dense and hybrid models alike (as "
+        "--prompt-cache-capacity-bytes and --prompt-cache-snapshot-capacity-bytes N MiB, which it may not be "
+        "combined with); -1 = unset (those flags, else model-aware); 0, llama-server's 'no RAM cache', is "
+        "refused: use --no-cache-prompt",
+        [&c](const std::string & v) -> std::string {
+            const auto n = to_int(v);
+            if (!n || *n < -1 || *n == 0 || *n > (std::numeric_limits<int64_t>::max() >> 20)) {
+                return "expected a number of MiB >= 1, or -1 (unset); lineage has no switch for the RAM tier "
+                       "alone: --no-cache-prompt turns the cache off";
+            }
+            c.cache_ram_mib = *n;
+            return "";
+        });
+    s.back()->llama_short = {"-cram"};
     add("--prompt-cache-snapshot-capacity-bytes", "LINEAGE_PROMPT_CACHE_SNAPSHOT_CAPACITY_BYTES", "BYTES", "0",
         "hybrid models: byte budget of the host-RAM cache tier (checkpoints, anchors, demoted entries); 0 = "
         "model-aware as above with a floor of 512 MiB",
@@ -604,7 +713,23 @@ std::string describe(const setting & st) {
             help += " (" + alias + " is read when " + st.env + " is unset)";
         }
     }
-    return help + "  [env " + st.env + "; default " + st.default_text + "]";
+    std::string also;
+    for (const auto & n : st.llama_short) {
+        also += (also.empty() ? " (llama-server's " : ", ") + n;
+    }
+    return help + (also.empty() ? "" : also + ")") + "  [env " + st.env + "; default " + st.default_text + "]";
+}
+
+/** The first long name of `st` ("--parallel"). */
+std::string long_name(const setting & st) {
+    std::stringstream ss(st.names);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        if (part.rfind("--", 0) == 0) {
+            return part;
+        }
+    }
+    return st.names;
 }
 
 /** CLI11's formatter without the default values of flags in the names: a negated alias
@@ -684,8 +809,21 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     auto settings = make_settings(c);
     const char * program = argc > 0 && argv && argv[0] ? argv[0] : "lineage-server";
     auto app = make_app(program, settings);
+    // llama-server's single-dash names ("-np 4", "-fa=on") become the long ones.
+    std::vector<std::string> args;
+    for (int i = argc - 1; i >= 1; --i) {
+        std::string a = argv[i] ? argv[i] : "";
+        for (const auto & st : settings) {
+            for (const auto & n : st->llama_short) {
+                if (a == n || a.rfind(n + "=", 0) == 0) {
+                    a = long_name(*st) + a.substr(n.size());
+                }
+            }
+        }
+        args.push_back(std::move(a));  // CLI11 takes them in reverse order
+    }
     try {
-        app->parse(argc, argv);
+        app->parse(args);
     } catch (const CLI::CallForHelp &) {
         r.exit_code = 0;
         r.output = app->help();
@@ -734,6 +872,36 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                 }
             }
         }
+    }
+    if (const auto comma = c.alias.find(','); comma != std::string::npos) {
+        // llama-server's -a NAME,MORE: the first names the model, the others are listed too.
+        std::vector<std::string> names;
+        name_list(names)(c.alias);
+        c.alias = names.empty() ? "" : names[0];
+        for (size_t i = 1; i < names.size(); ++i) {
+            if (std::find(c.model_aliases.begin(), c.model_aliases.end(), names[i]) == c.model_aliases.end()) {
+                c.model_aliases.push_back(names[i]);
+            }
+        }
+    }
+    if (errors.empty() && !c.jinja) {
+        errors.push_back("--jinja false (or --no-jinja): lineage always renders the chat template with Jinja; drop "
+                         "the flag");
+    }
+    if (errors.empty() && c.cache_ram_mib > 0) {
+        if (c.sched.cache.kv_capacity_bytes != 0 || c.sched.cache.snapshot_capacity_bytes != 0) {
+            errors.push_back("--cache-ram " + std::to_string(c.cache_ram_mib) +
+                             " and --prompt-cache-capacity-bytes / --prompt-cache-snapshot-capacity-bytes both set "
+                             "the RAM tier's budget: give one of them");
+        } else {
+            c.sched.cache.kv_capacity_bytes = static_cast<uint64_t>(c.cache_ram_mib) << 20;
+            c.sched.cache.snapshot_capacity_bytes = static_cast<uint64_t>(c.cache_ram_mib) << 20;
+        }
+    }
+    if (errors.empty() && c.sched.flash_attn == 0 && engine::kv_type_is_quantized(c.sched.type_v)) {
+        errors.push_back("--cache-type-v " + c.sched.type_v +
+                         " with --flash-attn off: llama.cpp stores a quantized V cache only with flash attention; "
+                         "use --flash-attn on or auto, or an unquantized --cache-type-v (f16, bf16, f32)");
     }
     if (!c.cache_disk) {
         c.sched.cache.disk_dir.clear();

@@ -20,7 +20,14 @@ namespace lineage::server {
 struct server_config {
     scheduler::params sched;              ///< engine, batching and cache settings
     std::string model_path;               ///< -m/--model (required)
-    int32_t n_gpu_layers = -1;            ///< --n-gpu-layers; -1: as many as fit
+    int32_t n_gpu_layers = -1;            ///< --n-gpu-layers (-ngl); -1: as many as fit
+    bool use_mmap = true;                 ///< --mmap / --no-mmap: memory-map the weights
+    bool use_mlock = false;               ///< --mlock: keep the weights in RAM (never swapped)
+    bool jinja = true;                    ///< --jinja: accepted (llama-server); false is refused
+    /** --cache-ram (-cram), llama-server's RAM cache size in MiB: N > 0 sets both RAM-tier
+     *  budgets (sched.cache.kv_capacity_bytes and snapshot_capacity_bytes) to N MiB; -1 = unset
+     *  (the budget flags or the model-aware default). 0 is refused. */
+    int64_t cache_ram_mib = -1;
     std::string host = "127.0.0.1";       ///< --host
     int32_t port = 8080;                  ///< --port
     int32_t n_predict = -1;               ///< --n-predict: max tokens of a request that sets none; -1 = no cap

@@ -3,6 +3,7 @@
 // accepting HTTP, stop the scheduler, exit 0. Startup failures print one clear error, exit 1.
 #include "cache/digest.h"
 #include "engine/chat_template.h"
+#include "engine/device.h"
 #include "engine/model.h"
 #include "engine/multimodal.h"
 #include "scheduler/scheduler.h"
@@ -80,9 +81,12 @@ void wait_for_signals(const sigset_t & signals) {
 }
 
 int serve(const server::server_config & cfg) {
+    // Before the model loads: what the device has, weights included (the memory plan).
+    const engine::device_memory device = engine::read_device_memory(cfg.n_gpu_layers != 0);
     std::unique_ptr<engine::model> model;
     try {
-        model = std::make_unique<engine::model>(engine::model_params{cfg.model_path, cfg.n_gpu_layers});
+        model = std::make_unique<engine::model>(
+            engine::model_params{cfg.model_path, cfg.n_gpu_layers, cfg.use_mmap, cfg.use_mlock});
     } catch (const std::exception & e) {
         spdlog::error("cannot load the model: {}", e.what());
         return 1;
@@ -115,6 +119,7 @@ int serve(const server::server_config & cfg) {
     std::unique_ptr<engine::projector> projector;
     std::string projector_digest;
     scheduler::params sched_params = cfg.sched;
+    sched_params.device = device;
     if (!cfg.mmproj.empty()) {
         try {
             projector = std::make_unique<engine::projector>(*model, cfg.mmproj, cfg.sched.n_threads, cfg.image_max_pixels);

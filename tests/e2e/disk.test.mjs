@@ -3,7 +3,9 @@
 // counted as a disk hit, the reply == a never-cached server's); a conversation writes nothing
 // while it runs (write-behind); damaged, truncated and foreign files are never restored from and
 // the request still succeeds, cold; kill -9 while writing leaves a directory the next process
-// starts from; the byte cap holds after every request.
+// starts from; the byte cap holds after every request. With a quantized KV cache (-ctk q8_0
+// -ctv q8_0, issue 27): a restart restores from disk == a never-cached q8_0 server, and files
+// written under other KV types (f16) are a counted miss, never served (nor loaded).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test disk.test.mjs
 import assert from 'node:assert/strict';
@@ -13,8 +15,8 @@ import { describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
 import { blobBytes, blobFiles, diskSuite, followUpHit } from './lib/disk.mjs';
-import { FAMILY, SYSTEM, sys, user, Scenario, expectHit, expectSame } from './lib/scenario.mjs';
-import { ARCHS } from './lib/server.mjs';
+import { FAMILY, SERVER_ARGS, SYSTEM, sys, user, Scenario, expectHit, expectSame } from './lib/scenario.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -193,6 +195,75 @@ for (const arch of ARCHS) {
       const s = await sc.stats();
       assert.ok(s.disk.writes >= 4, JSON.stringify(s.disk));
       assert.ok(s.disk.evictions >= 2, `no eviction under the cap: ${JSON.stringify(s.disk)}`);
+      await srv.stopGracefully();
+    });
+  });
+}
+
+// Issue 27: the KV cache types are a bucket dimension; the disk tier holds states in their types.
+const Q8 = ['-ctk', 'q8_0', '-ctv', 'q8_0'];
+for (const arch of ARCHS) {
+  const hybrid = FAMILY[arch] === 'hybrid';
+  describe(`disk tier with -ctk q8_0 -ctv q8_0 [${arch}]`, { timeout: 300_000 }, () => {
+    const suite = diskSuite({ arch, tag: 'disk-q8', args: Q8 });
+    const { dir, startOn } = suite;
+
+    it('after a graceful restart the follow-up restores from disk, == a never-cached q8_0 server', async () => {
+      const d = dir('d1');
+      const { P, followUp } = conversation(141);
+      let srv = await startOn(arch, d, `disk-q8-a-${arch}`);
+      const sc = new Scenario(srv, arch, suite.ref);
+      const r1 = await sc.ask('P', P);
+      expectHit(r1, 0, 'miss');
+      await srv.stopGracefully();
+      assert.equal(blobFiles(d).length, 2, `files after shutdown: ${blobFiles(d)}`);
+      srv = await startOn(arch, d, `disk-q8-b-${arch}`);
+      sc.srv = srv;
+      const msgs = followUp(r1);
+      const r2 = await sc.ask('P + reply + U after the restart', msgs);
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r2, want.cached, want.kind);
+      const s = await sc.stats();
+      assert.equal(s.disk_hits, 1, `disk hits: ${JSON.stringify(s)}`);
+      expectSame(r2, await sc.cold('P + reply + U', msgs), 'restored from disk (q8_0) vs cold (q8_0)');
+      await srv.stopGracefully();
+    });
+
+    it('files written under f16 are a counted miss under q8_0, and q8_0 files under f16; none is loaded', async () => {
+      const d = dir('mixed');
+      const { P, followUp } = conversation(151);
+      // f16 (no -ctk/-ctv) writes, q8_0 reads.
+      let srv = await startServer({ model: modelPath(arch), name: `disk-q8-f16-a-${arch}`,
+        args: [...SERVER_ARGS, '--cache-dir', d] });
+      const f16 = new Scenario(srv, arch);
+      const r1 = await f16.ask('P under f16', P);
+      await srv.stopGracefully();
+      const n = blobFiles(d).length;
+      assert.equal(n, 2);
+      srv = await startOn(arch, d, `disk-q8-f16-b-${arch}`);
+      const sc = new Scenario(srv, arch, suite.ref);
+      let s = await sc.stats();
+      assert.equal(s.disk.files, n, 'the f16 files are indexed (same model)');
+      const msgs = followUp(r1);
+      const r2 = await sc.ask('follow-up under q8_0 over f16 files', msgs);
+      expectHit(r2, 0, 'miss');
+      expectSame(r2, await sc.cold('follow-up', msgs), 'q8_0 over f16 files vs cold');
+      s = await sc.stats();
+      assert.equal(s.disk_hits, 0, JSON.stringify(s));
+      assert.equal(s.disk.loads, 0, `an f16 file was loaded: ${JSON.stringify(s.disk)}`);
+      // Counted as a miss (its cause reads no_shared_prefix: the causes look at the entries in
+      // memory, not at the disk tier's other buckets).
+      assert.equal(s.misses, 1, `the miss is counted: ${JSON.stringify(s)}`);
+      await srv.stopGracefully();
+      // Back to f16 on the same directory: its own files hit, the q8_0 ones written meanwhile do not.
+      srv = await startServer({ model: modelPath(arch), name: `disk-q8-f16-c-${arch}`,
+        args: [...SERVER_ARGS, '--cache-dir', d] });
+      const back = new Scenario(srv, arch);
+      const r3 = await back.ask('the same follow-up under f16 again', msgs);
+      const want = followUpHit(hybrid, r1.u.prompt);
+      expectHit(r3, want.cached, want.kind);
+      s = await back.stats();
+      assert.equal(s.disk_hits, 1, JSON.stringify(s));
       await srv.stopGracefully();
     });
   });

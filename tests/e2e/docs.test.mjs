@@ -2,12 +2,16 @@
 // `lineage-server --help`: every row of their tables names a flag that --help lists with the
 // same environment variable and default, and every cache, lineage, metrics, connection (http,
 // max-uri/header/body) and API-key flag of --help has a row. So the operator guide cannot drift from
-// the binary. Needs only the binary (no model).
+// the binary. And its table of llama-server's flags (issue 27): every lineage flag of a row is in
+// --help, every llama-server name of a row is accepted with the row's value (or refused, naming
+// the flag, where the row says so). Needs only the binary (no model: an accepted command line
+// gets as far as loading a model file that does not exist).
 //
 //   cd tests/e2e && node --test docs.test.mjs
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 
@@ -45,7 +49,7 @@ function guideRows() {
   const text = fs.readFileSync(GUIDE, 'utf8');
   // The configuration table, and those of "Security and failure model" (connections, keys).
   const section = ['\n## Configuration', '\n## Security and failure model']
-    .map((h) => text.split(h)[1].split('\n## ')[0]).join('\n');
+    .map((h) => text.split(h)[1].split('\n## ')[0].split("\n### llama-server's flags")[0]).join('\n');
   return section.split('\n').filter((l) => l.startsWith('| `--')).map((l) => {
     const cells = l.split('|').map((c) => c.trim());
     return {
@@ -77,6 +81,52 @@ describe('docs/prompt-cache.md configuration table', () => {
     for (const e of help.filter((x) => x.names.some((n) => covered.test(n)))) {
       assert.ok(rows.some((r) => r.flags.some((f) => e.names.includes(f))),
         `${e.names.join(',')} [env ${e.env}; default ${e.def}] is missing from ${GUIDE}`);
+    }
+  });
+});
+
+/** Rows of the guide's llama-server table: {llama: ['-np', '--parallel'], lineage: [...], value, refused}. */
+function llamaRows() {
+  const text = fs.readFileSync(GUIDE, 'utf8');
+  const section = text.split("\n### llama-server's flags")[1].split('\n### ')[0];
+  return section.split('\n').filter((l) => /^\| `-/.test(l)).map((l) => {
+    const cells = l.split('|').map((c) => c.trim());
+    const names = (cell) => [...cell.matchAll(/`(-[a-z0-9-]+)`/g)].map((m) => m[1]);
+    const value = cells[3].match(/^`([^`]*)`$/)?.[1];
+    return { row: l, llama: names(cells[1]), lineage: names(cells[2]), value, refused: /\*\*refused\*\*/.test(cells[4]) };
+  });
+}
+
+describe("docs/prompt-cache.md llama-server's flags table", () => {
+  const help = helpEntries();
+  const rows = llamaRows();
+  const MISSING = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-docs-')), 'missing.gguf');
+
+  it('every lineage flag of the table is in --help', () => {
+    assert.ok(rows.length >= 25, `only ${rows.length} rows found`);
+    for (const r of rows) {
+      assert.ok(r.lineage.length > 0, `no lineage flag in ${r.row}`);
+      for (const f of r.lineage) assert.ok(help.some((e) => e.names.includes(f)), `${f} (${r.row}) is not in --help`);
+    }
+  });
+
+  it('every llama-server name is accepted with its value, or refused naming it where the row says so', () => {
+    for (const r of rows) {
+      for (const name of r.llama) {
+        const given = r.value === undefined ? [name] : [name, r.value];
+        const model = name === '-m' || name === '--model' ? [] : ['-m', MISSING];
+        const run = spawnSync(SERVER_BIN, [...model, ...given, '--cache-disk=false'], { encoding: 'utf8', timeout: 30_000 });
+        const out = `${run.stdout}${run.stderr}`;
+        const where = `${given.join(' ')} (${r.row})`;
+        assert.equal(run.status, 1, `${where}: exit ${run.status} ${run.signal ?? ''}\n${out}`);
+        if (r.refused) {
+          assert.match(out, /run with --help for the list of flags/, `${where}: not refused at parse:\n${out}`);
+          assert.ok(out.includes(name.replace(/^--no-/, '--')), `${where}: the refusal does not name ${name}:\n${out}`);
+        } else {
+          assert.doesNotMatch(out, /run with --help for the list of flags/, `${where}: refused:\n${out}`);
+          assert.match(out, /model file not found/, `${where}: did not get as far as the model:\n${out}`);
+        }
+      }
     }
   });
 });

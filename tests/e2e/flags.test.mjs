@@ -2,7 +2,9 @@
 // (issue 12 item 4): the server either refuses to start (exit status 1, not a signal) with a
 // message that names the flag, or it starts and serves a chat request with a system prompt
 // (the request that aborted the server under --cache-max-anchors 0) and stops gracefully.
-// One tiny hybrid model (the hybrid path plans the most capture kinds).
+// One tiny hybrid model (the hybrid path plans the most capture kinds). --cache-ram (MIB) and
+// --cache-device-bytes (issue 27) are walked too; and the startup memory plan: its line, and a
+// --cache-device-bytes too small for it refused with the numbers.
 //
 //   cd tests/e2e && node --test flags.test.mjs
 import assert from 'node:assert/strict';
@@ -27,7 +29,7 @@ function numericFlags() {
   let cur = null;
   const flush = () => {
     if (!cur) return;
-    const m = cur.match(/^\s*(?:-\w,)?(--[a-z0-9-]+)(?:,[^\s]+)?\s+(N|TOKENS|SECONDS|BYTES|PORT)\b/);
+    const m = cur.match(/^\s*(?:-\w,)?(--[a-z0-9-]+)(?:,[^\s]+)?\s+(N|TOKENS|SECONDS|BYTES|PORT|MIB)\b/);
     const env = cur.match(/\[env (\S+);/)?.[1];
     if (m) out.push({ flag: m[1], kind: m[2], env });
   };
@@ -39,7 +41,7 @@ function numericFlags() {
   return out;
 }
 
-const HUGE = { N: '2147483647', TOKENS: '2147483647', PORT: '2147483647', SECONDS: '1e300', BYTES: '1000000T' };
+const HUGE = { N: '2147483647', TOKENS: '2147483647', PORT: '2147483647', SECONDS: '1e300', BYTES: '1000000T', MIB: '2147483647' };
 
 /** Runs the server with `flag value`; resolves {started, code, signal, log, port}. When it
  *  starts, `use(port)` runs before the SIGTERM. */
@@ -119,7 +121,7 @@ describe('numeric flags: refused at startup with the flag named, or served', () 
   it('--help lists the numeric flags this walk covers', () => {
     const names = flags.map((f) => f.flag);
     for (const f of ['--port', '--parallel', '--ctx-size', '--batch-size', '--ubatch-size', '--threads',
-      '--cache-max-anchors', '--cache-device-slots', '--prompt-cache-snapshot-ttl', '--cache-max-anchor-bytes']) {
+      '--cache-max-anchors', '--cache-device-slots', '--prompt-cache-snapshot-ttl', '--cache-max-anchor-bytes', '--threads-batch', '--cache-ram', '--cache-device-bytes']) {
       assert.ok(names.includes(f), `${f} missing from the numeric flags of --help: ${names.join(' ')}`);
     }
   });
@@ -147,6 +149,32 @@ describe('numeric flags: refused at startup with the flag named, or served', () 
     assert.equal(r.started, true, r.log.slice(-2000));
     assert.equal(r.signal, null, `stopped by ${r.signal}:\n${r.log.slice(-2000)}`);
     assert.equal(r.code, 0);
+  });
+
+  it('the memory plan is logged at startup, and a --cache-device-bytes that cannot hold it is refused with its numbers', async () => {
+    const ok = await tryFlag(model, '--cache-device-bytes', '0', () => {});
+    assert.equal(ok.started, true, ok.log.slice(-2000));
+    const line = ok.log.match(/memory plan \(CPU, host memory\): model [^(]+\((\d+)\) \+ KV [^(]+\((\d+)\)\/token \(K f16, V f16\) x (\d+) tokens \+ [^(]+\((\d+)\) fixed = [^(]+\((\d+)\) per sequence; 4 --parallel = [^(]+\((\d+)\), 1 parked \(--cache-device-slots\) = [^(]+\((\d+)\); needs [^(]+\((\d+)\) of device budget [^(]+\((\d+)\) \(the device's memory; --cache-device-bytes 0 = auto\), headroom [^(]+\((\d+)\); RAM tier budget [^(]+\((\d+)\)/);
+    assert.ok(line, `no memory plan line:\n${ok.log.slice(-3000)}`);
+    const [model_, perToken, ctx, fixed, seq, active, parked, need, budget, headroom] = line.slice(1, 11).map(Number);
+    assert.equal(seq, fixed + perToken * ctx);
+    assert.equal(active, 4 * seq);
+    assert.equal(parked, seq);
+    assert.equal(need, model_ + active + parked);
+    assert.equal(headroom, budget - need);
+    assert.ok(perToken > 0 && model_ > 0);
+    // One byte less than the plan needs: refused, naming the flag, with the numbers.
+    const r = await tryFlag(model, '--cache-device-bytes', String(need - 1), () => {});
+    assert.equal(r.started, false, r.log.slice(-2000));
+    assert.equal(r.code, 1);
+    assert.ok(r.log.includes(`the memory plan does not fit: --cache-device-bytes `) && r.log.includes(`(${need - 1}), is less than model`),
+      r.log.slice(-2000));
+    assert.ok(r.log.includes(`(${need}); lower --cache-device-slots, raise --cache-device-bytes`), r.log.slice(-2000));
+    // With q8_0 the KV bytes per token shrink (34 bytes per 32 values instead of 64).
+    const q8 = await tryFlag(model, '-ctk', 'q8_0', () => {});
+    const k8 = q8.log.match(/\+ KV [^(]+\((\d+)\)\/token \(K q8_0, V f16\)/);
+    assert.ok(k8, q8.log.slice(-2000));
+    assert.ok(Number(k8[1]) < perToken, `q8_0 K: ${k8[1]} bytes a token, f16: ${perToken}`);
   });
 
   for (const { flag, kind, env } of flags) {

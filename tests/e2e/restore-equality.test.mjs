@@ -13,6 +13,8 @@
 //     round differently for the two batch shapes. qwen35 with --cache-guard-rollback: the same
 //     greedy tokens (near-tie runners-up may swap) and logprobs within 0.01 nats, for the same reason (the miss takes its guard by rolling back, not by a split);
 //     miss == cache off still bit for bit (a bypass rolls back and replays as the miss does).
+//   - with a quantized KV cache (-ctk q8_0 -ctv q8_0) on qwen35 and qwen3, 6 prompts each: the
+//     same rules (a restore copies the quantized rows as they are).
 //
 //   cd tests/e2e && node --test restore-equality.test.mjs
 import assert from 'node:assert/strict';
@@ -50,20 +52,26 @@ const reply = (r) => JSON.stringify({ m: r.choices[0].message, f: r.choices[0].f
 
 // tolerant: hit == miss in the greedy tokens (dense: with the runners-up too), logprobs within
 // 0.01 nats.
+// A quantized KV cache (-ctk q8_0 -ctv q8_0, issue 27) on one hybrid and the dense family, with
+// fewer prompts: a restore copies the quantized rows as they are, so the same rules hold.
+const Q8 = ['-ctk', 'q8_0', '-ctv', 'q8_0'];
 const CONFIGS = [...FAMILIES.map((arch) => ({ arch, args: [], tolerant: arch === 'qwen3', same: tokensOf })),
-  { arch: 'qwen35', args: ['--cache-guard-rollback'], tolerant: true, same: chosenOf }];
+  { arch: 'qwen35', args: ['--cache-guard-rollback'], tag: 'rollback', tolerant: true, same: chosenOf },
+  { arch: 'qwen35', args: Q8, tag: 'q8_0', tolerant: false, same: tokensOf, prompts: 6 },
+  { arch: 'qwen3', args: Q8, tag: 'q8_0', tolerant: true, same: tokensOf, prompts: 6 }];
 
-for (const { arch, args, tolerant, same } of CONFIGS) {
+for (const { arch, args, tag, tolerant, same, prompts = PROMPTS } of CONFIGS) {
   describe(`hit == miss == cache off [${arch}${args.length ? ` ${args.join(' ')}` : ''}]`, { timeout: 600_000 }, () => {
     let srv;
     before(async () => {
-      srv = await startServer({ model: modelPath(arch), name: `equality-${arch}${args.length ? '-rollback' : ''}`,
+      srv = await startServer({ model: modelPath(arch), name: `equality-${arch}${tag ? `-${tag}` : ''}`,
         args: ['--ctx-size', '2048', ...args] });
     });
     after(async () => { await srv?.stopGracefully(); });
 
-    it(`${PROMPTS} prompts: cache off, then miss, then hit, all the same reply`, async () => {
-      for (let i = 0; i < PROMPTS; i++) {
+    it(`${prompts} prompts: cache off, then miss, then hit, all the same reply`, async () => {
+      if (args.includes('q8_0')) assert.match(srv.log(), /K q8_0, V q8_0/, 'the memory plan names the KV types');
+      for (let i = 0; i < prompts; i++) {
         const off = await srv.openai.chat.completions.create(body(i, { cache_prompt: false }));
         const miss = await srv.openai.chat.completions.create(body(i));
         const hit = await srv.openai.chat.completions.create(body(i));

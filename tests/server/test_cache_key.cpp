@@ -198,3 +198,34 @@ TEST(CacheKey, PreserveThinkingByDefaultWhenTheCacheIsOnAndTheTemplateKnowsIt) {
     overridden["preserve_thinking"] = "false";
     EXPECT_NE(template_sig(qwen36, merged, "auto", {}), template_sig(qwen36, overridden, "auto", {}));
 }
+
+// Issue 27: the KV cache types are a bucket dimension (a state restores only into its own types),
+// absent for f16/f16 so that a default server keeps the digests (and the disk files) it had.
+TEST(CacheKey, KvTypeIsABucketDimensionOnlyWhenNotF16) {
+    EXPECT_EQ(kv_type_dimension("f16", "f16"), "");
+    EXPECT_EQ(kv_type_dimension("q8_0", "q8_0"), "q8_0/q8_0");
+    EXPECT_EQ(kv_type_dimension("f16", "q4_0"), "f16/q4_0");
+    EXPECT_EQ(kv_type_dimension("q4_0", "f16"), "q4_0/f16");
+    const bucket_inputs base = bucket("m", "t");
+    // A fixed digest: f16/f16 ("" here) must keep this value across versions.
+    const std::string f16 = bucket_digest(base);
+    auto b = base;
+    b.kv_type = "q8_0/q8_0";
+    const std::string q8 = bucket_digest(b);
+    b.kv_type = "f16/q8_0";
+    const std::string mixed = bucket_digest(b);
+    EXPECT_NE(q8, f16);
+    EXPECT_NE(mixed, f16);
+    EXPECT_NE(mixed, q8);
+    // The tenant and the KV type are separate fields: neither can stand in for the other.
+    b = base;
+    b.tenant = "q8_0/q8_0";
+    EXPECT_NE(bucket_digest(b), q8);
+    // The trace names the dimension.
+    const auto da = key_dims_of(base, "tmpl", {}, "auto", {});
+    b = base;
+    b.kv_type = "q8_0/q8_0";
+    const auto db = key_dims_of(b, "tmpl", {}, "auto", {});
+    EXPECT_EQ(db.kv_type, "q8_0/q8_0");
+    EXPECT_EQ(lineage::cache::key_difference(da, db), "kv_type differs");
+}

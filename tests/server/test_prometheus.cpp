@@ -143,6 +143,7 @@ lineage_prompt_cache_key_differs_total{dimension="model_id"} 0
 lineage_prompt_cache_key_differs_total{dimension="lora_id"} 1
 lineage_prompt_cache_key_differs_total{dimension="rope_regime"} 0
 lineage_prompt_cache_key_differs_total{dimension="mm_digest"} 0
+lineage_prompt_cache_key_differs_total{dimension="kv_type"} 0
 # HELP lineage_prompt_cache_ghosts Records of evicted entries kept to classify misses (at most 1024).
 # TYPE lineage_prompt_cache_ghosts gauge
 lineage_prompt_cache_ghosts 3

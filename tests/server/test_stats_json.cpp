@@ -29,7 +29,7 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
                                           R"("before_first_restore_point":0,"evicted":0,"bypassed":0})");
     EXPECT_EQ(dump(j["short_hits_by_cause"]), dump(j["misses_by_cause"]));
     EXPECT_EQ(dump(j["key_differs"]),
-              R"({"tenant":0,"model_id":0,"lora_id":0,"rope_regime":0,"mm_digest":0})");
+              R"({"tenant":0,"model_id":0,"lora_id":0,"rope_regime":0,"mm_digest":0,"kv_type":0})");
     EXPECT_EQ(dump(j["evictions"]), R"({"lru":0,"ttl":0,"capacity":0,"superseded":0,"anchor_cap":0})");
     EXPECT_EQ(dump(j["rejections"]), R"({"too_large":0,"budget":0,"min_prefix":0,"disabled":0,)"
                                      R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0})");

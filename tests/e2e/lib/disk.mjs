@@ -31,7 +31,7 @@ export const blobBytes = (dir) => blobFiles(dir).reduce((n, f) => {
 export const followUpHit = (hybrid, p) => (hybrid ? { cached: p - GEN, kind: 'turn' } : { cached: p - GEN + RERENDER_SHARED, kind: 'prefix' });
 
 /** Registers the current describe's hooks for a disk suite of `arch` and returns the fixture:
- *   ref                      the never-cached reference server (`${tag}-ref-${arch}`), started before
+ *   ref                      the never-cached reference server (`${tag}-ref-${arch}`, with `args`), started before
  *   dir(name)                a new temporary directory (lineage-${tag}-${arch}-${name}-*)
  *   startOn(a, d, name, x)   a server of arch `a` with SERVER_ARGS, `args`, --cache-dir d, then x
  *  After the describe: every server startOn started is stopped, ref is stopped gracefully, the
@@ -53,7 +53,8 @@ export function diskSuite({ arch, tag, args = [] }) {
     },
   };
   before(async () => {
-    suite.ref = await startServer({ model: modelPath(arch), name: `${tag}-ref-${arch}`, args: [...SERVER_ARGS, '--no-cache-prompt'] });
+    suite.ref = await startServer({ model: modelPath(arch), name: `${tag}-ref-${arch}`,
+      args: [...SERVER_ARGS, ...args, '--no-cache-prompt'] });
   });
   after(async () => {
     for (const srv of started.splice(0)) await srv.stop();
