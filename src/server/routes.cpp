@@ -15,6 +15,7 @@
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/prometheus.h"
+#include "server/request_limits.h"
 #include "server/responses_handler.h"
 #include "server/stats_json.h"
 
@@ -136,7 +137,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                                                        .ttl_s = c.responses_ttl_s,
                                                                        .capacity_bytes = c.responses_capacity_bytes})),
       seal(std::make_unique<reasoning_seal>(responses->reasoning_key())),
-      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)) {
+      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)),
+      trimmer(c.memory_trim_interval_s) {
     if (responses->persistent()) {
         spdlog::info("responses store: {}", responses->path());
     } else {
@@ -283,8 +285,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         send_error(res, server_error("internal error: " + what));
     });
 
-    srv.set_logger([](const httplib::Request & req, const httplib::Response & res) {
+    srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
         spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
     });
 
     auto chat = [&ctx](const httplib::Request & req, httplib::Response & res) {
@@ -382,6 +385,10 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         bool add_special = false;
         bool parse_special = true;
         if (!get_flag(*body, "add_special", add_special, res) || !get_flag(*body, "parse_special", parse_special, res)) {
+            return;
+        }
+        if (auto err = check_prompt_bytes(content->get_ref<const std::string &>().size(), "'content'", "content")) {
+            send_error(res, *err);
             return;
         }
         json j = json::object();
