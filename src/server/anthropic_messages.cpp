@@ -4,6 +4,7 @@
 #include "engine/multimodal.h"
 #include "server/json_fields.h"
 #include "server/media_input.h"
+#include "server/request_limits.h"
 
 namespace lineage::server {
 
@@ -428,6 +429,9 @@ void convert_conversation(const json & body, const thinking_signer & signer, ant
     }
     if (messages->empty()) {
         fail("messages", "'messages' must contain at least one message");
+    }
+    if (auto e = check_message_count(messages->size(), "messages")) {  // before any is converted
+        throw bad_field{*e};
     }
     for (size_t i = 0; i < messages->size(); ++i) {
         conv.message((*messages)[i], i);

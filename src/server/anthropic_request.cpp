@@ -5,6 +5,7 @@
 
 #include "server/anthropic_messages.h"
 #include "server/json_fields.h"
+#include "server/request_limits.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +20,9 @@ using namespace fields;
 void parse_tools(const json & tools, anthropic_request & r) {
     if (!tools.is_array()) {
         fail("tools", "'tools' must be an array, got " + std::string(type_name(tools)));
+    }
+    if (auto e = check_tool_count(tools.size(), "tools")) {
+        throw bad_field{*e};
     }
     for (size_t i = 0; i < tools.size(); ++i) {
         const std::string p = "tools[" + std::to_string(i) + "]";
@@ -217,7 +221,12 @@ chat_request breakpoint_conversation(const anthropic_request & r, const cache_br
 std::optional<api_error> parse_anthropic_request(std::string_view body, const thinking_signer & signer, bool count_tokens,
                                                  anthropic_request & out) {
     return parse_request(body, out,
-                         [&](const json & j, anthropic_request & r) { parse_body(j, count_tokens, signer, r); });
+                         [&](const json & j, anthropic_request & r) {
+                             parse_body(j, count_tokens, signer, r);
+                             if (auto e = check_chat_limits(r.chat)) {
+                                 throw bad_field{*e};
+                             }
+                         });
 }
 
 }  // namespace lineage::server

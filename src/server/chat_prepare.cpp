@@ -6,6 +6,7 @@
 #include "engine/multimodal.h"
 #include "engine/sampler.h"
 #include "server/cache_key.h"
+#include "server/request_limits.h"
 
 #include <spdlog/spdlog.h>
 
@@ -138,6 +139,9 @@ std::optional<api_error> chat_preparer::render_prompt(const chat_request & r, st
     engine::chat_render_inputs in = render_inputs(r);
     in.add_generation_prompt = r.add_generation_prompt;
     if (auto err = render(in, rendered)) {
+        return err;
+    }
+    if (auto err = check_prompt_bytes(rendered.prompt.size(), "the rendered prompt", "messages")) {
         return err;
     }
     prompt = std::move(rendered.prompt);
@@ -309,6 +313,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     engine::chat_render_result rendered;
     if (auto err = render(in, rendered)) {
         return err;
+    }
+    if (auto err = check_prompt_bytes(rendered.prompt.size(), "the rendered prompt", "messages")) {
+        return err;  // before the tokenizer and the hint renders, which take time in proportion
     }
 
     out.media.clear();

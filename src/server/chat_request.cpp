@@ -6,6 +6,7 @@
 #include "server/chat_request_options.h"
 #include "server/json_body.h"
 #include "server/json_fields.h"
+#include "server/request_limits.h"
 
 #include <algorithm>
 #include <charconv>
@@ -280,6 +281,9 @@ void parse_body(const json & body, chat_request & r) {
     if (messages->empty()) {
         fail("messages", "'messages' must contain at least one message");
     }
+    if (auto e = check_message_count(messages->size(), "messages")) {  // before any is converted
+        throw bad_field{*e};
+    }
     for (size_t i = 0; i < messages->size(); ++i) {
         r.messages.push_back(parse_message((*messages)[i], i, r.images));
     }
@@ -288,6 +292,9 @@ void parse_body(const json & body, chat_request & r) {
     if (const json * tools = field(body, "tools")) {
         if (!tools->is_array()) {
             fail("tools", "'tools' must be an array, got " + std::string(type_name(*tools)));
+        }
+        if (auto e = check_tool_count(tools->size(), "tools")) {
+            throw bad_field{*e};
         }
         for (size_t i = 0; i < tools->size(); ++i) {
             r.tools.push_back(parse_tool((*tools)[i], i));
@@ -423,7 +430,12 @@ void parse_body(const json & body, chat_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_chat_request(std::string_view body, chat_request & out) {
-    return parse_request(body, out, [](const json & j, chat_request & r) { parse_body(j, r); });
+    return parse_request(body, out, [](const json & j, chat_request & r) {
+        parse_body(j, r);
+        if (auto e = check_chat_limits(r)) {
+            throw bad_field{*e};
+        }
+    });
 }
 
 }  // namespace lineage::server

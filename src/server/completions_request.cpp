@@ -2,6 +2,7 @@
 #include "server/completions_request.h"
 
 #include "server/json_fields.h"
+#include "server/request_limits.h"
 
 #include <limits>
 
@@ -127,7 +128,12 @@ void parse_body(const json & body, completions_request & r) {
 }  // namespace
 
 std::optional<api_error> parse_completions_request(std::string_view body, completions_request & out) {
-    return parse_request(body, out, [](const json & j, completions_request & r) { parse_body(j, r); });
+    return parse_request(body, out, [](const json & j, completions_request & r) {
+        parse_body(j, r);
+        if (auto e = check_prompt_bytes(r.prompt.size(), "'prompt'", "prompt")) {  // before it is tokenized
+            throw bad_field{*e};
+        }
+    });
 }
 
 }  // namespace lineage::server

@@ -408,6 +408,30 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "deepest nesting of arrays/objects accepted in a request body (checked before parsing); deeper "
         "bodies get HTTP 400",
         int_in(c.max_json_depth, 2, 1024));
+    add("--max-tools", "LINEAGE_MAX_TOOLS", "N", std::to_string(d.limits.max_tools),
+        "most tools (function definitions) one request may send; more get HTTP 400 too_many_tools (agents send "
+        "20-100; rendering costs ~0.7 ms a tool)",
+        int64_min(c.limits.max_tools, 1));
+    add("--max-tools-bytes", "LINEAGE_MAX_TOOLS_BYTES", "BYTES", format_bytes_default(d.limits.max_tools_bytes),
+        "most bytes of one request's tool names, descriptions and parameter schemas together; more get HTTP 400 "
+        "tools_too_large",
+        bytes_min(c.limits.max_tools_bytes, 1024));
+    add("--max-messages", "LINEAGE_MAX_MESSAGES", "N", std::to_string(d.limits.max_messages),
+        "most messages in one conversation (a Responses request: its input items plus the stored conversation it "
+        "continues); more get HTTP 400 too_many_messages (rendering costs ~0.3 ms a message)",
+        int64_min(c.limits.max_messages, 1));
+    add("--max-content-parts", "LINEAGE_MAX_CONTENT_PARTS", "N", std::to_string(d.limits.max_content_parts),
+        "most content parts over all messages of a request (text parts, images and tool calls count one each, a "
+        "plain string content one); more get HTTP 400 too_many_content_parts",
+        int64_min(c.limits.max_content_parts, 1));
+    add("--max-prompt-bytes", "LINEAGE_MAX_PROMPT_BYTES", "BYTES", format_bytes_default(d.limits.max_prompt_bytes),
+        "most bytes of text given to the tokenizer for one request (the rendered chat prompt, a /v1/completions "
+        "text prompt, /tokenize's content); more get HTTP 400 prompt_too_large before tokenizing",
+        bytes_min(c.limits.max_prompt_bytes, 1024));
+    add("--memory-trim-interval", "LINEAGE_MEMORY_TRIM_INTERVAL", "SECONDS", fmt_double(d.memory_trim_interval_s),
+        "every this many seconds, if requests ended since the last time, give the heap memory they freed back to "
+        "the system (glibc malloc_trim), so that RSS returns to its baseline after a burst; 0 = never",
+        seconds(c.memory_trim_interval_s, /*allow_zero=*/true));
     add("--max-uri-bytes", "LINEAGE_MAX_URI_BYTES", "BYTES", std::to_string(d.max_uri_bytes),
         "longest request target (path + query) accepted; longer ones get HTTP 414 (above 32 KiB the connection "
         "is closed without a status, a cpp-httplib limit)",

@@ -8,6 +8,7 @@
 #include "scheduler/scheduler.h"
 #include "server/tenants.h"
 #include "server/lora_registry.h"
+#include "server/request_limits.h"
 
 #include <cstdint>
 #include <functional>
@@ -41,6 +42,12 @@ struct server_config {
     std::vector<std::string> model_aliases;  ///< --model-alias (repeatable): more ids in /v1/models
     uint64_t max_body_bytes = 64ull << 20;  ///< --max-body-bytes: larger requests get 413
     int32_t max_json_depth = 128;         ///< --max-json-depth: deeper bodies get 400 (json_body.h)
+    /** --max-tools, --max-tools-bytes, --max-messages, --max-content-parts, --max-prompt-bytes:
+     *  the work one request may ask before the engine (request_limits.h). */
+    request_limits limits;
+    /** --memory-trim-interval: seconds between checks that give freed heap memory back to the
+     *  system after requests (memory_trim.h); 0 = never. */
+    double memory_trim_interval_s = 5;
     // Connections (cpp-httplib; docs/prompt-cache.md "Security and failure model")
     int32_t http_threads = 128;           ///< --http-threads: worker threads (one per open connection); > --parallel
     int32_t http_queue = 256;             ///< --http-queue: connections waiting for a worker; more are closed

@@ -166,6 +166,7 @@ int serve(const server::server_config & cfg) {
     srv.set_keep_alive_max_count(static_cast<size_t>(cfg.http_keep_alive_max));
     srv.set_keep_alive_timeout(static_cast<time_t>(cfg.http_keep_alive_timeout_s));
     server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
+    server::default_request_limits() = cfg.limits;
     for (const auto & e : loras->list()) {
         spdlog::info("lora adapter {}: {} (scale {}, content {})", e.id, e.path, e.scale, e.digest.substr(0, 16));
     }

@@ -10,6 +10,7 @@
 #include "server/json_body.h"
 #include "server/json_fields.h"
 #include "server/prometheus.h"
+#include "server/request_limits.h"
 #include "server/routes.h"
 #include "server/stats_json.h"
 
@@ -137,6 +138,10 @@ void handle_tokenize(const httplib::Request & req, httplib::Response & res, serv
     bool add_special = false;
     bool parse_special = true;
     if (!get_flag(*body, "add_special", add_special, res) || !get_flag(*body, "parse_special", parse_special, res)) {
+        return;
+    }
+    if (auto err = check_prompt_bytes(content->get_ref<const std::string &>().size(), "'content'", "content")) {
+        send_error(res, *err);
         return;
     }
     json j = json::object();

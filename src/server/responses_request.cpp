@@ -4,6 +4,7 @@
 #include "server/responses_request.h"
 
 #include "server/json_fields.h"
+#include "server/request_limits.h"
 
 #include <limits>
 
@@ -34,6 +35,9 @@ engine::chat_tool parse_function_tool(const json & t, const std::string & p) {
 void parse_tools(const json & tools, responses_request & r) {
     if (!tools.is_array()) {
         fail("tools", "'tools' must be an array, got " + std::string(type_name(tools)));
+    }
+    if (auto e = check_tool_count(tools.size(), "tools")) {
+        throw bad_field{*e};
     }
     for (size_t i = 0; i < tools.size(); ++i) {
         const std::string p = "tools[" + std::to_string(i) + "]";
@@ -121,6 +125,9 @@ void parse_body(const json & body, responses_request & r) {
         it.text = input->get<std::string>();
         r.input.push_back(std::move(it));
     } else if (input && input->is_array()) {
+        if (auto e = check_message_count(input->size(), "input")) {  // before any item is converted
+            throw bad_field{*e};
+        }
         for (size_t i = 0; i < input->size(); ++i) {
             r.input.push_back(parse_response_item((*input)[i], "input[" + std::to_string(i) + "]"));
         }
@@ -315,7 +322,10 @@ std::optional<api_error> build_chat_messages(responses_request & r, const std::v
     for (const auto & it : r.input) {
         all.push_back(&it);
     }
-    return chat_messages_of(r.instructions, r.has_instructions, all, seal, r.chat.messages, r.chat.images);
+    if (auto err = chat_messages_of(r.instructions, r.has_instructions, all, seal, r.chat.messages, r.chat.images)) {
+        return err;
+    }
+    return check_chat_limits(r.chat);
 }
 
 }  // namespace lineage::server

@@ -88,7 +88,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                                                        .ttl_s = c.responses_ttl_s,
                                                                        .capacity_bytes = c.responses_capacity_bytes})),
       seal(std::make_unique<reasoning_seal>(responses->reasoning_key())),
-      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)) {
+      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)),
+      trimmer(c.memory_trim_interval_s) {
     if (responses->persistent()) {
         spdlog::info("responses store: {}", responses->path());
     } else {
@@ -238,8 +239,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         send_error(res, server_error("internal error: " + what));
     });
 
-    srv.set_logger([](const httplib::Request & req, const httplib::Response & res) {
+    srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
         spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
     });
 
     // Every row of the endpoint table, under its path and its alias.

@@ -14,6 +14,7 @@
 #include "server/chat_prepare.h"
 #include "server/config.h"
 #include "server/lora_registry.h"
+#include "server/memory_trim.h"
 #include "server/thinking_signature.h"
 #include "server/reasoning_seal.h"
 #include "server/response_store.h"
@@ -73,6 +74,8 @@ struct server_context {
     /** Renders the next turn's prefix after a reply and submits its warm-up (last: it borrows
      *  the members above and joins its thread first). */
     std::unique_ptr<warmer> warm;
+    /** Gives the memory requests freed back to the system (--memory-trim-interval). */
+    memory_trimmer trimmer;
 };
 
 /** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s

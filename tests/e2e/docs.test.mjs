@@ -1,11 +1,12 @@
 // docs/prompt-cache.md "Configuration" and "Security and failure model" against
 // `lineage-server --help`: every row of their tables names a flag that --help lists with the
 // same environment variable and default, and every cache, lineage, metrics, connection (http,
-// max-uri/header/body) and API-key flag of --help has a row. So the operator guide cannot drift from
-// the binary. And its table of llama-server's flags (issue 27): every lineage flag of a row is in
-// --help, every llama-server name of a row is accepted with the row's value (or refused, naming
-// the flag, where the row says so). Needs only the binary (no model: an accepted command line
-// gets as far as loading a model file that does not exist).
+// max-uri/header/body), per-request work limit (max-tools/messages/content-parts/prompt-bytes,
+// memory-trim) and API-key flag of --help has a row. So the operator guide cannot drift from
+// the binary. And its table of llama-server's flags: every lineage flag of a row is in --help,
+// every llama-server name of a row is accepted with the row's value (or refused, naming the
+// flag, where the row says so). Needs only the binary (no model: an accepted command line gets
+// as far as loading a model file that does not exist).
 //
 //   cd tests/e2e && node --test docs.test.mjs
 import assert from 'node:assert/strict';
@@ -77,7 +78,7 @@ describe('docs/prompt-cache.md configuration table', () => {
   });
 
   it('every cache, lineage, metrics, connection and key flag of --help has a row', () => {
-    const covered = /cache|lineage|metrics|http|api-key|max-uri|max-header|max-body/;
+    const covered = /cache|lineage|metrics|http|api-key|max-uri|max-header|max-body|max-tools|max-messages|max-content|max-prompt|memory-trim/;
     for (const e of help.filter((x) => x.names.some((n) => covered.test(n)))) {
       assert.ok(rows.some((r) => r.flags.some((f) => e.names.includes(f))),
         `${e.names.join(',')} [env ${e.env}; default ${e.def}] is missing from ${GUIDE}`);

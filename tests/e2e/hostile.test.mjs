@@ -8,6 +8,10 @@
 //    code) -> 400 naming the field
 //  - a number that overflows a double (1e400; before: 500 with the library's message)
 //  - --max-json-depth N: depth N accepted, N+1 refused
+//  - issue 29: 10,000 tools, the same on /apply-template, 200,000 messages: a 400 naming the
+//    limit and its flag within 2 s on the default flags; each of --max-tools, --max-tools-bytes,
+//    --max-messages, --max-content-parts, --max-prompt-bytes at its value and one over, in
+//    every dialect that takes tools, messages or a prompt text
 //
 //   cd tests/e2e && node --test hostile.test.mjs
 import assert from 'node:assert/strict';
@@ -104,6 +108,146 @@ for (const arch of ARCHS) {
     });
   });
 }
+
+// Bodies that ask the HTTP side for unbounded work (issue 29): a tool list, a conversation or a
+// prompt text so large that the chat template (llama.cpp's jinja interpreter, ~0.3 ms a message,
+// ~0.7 ms a tool) or the tokenizer ran for minutes and took gigabytes, all below --max-body-bytes.
+const tool = (i) => ({ type: 'function', function: { name: `tool_${i}`, description: `Tool number ${i} does a thing`,
+  parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } });
+const toolList = (n) => Array.from({ length: n }, (_, i) => tool(i));
+const conversation = (n) => Array.from({ length: n },
+  (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}` }));
+
+/** POSTs `body` and returns the response with `ms`, the time it took. */
+async function timedPost(srv, path, body) {
+  const t0 = Date.now();
+  const r = await srv.post(path, body);
+  return { ...r, ms: Date.now() - t0 };
+}
+
+describe('per-request work limits on the default flags [qwen35]', { timeout: 180_000 }, () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: modelPath('qwen35'), name: 'limits-default', args: ['--parallel', '2'] });
+  });
+  after(async () => { await srv?.stopGracefully(); });
+
+  // Before: 26.6 s (an error after tokenizing 837,989 tokens), 29.8 s (a 2.5 MB prompt) and no
+  // answer within 60 s, RSS 138 MB -> 14 GB (2 shared cores).
+  const cases = [
+    ['10,000 tools', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }], tools: toolList(10_000) }),
+      'too_many_tools', 'tools', /this request has 10000 tools; this server accepts at most 1024 \(--max-tools\)/],
+    ['10,000 tools', '/apply-template', () => ({ messages: [{ role: 'user', content: 'hi' }], tools: toolList(10_000) }),
+      'too_many_tools', 'tools', /at most 1024 \(--max-tools\)/],
+    ['200,000 messages', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: conversation(200_000) }),
+      'too_many_messages', 'messages', /this request has 200000 messages; this server accepts at most 4096 \(--max-messages\)/],
+  ];
+  for (const [what, path, body, code, param, message] of cases) {
+    it(`${what} to ${path} -> 400 ${code} within 2 s, while a normal request is served`, async () => {
+      const [r, normal] = await Promise.all([
+        timedPost(srv, path, body()),
+        srv.openai.chat.completions.create(OK_BODY),
+      ]);
+      const e = assertError(r, 400, `${what} ${path}`);
+      assert.equal(e.code, code);
+      assert.equal(e.param, param);
+      assert.match(e.message, message);
+      assert.ok(r.ms < 2000, `${what} to ${path} took ${r.ms} ms`);
+      assertCompletion(normal, { maxTokens: 4 }, `normal request beside ${what}`);
+    });
+  }
+
+  it('just under the limits (1,024 tools; 4,096 messages) the answer still comes within 5 s', async () => {
+    for (const [path, body] of [
+      ['/apply-template', { messages: [{ role: 'user', content: 'hi' }], tools: toolList(1024) }],
+      ['/v1/chat/completions', { model: 'tiny', max_tokens: 4, messages: conversation(4096) }],
+    ]) {
+      const r = await timedPost(srv, path, body);
+      // /apply-template renders it; the chat request is longer than the context (16,384 tokens).
+      if (path === '/apply-template') assert.equal(r.status, 200, r.text.slice(0, 300));
+      else assert.equal(assertError(r, 400, path).code, 'context_length_exceeded');
+      assert.ok(r.ms < 5000, `${path} took ${r.ms} ms`);
+    }
+  });
+});
+
+describe('per-request work limits, each flag at its value and one over [qwen35]', { timeout: 180_000 }, () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: modelPath('qwen35'), name: 'limits-small',
+      args: ['--parallel', '1', '--ctx-size', '4096', '--max-tools', '8', '--max-tools-bytes', '2048',
+        '--max-messages', '16', '--max-content-parts', '24', '--max-prompt-bytes', '4096'] });
+  });
+  after(async () => { await srv?.stopGracefully(); });
+
+  const user = [{ role: 'user', content: 'hi' }];
+  const chat = (extra) => ({ model: 'tiny', max_tokens: 2, temperature: 0, messages: user, ...extra });
+
+  it('--max-tools: 8 tools served, 9 refused in chat completions, /apply-template, Messages and Responses', async () => {
+    // Short tools: 8 of them are ~800 bytes of definitions (under --max-tools-bytes).
+    const short = (n) => Array.from({ length: n }, (_, i) => ({ type: 'function', function: { name: `t${i}`, parameters: {} } }));
+    assert.equal((await srv.post('/v1/chat/completions', chat({ tools: short(8) }))).status, 200);
+    for (const [path, body] of [['/v1/chat/completions', chat({ tools: short(9) })], ['/apply-template', { messages: user, tools: short(9) }]]) {
+      const e = assertError(await srv.post(path, body), 400, path);
+      assert.equal(e.code, 'too_many_tools');
+      assert.equal(e.message, 'this request has 9 tools; this server accepts at most 8 (--max-tools): send fewer, ' +
+        'or start the server with a larger --max-tools');
+    }
+    const anthropicTools = Array.from({ length: 9 }, (_, i) => ({ name: `t${i}`, input_schema: { type: 'object' } }));
+    let r = await srv.post('/v1/messages', { model: 'tiny', max_tokens: 2, messages: user, tools: anthropicTools });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.type, 'error');
+    assert.match(r.json.error.message, /9 tools; this server accepts at most 8 \(--max-tools\)/);
+    const responsesTools = Array.from({ length: 9 }, (_, i) => ({ type: 'function', name: `t${i}`, parameters: {} }));
+    r = await srv.post('/v1/responses', { model: 'tiny', max_output_tokens: 2, input: 'hi', tools: responsesTools });
+    assert.equal(assertError(r, 400, 'responses').code, 'too_many_tools');
+  });
+
+  it('--max-tools-bytes: definitions over 2048 bytes refused', async () => {
+    const big = [{ type: 'function', function: { name: 'f', description: 'd'.repeat(2100), parameters: {} } }];
+    const e = assertError(await srv.post('/v1/chat/completions', chat({ tools: big })), 400, 'tool bytes');
+    assert.equal(e.code, 'tools_too_large');
+    assert.match(e.message, /this request has 2103 bytes of tool definitions .* at most 2048 \(--max-tools-bytes\)/);
+  });
+
+  it('--max-messages: 16 messages served, 17 refused in every dialect', async () => {
+    assert.equal((await srv.post('/v1/chat/completions', chat({ messages: conversation(15) }))).status, 200);
+    let e = assertError(await srv.post('/v1/chat/completions', chat({ messages: conversation(17) })), 400, 'chat');
+    assert.equal(e.code, 'too_many_messages');
+    assert.match(e.message, /17 messages; this server accepts at most 16 \(--max-messages\)/);
+    let r = await srv.post('/v1/messages', { model: 'tiny', max_tokens: 2, messages: conversation(17) });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.json.error.message, /17 messages; .* \(--max-messages\)/);
+    r = await srv.post('/v1/responses', { model: 'tiny', max_output_tokens: 2, input: conversation(17) });
+    e = assertError(r, 400, 'responses');
+    assert.equal(e.code, 'too_many_messages');
+    assert.equal(e.param, 'input');
+  });
+
+  it('--max-content-parts: 25 text parts refused, 16 served', async () => {
+    const parts = (n) => Array.from({ length: n }, (_, i) => ({ type: 'text', text: `p${i}` }));
+    assert.equal((await srv.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: parts(16) }] }))).status, 200);
+    const e = assertError(await srv.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: parts(25) }] })), 400, 'parts');
+    assert.equal(e.code, 'too_many_content_parts');
+    assert.match(e.message, /25 content parts .* at most 24 \(--max-content-parts\)/);
+  });
+
+  it('--max-prompt-bytes: the rendered prompt, a completions prompt and /tokenize content over 4096 bytes refused', async () => {
+    let e = assertError(await srv.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'x '.repeat(2100) }] })), 400, 'chat');
+    assert.equal(e.code, 'prompt_too_large');
+    assert.match(e.message, /^the rendered prompt is \d+ bytes; this server tokenizes at most 4096 \(--max-prompt-bytes\)/);
+    e = assertError(await srv.post('/v1/completions', { model: 'tiny', max_tokens: 2, prompt: 'y'.repeat(4097) }), 400, 'completions');
+    assert.equal(e.code, 'prompt_too_large');
+    assert.equal(e.param, 'prompt');
+    assert.equal(e.message, "'prompt' is 4097 bytes; this server tokenizes at most 4096 (--max-prompt-bytes): send a " +
+      'shorter prompt, or start the server with a larger --max-prompt-bytes');
+    e = assertError(await srv.post('/tokenize', { content: 'z'.repeat(4097) }), 400, 'tokenize');
+    assert.equal(e.code, 'prompt_too_large');
+    const ok = await srv.post('/tokenize', { content: 'z'.repeat(4096) });
+    assert.equal(ok.status, 200, ok.text);
+    assert.ok(ok.json.tokens.length > 0);
+  });
+});
 
 /** A raw HTTP request (node:http, so that the Host header can be set). Returns {status, json}. */
 function rawRequest(port, { method = 'GET', path = '/', headers = {}, body = '' }) {

@@ -69,6 +69,7 @@ void check_accepted(const server::anthropic_request & r) {
         }
     }
     fuzz::check_sampling(r.chat.sampling);
+    fuzz::check_work_limits(r.chat);
 }
 
 }  // namespace

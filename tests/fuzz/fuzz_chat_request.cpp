@@ -3,7 +3,8 @@
 // parse_chat_request as the routes take it: a rejection must be a 400/413 error value, never an
 // exception, crash or UB; an accepted request must keep what the parser promises (at most 4
 // stop strings, every JSON text it hands to the engine's template code parses and nests no
-// deeper than --max-json-depth, tool-call arguments when they are JSON).
+// deeper than --max-json-depth, tool-call arguments when they are JSON, tools, messages and
+// content parts within the work limits of fuzz_request.h).
 // Build and run: docs/prompt-cache.md "Security and failure model" > "Fuzzing".
 #include "fuzz_request.h"
 
@@ -47,5 +48,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         }
     }
     fuzz::check_sampling(r.sampling);
+    fuzz::check_work_limits(r);
     return 0;
 }

@@ -34,6 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         }
     } else if (!r.prompt_tokens.empty()) {
         fuzz::finding("a text prompt that also has tokens");
+    } else if (r.prompt.size() > fuzz::small_request_limits().max_prompt_bytes) {
+        fuzz::finding("accepted a text prompt of " + std::to_string(r.prompt.size()) + " bytes");
     }
     for (const auto & s : r.stop) {
         if (s.empty()) {

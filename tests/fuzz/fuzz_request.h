@@ -5,8 +5,10 @@
 // Thread safety: libFuzzer calls a target from one thread; these are pure functions.
 #pragma once
 
+#include "server/chat_request.h"
 #include "server/errors.h"
 #include "server/json_body.h"
+#include "server/request_limits.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +27,23 @@ using server::json;
 /** The body limit the targets apply (--max-body-bytes' role). Small, so that inputs of
  *  -max_len 8192 reach both sides of it. */
 inline constexpr uint64_t max_body_bytes = 6 * 1024;
+
+/** The work limits the targets apply (request_limits.h; issue 29), small so that inputs of
+ *  -max_len 8192 reach both sides of each; set before the first input. */
+inline const server::request_limits & small_request_limits() {
+    static const server::request_limits lim = [] {
+        server::request_limits l;
+        l.max_tools = 4;
+        l.max_tools_bytes = 512;
+        l.max_messages = 8;
+        l.max_content_parts = 12;
+        l.max_prompt_bytes = 2048;
+        server::default_request_limits() = l;
+        return l;
+    }();
+    return lim;
+}
+inline const bool small_request_limits_set = (small_request_limits(), true);
 
 /** Stops the run with `what` on stderr: libFuzzer saves the input as a crash. */
 [[noreturn]] inline void finding(const std::string & what) {
@@ -104,6 +123,28 @@ inline void check_sampling(const scheduler::sampling_params & s) {
         if (tok < 0 || !in(bias, -100, 100)) {
             finding("accepted a logit_bias out of range");
         }
+    }
+}
+
+/** An accepted request within the work limits, counted here independently of the parser:
+ *  tools, bytes of their names + descriptions + parameters, messages, and content parts (a
+ *  message's parts, or 1 for string content, plus its tool calls). */
+inline void check_work_limits(const server::chat_request & r) {
+    const server::request_limits & lim = small_request_limits();
+    uint64_t tool_bytes = 0;
+    for (const auto & t : r.tools) {
+        tool_bytes += t.name.size() + t.description.size() + t.parameters.size();
+    }
+    uint64_t parts = 0;
+    for (const auto & m : r.messages) {
+        parts += std::max<uint64_t>(1, m.parts.size()) + m.tool_calls.size();
+    }
+    if (r.tools.size() > static_cast<uint64_t>(lim.max_tools) || tool_bytes > lim.max_tools_bytes) {
+        finding("accepted " + std::to_string(r.tools.size()) + " tools of " + std::to_string(tool_bytes) + " bytes");
+    }
+    if (r.messages.size() > static_cast<uint64_t>(lim.max_messages) ||
+        parts > static_cast<uint64_t>(lim.max_content_parts)) {
+        finding("accepted " + std::to_string(r.messages.size()) + " messages of " + std::to_string(parts) + " parts");
     }
 }
 

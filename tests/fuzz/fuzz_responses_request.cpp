@@ -117,6 +117,8 @@ void request(std::string_view body) {
         fuzz::no_throw("build_chat_messages", [&] { return server::build_chat_messages(r, {}, &seal()); });
     if (built) {
         fuzz::check_rejection(*built);
+    } else {
+        fuzz::check_work_limits(r.chat);
     }
 }
 
