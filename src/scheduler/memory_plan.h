@@ -1,4 +1,4 @@
-// scheduler::memory_plan: the startup memory plan in bytes (issue 27): the model's weights, the
+// scheduler::memory_plan: the startup memory plan in bytes: the model's weights, the
 // KV cache of the --parallel sequences and of the parked ones at --ctx-size tokens each (KV
 // bytes per token measured in the chosen --cache-type-k/-v, plus each sequence's fixed part:
 // the recurrent state of a hybrid model), against the device's budget (--cache-device-bytes,

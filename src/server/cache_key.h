@@ -51,7 +51,7 @@ struct bucket_inputs {
     std::optional<uint8_t> rope_regime;   ///< nullopt: the model's RoPE does not depend on length
     std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
     std::string tenant;                   ///< the API key's tenant (issue 15); "" without API keys
-    /** The KV cache types (issue 27) as "K/V", e.g. "q8_0/q8_0"; "" for llama.cpp's default
+    /** The KV cache types as "K/V", e.g. "q8_0/q8_0"; "" for llama.cpp's default
      *  f16/f16. A state holds its KV in these types and llama.cpp restores it into no other. */
     std::string kv_type;
 };

@@ -2,7 +2,7 @@
 // Why: glibc keeps freed memory in its arenas (one per HTTP thread, up to 8 per core) for
 // reuse and returns only the top of each heap: after hostile bodies whose JSON and template
 // values took gigabytes for a moment, RSS stayed at 14 GB for a server whose baseline is
-// 138 MB, and one malloc_trim(0) brought it back to 149 MB (issue 29, tiny-qwen35; the
+// 138 MB, and one malloc_trim(0) brought it back to 149 MB (tiny-qwen35; the
 // figures are in docs/prompt-cache.md "Security and failure model"). malloc_trim walks every
 // arena and returns each free page (madvise), so it runs on a thread of its own, at most once
 // per interval and only when requests ended since the last run (an idle server costs nothing).

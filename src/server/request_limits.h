@@ -4,7 +4,7 @@
 // a tool on the tiny models (2 shared cores; docs/prompt-cache.md "Security and failure model"),
 // cannot be interrupted, and builds a value tree hundreds of times the body's size: 10,000 tools
 // (2.5 MB) took 27 s and 3.5 GB, 200,000 messages kept a thread busy for minutes, all below
-// --max-body-bytes (issue 29). Each limit is a flag; a request over one gets a 400 naming it.
+// --max-body-bytes. Each limit is a flag; a request over one gets a 400 naming it.
 // Thread safety: the limits are set once at startup, before the server listens; the checks
 // are pure functions.
 #pragma once

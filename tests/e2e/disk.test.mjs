@@ -4,7 +4,7 @@
 // while it runs (write-behind); damaged, truncated and foreign files are never restored from and
 // the request still succeeds, cold; kill -9 while writing leaves a directory the next process
 // starts from; the byte cap holds after every request. With a quantized KV cache (-ctk q8_0
-// -ctv q8_0, issue 27): a restart restores from disk == a never-cached q8_0 server, and files
+// -ctv q8_0): a restart restores from disk == a never-cached q8_0 server, and files
 // written under other KV types (f16) are a counted miss, never served (nor loaded).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test disk.test.mjs

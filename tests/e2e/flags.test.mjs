@@ -3,7 +3,7 @@
 // message that names the flag, or it starts and serves a chat request with a system prompt
 // (the request that aborted the server under --cache-max-anchors 0) and stops gracefully.
 // One tiny hybrid model (the hybrid path plans the most capture kinds). --cache-ram (MIB) and
-// --cache-device-bytes (issue 27) are walked too; and the startup memory plan: its line, and a
+// --cache-device-bytes are walked too; and the startup memory plan: its line, and a
 // --cache-device-bytes too small for it refused with the numbers.
 //
 //   cd tests/e2e && node --test flags.test.mjs

@@ -8,7 +8,7 @@
 //    code) -> 400 naming the field
 //  - a number that overflows a double (1e400; before: 500 with the library's message)
 //  - --max-json-depth N: depth N accepted, N+1 refused
-//  - issue 29: 10,000 tools, the same on /apply-template, 200,000 messages: a 400 naming the
+//  - 10,000 tools, the same on /apply-template, 200,000 messages: a 400 naming the
 //    limit and its flag within 2 s on the default flags; each of --max-tools, --max-tools-bytes,
 //    --max-messages, --max-content-parts, --max-prompt-bytes at its value and one over, in
 //    every dialect that takes tools, messages or a prompt text
@@ -109,7 +109,7 @@ for (const arch of ARCHS) {
   });
 }
 
-// Bodies that ask the HTTP side for unbounded work (issue 29): a tool list, a conversation or a
+// Bodies that ask the HTTP side for unbounded work: a tool list, a conversation or a
 // prompt text so large that the chat template (llama.cpp's jinja interpreter, ~0.3 ms a message,
 // ~0.7 ms a tool) or the tokenizer ran for minutes and took gigabytes, all below --max-body-bytes.
 const tool = (i) => ({ type: 'function', function: { name: `tool_${i}`, description: `Tool number ${i} does a thing`,

@@ -1,4 +1,4 @@
-// Memory taken by a request is given back (issue 29): a burst of large bodies (refused and
+// Memory taken by a request is given back: a burst of large bodies (refused and
 // served ones, in parallel) raises the server's RSS by hundreds of MB; --memory-trim-interval
 // (glibc malloc_trim once requests ended) brings it back within 10% of its value before the
 // burst. The control server, with the trim off, keeps the memory, so the test can fail.

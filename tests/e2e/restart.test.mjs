@@ -32,7 +32,7 @@
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 restart.test.mjs
 //   (LINEAGE_E2E_ARCHS=qwen35,qwen3 narrows the models; the default here is all four.) The same
-//   SIGTERM case runs again with -ctk q8_0 -ctv q8_0 on qwen35 and qwen3 (issue 27).
+//   SIGTERM case runs again with -ctk q8_0 -ctv q8_0 on qwen35 and qwen3.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -132,7 +132,7 @@ async function conversationsAandB(srv) {
 /** C: one line, no system prompt, more than --prompt-cache-min-prefix tokens (it is stored). */
 const C_TEXT = `One line: name three ways to make a C++ build faster, ${words(18, 2521)}`;
 
-// The variants: the defaults on every family; a quantized KV cache (-ctk q8_0 -ctv q8_0, issue 27)
+// The variants: the defaults on every family; a quantized KV cache (-ctk q8_0 -ctv q8_0)
 // on qwen35 and qwen3, SIGTERM only (a state restores only into its own KV types; the file
 // format is the same for every type).
 const VARIANTS = [

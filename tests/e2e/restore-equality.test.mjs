@@ -52,7 +52,7 @@ const reply = (r) => JSON.stringify({ m: r.choices[0].message, f: r.choices[0].f
 
 // tolerant: hit == miss in the greedy tokens (dense: with the runners-up too), logprobs within
 // 0.01 nats.
-// A quantized KV cache (-ctk q8_0 -ctv q8_0, issue 27) on one hybrid and the dense family, with
+// A quantized KV cache (-ctk q8_0 -ctv q8_0) on one hybrid and the dense family, with
 // fewer prompts: a restore copies the quantized rows as they are, so the same rules hold.
 const Q8 = ['-ctk', 'q8_0', '-ctv', 'q8_0'];
 const CONFIGS = [...FAMILIES.map((arch) => ({ arch, args: [], tolerant: arch === 'qwen3', same: tokensOf })),

@@ -28,7 +28,7 @@ using server::json;
  *  -max_len 8192 reach both sides of it. */
 inline constexpr uint64_t max_body_bytes = 6 * 1024;
 
-/** The work limits the targets apply (request_limits.h; issue 29), small so that inputs of
+/** The work limits the targets apply (request_limits.h), small so that inputs of
  *  -max_len 8192 reach both sides of each; set before the first input. */
 inline const server::request_limits & small_request_limits() {
     static const server::request_limits lim = [] {

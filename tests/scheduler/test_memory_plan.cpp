@@ -1,4 +1,4 @@
-// Tests of scheduler::memory_plan (issue 27 item 3): the bytes of the plan, its one line, and
+// Tests of scheduler::memory_plan: the bytes of the plan, its one line, and
 // the refusal that names --cache-device-bytes with the numbers. No model.
 #include "scheduler/memory_plan.h"
 

@@ -1,4 +1,4 @@
-// Tests of llama-server's flag names in server::config (issue 27 item 2): the single-dash short
+// Tests of llama-server's flag names in server::config: the single-dash short
 // forms (-np, -ngl, -tb, -fa, -ctk, -ctv, -cram) and -a, --cache-ram in MiB, --flash-attn,
 // --cache-type-k/-v with llama.cpp's types, --jinja (no-op), --mlock, --no-mmap,
 // --threads-batch, --cache-device-bytes; each reaches its field, bad values are refused naming

@@ -1,4 +1,4 @@
-// Hostile traffic beside normal traffic (issue 29): normal streaming chat requests in a loop
+// Hostile traffic beside normal traffic: normal streaming chat requests in a loop
 // (their TTFT measured) while other clients send the bodies that used to cost minutes and
 // gigabytes (10,000 tools to /v1/chat/completions and /apply-template, 200,000 messages), and
 // the server's RSS sampled every second. Reports the normal requests' TTFT p50/p99 and RSS over
