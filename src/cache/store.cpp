@@ -14,6 +14,17 @@
 
 namespace lineage::cache {
 
+std::string_view restored_from(const restore_plan & p) {
+    switch (p.op) {
+        case restore_op::none: return "";
+        case restore_op::take_device: return "device";
+        case restore_op::share_device: return p.live ? "running_request" : "device";
+        case restore_op::load_ram: return "ram";
+        case restore_op::load_disk: return p.remote ? "redis" : "disk";
+    }
+    return "";
+}
+
 std::string_view to_string(point_kind k) {
     switch (k) {
         case point_kind::none: return "miss";
@@ -215,6 +226,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.n_restore = chosen->n;
         p.kind = chosen->kind;
         p.op = restore_op::share_device;
+        p.live = true;
         p.device_seq = l.seq;
         p.source_tokens = static_cast<int32_t>(l.toks.size());
         p.recurrent = chosen->checkpoint >= 0 ? l.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;

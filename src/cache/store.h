@@ -165,7 +165,16 @@ struct restore_plan {
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
     std::optional<miss_cause> cause;
+    /** share_device from a running request's sequence (plan_hints::live), not a parked entry. */
+    bool live = false;
+    /** cause key_differs: the first key dimension that differs ("tenant", "lora_id", "mm_digest",
+     *  ...; "unrecorded" when the other entry kept none); "" otherwise. */
+    std::string cause_dimension;
 };
+
+/** The tier `p` restores from, for a response's diagnostics: "device" (a parked sequence),
+ *  "running_request" (plan.live), "ram", "disk", "redis"; "" for a miss. */
+std::string_view restored_from(const restore_plan & p);
 
 /** What the scheduler hands back when a request's sequence is done. */
 struct commit_input {

@@ -225,6 +225,7 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
         }
         if (parts_there) {
             p.cause = miss_cause::key_differs;
+            p.cause_dimension = "mm_digest";
             stats_.key_differs["mm_digest"]++;
             (p.n_restore == 0 ? stats_.misses_by_cause : stats_.short_hits_by_cause)[std::string(to_string(*p.cause))]++;
             p.reason += fmt::format("; {} cause: key_differs: a live entry shares {} tokens and then holds another "
@@ -285,6 +286,7 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
         const size_t sp = diff.find(' ');
         const std::string dim = diff.empty() ? "unrecorded" : diff.substr(0, sp);
         stats_.key_differs[dim]++;
+        p.cause_dimension = dim;
         detail = fmt::format("an entry under another key shares {} tokens ({})", other,
                              diff.empty() ? "dimensions not recorded" : diff);
     }

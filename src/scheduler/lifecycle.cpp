@@ -49,6 +49,13 @@ void lifecycle::restore(slot & s, double now_s) {
     s.n_past = s.plan.n_restore;
     s.stats.cached_tokens = s.plan.n_restore;
     s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
+    s.stats.restored_from = std::string(cache::restored_from(s.plan));
+    if (!s.use_cache) {
+        s.stats.miss_cause = std::string(cache::to_string(cache::miss_cause::bypassed));
+    } else if (s.plan.cause) {
+        s.stats.miss_cause = std::string(cache::to_string(*s.plan.cause)) +
+                             (s.plan.cause_dimension.empty() ? "" : ":" + s.plan.cause_dimension);
+    }
     if (s.plan.final_from_sequence) {
         // The file's final state becomes a turn checkpoint of the new entry (seed 000 "final").
         const size_t size = st_.state_size(s.seq, true);

@@ -139,6 +139,14 @@ struct request_stats {
     int32_t prefill_splits = 0;
     std::map<std::string, int32_t> prefill_splits_by_kind;
     std::string hit_kind;            ///< "miss", "full", "turn", "guard", "anchor", "divergence"
+    /** Why a miss restored nothing, or a short hit much less than the prompt shares with what the
+     *  server has seen (cache::miss_cause: "no_shared_prefix", "below_min_prefix",
+     *  "before_first_restore_point", "evicted", "bypassed", or "key_differs:DIMENSION"); "" for a
+     *  hit that restored what was shared. */
+    std::string miss_cause;
+    /** Where the restored tokens came from: "device" (a parked sequence), "running_request" (a
+     *  running request's sequence), "ram", "disk" or "redis"; "" for a miss. */
+    std::string restored_from;
 };
 
 /** One event on a request's channel. A request emits zero or more `token` events, then

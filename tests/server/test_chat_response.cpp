@@ -25,6 +25,7 @@ generation_event done(finish_reason f, int32_t prompt = 10, int32_t cached = 6, 
     e.stats.prefill_passes = 3;
     e.stats.prefill_splits = 2;
     e.stats.hit_kind = "turn";
+    e.stats.restored_from = "ram";
     return e;
 }
 
@@ -56,7 +57,8 @@ TEST(ChatResponse, NonStreamingCompletionShape) {
               R"("usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,)"
               R"("prompt_tokens_details":{"cached_tokens":6}},)"
               R"("timings":{"prompt_n":4,"cached_n":6,"prompt_ms":4.0,"ttft_ms":10.0,"predicted_n":5,)"
-              R"("predicted_ms":500.0,"predicted_per_second":8.0,"prefill_passes":3,"prefill_splits":2,"cache_hit":"turn"}})");
+              R"("predicted_ms":500.0,"predicted_per_second":8.0,"prefill_passes":3,"prefill_splits":2,"cache_hit":"turn",)"
+              R"("cache_tier":"ram","cache_miss_reason":null}})");
 }
 
 TEST(ChatResponse, LengthFinish) {
@@ -79,6 +81,28 @@ TEST(ChatResponse, UsageFallsBackToThePromptLengthWhenStatsAreEmpty) {
     const json u = usage_json(s, 33);
     EXPECT_EQ(dump(u), R"({"prompt_tokens":33,"completion_tokens":0,"total_tokens":33,"prompt_tokens_details":{"cached_tokens":0}})");
     EXPECT_EQ(timings_json(s, 33)["cache_hit"], "miss");
+    EXPECT_TRUE(timings_json(s, 33)["cache_tier"].is_null());
+    EXPECT_TRUE(timings_json(s, 33)["cache_miss_reason"].is_null());
+}
+
+// A miss or a short hit says why in the response, the key dimension included.
+TEST(ChatResponse, TimingsCarryTheTierAndTheMissReason) {
+    lineage::scheduler::request_stats s;
+    s.prompt_tokens = 40;
+    s.hit_kind = "miss";
+    s.miss_cause = "key_differs:tenant";
+    json t = timings_json(s, 40);
+    EXPECT_EQ(t["cache_miss_reason"], "key_differs:tenant");
+    EXPECT_TRUE(t["cache_tier"].is_null());
+    s.cached_tokens = 16;
+    s.hit_kind = "anchor";
+    s.restored_from = "disk";
+    s.miss_cause = "evicted";  // a short hit: an evicted entry shared more
+    t = timings_json(s, 40);
+    EXPECT_EQ(t["cache_tier"], "disk");
+    EXPECT_EQ(t["cache_miss_reason"], "evicted");
+    EXPECT_EQ(t["cached_n"], 16);
+    EXPECT_EQ(t["prompt_n"], 24);
 }
 
 TEST(ChatResponse, StreamStartsWithRoleThenContentThenFinishThenUsage) {
