@@ -50,7 +50,8 @@ void lifecycle::restore(slot & s, double now_s) {
     s.stats.cached_tokens = s.plan.n_restore;
     s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
     if (s.plan.final_from_sequence) {
-        // The file's final state becomes a turn checkpoint of the new entry (seed 000 "final").
+        // The file's final state becomes a turn checkpoint of the new entry (store.h
+        // final_from_sequence).
         const size_t size = st_.state_size(s.seq, true);
         if (store_.reserve(size)) {
             s.plan.inflight_bytes += size;
