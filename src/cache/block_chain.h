@@ -1,8 +1,8 @@
-// cache::block_chain: APC block hash chains (seed 001 "Automatic Prefix Caching"): a token
-// sequence cut into blocks of B tokens, block i hashed as H(hash of block i-1, its B tokens),
-// block 0 chained to a root (the cache bucket, which already covers model, template, tools and
-// multimodal digest). A change to any token changes every later hash, so the number of leading
-// blocks on which two chains agree is exactly how many whole blocks two sequences share.
+// cache::block_chain: APC block hash chains (docs/prompt-cache.md "Automatic Prefix Caching
+// (APC)"): a token sequence cut into blocks of B tokens, block i hashed as H(hash of block i-1, its
+// B tokens), block 0 chained to a root (the cache bucket, which already covers model, template,
+// tools and multimodal digest). A change to any token changes every later hash, so the number of
+// leading blocks on which two chains agree is exactly how many whole blocks two sequences share.
 // Thread safety: pure functions.
 #pragma once
 

@@ -1,4 +1,5 @@
-// cache::capacity: seed 001's model-aware default budget; see capacity.h.
+// cache::capacity: the model-aware default budget (docs/prompt-cache.md "Model-aware capacity
+// default"); see capacity.h.
 #include "cache/capacity.h"
 
 #include <algorithm>

@@ -14,35 +14,38 @@ struct config {
     /** Master switch (--prompt-cache-enabled[=BOOL], alias --cache-prompt / --no-cache-prompt).
      *  Off: nothing read or written. */
     bool enabled = true;
-    /** Lineage mode (seed 000); false = exact mode, whole-prompt snapshots only
-     *  (--lineage=false, env LINEAGE_LINEAGE=0). */
+    /** Lineage mode (docs/prompt-cache.md "Entries and lineages"); false = exact mode,
+     *  whole-prompt snapshots only (--lineage=false, env LINEAGE_LINEAGE=0; "Exact mode"). */
     bool lineage = true;
     /** Byte budget of the host-RAM tier T1 in effect, bytes. The scheduler sets it from
      *  kv_capacity_bytes (dense families) or snapshot_capacity_bytes (hybrid families) before
      *  the store is built; a store built directly takes it as is. */
     uint64_t ram_bytes = 0;
     /** --prompt-cache-capacity-bytes (alias --cache-ram-bytes): the budget on dense families,
-     *  bytes; 0 = model-aware default (seed 001 "Model-aware capacity defaults", floor 2 GiB). */
+     *  bytes; 0 = model-aware default (docs/prompt-cache.md "Model-aware capacity default",
+     *  floor 2 GiB). */
     uint64_t kv_capacity_bytes = 0;
     /** --prompt-cache-snapshot-capacity-bytes: the budget on hybrid families, bytes; 0 =
      *  model-aware default (floor 512 MiB). */
     uint64_t snapshot_capacity_bytes = 0;
     /** --prompt-cache-snapshot-max-entries / --prompt-cache-snapshot-ttl: max_entries and ttl_s
-     *  on hybrid families (seed 001: 4096 entries, 7200 s). */
+     *  on hybrid families (defaults 4096 entries, 7200 s: docs/prompt-cache.md "Configuration"). */
     int32_t snapshot_max_entries = 4096;
     double snapshot_ttl_s = 7200;
-    /** Digest of the bucket and template_sig (--prompt-cache-hash; DESIGN.md "Keys"). */
+    /** Digest of the bucket and template_sig (--prompt-cache-hash; docs/architecture.md "Keys: one
+     *  vocabulary"). */
     hash_algo key_hash = hash_algo::sha256;
-    /** Automatic Prefix Caching (seed 001 "APC"): block hash chains on dense entries; a
-     *  partial dense match is clamped to whole agreeing blocks (--apc-enabled). Off by default
-     *  in lineage, see docs/prompt-cache.md "APC". Hybrid families never use it. */
+    /** Automatic Prefix Caching: block hash chains on dense entries; a partial dense match is
+     *  clamped to whole agreeing blocks (--apc-enabled). Off by default in lineage, see
+     *  docs/prompt-cache.md "Automatic Prefix Caching (APC)". Hybrid families never use it. */
     bool apc_enabled = false;
-    /** Tokens per APC block (--apc-block-size; seed 001: 16). */
+    /** Tokens per APC block (--apc-block-size; default 16: docs/prompt-cache.md "Configuration"). */
     int32_t apc_block_size = 16;
     /** Most block hashes held over all entries (--apc-num-blocks); 0 = max_entries * 512
      *  (8192 tokens a entry at 16 tokens a block: the capacity default's representative length). */
     int64_t apc_num_blocks = 0;
-    /** Hash of the APC block chains (--apc-hash; seed 001: sha256). */
+    /** Hash of the APC block chains (--apc-hash; default sha256: docs/prompt-cache.md
+     *  "Configuration"). */
     hash_algo apc_hash = hash_algo::sha256;
     /** Flags named in the store's messages about its budget and TTL (the family's flags). */
     std::string budget_flag = "--prompt-cache-capacity-bytes";
@@ -64,37 +67,40 @@ struct config {
     int32_t device_slots_for(bool gpu) const {
         return device_slots >= 0 ? device_slots : gpu ? auto_device_slots_gpu : auto_device_slots_cpu;
     }
-    /** Minimum prompt tokens before an entry is stored (seed 001: 32). */
+    /** Minimum prompt tokens before an entry is stored (--prompt-cache-min-prefix; default 32:
+     *  docs/prompt-cache.md "Configuration"). */
     int32_t min_prefix = 32;
-    /** Maximum live entries in T1 (seed 001: 1024). */
+    /** Maximum live entries in T1 (--prompt-cache-max-entries; default 1024: docs/prompt-cache.md
+     *  "Configuration"). */
     int32_t max_entries = 1024;
-    /** Seconds since last hit before an entry expires (seed 001: 3600). */
+    /** Seconds since last hit before an entry expires (--prompt-cache-ttl; default 3600:
+     *  docs/prompt-cache.md "Configuration"). */
     double ttl_s = 3600;
-    /** Decision trace: one INFO line "cache-trace: ..." per cache decision (seed 001
-     *  "Session Snapshots"; --cache-trace, env LINEAGE_CACHE_TRACE). Off: costs a null check. */
+    /** Decision trace: one INFO line "cache-trace: ..." per cache decision (docs/prompt-cache.md
+     *  "The decision trace"; --cache-trace, env LINEAGE_CACHE_TRACE). Off: costs a null check. */
     bool trace = false;
-    /** Background warm-up of the next turn (docs/prompt-cache.md "Warm-up"): after a reply, the
-     *  conversation's entry is extended, on an idle engine, over the reply as the next request
-     *  will render it (--cache-warmup, env LINEAGE_CACHE_WARMUP). */
+    /** Background warm-up of the next turn (docs/prompt-cache.md "Warm-up of the next turn"): after
+     *  a reply, the conversation's entry is extended, on an idle engine, over the reply as the next
+     *  request will render it (--cache-warmup, env LINEAGE_CACHE_WARMUP). */
     bool warmup = true;
 
-    // --- tier 2, disk (DESIGN.md "Tiers"; issue 6) ---
+    // --- tier 2, disk (docs/prompt-cache.md "Tiers", "Disk tier") ---
     /** Directory of the tier-2 files and their index; "" = no disk tier (--cache-dir; default
      *  $XDG_CACHE_HOME/lineage/prompt-cache, else ~/.cache/lineage/prompt-cache). */
     std::string disk_dir;
-    /** Byte cap of the tier-2 files (--cache-disk-capacity-bytes; seed 000 ran with 1 TB; the
-     *  default suits a laptop disk). */
+    /** Byte cap of the tier-2 files (--cache-disk-capacity-bytes; the default, 16 GiB, suits a
+     *  laptop disk: docs/prompt-cache.md "Configuration"). */
     uint64_t disk_capacity_bytes = 16ull << 30;
     /** Write-behind: an entry unused for this many seconds is written to disk
      *  (--cache-disk-idle-s). Besides, entries are written when they leave RAM and at shutdown. */
     double disk_idle_s = 30;
-    /** Write-behind under load (issue 15): an entry whose content has had no tier-2 copy for this
-     *  many seconds is written even while the engine is busy, at most one state read per engine
-     *  step (--cache-disk-max-unwritten-s); this bounds what a kill -9 under continuous load
-     *  loses. 0 = off (written only when idle, leaving RAM or at shutdown). */
+    /** Write-behind under load (docs/prompt-cache.md "Disk tier"): an entry whose content has had
+     *  no tier-2 copy for this many seconds is written even while the engine is busy, at most one
+     *  state read per engine step (--cache-disk-max-unwritten-s); this bounds what a kill -9 under
+     *  continuous load loses. 0 = off (written only when idle, leaving RAM or at shutdown). */
     double disk_max_unwritten_s = 10;
 
-    // --- tier 3, Redis shared by replicas (issue 17; docs/prompt-cache.md "Tier 3") ---
+    // --- tier 3 (docs/prompt-cache.md "Tier 3: Redis shared by replicas") ---
     /** redis://host[:port][/db]; "" = no tier 3 (--cache-redis, env LINEAGE_CACHE_REDIS). Its
      *  writes follow the tier-2 triggers above (--cache-disk-idle-s, leaving RAM, shutdown,
      *  --cache-disk-max-unwritten-s), plus anchors as soon as they are pinned. */
@@ -106,15 +112,16 @@ struct config {
     /** Payload bytes per chunk (--cache-redis-chunk-bytes; Redis values are capped at 512 MB). */
     uint64_t redis_chunk_bytes = 4ull << 20;
 
-    // --- lineage rules (seed 000; DESIGN.md "Lineage rules") ---
-    /** Guard checkpoint distance from the prompt end, tokens (seed 000: 16). */
+    // --- lineage rules (docs/prompt-cache.md "Restore points", "Commit, thinning, eviction") ---
+    /** Guard checkpoint distance from the prompt end, tokens (--cache-guard-distance; default 16:
+     *  docs/prompt-cache.md "Configuration"). */
     int32_t guard_distance = 16;
-    /** Guard only when the uncached suffix is at least this long, tokens (seed 000: 256). */
+    /** Guard only when the uncached suffix is at least this long, tokens
+     *  (--cache-guard-min-suffix; default 256: docs/prompt-cache.md "Configuration"). */
     int32_t guard_min_suffix = 256;
-    /** Capture a checkpoint at prompt - 1 so that a verbatim resend or a regenerate restores
-     *  all but one token (SCENARIOS.md B3) instead of the previous turn boundary; costs one
-     *  extra one-token forward per request. When on, it replaces the prompt - 16 guard.
-     *  (--cache-resend-checkpoint) */
+    /** Capture a checkpoint at prompt - 1 so that a verbatim resend or a regenerate restores all
+     *  but one token instead of the previous turn boundary; costs one extra one-token forward per
+     *  request. When on, it replaces the prompt - 16 guard. (--cache-resend-checkpoint) */
     bool resend_checkpoint = true;
     /** Take the resend checkpoint (prompt - 1) by rolling the recurrent state back one token
      *  after the prefill instead of splitting the prefill there (which costs one more forward
@@ -128,9 +135,10 @@ struct config {
      *  greedy tokens but not bit for bit in its logits (docs/prompt-cache.md "What a hit
      *  guarantees"). (--cache-guard-rollback) */
     bool guard_rollback = false;
-    /** Minimum gain of a divergence checkpoint, tokens (seed 000: 256). */
+    /** Minimum gain of a divergence checkpoint, tokens (--cache-divergence-min-gain; default 256:
+     *  docs/prompt-cache.md "Configuration"). */
     int32_t divergence_min_gain = 256;
-    /** The anchor ladder (hybrid families; issue 14): when a new system region is pinned as an
+    /** The anchor ladder (hybrid families): when a new system region is pinned as an
      *  anchor, checkpoints ("rungs") are captured inside it at line starts, at most
      *  ladder_near_step tokens apart in its last ladder_near_tokens tokens (where agents put
      *  their per-session lines: date, folder, memory path) and at most ladder_step apart
@@ -146,11 +154,11 @@ struct config {
     int32_t ladder_max_rungs = 24;
     /** A divergence checkpoint moves back to the start of the line it falls in when that is at
      *  most this many tokens earlier, else back by anchor_slack tokens: a variation that parts
-     *  a few tokens earlier next time still restores it (issue 14; --cache-divergence-slack).
-     *  0: at the exact divergence token (seed 000). */
+     *  a few tokens earlier next time still restores it (--cache-divergence-slack).
+     *  0: at the exact divergence token. */
     int32_t divergence_slack = 64;
     /** A turn checkpoint at the start of the last user message, so that an edit of it restores
-     *  up to it (issue 14; --cache-last-user-checkpoint). Not taken for a request with client
+     *  up to it (--cache-last-user-checkpoint). Not taken for a request with client
      *  cache breakpoints (Anthropic cache_control): those say where the client comes back, and
      *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
@@ -158,10 +166,10 @@ struct config {
      *  while generating) instead of the state at the prompt end only; a prompt that parts inside
      *  the reply restores the resend guard (prompt - 1), or, with resend_checkpoint off, the
      *  prompt-end state kept as a `turn` checkpoint. An agent-loop step sends the reply back verbatim (prompt + reply +
-     *  tool result) and then prefills only the tool result, not the reply again (issue 14;
-     *  --cache-keep-reply). Dense families always keep it (any prefix of the KV restores). */
+     *  tool result) and then prefills only the tool result, not the reply again
+     *  (--cache-keep-reply). Dense families always keep it (any prefix of the KV restores). */
     bool keep_reply = true;
-    /** Message rungs (hybrid families; issue 14): checkpoints inside the last user message,
+    /** Message rungs (hybrid families): checkpoints inside the last user message,
      *  message_step tokens apart (stretched so that at most message_rungs fit), so that an edit
      *  of the message restores up to the rung before the edit instead of the message start.
      *  Only the newest user message keeps them: the next user turn's rungs replace them, and
@@ -174,7 +182,7 @@ struct config {
      *  --cache-message-rungs (0: none), --cache-message-step. */
     int32_t message_rungs = 0;
     int32_t message_step = 16;
-    /** Reply checkpoints (hybrid families with keep_reply; issue 14): while a reply is decoded,
+    /** Reply checkpoints (hybrid families with keep_reply): while a reply is decoded,
      *  the recurrent state is taken every reply_step decoded tokens (between decode steps, so
      *  no prefill is split; ~0.4 ms and ~5 MB each on the bench model), at most
      *  max_reply_candidates at once (the spacing doubles when they are full). At commit the
@@ -187,11 +195,15 @@ struct config {
      *  max_checkpoints (their own cap: max_reply_candidates). --cache-reply-step (0: none). */
     int32_t reply_step = 16;
     static constexpr int32_t max_reply_candidates = 4;
-    /** Tokens of BPE slack subtracted from the anchor length (seed 000: 2). */
+    /** Tokens of BPE slack subtracted from the anchor length (--cache-anchor-slack; default 2:
+     *  docs/prompt-cache.md "Configuration"). */
     int32_t anchor_slack = 2;
-    /** Checkpoints kept per lineage (seed 000: 4). */
+    /** Checkpoints kept per lineage (--cache-max-checkpoints; default 4: docs/prompt-cache.md
+     *  "Commit, thinning, eviction"). */
     int32_t max_checkpoints = 4;
-    /** Anchor caps inside the total budget (seed 000: 16 entries, 16 GiB); max_anchors 0 = no anchors. */
+    /** Anchor caps inside the total budget (--cache-max-anchors, --cache-max-anchor-bytes;
+     *  defaults 16 entries, 16 GiB: docs/prompt-cache.md "Configuration"); max_anchors 0 = no
+     *  anchors. */
     int32_t max_anchors = 16;
     uint64_t max_anchor_bytes = 16ull << 30;
 };

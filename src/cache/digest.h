@@ -1,8 +1,8 @@
-// cache::digest: the named, swappable hash of the prompt cache (DESIGN.md "Keys"): SHA-256
-// (OpenSSL EVP; the default, a cryptographic digest, so that two different keys never collide
-// in practice) or XXH3-128 (libxxhash; about an order of magnitude faster, not cryptographic).
-// Used for the bucket digest and template_sig (--prompt-cache-hash) and for the APC block
-// hash chains (--apc-hash). Fields are length-prefixed so that concatenations cannot collide.
+// cache::digest: the named, swappable hash of the prompt cache (docs/architecture.md "Keys: one
+// vocabulary"): SHA-256 (OpenSSL EVP; the default, a cryptographic digest, so that two different
+// keys never collide in practice) or XXH3-128 (libxxhash; about an order of magnitude faster, not
+// cryptographic). Used for the bucket digest and template_sig (--prompt-cache-hash) and for the APC
+// block hash chains (--apc-hash). Fields are length-prefixed so that concatenations cannot collide.
 // Thread safety: a hasher is a single-thread object; the free functions are reentrant.
 #pragma once
 

@@ -26,7 +26,7 @@ namespace {
 //   n_checkpoints x (i32 n_tokens u8 kind u64 bytes)
 //   tokens (n_tokens x i32) | full | checkpoint bytes in order | u64 XXH3-64 of all the above
 constexpr uint32_t max_string = 1u << 20;        // key digests and session keys are far shorter
-constexpr uint32_t max_checkpoints = 1u << 12;   // seed 000 keeps 4; a sanity bound on damage
+constexpr uint32_t max_checkpoints = 1u << 12;   // --cache-max-checkpoints is 4; a sanity bound on damage
 
 uint64_t header_size(const disk_record & r) {
     return 8 + 4 + 4 + 8 + (4 + r.model.size()) + (4 + r.bucket.size()) + (4 + r.session.size()) +

@@ -1,5 +1,5 @@
-// cache::disk_format: the tier-2 (disk) blob file of one cache entry (DESIGN.md "Tiers"):
-// a header (magic, format version, its identity: file id, model fingerprint, key digest,
+// cache::disk_format: the tier-2 (disk) blob file of one cache entry (docs/prompt-cache.md "Disk
+// tier"): a header (magic, format version, its identity: file id, model fingerprint, key digest,
 // session, tenant, token count and token digest; then section sizes), the sections (tokens, whole
 // state, checkpoints) and an XXH3-64 checksum of everything before it. A file is written under a
 // temporary name, fsync'd and renamed, so a crash leaves either the old file, no file, or a

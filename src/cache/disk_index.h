@@ -1,4 +1,4 @@
-// cache::disk_index: the SQLite index of the tier-2 files (DESIGN.md "Tiers"; issue 6, issue 15):
+// cache::disk_index: the SQLite index of the tier-2 files (docs/prompt-cache.md "Disk tier"):
 // one row per blob file (its key, tokens, restore points, size, last use). It is the only source
 // of file ids (never a file name); every column of every row is validated when it is read, and
 // the database is checked (PRAGMA quick_check) when it is opened, so that a damaged index is a

@@ -1,4 +1,4 @@
-// cache::disk_tier: the startup scan (issue 6; issue 15 "Disk tier"): the index's rows checked
+// cache::disk_tier: the startup scan (docs/prompt-cache.md "Disk tier"): the index's rows checked
 // against their files' headers, damaged rows and files dropped and counted, crash leftovers
 // removed, and sound files the index lost indexed again from their headers. Runs in the
 // constructor, before the disk thread starts; see disk_tier.h.

@@ -225,7 +225,8 @@ bool disk_tier::make_room(uint64_t bytes) {
             if (stats_.bytes + bytes <= cfg_.capacity_bytes) {
                 return true;
             }
-            // Least recently used; anchors are the last candidates, not exempt (seed 000).
+            // Least recently used; anchors are the last candidates, not exempt
+            // (--cache-disk-capacity-bytes).
             const entry * v = nullptr;
             for (const auto & [id, e] : catalog_.files()) {
                 if (v == nullptr || std::pair(e.anchor, e.last_use) < std::pair(v->anchor, v->last_use)) {

@@ -1,24 +1,25 @@
-// cache::disk_tier: tier T2 (DESIGN.md "Tiers"; issue 6). Entries written by the engine
-// thread's write-behind (idle, leaving RAM, shutdown) become blob files (disk_format.h) in
-// --cache-dir with a SQLite index (WAL) of their key, tokens, restore points, sizes and last use,
-// so that the first requests after a restart restore from disk instead of a cold prefill.
+// cache::disk_tier: tier T2 (docs/architecture.md "Tier 2 (disk) as implemented"). Entries written
+// by the engine thread's write-behind (idle, leaving RAM, shutdown) become blob files
+// (disk_format.h) in --cache-dir with a SQLite index (WAL) of their key, tokens, restore points,
+// sizes and last use, so that the first requests after a restart restore from disk instead of a
+// cold prefill.
 //
 // Threads: the tier's worker thread (tier_worker.h: the queue, loads first, completions) owns the
 // files and the SQLite connection; the engine thread calls best() (an in-memory catalog indexed
 // by bucket, disk_catalog.h, under a mutex), queues write/load/remove jobs and takes completions
-// (DESIGN.md "Threads and ownership": queues between them).
+// (docs/architecture.md "Threads and checked rules": queues between them).
 //
 // Rules:
 // - file ids come from the index (one past the largest indexed id, never a file name); a write
 //   goes to <id>.tmp, is fsync'd, renamed to <id>.lcache (directory fsync'd), then indexed; only
 //   then are the files it supersedes (its ancestors) deleted;
 // - usage stays <= capacity_bytes at all times: before a write, least recently used files are
-//   deleted, anchors last (seed 000: "the last candidates, not exempt"); a write larger than
-//   the cap is skipped (WARN once); a write never evicts itself;
-// - damage (issue 15) is counted by kind (disk_stats::damage), deleted and logged, never served:
-//   a file that fails its checks on load, or whose identity (id, bucket, session, tokens in its
-//   header) differs from its index row or from the request's prompt, is a counted miss; only
-//   regular files are opened, and sizes are checked before allocating;
+//   deleted, anchors last (the last candidates, not exempt: docs/architecture.md "Entry states"); a
+//   write larger than the cap is skipped (WARN once); a write never evicts itself;
+// - damage (docs/prompt-cache.md "Disk tier") is counted by kind (disk_stats::damage), deleted and
+//   logged, never served: a file that fails its checks on load, or whose identity (id, bucket,
+//   session, tokens in its header) differs from its index row or from the request's prompt, is a
+//   counted miss; only regular files are opened, and sizes are checked before allocating;
 // - at startup: every indexed file's header is checked against its row; rows with a damaged
 //   column are dropped with their files; *.tmp files are deleted; sound .lcache files missing
 //   from the index are indexed again from their headers, others deleted; rows of an older format

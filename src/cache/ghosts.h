@@ -1,10 +1,9 @@
 // cache::ghost_set: small records of entries the store let go of (evicted, expired), so that a
-// later miss can be told apart: "this prompt was seen, the budget let it go" (the operator
-// should raise the budget) from "this prompt is new" (nothing to do). Seed 001: a divergent
-// restore is rejected and classified; issue 14 item 3. A ghost keeps no state, only a chain of
-// 64-bit hashes of the entry's whole 64-token blocks, rooted at its bucket (so buckets never
-// mix), shared between ghosts by reference count; a lookup walks the prompt's chain and returns
-// the longest prefix, in whole blocks, some ghost had.
+// later miss can be told apart: "this prompt was seen, the budget let it go" (the operator should
+// raise the budget) from "this prompt is new" (nothing to do). docs/prompt-cache.md "Why a lookup
+// missed". A ghost keeps no state, only a chain of 64-bit hashes of the entry's whole 64-token
+// blocks, rooted at its bucket (so buckets never mix), shared between ghosts by reference count; a
+// lookup walks the prompt's chain and returns the longest prefix, in whole blocks, some ghost had.
 // Thread safety: not thread-safe; owned by the store (engine thread). Ownership: owns its hashes.
 #pragma once
 

@@ -28,7 +28,7 @@ struct key_dims {
     std::string mm;            ///< hex digest of the multimodal inputs
     std::string tenant;        ///< the API key's tenant ("" without API keys)
     std::string kv_type;       ///< the KV cache types "K/V" ("" for f16/f16)
-    // template_sig's inputs (seed 001 "template_sig")
+    // template_sig's inputs (docs/prompt-cache.md "Lookup")
     std::string template_source;  ///< hex digest of the Jinja source
     std::string kwargs;           ///< hex digest of the merged, canonicalised chat_template_kwargs
     std::string tool_choice;      ///< effective tool_choice ("auto", "none", "required", "function:NAME")

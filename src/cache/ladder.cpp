@@ -69,7 +69,7 @@ std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t sta
 
 int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts) {
     if (cfg.divergence_slack <= 0) {
-        return n;  // seed 000: at the divergence token itself
+        return n;  // --cache-divergence-slack 0: at the divergence token itself
     }
     // The last line start at or before n.
     auto it = std::upper_bound(line_starts.begin(), line_starts.end(), n);

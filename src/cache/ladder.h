@@ -1,10 +1,10 @@
-// cache::ladder: where restore points go inside a system region and around a divergence, so
-// that the first sight of a variation already restores close to where it parts (issue 14).
-// Agents end their system text with per-session lines (date, working folder, a memory path);
-// on a hybrid model only a checkpoint restores a prefix shorter than a stored state, so a new
-// session whose system text parts from a known one in its last line restored only the tools
-// anchor. The ladder puts rungs (recurrent checkpoints, kept with the pinned anchor) at line
-// starts inside a newly pinned region; divergence checkpoints move back to a line start.
+// cache::ladder: where restore points go inside a system region and around a divergence, so that
+// the first sight of a variation already restores close to where it parts (docs/architecture.md
+// "The anchor ladder"). Agents end their system text with per-session lines (date, working folder,
+// a memory path); on a hybrid model only a checkpoint restores a prefix shorter than a stored
+// state, so a new session whose system text parts from a known one in its last line restored only
+// the tools anchor. The ladder puts rungs (recurrent checkpoints, kept with the pinned anchor) at
+// line starts inside a newly pinned region; divergence checkpoints move back to a line start.
 // Rules and the costs behind the spacing: docs/architecture.md "The anchor ladder".
 // Thread safety: pure functions.
 #pragma once
@@ -38,7 +38,7 @@ std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t sta
 /** Where a divergence checkpoint at `n` (the common prefix with the closest stored state,
  *  tokens) goes: the start of the line holding token n when it is at most cfg.divergence_slack
  *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0; n itself when
- *  cfg.divergence_slack is 0 (seed 000). */
+ *  cfg.divergence_slack is 0. */
 int32_t divergence_point(const config & cfg, int32_t n, std::span<const int32_t> line_starts);
 
 }  // namespace lineage::cache

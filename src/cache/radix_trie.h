@@ -1,6 +1,6 @@
 // cache::radix_trie: a compressed trie over token sequences that maps each stored sequence to
 // the ids stored under it (several ids may share one sequence), with the longest-prefix match
-// of seed 001 ("RadixTrie: per-bucket token-indexed trie for O(L) longest-prefix matching").
+// in O(prompt length) of docs/prompt-cache.md "Lookup".
 // The store keeps one trie per bucket so that a lookup costs the prompt length plus the
 // candidates it visits, not the number of entries times their length.
 // Thread safety: not thread-safe (the store owns it on the engine thread). Ownership: move-only

@@ -31,11 +31,11 @@ enum class rejection_reason {
 };
 std::string_view to_string(rejection_reason r);
 
-/** Why a lookup restored nothing, or much less than the prompt shares with what the server has
- *  seen (stats "misses_by_cause", "short_hits_by_cause"; seed 001: a divergent restore is
- *  rejected and classified; issue 14). A hit is short when it restores more than
- *  short_hit_tokens fewer tokens than the longest prefix the prompt shares with a live entry, a
- *  ghost of an evicted one, or an entry under another key. */
+/** Why a lookup restored nothing, or much less than the prompt shares with what the server has seen
+ *  (stats "misses_by_cause", "short_hits_by_cause"; docs/prompt-cache.md "Why a lookup missed"). A
+ *  hit is short when it restores more than short_hit_tokens fewer tokens than the longest prefix
+ *  the prompt shares with a live entry, a ghost of an evicted one, or an entry under another key.
+ *  */
 enum class miss_cause {
     no_shared_prefix,   ///< nothing reusable seen: < --prompt-cache-min-prefix shared (a template
                         ///< header at most) and less than half the prompt: a new prompt

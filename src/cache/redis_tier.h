@@ -1,7 +1,7 @@
-// cache::redis_tier: tier T3, a prompt cache shared by replicas through Redis (issue 17;
-// docs/prompt-cache.md "Tier 3"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
-// shutdown, unwritten too long) and anchors as soon as they are pinned are also written here,
-// in the disk format split into checksummed chunks (redis_format.h), with an index entry each;
+// cache::redis_tier: tier T3, a prompt cache shared by replicas through Redis (docs/prompt-cache.md
+// "Tier 3: Redis shared by replicas"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
+// shutdown, unwritten too long) and anchors as soon as they are pinned are also written here, in
+// the disk format split into checksummed chunks (redis_format.h), with an index entry each;
 // every replica mirrors the index in a disk_catalog (tokens and restore points, no states), so
 // a lookup is in memory and uses the shared restore rule; a hit is read by this thread while
 // the request's slot waits in its loading phase, exactly like a disk hit.

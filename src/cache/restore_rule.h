@@ -3,9 +3,10 @@
 // state it visits as a `stored_state`; the rule says which restore point of it serves a prompt
 // (best_point: full snapshot, dense prefix or checkpoint, the APC clamp), which of two candidates
 // wins (prefer: longer, then a parked sequence, then a full snapshot over a checkpoint, then the
-// more recently used), how in-session and cross-session candidates combine (restore_search: seed
-// 001's two-tier lookup), and whether restoring continues the stored conversation (continues:
-// absorption, seed 000 "final"). Thread safety: value types and const functions.
+// more recently used), how in-session and cross-session candidates combine (restore_search: the
+// two-tier rule), and whether restoring continues the stored conversation (continues: absorption).
+// docs/architecture.md "The restore rule: one function, every tier". Thread safety: value types and
+// const functions.
 #pragma once
 
 #include "cache/config.h"
@@ -70,15 +71,16 @@ std::optional<restore_candidate> best_point(const restore_settings & rule, uint6
  *  a full snapshot over a checkpoint, then the more recently used, then the smaller id. */
 bool prefer(const restore_candidate & a, const restore_candidate & b);
 
-/** Absorption (seed 000 "final", docs/architecture.md): restoring `n` tokens of a stored
- *  conversation of `len` tokens continues it when n reaches its history boundary (or its whole
- *  length when unknown). Anchors are never continued, nor anything in exact mode. */
+/** Absorption (docs/prompt-cache.md "Entries and lineages", docs/architecture.md "Restore points as
+ *  implemented"): restoring `n` tokens of a stored conversation of `len` tokens continues it when n
+ *  reaches its history boundary (or its whole length when unknown). Anchors are never continued,
+ *  nor anything in exact mode. */
 bool continues(const restore_settings & rule, int32_t n, int32_t len, int32_t history, bool anchor);
 
-/** One lookup over one tier: feed it the stored states of the prompt's bucket in descending
- *  common prefix (radix_trie::match order); it keeps the best in-session and cross-session
- *  candidates and returns the two-tier choice (seed 001: cross-session only when strictly
- *  longer). Candidates of at most `longer_than` tokens are ignored (the tier below memory is
+/** One lookup over one tier: feed it the stored states of the prompt's bucket in descending common
+ *  prefix (radix_trie::match order); it keeps the best in-session and cross-session candidates and
+ *  returns the two-tier choice (cross-session only when strictly longer: docs/prompt-cache.md
+ *  "Lookup"). Candidates of at most `longer_than` tokens are ignored (the tier below memory is
  *  asked only for something longer). */
 class restore_search {
 public:

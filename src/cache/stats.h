@@ -8,7 +8,7 @@
 
 namespace lineage::cache {
 
-/** Tier 2 (disk) counters and gauges (DESIGN.md "Tiers"; issue 6). */
+/** Tier 2 (disk) counters and gauges (docs/prompt-cache.md "`GET /v1/cache/stats`"). */
 struct disk_stats {
     bool enabled = false;
     std::string dir;                  ///< --cache-dir
@@ -43,7 +43,8 @@ struct disk_stats {
     int64_t queued = 0;               ///< jobs waiting for the disk thread
 };
 
-/** Tier 3 (Redis, shared by replicas; issue 17) counters and gauges. */
+/** Tier 3 (Redis, shared by replicas) counters and gauges (docs/prompt-cache.md "Tier 3: Redis
+ *  shared by replicas"). */
 struct redis_stats {
     bool enabled = false;
     std::string url;                  ///< --cache-redis
@@ -70,8 +71,8 @@ struct redis_stats {
     int64_t queued = 0;               ///< jobs waiting for the Redis thread
 };
 
-/** One tenant's share of the store (issue 15 "per-tenant stats"): its entries in the device
- *  and RAM tiers (anchors included) and their bytes. */
+/** One tenant's share of the store (docs/prompt-cache.md "Tenants and access"): its entries in the
+ *  device and RAM tiers (anchors included) and their bytes. */
 struct tenant_usage {
     int64_t entries = 0;
     int64_t anchors = 0;
@@ -111,7 +112,7 @@ struct stats {
      *  (KV or whole state plus its checkpoints), its checkpoints besides message rungs and
      *  reply checkpoints (<= --cache-max-checkpoints), its message rungs (<=
      *  --cache-message-rungs) and its reply checkpoints (<= config::max_reply_candidates);
-     *  issue 14's bound on RAM per lineage. */
+     *  the bound on RAM per lineage (docs/architecture.md "Reply checkpoints"). */
     struct {
         uint64_t bytes = 0;
         int64_t checkpoints = 0;
@@ -153,7 +154,7 @@ struct stats {
     disk_stats disk;
     redis_stats redis;
     warmup_stats warmup;
-    // APC (seed 001 "APC observability")
+    // APC (docs/prompt-cache.md "Automatic Prefix Caching (APC)")
     bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)
     int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths
     int64_t unique_block_hashes = 0;  ///< distinct block hashes over all entries

@@ -257,7 +257,8 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.source_tokens = static_cast<int32_t>(e.toks.size());
         p.source_history = e.history;
         p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
-        // Absorption (seed 000 "final"): a prompt that continues a conversation entry takes it.
+        // Absorption (docs/prompt-cache.md "Entries and lineages"): a prompt that continues a
+        // conversation entry takes it.
         p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
         if (p.absorbs && !counted && p.n_restore < p.source_tokens) {
             // A warm-up that parts before the entry's end keeps it as the resend twin
@@ -419,7 +420,7 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         for (const int32_t b : breakpoints) {
             add(b - cfg_.anchor_slack, point_kind::turn);
         }
-        // guard: prompt - 1 (resend checkpoint), else seed 000's prompt - 16 when the uncached
+        // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached
         // suffix is >= 256 tokens.
         if (cfg_.resend_checkpoint) {
             add(n_prompt - 1, point_kind::guard);

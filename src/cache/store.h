@@ -1,7 +1,7 @@
-// cache::store: the prompt cache's index of entries over the device (T0) and RAM (T1) tiers,
-// with the lineage rules of seed 000: one entry per conversation lineage (a full snapshot at
-// its latest prompt plus recurrent-only checkpoints at earlier lengths that share its KV),
-// absorption, thinning, pinned anchors, and a RAM byte budget with LRU + TTL eviction.
+// cache::store: the prompt cache's index of entries over the device (T0) and RAM (T1) tiers, with
+// the lineage rules (docs/prompt-cache.md "How it works"): one entry per conversation lineage (a
+// full snapshot at its latest prompt plus recurrent-only checkpoints at earlier lengths that share
+// its KV), absorption, thinning, pinned anchors, and a RAM byte budget with LRU + TTL eviction.
 // It is engine-agnostic: it decides (plan), the scheduler executes with the engine and
 // reports back (commit, demote); states are opaque blobs.
 // Thread safety: not thread-safe; owned by the engine thread. Tests call check_invariants().
@@ -22,7 +22,7 @@
 //   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
 //          anchor pinned in RAM again, or a counted miss (damaged)
 //
-// Lookup (seed 001 "RadixTrie", "lookup.rs"): one radix trie per bucket over the entries'
+// Lookup (docs/prompt-cache.md "Lookup"): one radix trie per bucket over the entries'
 // tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
 // stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
 // length plus the candidates that could win, not every entry times its length. The choice of
@@ -128,10 +128,10 @@ struct restore_plan {
     blob_ptr recurrent;                    ///< checkpoint to apply after the KV (hybrid, n < full length)
     /** The entry was taken: its checkpoints and final state go into the request's commit. */
     bool absorbs = false;
-    /** absorbs: the taken entry's checkpoints plus its final state as a turn checkpoint
-     *  (hybrid), carried over to the request's new entry (seed 000 "final"). A copy from a
-     *  running request's sequence or by a twin-keeping warm-up (twin): the source's restore
-     *  points up to n_restore, shared blobs, carried over the same way. */
+    /** absorbs: the taken entry's checkpoints plus its final state as a turn checkpoint (hybrid),
+     *  carried over to the request's new entry (docs/architecture.md "Restore points as
+     *  implemented"). A copy from a running request's sequence or by a twin-keeping warm-up (twin):
+     *  the source's restore points up to n_restore, shared blobs, carried over the same way. */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
     file_id disk_file = 0;                 ///< load_disk: the file to read
@@ -150,7 +150,7 @@ struct restore_plan {
     uint64_t pending_write_of = 0;
     /** load_disk absorbing a hybrid file restored whole: the file keeps no separate final state,
      *  so after the restore the sequence's recurrent state becomes the new entry's turn
-     *  checkpoint at source_tokens (seed 000 "final"; the scheduler reserves and takes it). */
+     *  checkpoint at source_tokens (the scheduler reserves and takes it). */
     bool final_from_sequence = false;
     /** The resend twin (docs/prompt-cache.md "Warm-up of the next turn"): a warm-up that continues
      *  an entry short of its end (the next turn re-renders the reply from the history boundary)
@@ -199,9 +199,9 @@ struct commit_input {
     bool warmed = false;
 };
 
-/** An entry to write to tier 2 (write-behind; issue 6): what the scheduler hands to the disk
- *  tier once it has the whole state (RAM entries carry it; device entries name their
- *  sequence, read before the sequence is released). */
+/** An entry to write to tier 2 (write-behind: docs/architecture.md "Tier 2 (disk) as implemented"):
+ *  what the scheduler hands to the disk tier once it has the whole state (RAM entries carry it;
+ *  device entries name their sequence, read before the sequence is released). */
 struct disk_job {
     uint64_t entry_id = 0;
     key k;
@@ -340,14 +340,15 @@ public:
     reset_result reset_if(const std::function<bool(const key &)> & which);
 
     /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
-     *  (DESIGN.md "Tiers"); nullptr detaches. `d` must outlive the store's use of it. */
+     *  (docs/architecture.md "The restore rule: one function, every tier"); nullptr detaches. `d`
+     *  must outlive the store's use of it. */
     void attach_disk(const disk_lookup * d) { disk_ = d; }
     /** Attaches tier 3 (Redis; nullptr detaches): consulted after tier 2 for something longer,
      *  and the write-behind runs for it as for tier 2 (an anchor is also handed over as soon as
      *  it is pinned: take_spills). */
     void attach_remote(const disk_lookup * r) { remote_ = r; }
 
-    /** Write-behind (issue 6): entries without a tier-2 copy whose last use is at least
+    /** Write-behind: entries without a tier-2 copy whose last use is at least
      *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
      *  is marked as being written. */
     std::vector<disk_job> take_idle_writes(double now_s, double idle_s);

@@ -15,11 +15,11 @@ uint64_t size_of(const blob_ptr & b) {
 }
 
 
-// Thinning order (seed 000 "Thinning"): old guard points first (only the newest guard is a
-// live resend point), then the oldest turn boundaries, then the oldest divergence points, then
-// the newest guard; message rungs and reply checkpoints never (thin() caps them apart). `cps`
-// ascends by length, so the first match is the oldest. Returns the index to drop (REQUIRES: cps
-// holds a checkpoint that is neither a message rung nor a reply checkpoint).
+// Thinning order (docs/prompt-cache.md "Commit, thinning, eviction"): old guard points first (only
+// the newest guard is a live resend point), then the oldest turn boundaries, then the oldest
+// divergence points, then the newest guard; message rungs and reply checkpoints never (thin() caps
+// them apart). `cps` ascends by length, so the first match is the oldest. Returns the index to drop
+// (REQUIRES: cps holds a checkpoint that is neither a message rung nor a reply checkpoint).
 size_t drop_candidate(const std::vector<checkpoint> & cps) {
     std::optional<size_t> newest_guard;
     for (size_t i = 0; i < cps.size(); ++i) {
@@ -288,7 +288,8 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
                       toks.size(), human_bytes(size), human_bytes(cfg_.max_anchor_bytes));
         return;
     }
-    // Anchor caps (seed 000: 16 entries, 16 GiB): the least recently used anchor goes first.
+    // Anchor caps (--cache-max-anchors, --cache-max-anchor-bytes): the least recently used anchor
+    // goes first.
     for (auto [n, b] = anchors(); n >= cfg_.max_anchors || b + size > cfg_.max_anchor_bytes; std::tie(n, b) = anchors()) {
         auto victim = std::find_if(entries_.rbegin(), entries_.rend(), [](const entry & x) { return x.anchor; });
         erase(std::next(victim).base(), eviction_reason::anchor_cap);

@@ -1,7 +1,7 @@
 // cache::tracer: the prompt cache's decision trace (--cache-trace, env LINEAGE_CACHE_TRACE=1):
 // one line per decision: which restore point a request took and why the other entries were
-// not taken, what was captured, absorbed, thinned, demoted and evicted, with reasons (seed 001
-// "Session Snapshots": "one log line per decision"). Off by default. When off, on() is a null
+// not taken, what was captured, absorbed, thinned, demoted and evicted, with reasons
+// (docs/prompt-cache.md "The decision trace"). Off by default. When off, on() is a null
 // check and callers build no text: wrap any work beyond the call itself in `if (t.on())`.
 // Thread safety: none; one tracer per cache store, used on the engine thread only.
 // Ownership: owns its sink.

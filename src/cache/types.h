@@ -1,6 +1,6 @@
 // Vocabulary of the prompt cache: tokens, kinds of restore point, opaque state blobs.
 // The cache never sees llama.cpp types: a state is a byte blob with a length and a kind
-// (DESIGN.md "Layers and data flow"). Thread safety: value types; blobs are immutable once
+// (docs/architecture.md "Layers"). Thread safety: value types; blobs are immutable once
 // shared (std::shared_ptr<const ...>), so tiers may hold the same blob without copying.
 #pragma once
 
@@ -16,7 +16,7 @@ using tokens = std::vector<token>;
 using blob = std::vector<uint8_t>;
 using blob_ptr = std::shared_ptr<const blob>;
 
-/** Kinds of restore point (seed 000 "The design"). */
+/** Kinds of restore point (docs/prompt-cache.md "Restore points"). */
 enum class point_kind : uint8_t {
     none,        ///< no restore point: cold prefill
     full,        ///< an entry's full snapshot (KV + recurrent) at its whole length
@@ -28,13 +28,12 @@ enum class point_kind : uint8_t {
     divergence,  ///< checkpoint where a prompt stopped sharing tokens with its closest sibling
     ladder,      ///< a rung of an anchor's ladder: a checkpoint at a line start inside a newly
                  ///< pinned system region, so a later system text that parts from it restores
-                 ///< close to where it parts (issue 14)
+                 ///< close to where it parts
     message,     ///< a rung inside the last user message, so that an edit of that message
                  ///< restores close to where it parts; only the newest message keeps them
-                 ///< (issue 14)
     reply,       ///< a checkpoint inside the decoded reply, taken between decode steps (no
                  ///< prefill split), before where the reply stops coming back token for token
-                 ///< from its text; only the newest reply keeps one (issue 14)
+                 ///< from its text; only the newest reply keeps one
 };
 
 /** The last point_kind (file readers check a stored kind against it). */
@@ -42,7 +41,8 @@ inline constexpr point_kind last_point_kind = point_kind::reply;
 
 std::string_view to_string(point_kind k);
 
-/** Tiers (DESIGN.md "Tiers"): T0 device (parked sequence), T1 host RAM (blob), T2 disk (file). */
+/** Tiers (docs/prompt-cache.md "Tiers"): T0 device (parked sequence), T1 host RAM (blob), T2 disk
+ *  (file). */
 enum class tier : uint8_t { device, ram, disk };
 
 std::string_view to_string(tier t);

@@ -1,10 +1,10 @@
-// scheduler::disk_link: the scheduler's side of tiers 2 and 3 (DESIGN.md "Tiers";
-// docs/architecture.md "Tier 2", "Tier 3"): opens the disk tier and the Redis tier (--cache-redis)
-// and attaches them to the store; every write-behind job goes to both, turns the store's disk jobs into
-// writes (reading a parked entry's state from its sequence on the engine thread), feeds the
-// disk thread's completions back to the store, writes idle entries (and, under load, entries
-// unwritten too long, one per step), queues loads, and flushes
-// everything at shutdown. Without --cache-dir (or when the tier cannot be opened) every call
+// scheduler::disk_link: the scheduler's side of tiers 2 and 3 (docs/architecture.md "Tier 2 (disk)
+// as implemented", "Tier 3 (Redis) as implemented"): opens the disk tier and the Redis tier
+// (--cache-redis) and attaches them to the store; every write-behind job goes to both, turns the
+// store's disk jobs into writes (reading a parked entry's state from its sequence on the engine
+// thread), feeds the disk thread's completions back to the store, writes idle entries (and, under
+// load, entries unwritten too long, one per step), queues loads, and flushes everything at
+// shutdown. Without --cache-dir (or when the tier cannot be opened) every call
 // is a no-op. Thread safety: engine thread only (the tier's own thread is behind its queue).
 // Ownership: owns the disk tier; borrows the store and the states; detaches the tier from the
 // store before it is destroyed.

@@ -57,7 +57,8 @@ void lifecycle::restore(slot & s, double now_s) {
                              (s.plan.cause_dimension.empty() ? "" : ":" + s.plan.cause_dimension);
     }
     if (s.plan.final_from_sequence) {
-        // The file's final state becomes a turn checkpoint of the new entry (seed 000 "final").
+        // The file's final state becomes a turn checkpoint of the new entry (store.h
+        // final_from_sequence).
         const size_t size = st_.state_size(s.seq, true);
         if (store_.reserve(size)) {
             s.plan.inflight_bytes += size;

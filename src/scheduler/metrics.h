@@ -43,7 +43,7 @@ private:
 
 /** Bucket bounds for request phases, seconds: 1 ms to 60 s in 1-2.5-5 steps. A restore from
  *  the device or a checkpoint capture takes milliseconds; a cold prefill of a 10k-token system
- *  prompt takes ~20 s on a large model (seed 000 "What the log said"). */
+ *  prompt takes ~20 s on a large model. */
 const std::vector<double> & phase_seconds_buckets();
 
 /** The phases a request's time is split into (request_stats), in exposition order. */

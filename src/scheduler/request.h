@@ -1,6 +1,6 @@
 // The native request that crosses from the HTTP threads to the engine thread, and the events
 // that flow back. Why: routes validate JSON and render/tokenize on HTTP threads; below this
-// line nothing sees JSON (DESIGN.md "Layers and data flow").
+// line nothing sees JSON (docs/architecture.md "Layers").
 // Thread safety: a generation_request is built by one HTTP thread and then owned by the
 // scheduler; its `events` channel is the only shared part (internally locked); `cancel()` may
 // be called from any thread.
@@ -65,16 +65,16 @@ struct sampling_params {
     }
 };
 
-/** What the cache needs to know about a request besides its tokens (seed 001 "Cache Key
- *  Composition"). Digests are hex strings computed on the HTTP thread. */
+/** What the cache needs to know about a request besides its tokens (docs/prompt-cache.md
+ *  "Lookup"). Digests are hex strings computed on the HTTP thread. */
 struct cache_hints {
     bool cache_prompt = true;          ///< false: neither read nor write the cache
     std::string bucket;                ///< digest of model, lora, template_sig, rope, mm, tenant
     std::string tenant;                ///< the API key's tenant ("" without keys): per-tenant stats and reset
     cache::key_dims dims;              ///< the bucket's dimensions; filled only with --cache-trace
     std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
-    /** Tokens of the shared system prompt + tools (the anchor length, DESIGN.md "Lineage
-     *  rules"), or -1 when the request has no leading system message/tools. */
+    /** Tokens of the shared system prompt + tools (the anchor length, docs/prompt-cache.md
+     *  "Restore points"), or -1 when the request has no leading system message/tools. */
     int32_t anchor_tokens = -1;
     /** Tokens of the prompt without its generation prompt (the history boundary: where the
      *  next turn's prompt can leave this one when the template re-renders the assistant turn),
@@ -94,7 +94,7 @@ struct cache_hints {
     std::vector<int32_t> line_starts;
     /** Where the last message starts when it is a user message (the conversation before it
      *  rendered alone: its common prefix with the prompt), tokens, or -1: an edit of that
-     *  message restores up to it (issue 14). Hybrid families only. */
+     *  message restores up to it (--cache-last-user-checkpoint). Hybrid families only. */
     int32_t last_user_tokens = -1;
 };
 

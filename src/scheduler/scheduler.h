@@ -1,7 +1,7 @@
 // scheduler: the engine thread. It owns the llama_context (through engine::context), the
 // cache's device and RAM tiers, and the queue of admitted requests; it runs continuous
 // batching: up to n_parallel sequences prefill/decode together in one llama_decode per step,
-// and new requests join between steps (DESIGN.md "Threads and ownership").
+// and new requests join between steps (docs/architecture.md "Threads and checked rules").
 // Thread safety: submit(), snapshot_stats(), snapshot_metrics(), reset_cache(), reload_lora() and stop() may be
 // called from any thread; everything else happens on the engine thread. Ownership: move-only owner of the
 // engine thread; the model must outlive it.

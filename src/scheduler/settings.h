@@ -1,7 +1,8 @@
 // scheduler::settings: how the scheduler's parameters become the settings in effect for the
 // served model, before the engine thread starts: the default sequence length, the model
 // family's cache flags (dense: --prompt-cache-*; hybrid: --prompt-cache-snapshot-*), and the
-// model-aware RAM budget measured on the context (seed 001 "Model-aware capacity defaults").
+// model-aware RAM budget measured on the context (docs/prompt-cache.md "Model-aware capacity
+// default").
 // Thread safety: functions called once, on the constructing thread. Ownership: none.
 #pragma once
 
@@ -19,10 +20,10 @@ namespace lineage::scheduler {
 /** Default tokens per sequence: the model's trained context, capped so that a laptop can hold it. */
 int32_t default_n_ctx(const engine::model & m);
 
-/** The family's settings become the store's (docs/prompt-cache.md "Configuration"): dense
- *  families use --prompt-cache-capacity-bytes / -max-entries / -ttl, hybrid families (whose
- *  entries are session snapshots plus checkpoints, seed 001 "Session Snapshots") the snapshot
- *  trio. A budget of 0 is filled in later by apply_capacity_default(). */
+/** The family's settings become the store's (docs/prompt-cache.md "Configuration"): dense families
+ *  use --prompt-cache-capacity-bytes / -max-entries / -ttl, hybrid families (whose entries are
+ *  session snapshots plus checkpoints: docs/prompt-cache.md "Which settings apply: dense and hybrid
+ *  families") the snapshot trio. A budget of 0 is filled in later by apply_capacity_default(). */
 params with_family_settings(params p, bool hybrid);
 
 /** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */

@@ -198,7 +198,7 @@ void parse_body(const json & body, bool count_tokens, const thinking_signer & si
     if (const json * md = field(body, "metadata")) {
         get_object(*md, "metadata");
         if (const json * u = field(*md, "user_id")) {
-            r.chat.user = get_string(*u, "metadata.user_id");  // the session key (seed 001: user)
+            r.chat.user = get_string(*u, "metadata.user_id");  // the session key (as OpenAI's user)
         }
     }
 }

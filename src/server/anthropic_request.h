@@ -1,6 +1,6 @@
 // server::anthropic_request: a POST /v1/messages (or /v1/messages/count_tokens) body, the
 // Anthropic Messages API, parsed and validated into the native chat_request, so that the same
-// chat_preparer renders, tokenizes and keys it: one cache for every dialect (issue 11). Unknown
+// chat_preparer renders, tokenizes and keys it: one cache for every dialect. Unknown
 // fields are ignored as the official API ignores them; a known field with a wrong type or value
 // gets a 400 that names it. The conversion rules (system blocks, a role "system" message inside
 // `messages`, tool results, thinking blocks, cache_control) are in docs/prompt-cache.md

@@ -1,4 +1,5 @@
-// server::cache_key: SHA-256 (or XXH3) digests of the cache key dimensions (seed 001).
+// server::cache_key: SHA-256 (or XXH3) digests of the cache key dimensions (docs/prompt-cache.md
+// "Lookup").
 #include "server/cache_key.h"
 
 #include <nlohmann/json.hpp>

@@ -1,9 +1,9 @@
-// server::cache_key: the digests that place a request in the prompt cache (seed 001 "Cache Key
-// Composition"): template_sig, the bucket (model, lora, template_sig, rope regime, multimodal
-// digest, tenant), the session key, and the anchor length (DESIGN.md "Lineage rules").
+// server::cache_key: the digests that place a request in the prompt cache (docs/prompt-cache.md
+// "Lookup"): template_sig, the bucket (model, lora, rope regime, multimodal digest, tenant), the
+// session key, and the anchor length (docs/prompt-cache.md "Restore points").
 // Why here: they are computed on the HTTP thread from the request before it is queued.
 // Digests are SHA-256 (OpenSSL EVP) by default, XXH3-128 with --prompt-cache-hash xxh3 (cache::digest),
-// with domain separators, as lowercase hex (DESIGN.md "Keys").
+// with domain separators, as lowercase hex (docs/architecture.md "Keys: one vocabulary").
 // Thread safety: pure functions.
 #pragma once
 
@@ -41,7 +41,7 @@ std::string template_sig(const std::string & template_source,
                          cache::hash_algo algo = cache::hash_algo::sha256);
 
 /** Multimodal digest of a text-only request: SHA-256("lineage:prompt-cache:multimodal:v1" ||
- *  u64 0 || u64 0), 32 raw bytes (seed 001 "mm_digest"). */
+ *  u64 0 || u64 0), 32 raw bytes (docs/prompt-cache.md "Lookup": key dimensions). */
 const std::string & text_only_mm_digest();
 
 struct bucket_inputs {
@@ -50,7 +50,7 @@ struct bucket_inputs {
     std::string template_sig;
     std::optional<uint8_t> rope_regime;   ///< nullopt: the model's RoPE does not depend on length
     std::string mm_digest = text_only_mm_digest();  ///< 32 raw bytes
-    std::string tenant;                   ///< the API key's tenant (issue 15); "" without API keys
+    std::string tenant;                   ///< the API key's tenant; "" without API keys
     /** The KV cache types as "K/V", e.g. "q8_0/q8_0"; "" for llama.cpp's default
      *  f16/f16. A state holds its KV in these types and llama.cpp restores it into no other. */
     std::string kv_type;

@@ -1,7 +1,7 @@
 // server::chat_prepare: a validated chat_request turned into what the scheduler needs: the
-// rendered and tokenized prompt, the cache hints (bucket, session key, anchor length; seed 001
-// "Cache Key Composition", DESIGN.md "Lineage rules"), the stop strings and the output parser.
-// Runs on HTTP threads (DESIGN.md "Layers and data flow").
+// rendered and tokenized prompt, the cache hints (bucket, session key, anchor length;
+// docs/prompt-cache.md "Lookup", "Restore points"), the stop strings and the output parser.
+// Runs on HTTP threads (docs/architecture.md "Layers").
 // Thread safety: prepare() may run on many threads at once (the anchor memo is locked).
 // Ownership: borrows the model and the template, which must outlive it.
 #pragma once
@@ -34,13 +34,14 @@ class model;
 namespace lineage::server {
 
 struct prepare_options {
-    std::string model_id;       ///< bucket dimension (seed 001 "model_id")
+    std::string model_id;       ///< bucket dimension (docs/prompt-cache.md "Lookup")
     std::string kv_type = {};   ///< bucket dimension: the KV cache types "K/V"; "" = f16/f16 (bucket_inputs)
     bool cache_enabled = true;  ///< server-wide switch; false: hints say cache_prompt = false
     bool cache_trace = false;   ///< --cache-trace: also fill the hints' per-dimension key digests
     /** Server-side chat_template_kwargs under the request's (llama-server enables
      *  preserve_reasoning by default; it keeps earlier turns' reasoning in the prompt, so a
-     *  conversation's tokens stay a prefix of the next turn's: seed 001 "Prefix-Stability"). */
+     *  conversation's tokens stay a prefix of the next turn's: docs/prompt-cache.md "Images",
+     *  its "Prefix stability" paragraph). */
     std::map<std::string, std::string> default_kwargs = {{"preserve_reasoning", "true"}};
     /** Digest of the bucket and template_sig (--prompt-cache-hash). */
     cache::hash_algo key_hash = cache::hash_algo::sha256;
@@ -57,9 +58,9 @@ struct prepare_options {
 /** The server-side chat_template_kwargs for a template: llama-server's preserve_reasoning, and
  *  preserve_thinking = true when the prompt cache is on and the template source mentions
  *  preserve_thinking (Qwen3.6 and derivatives): without it such a template drops earlier turns'
- *  thinking, so turn N's prompt is not a prefix of turn N+1's (seed 001 "preserve_thinking =
- *  true default"). A request's own chat_template_kwargs override these, and the merged map is
- *  what template_sig digests. */
+ *  thinking, so turn N's prompt is not a prefix of turn N+1's (docs/prompt-cache.md "Images", its
+ *  "Prefix stability" paragraph). A request's own chat_template_kwargs override these, and the
+ *  merged map is what template_sig digests. */
 std::map<std::string, std::string> default_template_kwargs(const std::string & template_source, bool cache_enabled);
 
 struct prepared_chat {

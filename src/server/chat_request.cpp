@@ -114,7 +114,7 @@ void parse_tool_calls(const json & tcs, const std::string & param, engine::chat_
             }
             call.arguments = args->get<std::string>();
             // The template library parses arguments and renders them recursively: the same
-            // nesting limit as a body (issue 15: 58k '[' in arguments crashed the template code).
+            // nesting limit as a body (58k '[' in arguments crashed the template code).
             json parsed;
             if (auto err = parse_json_body(call.arguments, parsed, /*require_object=*/false, default_json_limits());
                 err && err->code == "json_too_deep") {

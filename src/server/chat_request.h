@@ -1,5 +1,5 @@
 // server::chat_request: a POST /v1/chat/completions body, parsed and validated into a native
-// struct (DESIGN.md "Layers and data flow": no raw JSON below the routes). Every field of
+// struct (docs/architecture.md "Layers": no raw JSON below the routes). Every field of
 // OpenAI's request is either honoured or refused with a 400 that names it (`param`), apart from
 // documented no-ops (docs/api-fields.md); fields unknown to OpenAI are ignored (clients send
 // vendor extras). Known fields with a wrong type or an out-of-range value are rejected with a

@@ -1,5 +1,6 @@
 // server::completions_request: a POST /v1/completions body (OpenAI's legacy text completion,
-// issue 11 point 3): one raw prompt, a string or an array of token ids, with no chat template.
+// docs/prompt-cache.md "Completions (raw prompt)"): one raw prompt, a string or an array of token
+// ids, with no chat template.
 // Parsed and validated into a native struct; unknown fields are ignored, known fields with a
 // wrong type or value get a 400 naming them. Refused with a 400 that says what to send instead:
 // several prompts (an array of strings or of token arrays), `echo: true`, `suffix`, `n` != 1,

@@ -883,8 +883,9 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                 errors.push_back(*alias + "='" + a + "' (environment): " + err);
             }
         } else if (st->env == "LINEAGE_PROMPT_CACHE_ENABLED") {
-            // llama.cpp compatibility alias (seed 001 "Configuration"): read only when neither
-            // the flag nor LINEAGE_PROMPT_CACHE_ENABLED (nor LINEAGE_CACHE_PROMPT) is set. Non-zero integers and true values enable.
+            // llama.cpp compatibility alias (docs/prompt-cache.md "llama-server's flags"): read
+            // only when neither the flag nor LINEAGE_PROMPT_CACHE_ENABLED (nor
+            // LINEAGE_CACHE_PROMPT) is set. Non-zero integers and true values enable.
             if (auto a = lookup("LLAMA_ARG_CACHE_REUSE")) {
                 if (auto b = to_bool(*a)) {
                     c.sched.cache.enabled = *b;

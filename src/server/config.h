@@ -1,7 +1,7 @@
-// server::config: every server setting, from command-line flags (CLI11) or environment
-// variables; a flag on the command line wins over its variable (seed 001 "Configuration").
-// Why one place: --help, the docs and the parser cannot drift apart when each setting is
-// declared once with its flag, variable, default and meaning.
+// server::config: every server setting, from command-line flags (CLI11) or environment variables; a
+// flag on the command line wins over its variable (docs/prompt-cache.md "Configuration"). Why one
+// place: --help, the docs and the parser cannot drift apart when each setting is declared once with
+// its flag, variable, default and meaning.
 // Thread safety: parse_config is reentrant (it reads the environment through `env`).
 #pragma once
 

@@ -4,7 +4,7 @@
 // response_writer of its dialect: the writer turns generated text into that dialect's JSON body
 // or SSE events; everything else (submission, the event loop, client-disconnect cancellation,
 // the log line) is here, once. Why: one request path, one cache, the same metrics and trace for
-// every dialect (issue 11 "All three go through the same request path").
+// every dialect (docs/architecture.md "Layers").
 // Thread safety: runs on the request's httplib worker thread; the streaming state lives in the
 // response's content provider (same thread). Ownership: the generation_request is shared with
 // the scheduler; the writer is owned by the run.

@@ -1,9 +1,9 @@
-// server::http_guard: checks a request must pass before any handler sees it (issue 15
-// "Isolation and access"): the API key compared in constant time; JSON endpoints refuse the
-// content types a browser may send cross-site without a preflight (text/plain, form
-// encodings) and bodies with no type at all, so a web page cannot POST to a local server
-// (CSRF); and the Host header is checked against an allow-list so that a DNS-rebinding page
-// cannot reach a server that has no key.
+// server::http_guard: checks a request must pass before any handler sees it (docs/prompt-cache.md
+// "HTTP input", "Tenants and access"): the API key compared in constant time; JSON endpoints refuse
+// the content types a browser may send cross-site without a preflight (text/plain, form encodings)
+// and bodies with no type at all, so a web page cannot POST to a local server (CSRF); and the Host
+// header is checked against an allow-list so that a DNS-rebinding page cannot reach a server that
+// has no key.
 // Thread safety: pure functions.
 #pragma once
 

@@ -1,7 +1,7 @@
 // server::json_body: a request body parsed into JSON with limits checked BEFORE any tree is
 // built. Why: a JSON tree nested tens of thousands of levels deep parses fine (the library's
 // parser is iterative) but overflows the stack later, in dump() or in the engine's chat-template
-// code; a number such as 1e400 made the library throw past our handlers (issue 15 "Hostile HTTP
+// code; a number such as 1e400 made the library throw past our handlers (docs/prompt-cache.md "HTTP
 // input"). A SAX pass over the text (no allocation) checks nesting depth and value count and
 // turns every parse failure, number overflow included, into a 400 that says where.
 // Thread safety: pure functions.

@@ -1,7 +1,7 @@
 // server::lora_registry: the LoRA adapters the server loaded (--lora, --lora-scaled), their
 // global scales (GET/POST /lora-adapters) and the digest of each file's content, from which a
-// request's lora_id is computed (the cache key's lora dimension, seed 001 "Cache Key
-// Composition"): two requests share cached states only when the same adapter contents are
+// request's lora_id is computed (the cache key's lora dimension, docs/prompt-cache.md "LoRA
+// adapters"): two requests share cached states only when the same adapter contents are
 // applied with the same scales. POST /lora-adapters re-reads every adapter file and reloads
 // the ones whose content changed, so their new lora_id never meets the old file's states.
 // Thread safety: every member may be called from any HTTP thread (internally locked; apply()

@@ -1,5 +1,5 @@
 // server::reasoning_seal: the opaque `encrypted_content` of a Responses API reasoning item
-// (issue 11, `include: ["reasoning.encrypted_content"]`). A client that keeps no server state
+// (`include: ["reasoning.encrypted_content"]`). A client that keeps no server state
 // (Codex sends `store: false`) gets its reasoning back sealed and returns it next turn; the
 // server opens it and renders the thinking exactly as it was generated, so the re-rendered
 // prompt is token for token what the cache holds.

@@ -125,7 +125,7 @@ response_item parse_response_item(const json & j, const std::string & p) {
         it.name = get_string(require(j, "name", p + ".name", ""), p + ".name");
         it.arguments = get_string(require(j, "arguments", p + ".arguments", "JSON text"), p + ".arguments");
         // The template library parses arguments and renders them recursively: the body's
-        // nesting limit applies (issue 15), as to a chat tool call's.
+        // nesting limit applies, as to a chat tool call's.
         json parsed;
         if (auto err = parse_json_body(it.arguments, parsed, /*require_object=*/false, default_json_limits());
             err && err->code == "json_too_deep") {

@@ -1,6 +1,6 @@
-// server::response_items: the conversation items of the Responses API (issue 11): `message`
-// (input_text/output_text parts; input_image parts with a data URI, issue 16), `function_call`,
-// `function_call_output`, `reasoning`, parsed
+// server::response_items: the conversation items of the Responses API (docs/prompt-cache.md
+// "Responses: how a request becomes a prompt"): `message` (input_text/output_text parts;
+// input_image parts with a data URI), `function_call`, `function_call_output`, `reasoning`, parsed
 // into native items, written back as JSON (the stored form of a conversation), and turned into
 // the chat messages the chat preparer renders, so the same conversation renders the same tokens
 // whichever dialect sent it (docs/prompt-cache.md "Responses: how a request becomes a prompt"):

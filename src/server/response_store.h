@@ -1,5 +1,5 @@
-// server::response_store: the stored responses of the Responses API (issue 11 "Stored
-// responses"): `store: true` keeps a response (its body for GET /v1/responses/{id} and the
+// server::response_store: the stored responses of the Responses API (docs/prompt-cache.md
+// "Stored responses"): `store: true` keeps a response (its body for GET /v1/responses/{id} and the
 // conversation it ended, for `previous_response_id`), so a client continues a conversation by id
 // and the server re-renders exactly the tokens the prompt cache holds.
 // Storage: one SQLite file (WAL) that survives a restart, by default <--cache-dir>/responses.sqlite;
@@ -9,7 +9,7 @@
 // least recently used responses are deleted first (use = put, get; ties impossible: a
 // monotonic counter orders uses); a response larger than the cap is not stored. A file that
 // SQLite cannot read is moved to <path>.damaged and a new one started (WARN). Each response
-// belongs to the tenant that stored it: another tenant's get/remove finds nothing (issue 15).
+// belongs to the tenant that stored it: another tenant's get/remove finds nothing.
 // Also holds the server's reasoning key (reasoning_seal), persisted with the responses.
 // Thread safety: every member locks mu_; callable from any HTTP thread. Ownership: owns the db.
 #pragma once

@@ -1,10 +1,10 @@
 // server::responses_handler: POST /v1/responses, GET and DELETE /v1/responses/{id}, POST
 // /v1/responses/{id}/cancel and GET /v1/responses/{id}/input_items (OpenAI Responses API,
-// issue 11). A request is parsed (responses_request), continued from its stored predecessor
-// when it names a previous_response_id (response_store), turned into the native chat_request
-// and run through the same preparer, scheduler and cache as /v1/chat/completions
-// (server::generation); a stored response (store: true, the default) keeps its body and its
-// whole conversation, each item with an id.
+// docs/prompt-cache.md "Other API dialects: Responses and completions"). A request is parsed
+// (responses_request), continued from its stored predecessor when it names a previous_response_id
+// (response_store), turned into the native chat_request and run through the same preparer,
+// scheduler and cache as /v1/chat/completions (server::generation); a stored response (store: true,
+// the default) keeps its body and its whole conversation, each item with an id.
 // Thread safety: runs on httplib worker threads; the store locks itself. Ownership: borrows ctx.
 #pragma once
 

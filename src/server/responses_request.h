@@ -1,4 +1,4 @@
-// server::responses_request: a POST /v1/responses body (OpenAI Responses API, issue 11),
+// server::responses_request: a POST /v1/responses body (OpenAI Responses API),
 // parsed and validated into native structs, and turned into the native chat_request that
 // /v1/chat/completions uses (the items by response_items' mapping), so the same chat_preparer
 // renders, tokenizes and keys it: one cache whatever the dialect (a conversation started on

@@ -1,6 +1,7 @@
-// server::responses_response: the Responses API's output (issue 11): the `response` object
-// (output items: reasoning, message with output_text, function_call; status; usage with
-// input_tokens_details.cached_tokens and output_tokens_details.reasoning_tokens) and its
+// server::responses_response: the Responses API's output (docs/prompt-cache.md "Responses: usage
+// and streaming"): the `response` object (output items: reasoning, message with output_text,
+// function_call; status; usage with input_tokens_details.cached_tokens and
+// output_tokens_details.reasoning_tokens) and its
 // streaming events, named as the official `openai` client's types name them, each with a
 // sequence_number: response.created, response.in_progress, then per item
 // response.output_item.added, (content_part.added, reasoning_text.delta | output_text.delta

@@ -6,7 +6,7 @@
 // rejects on its own (404 listing the endpoints, 405 naming a path's methods, 413, ...).
 // Per chat request, on its HTTP thread: parse + validate -> render + tokenize + cache hints
 // (chat_preparer) -> scheduler.submit -> consume the request's events into one response or an
-// SSE stream (DESIGN.md "Layers and data flow").
+// SSE stream (docs/architecture.md "Layers").
 // Thread safety: handlers run on httplib's worker threads; server_context is shared read-only
 // except for the request-id counter (atomic). Ownership: borrows everything it points to.
 #pragma once

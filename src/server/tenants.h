@@ -1,4 +1,4 @@
-// server::tenants: who is calling, from the API key it presents (issue 15 "Isolation and
+// server::tenants: who is calling, from the API key it presents (docs/prompt-cache.md "Tenants and
 // access"). A key file maps keys to tenant names; --api-key is one more key, of tenant
 // "default"; --admin-api-key opens the global endpoints (all stats, reset of everything,
 // /metrics). The tenant is a dimension of the prompt cache's bucket (cache_key.h), so no state

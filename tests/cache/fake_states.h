@@ -24,7 +24,8 @@ inline tokens cat(tokens a, const tokens & b) {
 }
 
 /** A 1 MiB store, a 4-token minimum prefix, guard checkpoints when 64 tokens are left,
- *  divergence checkpoints that gain 32 tokens, and seed 000's guard rule (no resend checkpoint). */
+ *  divergence checkpoints that gain 32 tokens, and the guard at prompt - guard_distance (no resend
+ *  checkpoint). */
 inline config small_config() {
     config c;
     c.ram_bytes = 1 << 20;

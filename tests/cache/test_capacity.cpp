@@ -1,4 +1,5 @@
-// Unit tests of cache::capacity_default: seed 001's model-aware budget, exact values.
+// Unit tests of cache::capacity_default: the model-aware budget (docs/prompt-cache.md
+// "Model-aware capacity default"), exact values.
 #include "cache/capacity.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,7 @@ constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t GiB = 1ull << 30;
 
 TEST(CapacityDefault, SixEntriesBetweenTheFloorAndAQuarterOfWhatIsLeft) {
-    // Llama 3.1 8B at 8192 tokens: 1 GiB an entry; 64 GiB left: 6 entries (seed 001: 6 GiB).
+    // Llama 3.1 8B at 8192 tokens: 1 GiB an entry; 64 GiB left: 6 entries (6 GiB).
     EXPECT_EQ(capacity_default(1 * GiB, 64 * GiB, false), 6 * GiB);
     // A quarter of what is left is the ceiling.
     EXPECT_EQ(capacity_default(1 * GiB, 16 * GiB, false), 4 * GiB);

@@ -1,7 +1,7 @@
-// Unit tests of tier 2 (issue 6) with fake states, no model: the blob file format (round trip,
-// every check on load), the disk tier (index across restarts, crash leftovers, capacity LRU
-// with anchors last, damaged files, another model's files, superseded deletion, lookup rules)
-// and the store's write-behind hooks (idle writes, spills, ancestors, absorption from disk).
+// Unit tests of tier 2 (docs/prompt-cache.md "Disk tier") with fake states, no model: the blob file
+// format (round trip, every check on load), the disk tier (index across restarts, crash leftovers,
+// capacity LRU with anchors last, damaged files, another model's files, superseded deletion, lookup
+// rules) and the store's write-behind hooks (idle writes, spills, ancestors, absorption from disk).
 #include "cache/disk_format.h"
 #include "cache/disk_tier.h"
 #include "cache/store.h"

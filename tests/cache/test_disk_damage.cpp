@@ -1,4 +1,4 @@
-// Unit tests of tier-2 damage (issue 15 "Damaged cache files"), no model: swapped files and
+// Unit tests of tier-2 damage (docs/prompt-cache.md "Disk tier"), no model: swapped files and
 // swapped index rows, a load checked against the request's prompt, index rows with NULL,
 // wrongly typed or out-of-range columns, rows of an older format, stray files with huge
 // numeric names, FIFOs and symlinks in place of files, headers declaring sizes larger than the

@@ -15,8 +15,8 @@ using fakes::seq;
 using fakes::cat;
 using fakes::fake;
 
-// fakes::small_config (seed 000's guard rule; ResendCheckpoint tests the other) without the
-// issue-14 rungs.
+// fakes::small_config (the guard at prompt - guard_distance; ResendCheckpoint tests the other)
+// without the anchor ladder and message rungs.
 config small_config() {
     config c = fakes::small_config();
     c.ladder_step = 0;    // no anchor ladder; the Ladder tests turn it on
@@ -240,7 +240,7 @@ TEST_F(StoreTest, DivergenceCapturedForSibling) {
 // A system text whose last line changes per session (a timestamp) after a tool block that the
 // template renders first (Qwen3.5): tools [0, 300), system text [300, 500) whose tokens from
 // `stamp_at` on are per session, then a user message. The anchor (500 - 2) differs per session;
-// the tools anchor (300 - 2) is what they all share (SCENARIOS.md B1: never 0).
+// the tools anchor (300 - 2) is what they all share (a new session restores never 0).
 tokens stamped_prompt(int32_t stamp_at, int32_t session, int32_t user) {
     return cat(cat(seq(0, stamp_at), seq(10000 * (session + 1), 500 - stamp_at)), seq(90000 + 100 * user, 40));
 }
@@ -406,7 +406,7 @@ TEST_F(StoreTest, AnchorCapEvictsLeastRecentlyUsedAnchor) {
 }
 
 TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
-    // --cache-max-anchors 0 (issue 12: it aborted the server at the first system prompt).
+    // --cache-max-anchors 0 (it used to abort the server at the first system prompt).
     config c = small_config();
     c.max_anchors = 0;
     for (const bool hybrid : {true, false}) {
@@ -426,8 +426,8 @@ TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
 }
 
 TEST_F(StoreTest, ColdSplitPointsAreTheCapturesOfAFirstRequest) {
-    // A prefill that bypasses the cache splits where a first cached request captures (issue 12
-    // item 5: Mamba2's chunked scan depends on the split).
+    // A prefill that bypasses the cache splits where a first cached request captures
+    // (Mamba2's chunked scan depends on the split: docs/prompt-cache.md "What a hit guarantees").
     config c = small_config();
     c.resend_checkpoint = true;
     for (const bool hybrid : {true, false}) {
@@ -574,7 +574,7 @@ TEST_F(StoreTest, ResetFreesEverything) {
     st.check_invariants();
 }
 
-// --- the anchor ladder (issue 14; ladder.h) ---
+// --- the anchor ladder (ladder.h; docs/architecture.md "The anchor ladder") ---
 
 // A system region of 1,000 tokens after a 100-token tool block, lines every 10 tokens; a new
 // session whose system text parts from it in its last lines (a date, a folder).
@@ -698,7 +698,7 @@ TEST_F(StoreTest, DivergenceCheckpointMovesBackToItsLineStart) {
     EXPECT_EQ(p3.kind, point_kind::divergence);
 }
 
-// --- misses classified by cause (issue 14 item 3; reasons.h miss_cause) ---
+// --- misses classified by cause (reasons.h; docs/prompt-cache.md "Why a lookup missed") ---
 
 TEST_F(StoreTest, MissesAndShortHitsAreClassifiedByCause) {
     config c = small_config();

@@ -1,7 +1,7 @@
-// Unit tests of cache::store's lookup structure (seed 001): the per-bucket radix trie gives the
-// same decisions as the rule it replaces (a scan of every entry: the longest restore point in the
-// session, another session's only when strictly longer, ties to the most recently used), and
-// APC block chains clamp a partial dense match to whole blocks.
+// Unit tests of cache::store's lookup structure (docs/prompt-cache.md "Lookup"): the per-bucket
+// radix trie gives the same decisions as the rule it replaces (a scan of every entry: the longest
+// restore point in the session, another session's only when strictly longer, ties to the most
+// recently used), and APC block chains clamp a partial dense match to whole blocks.
 #include "cache/store.h"
 
 #include "fake_states.h"
@@ -62,7 +62,7 @@ TEST(StoreLookup, TrieLookupEqualsTheScanRuleOverManyEntries) {
     for (int i = 0; i < 300; ++i) {
         const key k{(rng() % 4 == 0) ? "other" : "b", sessions[rng() % 3]};
         const tokens prompt = random_prompt();
-        // Reference decision: the scan rule of seed 001 "lookup.rs".
+        // Reference decision: the scan of every entry that the trie replaced.
         const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
         const ref_entry * in = nullptr;
         const ref_entry * cross = nullptr;

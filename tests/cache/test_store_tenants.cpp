@@ -1,6 +1,7 @@
-// Unit tests of cache::store's tenant support (issue 15): reset_if drops exactly the entries
-// whose key matches (device and RAM, anchors included), frees their sequences, counts no
-// eviction, keeps the invariants; get_stats reports each tenant's entries and bytes.
+// Unit tests of cache::store's tenant support (docs/prompt-cache.md "Tenants and access"): reset_if
+// drops exactly the entries whose key matches (device and RAM, anchors included), frees their
+// sequences, counts no eviction, keeps the invariants; get_stats reports each tenant's entries and
+// bytes.
 #include "cache/store.h"
 
 #include "fake_states.h"

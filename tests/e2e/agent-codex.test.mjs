@@ -1,5 +1,5 @@
 // Codex CLI (`@openai/codex`, pinned) against lineage-server on the tiny qwen35 model over the
-// Responses API (issue 11 "Done when"): two `codex exec` sessions and a resumed turn
+// Responses API (README.md "Codex (Responses API)"): two `codex exec` sessions and a resumed turn
 // (`codex exec resume --last`), non-interactive, CODEX_HOME in a temporary folder, the server
 // as a custom model provider on 127.0.0.1 (the README's configuration), no approvals, a
 // read-only sandbox. The weights are random, so the answers are garbage and may be cut by the

@@ -1,8 +1,9 @@
-// POST /v1/completions (a raw prompt, issue 11 point 3) with the official `openai` client, for
-// the tiny hybrid (qwen35) and dense (qwen3) models: string and token-array prompts (the same
-// tokens, the same completion), streaming (== the non-streamed text; include_usage), the exact
-// restore of a resent prompt and of a longer one, a raw prompt equal to a rendered chat
-// conversation restoring the chat's entry, and the 400s (echo, suffix, several prompts).
+// POST /v1/completions (a raw prompt, docs/prompt-cache.md "Completions (raw prompt)") with the
+// official `openai` client, for the tiny hybrid (qwen35) and dense (qwen3) models: string and
+// token-array prompts (the same tokens, the same completion), streaming (== the non-streamed text;
+// include_usage), the exact restore of a resent prompt and of a longer one, a raw prompt equal to a
+// rendered chat conversation restoring the chat's entry, and the 400s (echo, suffix, several
+// prompts).
 //
 //   cd tests/e2e && node --test completions.test.mjs
 import assert from 'node:assert/strict';

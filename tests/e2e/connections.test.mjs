@@ -1,4 +1,4 @@
-// Connections (issue 15 "Hostile HTTP input", docs/prompt-cache.md "Connections"): clients that
+// Connections (docs/prompt-cache.md "Connections"): clients that
 // send their headers one byte at a time hold a worker each, and /health still answers at once
 // while 40 of them trickle (more than the 32 workers that used to be the ceiling); with
 // --http-threads 4 --http-queue 2, 12 of them do starve it, 4 served, 2 queued, 6 closed at

@@ -1,12 +1,13 @@
-// Tier 2 under damage and under load (issue 15), over real HTTP with the openai client:
+// Tier 2 under damage and under load (docs/prompt-cache.md "Disk tier"), over real HTTP with the
+// openai client:
 //  - two same-size blob files swapped between restarts: never restored (the reply == a
 //    never-cached server's), counted as identity damage in /v1/cache/stats and /metrics;
 //  - write-behind under continuous load: with --cache-disk-max-unwritten-s, a conversation is
 //    written while the engine never idles, and restores from disk after a kill -9 (exact
 //    cached_tokens); with the bound off (the behaviour before), the same run writes nothing;
-//  - a steady load of 60 s, then kill -9 (issue 15 "Done when"): every conversation stored more
-//    than the bound (plus a margin for the one-write-per-step pace) before the kill restores from
-//    disk with the exact cached_tokens, and replies as a never-cached server does.
+//  - a steady load of 60 s, then kill -9 (the durability bound under load): every conversation
+//    stored more than the bound (plus a margin for the one-write-per-step pace) before the kill
+//    restores from disk with the exact cached_tokens, and replies as a never-cached server does.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test disk-damage.test.mjs
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Tier 2, the disk tier (issue 6; SCENARIOS.md D1, D2), over real HTTP with the openai client:
+// Tier 2, the disk tier (docs/prompt-cache.md "Disk tier"), over real HTTP with the openai client:
 // a restart restores from disk what the previous process served (exact cached_tokens, the hit
 // counted as a disk hit, the reply == a never-cached server's); a conversation writes nothing
 // while it runs (write-behind); damaged, truncated and foreign files are never restored from and

@@ -1,4 +1,4 @@
-// docs/api-fields.md walked (issue 12 item 1): every request field of /v1/chat/completions that
+// docs/api-fields.md walked: every request field of /v1/chat/completions that
 // the table says is honoured changes the output as documented, every field it says is refused
 // gets a 400 naming it, and the documented no-ops leave the output as it was. Also the stop and
 // usage rules (item 3) and logprobs (OpenAI's shape with bytes, consistent with the tokens).

@@ -1,7 +1,7 @@
 // Every numeric flag of `lineage-server --help` at 0, 1, a huge value and a negative value
-// (issue 12 item 4): the server either refuses to start (exit status 1, not a signal) with a
-// message that names the flag, or it starts and serves a chat request with a system prompt
-// (the request that aborted the server under --cache-max-anchors 0) and stops gracefully.
+// (docs/prompt-cache.md "Configuration"): the server either refuses to start (exit status 1, not a
+// signal) with a message that names the flag, or it starts and serves a chat request with a system
+// prompt (the request that aborted the server under --cache-max-anchors 0) and stops gracefully.
 // One tiny hybrid model (the hybrid path plans the most capture kinds). --cache-ram (MIB) and
 // --cache-device-bytes are walked too; and the startup memory plan: its line, and a
 // --cache-device-bytes too small for it refused with the numbers.

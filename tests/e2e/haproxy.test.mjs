@@ -1,8 +1,9 @@
-// Routing replicas with HAProxy (issue 17): deploy/haproxy.cfg in front of two lineage-server
-// replicas sharing a redis-server (all on loopback, started here, stopped by PID). A session
-// (prompt_cache_key, X-Session-Id, Anthropic metadata.user_id) stays on one replica turn after
-// turn; when that replica stops, the health checks take it out and the session's next turn is
-// served by the other replica, restored from Redis with the cached_tokens one server gives.
+// Routing replicas with HAProxy (docs/prompt-cache.md "Tier 3: Redis shared by replicas"):
+// deploy/haproxy.cfg in front of two lineage-server replicas sharing a redis-server (all on
+// loopback, started here, stopped by PID). A session (prompt_cache_key, X-Session-Id, Anthropic
+// metadata.user_id) stays on one replica turn after turn; when that replica stops, the health
+// checks take it out and the session's next turn is served by the other replica, restored from
+// Redis with the cached_tokens one server gives.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test haproxy.test.mjs
 import assert from 'node:assert/strict';

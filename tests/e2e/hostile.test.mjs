@@ -1,6 +1,7 @@
-// Hostile request bodies (issue 15 "Hostile HTTP input"), on the tiny hybrid and dense models:
-// each gets a 400 in the OpenAI error shape with the stated code, and the server keeps serving
-// (a normal request right after it succeeds with the usual cache hit on a repeated prompt).
+// Hostile request bodies (docs/prompt-cache.md "HTTP input", "Work per request"), on the tiny
+// hybrid and dense models: each gets a 400 in the OpenAI error shape with the stated code, and the
+// server keeps serving (a normal request right after it succeeds with the usual cache hit on a
+// repeated prompt).
 //  - JSON nested 58,634 levels deep, to /tokenize, /apply-template and /v1/chat/completions
 //    (before: a stack overflow killed the process) -> json_too_deep
 //  - nesting inside tools[].function.parameters and chat_template_kwargs -> json_too_deep
@@ -267,8 +268,8 @@ function rawRequest(port, { method = 'GET', path = '/', headers = {}, body = '' 
   });
 }
 
-// Access checks (issue 15 "Isolation and access"): the Host allow-list against DNS rebinding,
-// JSON-only POST bodies against cross-site form/text posts, and the API key.
+// Access checks (docs/prompt-cache.md "HTTP input", "Tenants and access"): the Host allow-list
+// against DNS rebinding, JSON-only POST bodies against cross-site form/text posts, and the API key.
 describe('access checks [qwen3]', { timeout: 180_000 }, () => {
   let open;
   let keyed;

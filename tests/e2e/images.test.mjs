@@ -1,15 +1,14 @@
-// Images in chat messages (issue 16) over real HTTP with the openai client, on the tiny dense
-// model (qwen3) with a random-weight LLaVA-style projector from lineage-mkmodel --mmproj-out:
-// image_url parts with data: URIs. An image fills 16 positions whose pseudo-tokens derive from
-// its digest (src/cache/media.h), so the cache restores the text before an image that differs,
-// and past an image that is the same. Every output equals a cold run (cache_prompt: false).
-// http(s) URLs, bytes that are no image, and images sent to a server without --mmproj get a
+// Images in chat messages (docs/prompt-cache.md "Images") over real HTTP with the openai client, on
+// the tiny dense model (qwen3) with a random-weight LLaVA-style projector from lineage-mkmodel
+// --mmproj-out: image_url parts with data: URIs. An image fills 16 positions whose pseudo-tokens
+// derive from its digest (src/cache/media.h), so the cache restores the text before an image that
+// differs, and past an image that is the same. Every output equals a cold run (cache_prompt:
+// false). http(s) URLs, bytes that are no image, and images sent to a server without --mmproj get a
 // 400 in OpenAI's error shape. With the warm-up on (--cache-warmup): the user turn after a turn
-// with an image computes exactly its own tokens (the warm-up placed the image as the request
-// did), and the Responses API's input_image parts (openai responses.create) go through the same
-// path: a previous_response_id continuation restores past the previous prompt, another image
-// under the same text restores exactly the text before it. The test PNGs are made here (tiny,
-// deterministic).
+// with an image computes exactly its own tokens (the warm-up placed the image as the request did),
+// and the Responses API's input_image parts (openai responses.create) go through the same path: a
+// previous_response_id continuation restores past the previous prompt, another image under the same
+// text restores exactly the text before it. The test PNGs are made here (tiny, deterministic).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test images.test.mjs
 import assert from 'node:assert/strict';

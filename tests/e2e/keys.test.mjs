@@ -1,10 +1,11 @@
-// Seed 001 key and lookup structure over real HTTP with the openai client, for the tiny hybrid
-// (qwen35) and tiny dense (qwen3) models: the XXH3 key digest keeps G1 (other kwargs that
-// render the same tokens share the bucket and hit, as equal keys do), APC block chains clamp a dense partial match to whole blocks and are
-// off (with one log line) on a hybrid model, POST /v1/cache/reset reports exactly the entries
-// and bytes it freed, and SCENARIOS A2 (a reply whose tokens re-tokenize differently: the next
-// turn still restores at least the previous prompt). Exact values throughout (lib/scenario.mjs
-// gives the cache rules and token facts relied on).
+// The cache key and lookup structure (docs/prompt-cache.md "Lookup") over real HTTP with the openai
+// client, for the tiny hybrid (qwen35) and tiny dense (qwen3) models: the XXH3 key digest keeps G1
+// (other kwargs that render the same tokens share the bucket and hit, as equal keys do), APC block
+// chains clamp a dense partial match to whole blocks and are off (with one log line) on a hybrid
+// model, POST /v1/cache/reset reports exactly the entries and bytes it freed, and SCENARIOS A2 (a
+// reply whose tokens re-tokenize differently: the next turn still restores at least the previous
+// prompt). Exact values throughout (lib/scenario.mjs gives the cache rules and token facts relied
+// on).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test keys.test.mjs
 import assert from 'node:assert/strict';

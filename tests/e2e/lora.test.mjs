@@ -1,10 +1,10 @@
-// LoRA adapters (issue 16) over real HTTP with the openai client, on the tiny hybrid (qwen35)
-// and dense (qwen3) models: two random-weight adapters from lineage-mkmodel --lora-out, the
-// per-request `lora` field, GET/POST /lora-adapters, and the cache key's lora_id. The same
-// prompt P with adapter A, then B, then none, then A after its file changed: cached 0 at every
-// change (the decision trace names "lora_id differs"), a hit when nothing changed; every
-// output equals a cold run (cache_prompt: false) with the same adapter, and differs from the
-// base model's (the adapter is applied).
+// LoRA adapters (docs/prompt-cache.md "LoRA adapters") over real HTTP with the openai client, on
+// the tiny hybrid (qwen35) and dense (qwen3) models: two random-weight adapters from
+// lineage-mkmodel --lora-out, the per-request `lora` field, GET/POST /lora-adapters, and the cache
+// key's lora_id. The same prompt P with adapter A, then B, then none, then A after its file
+// changed: cached 0 at every change (the decision trace names "lora_id differs"), a hit when
+// nothing changed; every output equals a cold run (cache_prompt: false) with the same adapter, and
+// differs from the base model's (the adapter is applied).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test lora.test.mjs
 import assert from 'node:assert/strict';

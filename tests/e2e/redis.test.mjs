@@ -1,12 +1,12 @@
-// Tier 3 (issue 17): two replicas share the prompt cache through a real redis-server (started
-// here on a free loopback port, no persistence, stopped by PID). A conversation served by
-// replica A continues on replica B restoring what A stored (the same cached_tokens a single
-// server gives after a restart from disk: tests/e2e/disk.test.mjs D1), and the reply equals a
-// never-cached server's; a new session on B restores A's anchor; a restarted B keeps serving
-// from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses, never errors; a
-// reset of one replica deletes this model's entries from Redis, so that it restores none of them
-// after, and a tenant's reset deletes only that tenant's; Redis stalled costs a hit at most the timeout; Redis killed mid-run fails no request and
-// moves the error counter.
+// Tier 3 (docs/prompt-cache.md "Tier 3: Redis shared by replicas"): two replicas share the prompt
+// cache through a real redis-server (started here on a free loopback port, no persistence, stopped
+// by PID). A conversation served by replica A continues on replica B restoring what A stored (the
+// same cached_tokens a single server gives after a restart from disk: tests/e2e/disk.test.mjs D1),
+// and the reply equals a never-cached server's; a new session on B restores A's anchor; a restarted
+// B keeps serving from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses,
+// never errors; a reset of one replica deletes this model's entries from Redis, so that it restores
+// none of them after, and a tenant's reset deletes only that tenant's; Redis stalled costs a hit at
+// most the timeout; Redis killed mid-run fails no request and moves the error counter.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test redis.test.mjs
 import assert from 'node:assert/strict';

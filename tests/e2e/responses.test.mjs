@@ -1,4 +1,4 @@
-// POST /v1/responses (OpenAI Responses API, issue 11) with the official `openai` client, for
+// POST /v1/responses (OpenAI Responses API) with the official `openai` client, for
 // the tiny hybrid (qwen35) and dense (qwen3) models: responses.create and responses.stream
 // (exact event sequence), the prompt equal token for token to the chat dialect's rendering of
 // the same conversation, a second turn's exact restore, a function_call -> function_call_output

@@ -1,5 +1,5 @@
-// "A restore computes what a cold run computes" (docs/prompt-cache.md "What a hit guarantees",
-// issue 12 item 5), on all four tiny families: for 16 prompts, greedy,
+// "A restore computes what a cold run computes" (docs/prompt-cache.md "What a hit guarantees"),
+// on all four tiny families: for 16 prompts, greedy,
 //   - miss == cache off: the first request on a cold cache (cache on, cached_tokens 0) answers
 //     what the same request with cache_prompt:false answers, down to the log-probabilities of
 //     every token and its runners-up (equal floats: equal logits). On granite-hybrid (Mamba2,

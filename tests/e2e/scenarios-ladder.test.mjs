@@ -12,9 +12,10 @@
 //    default), so an edit of that message
 //    restores up to the last rung before the edit, or its start for an edit before the first;
 //  - the reply kept (--cache-keep-reply): an agent-loop step that sends the reply back verbatim
-//    restores the prompt and the reply, where seed 000's entry ends at the prompt end.
+//    restores the prompt and the reply, where with --cache-keep-reply false the entry ends at
+//    the prompt end.
 // Every restored reply equals the reply of a server that never cached anything.
-// seed 000's capture set (these additions off) is pinned by scenarios.test.mjs.
+// The base capture set (these additions off) is pinned by scenarios.test.mjs.
 //
 //   cd tests/e2e && node --test scenarios-ladder.test.mjs
 import assert from 'node:assert/strict';
@@ -207,7 +208,8 @@ for (const arch of SCENARIO_ARCHS) {
       expectSame(verbatim.r2, await sc.cold('agent step', verbatim.step, { max_tokens: 3 }), 'a restored reply');
       const s = await sc.stats();
       assert.ok(s.largest_lineage.checkpoints >= 2 && s.largest_lineage.checkpoints <= 4, JSON.stringify(s.largest_lineage));
-      // With the entry ending at the prompt end (seed 000) the reply is prefilled again.
+      // With the entry ending at the prompt end (--cache-keep-reply false) the reply is prefilled
+      // again.
       const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 200))];
       const o1 = await scOff.ask('turn 1 (seed 000)', turn1, { max_tokens: 3 });
       const o2 = await scOff.ask('agent step (seed 000)', stepOf(turn1, o1.res.choices[0].message), { max_tokens: 3 });
@@ -242,7 +244,7 @@ for (const arch of SCENARIO_ARCHS) {
       assert.ok(hits > 0, 'no agent step restored a reply checkpoint in 12 conversations');
       const s = await sc.stats();
       assert.ok(s.largest_lineage.reply_checkpoints <= 4, JSON.stringify(s.largest_lineage));
-      // Off (--cache-reply-step 0 with the seed 000 settings): never a reply checkpoint.
+      // Off (--cache-reply-step 0 with the base settings, SEED000_ARGS): never a reply checkpoint.
       const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400))];
       const o1 = await scOff.ask('turn 1 (off)', turn1, { max_tokens: 40 });
       assert.equal(o1.trace.reply, null, detail(o1));

@@ -1,8 +1,9 @@
-// SCENARIOS.md B3 with --batch-size 16, exact mode (--lineage=false), seed 000's guard
-// (--cache-resend-checkpoint=false) and the resend guard by rollback (--cache-guard-rollback),
-// over real HTTP, for each tiny model (qwen35, kimi-linear,
-// granite-hybrid: hybrids; qwen3: dense), with exact cached_tokens, restore kinds, captured
-// checkpoints and stats; see scenarios.test.mjs and lib/scenario.mjs for the rules relied on.
+// The verbatim resend (all but one token restored) with --batch-size 16, exact mode
+// (--lineage=false), the guard at prompt - 16 (--cache-resend-checkpoint=false) and the resend
+// guard by rollback (--cache-guard-rollback), over real HTTP, for each tiny model (qwen35,
+// kimi-linear, granite-hybrid: hybrids; qwen3: dense), with exact cached_tokens, restore kinds,
+// captured checkpoints and stats; see scenarios.test.mjs and lib/scenario.mjs for the rules relied
+// on.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 scenarios-modes.test.mjs
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// SCENARIOS.md and seed 000 traffic in lineage mode (the default), over real HTTP with the openai
+// The scenarios' traffic in lineage mode (the default), over real HTTP with the openai
 // client, for each tiny model: qwen35 (Gated DeltaNet hybrid), kimi-linear (KDA hybrid),
 // granite-hybrid (Mamba2 hybrid) and qwen3 (dense). Every cached_tokens value the cache rules
 // make exact is asserted exactly, with the restore kind (timings.cache_hit), the checkpoints

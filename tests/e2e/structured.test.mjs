@@ -1,4 +1,4 @@
-// Structured output and forced tool calls on all four tiny families (issue 12 "Done when"),
+// Structured output and forced tool calls on all four tiny families (docs/api-fields.md),
 // through the official `openai` client, streamed and not:
 //  - response_format json_schema: the reply parses and validates against the schema (ajv), on
 //    random-weight models, because the engine's grammar sampler only lets valid JSON through;

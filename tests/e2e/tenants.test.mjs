@@ -1,13 +1,13 @@
-// Tenants (issue 15 "Isolation and access"): API keys from --api-key-file name tenants; the
-// tenant is part of the prompt cache's bucket, so two tenants sharing a system prompt never hit
+// Tenants (docs/prompt-cache.md "Tenants and access"): API keys from --api-key-file name tenants;
+// the tenant is part of the prompt cache's bucket, so two tenants sharing a system prompt never hit
 // each other's entries (cached_tokens 0 across tenants: no prompt-extraction oracle) while each
 // hits its own (the positive case: the test fails with caching off); GET /v1/cache/stats shows a
-// tenant its own figures and the admin key everything; POST /v1/cache/reset drops only the
-// caller's entries (the admin key drops all), its disk-tier files included (after a restart the
-// reset tenant restores nothing from disk while the other still does); GET /metrics needs the
-// admin key; a stored Responses API response belongs to the tenant that created it (another
-// tenant's GET, DELETE and previous_response_id get a 404 in the Responses error shape).
-// Clients: the official `openai` npm package, one per key.
+// tenant its own figures and the admin key everything; POST /v1/cache/reset drops only the caller's
+// entries (the admin key drops all), its disk-tier files included (after a restart the reset tenant
+// restores nothing from disk while the other still does); GET /metrics needs the admin key; a
+// stored Responses API response belongs to the tenant that created it (another tenant's GET, DELETE
+// and previous_response_id get a 404 in the Responses error shape). Clients: the official `openai`
+// npm package, one per key.
 //
 //   cd tests/e2e && node --test tenants.test.mjs
 import assert from 'node:assert/strict';

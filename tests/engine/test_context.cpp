@@ -1,6 +1,6 @@
 // Engine tests on the tiny generated models (scripts/test makes them with lineage-mkmodel):
 // the restore operations the cache relies on give logits bit-identical to a cold run split at
-// the same points (DESIGN.md "Checked on this pin"; SCENARIOS.md C1).
+// the same points (docs/prompt-cache.md "What a hit guarantees").
 #include "engine/context.h"
 #include "engine/model.h"
 
@@ -121,8 +121,8 @@ TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
 TEST_P(ContextTest, SharedCellsInUnifiedPoolStayWithinTolerance) {
     // One unified pool: the shared cells sit beside the entry's own later cells, so attention
     // sees a wider, masked view than a cold run and the kernels' sum order may differ in the
-    // low bits (measured on qwen3 tiny: 9e-4 on logits of magnitude 4.6; SCENARIOS.md "logits
-    // within a tight tolerance"). This is why --kv-unified is off by default.
+    // low bits (measured on qwen3 tiny: 9e-4 on logits of magnitude 4.6;
+    // docs/architecture.md "Restore points as implemented"). This is why --kv-unified is off by default.
     auto owned = make_context(3, /*unified=*/true);
     EXPECT_LE(shared_prefix_diff(*owned, m_, hybrid(), 160), 1e-2f);
 }

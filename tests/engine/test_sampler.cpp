@@ -1,7 +1,7 @@
 // Engine tests of engine::sampler on the tiny generated qwen3 model: the log-probabilities it
 // reports are the model's (log-softmax of the raw logits) and agree with what it samples, a
 // logit bias and a grammar steer the draw, and a grammar or schema the engine cannot use is an
-// std::invalid_argument / an error text, never an abort (issue 12).
+// std::invalid_argument / an error text, never an abort.
 #include "engine/context.h"
 #include "engine/model.h"
 #include "engine/sampler.h"

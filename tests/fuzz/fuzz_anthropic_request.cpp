@@ -1,5 +1,5 @@
 // libFuzzer target: the Anthropic Messages body (server/anthropic_request.h and
-// anthropic_messages.h: POST /v1/messages and /v1/messages/count_tokens; issue 15). Any input
+// anthropic_messages.h: POST /v1/messages and /v1/messages/count_tokens). Any input
 // is a raw body taken through the body limit and parse_anthropic_request as the routes take it,
 // in both modes (messages, count_tokens): a rejection must be a 400/413 error value, never an
 // exception, crash or UB; an accepted request keeps what the conversion promises (breakpoints

@@ -1,5 +1,5 @@
 // libFuzzer target: the chat completion body (server/chat_request.h: POST /v1/chat/completions
-// and POST /apply-template; issue 15). Any input is a raw body taken through the body limit and
+// and POST /apply-template). Any input is a raw body taken through the body limit and
 // parse_chat_request as the routes take it: a rejection must be a 400/413 error value, never an
 // exception, crash or UB; an accepted request must keep what the parser promises (at most 4
 // stop strings, every JSON text it hands to the engine's template code parses and nests no

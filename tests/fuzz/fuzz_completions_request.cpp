@@ -1,5 +1,5 @@
 // libFuzzer target: the legacy completions body (server/completions_request.h: POST
-// /v1/completions; issue 15). Any input is a raw body taken through the body limit and
+// /v1/completions). Any input is a raw body taken through the body limit and
 // parse_completions_request as the route takes it: a rejection must be a 400/413 error value,
 // never an exception, crash or UB; an accepted request has one prompt (text, or token ids that
 // are non-negative 32-bit integers), sampling within range and non-empty stop strings.

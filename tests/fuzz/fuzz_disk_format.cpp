@@ -1,4 +1,4 @@
-// libFuzzer target: the tier-2 blob file reader (cache/disk_format.h; issue 15). Any input is a
+// libFuzzer target: the tier-2 blob file reader (cache/disk_format.h). Any input is a
 // candidate blob file: the reader must never crash, hang, allocate before checking a declared
 // size, or throw; and a file it accepts must be exactly what the writer makes of the record it
 // returned (re-written byte for byte), so nothing the checks let through is misread.

@@ -1,4 +1,4 @@
-// libFuzzer target: the tier-2 index loader (cache/disk_index.h; issue 15). Any input is a
+// libFuzzer target: the tier-2 index loader (cache/disk_index.h). Any input is a
 // candidate index.sqlite: opening and scanning it must never crash or throw anything but
 // index_damaged (the tier then moves it aside), and every row it accepts must satisfy the
 // checks the tier relies on (tokens, history, checkpoints within the file, ids in range).

@@ -1,8 +1,8 @@
-// Shared checks of the request-parser fuzz targets (issue 15): a fuzz input is a raw POST body
-// taken through what the routes do with one (the body limit httplib applies, then the
-// dialect's parser with the server's default JSON limits), and what comes out must be an
-// accepted request or an error value, never an exception, a crash or UB.
-// Thread safety: libFuzzer calls a target from one thread; these are pure functions.
+// Shared checks of the request-parser fuzz targets (docs/prompt-cache.md "Fuzzing"): a fuzz input
+// is a raw POST body taken through what the routes do with one (the body limit httplib applies,
+// then the dialect's parser with the server's default JSON limits), and what comes out must be an
+// accepted request or an error value, never an exception, a crash or UB. Thread safety: libFuzzer
+// calls a target from one thread; these are pure functions.
 #pragma once
 
 #include "server/chat_request.h"

@@ -1,5 +1,5 @@
 // libFuzzer target: the Responses API body and its items (server/responses_request.h,
-// response_items.h: POST /v1/responses; issue 15). Any input is (1) a raw body taken through the
+// response_items.h: POST /v1/responses). Any input is (1) a raw body taken through the
 // body limit, parse_responses_request and build_chat_messages as the route takes it, and (2) a
 // candidate stored conversation read by items_from_json_text (what previous_response_id
 // continues from). A rejection must be a 400/413 error value, never an exception, crash or UB;

@@ -2,9 +2,9 @@
 // holds a KV length and the position its recurrent state is at, and the rules the real engine
 // enforces on them: a whole-state blob restores both, a recurrent-only blob the recurrent
 // position only, seq_rm of a partial range is refused on a hybrid when the recurrent state is
-// past p0 (DESIGN.md "Engine") unless it is a rollback of at most rollback_depth tokens of the
-// last decode (llama.cpp's n_rs_seq; once between decodes), seq_cp copies the whole sequence
-// (per-sequence buffers).
+// past p0 (docs/prompt-cache.md "Two kinds of model memory") unless it is a rollback of at most
+// rollback_depth tokens of the last decode (llama.cpp's n_rs_seq; once between decodes), seq_cp
+// copies the whole sequence (per-sequence buffers).
 #pragma once
 
 #include "scheduler/sequence_states.h"

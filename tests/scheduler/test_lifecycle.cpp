@@ -25,7 +25,7 @@ using fakes::seq_of;
 
 cache::config test_config() {
     cache::config c = fakes::lifecycle_config();
-    c.keep_reply = false;  // seed 000's entry (the prompt end); KeepReply tests the other
+    c.keep_reply = false;  // the entry ends at the prompt end; KeepReply tests the other
     return c;
 }
 

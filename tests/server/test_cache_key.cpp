@@ -1,5 +1,5 @@
-// Tests of server::cache_key: the digests that place a request in the prompt cache (seed 001
-// "Cache Key Composition").
+// Tests of server::cache_key: the digests that place a request in the prompt cache
+// (docs/prompt-cache.md "Lookup").
 #include "server/cache_key.h"
 #include "server/chat_prepare.h"
 

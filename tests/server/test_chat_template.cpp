@@ -152,7 +152,8 @@ TEST_F(ChatTemplateTest, PreparedRequestCarriesAnchorAndHistory) {
                                 " tokens. Please reduce the length of the messages (or start the server with a "
                                 "larger --ctx-size).");
     // cache_prompt false: the same split hints (a hybrid prefill that bypasses the cache is
-    // split where a cached one captures, issue 12 item 5), nothing read or written.
+    // split where a cached one captures: docs/prompt-cache.md "What a hit guarantees"), nothing
+    // read or written.
     req.cache_prompt = false;
     server::prepared_chat out4;
     ASSERT_FALSE(prep.prepare(req, 4096, out4));

@@ -101,7 +101,8 @@ TEST(Config, PromptCacheFlagsOfSeed001) {
     EXPECT_EQ(c.apc_num_blocks, 5000);
     EXPECT_EQ(c.apc_hash, lineage::cache::hash_algo::xxh3);
 
-    // Defaults (seed 001 "Configuration"; APC off in lineage, see docs/prompt-cache.md).
+    // Defaults (docs/prompt-cache.md "Configuration"; APC off in lineage, see "Automatic Prefix
+    // Caching (APC)").
     auto d = parse({"-m", "m.gguf"});
     ASSERT_TRUE(d.config) << d.output;
     const auto & dc = d.config->sched.cache;

@@ -438,7 +438,7 @@ async function tokenizeAll() {
       if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
         rec.own_prefill_ms = (rec.own_tokens * rec.server_prompt_ms) / rec.computed;
         rec.ttft_over_own_prefill = rec.ttft_ms / rec.own_prefill_ms;
-        // The same from the server's timing line (issue 14's measure): no HTTP, no streaming, no
+        // The same from the server's timing line: no HTTP, no streaming, no
         // wait for a first token that the chat parser shows (a random-weight model often starts
         // its reasoning with whitespace, which the parser holds back).
         if (rec.server_ttft_ms !== null) rec.server_ttft_over_own_prefill = rec.server_ttft_ms / rec.own_prefill_ms;

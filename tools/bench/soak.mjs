@@ -1,11 +1,12 @@
 #!/usr/bin/env node
-// The soak driver (issue 15; scripts/soak starts the server and calls it): replays the agent
-// benchmark's traces (tools/bench/trace.mjs, a new seed each time one ends) against a running
-// lineage-server in closed loop for a fixed time, and samples the server every --sample-s
-// seconds: its RSS (/proc/PID/status), the bytes its cache holds in RAM and on disk and its
-// disk files (GET /v1/cache/stats), the requests that ended in the interval, their errors and
-// their latency percentiles. Writes DIR/soak.csv (one row a sample) and DIR/summary.json, and
-// prints the summary; tools/bench/soak_plot.py draws DIR/soak.png.
+// The soak driver (scripts/soak starts the server and calls it; docs/benchmarks/README.md "Soak: 30
+// minutes of the agent trace, bench-qwen35"): replays the agent benchmark's traces
+// (tools/bench/trace.mjs, a new seed each time one ends) against a running lineage-server in closed
+// loop for a fixed time, and samples the server every --sample-s seconds: its RSS
+// (/proc/PID/status), the bytes its cache holds in RAM and on disk and its disk files (GET
+// /v1/cache/stats), the requests that ended in the interval, their errors and their latency
+// percentiles. Writes DIR/soak.csv (one row a sample) and DIR/summary.json, and prints the summary;
+// tools/bench/soak_plot.py draws DIR/soak.png.
 //
 //   node tools/bench/soak.mjs --url http://127.0.0.1:PORT --pid PID --out DIR --minutes N
 //     [--sample-s 10] [--warmup-s S] [--budget-bytes B] [--concurrency 2] [--conversations 8]

@@ -54,7 +54,7 @@ export function summarize(records, { excessMin = 64 } = {}) {
       prompt: r.prompt_tokens, cached: r.cached_tokens, computed: r.computed, oracle: r.oracle,
       excess: r.computed - r.oracle, oracle_from: r.oracle_from, hit: r.server_hit, ttft_ms: r.ttft_ms }))
     .sort((a, b) => b.excess - a.excess);
-  // Warm user turns: TTFT over the prefill time of the turn's own tokens (issue 14: <= 1.1 after
+  // Warm user turns: TTFT over the prefill time of the turn's own tokens (the target: <= 1.1 after
   // a warmed reply; the next turn then prefills only its own message). Client side over all warm
   // user turns; server side (the timing line's ttft_ms, lineage-server only) over all of them and
   // over the turns after a warmed reply (those that computed no more than their own tokens).

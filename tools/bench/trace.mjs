@@ -34,12 +34,12 @@ export const DEFAULTS = {
   restartAt: 2 / 3,
   personaScale: 1,
   // systemVariation (not in the defaults, so that the default trace's options stay the same):
-  // per-session lines in every system text, as agents write them (issue 14): 'none'; 'end':
-  // the working folder and the date as its last lines (pi, opencode); 'mid': a per-project
-  // memory path at ~80% of its length (qwen-code). thinkMs (likewise): a pause before each
-  // user turn after the first, ms (run.mjs; 0: closed loop). coldPersonas (likewise; 1: on):
-  // every session is a new persona, its system text opening with a line of its own, so that
-  // no session shares more than the tool block with any earlier one (the cold-heavy trace).
+  // per-session lines in every system text, as agents write them (docs/architecture.md "The anchor
+  // ladder"): 'none'; 'end': the working folder and the date as its last lines (pi, opencode);
+  // 'mid': a per-project memory path at ~80% of its length (qwen-code). thinkMs (likewise): a pause
+  // before each user turn after the first, ms (run.mjs; 0: closed loop). coldPersonas (likewise; 1:
+  // on): every session is a new persona, its system text opening with a line of its own, so that no
+  // session shares more than the tool block with any earlier one (the cold-heavy trace).
 };
 
 const PROJECTS = ['lineage', 'atlas', 'orchard', 'quill', 'harbor', 'ember', 'tessellate', 'juniper'];

@@ -2,7 +2,8 @@
 // properties the prompt cache relies on: it loads with its tokenizer and chat template, a cold
 // prefill runs (timed), greedy decoding does not stop at once, and for hybrid models a
 // recurrent-only (PARTIAL_ONLY) checkpoint restored after decoding further, followed by
-// seq_rm of the tail, reproduces the logits of a cold run bit for bit (DESIGN.md "Engine").
+// seq_rm of the tail, reproduces the logits of a cold run bit for bit (docs/prompt-cache.md
+// "What a hit guarantees").
 // Thread safety: run_check owns its model and context; call from one thread at a time.
 // Ownership: nothing outlives the call.
 #pragma once

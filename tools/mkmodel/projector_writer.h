@@ -3,7 +3,8 @@
 // projector type "mlp" (LLaVA-1.5: a CLIP-style vision tower, then mm.0 -> GELU -> mm.2 into
 // the text model's embedding width), 32x32 images in 8x8 patches: 16 image tokens an image.
 // Why MLP: it is the simplest projector libmtmd supports with a fixed-size preprocessor and
-// ordinary (not M-RoPE) positions, so it pairs with any text model of this tool (issue 16).
+// ordinary (not M-RoPE) positions, so it pairs with any text model of this tool
+// (docs/prompt-cache.md "Images").
 // Thread safety: single-threaded. Ownership: frees what it allocates.
 #pragma once
 

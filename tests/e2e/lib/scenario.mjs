@@ -1,4 +1,4 @@
-// Shared by scenarios.test.mjs and scenarios-modes.test.mjs: SCENARIOS.md and seed 000 traffic
+// Shared by scenarios.test.mjs and scenarios-modes.test.mjs: the scenarios' traffic
 // against lineage-server, with exact expectations derived from the cache rules below.
 //
 // The rules relied on (lineage mode, defaults; src/cache/store.cpp, src/scheduler/scheduler.cpp):
@@ -9,7 +9,7 @@
 //    of its checkpoints (turn, guard, divergence), or a pinned anchor (kind "anchor");
 //  - a hybrid request captures during its prefill: its history boundary (prompt minus the
 //    generation prompt, "turn"), the resend checkpoint at prompt - 1 ("guard"; with
-//    --cache-resend-checkpoint=false seed 000's guard at prompt - 16 instead, and only when the
+//    --cache-resend-checkpoint=false the guard at prompt - 16 instead, and only when the
 //    uncached suffix is >= 256 tokens), and a divergence point where it leaves its closest
 //    sibling when that gains >= 256 tokens over its restore point; every family pins the anchor
 //    (the anchor hint minus 2 tokens of slack, >= 32 tokens) once per distinct prefix;
@@ -18,10 +18,10 @@
 //    session key only orders candidates (cross-session when strictly longer);
 //  - exact mode (--lineage=false): whole-prompt snapshots only, no checkpoints, no anchors, no
 //    absorption;
-//  - these suites pin seed 000's capture set, so their servers run with the issue-14 additions
-//    off (SEED000_ARGS: no anchor ladder, divergence checkpoints at the exact token, no
-//    last-user-message checkpoint, no message rungs, the entry ends at the prompt end);
-//    scenarios-ladder.test.mjs asserts those with the defaults.
+//  - these suites pin the base capture set (the anchors, turn, guard and divergence points above),
+//    so their servers run with the later additions off (SEED000_ARGS: no anchor ladder, divergence
+//    checkpoints at the exact token, no last-user-message checkpoint, no message rungs, the entry
+//    ends at the prompt end); scenarios-ladder.test.mjs asserts those with the defaults.
 //
 // Token facts of the tiny models' tokenizer (the Qwen3.5 vocab) and template (Qwen3.5), checked
 // against the server's own hints where it reports them:
@@ -53,7 +53,7 @@ export const GEN = 6;
 export const RERENDER_SHARED = 3;
 export const ANCHOR_SLACK = 2;
 export const GUARD_DISTANCE = 16;
-/** Seed 000's capture set exactly: the issue-14 restore points off (tested in scenarios-ladder). */
+/** The base capture set exactly: the later restore points off (tested in scenarios-ladder). */
 export const SEED000_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
   '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0', '--cache-keep-reply=false',
   '--cache-reply-step', '0'];
