@@ -75,7 +75,9 @@ describe('memory given back after a burst [qwen35]', { timeout: 300_000 }, () =>
       const fig = `before ${(before / MB).toFixed(0)} MB, peak ${(peak / MB).toFixed(0)} MB, ` +
         `4 s after ${(afterBurst / MB).toFixed(0)} MB`;
       process.stderr.write(`[memory] ${name}: ${fig}\n`);
-      assert.ok(peak > before + 200 * MB, `the burst must take memory to mean anything: ${fig}`);
+      // Premise (the burst takes memory): with the 1 s trim the polled peak is about one round's
+      // worth (~200-300 MB on tiny-qwen35; less on a loaded machine); the control keeps ~300 MB.
+      assert.ok(peak > before + 100 * MB, `the burst must take memory to mean anything: ${fig}`);
       if (name === 'trim') assert.ok(afterBurst <= before * 1.1, `RSS not given back: ${fig}`);
       else assert.ok(afterBurst > before * 1.5, `without the trim glibc keeps the memory: ${fig}`);
     });
