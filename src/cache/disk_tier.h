@@ -76,6 +76,10 @@ public:
 
     std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override;
+    // write, load, remove, take_completions, drain and reset: lower_tier's. A load checks the
+    // file against its index row and the request's `want` (a file that fails, or holds another
+    // identity, is an error, counted as damage and deleted; the request prefills cold) and
+    // marks it used (LRU); a write past the capacity is a failed completion (WARN once).
 
     /** Counts a write forced by --cache-disk-max-unwritten-s and the engine thread's seconds
      *  spent reading its state (disk_stats::overdue_writes). */

@@ -8,8 +8,9 @@
 // Redis is a cache: a missing chunk (evicted, FLUSHALL) or a damaged or foreign one is a
 // counted miss; Redis down or slow never fails a request (every call has --cache-redis-timeout-ms,
 // then the connection is dropped, counted, and tried again after a second).
-// Threads: the Redis thread owns the connection; the engine thread calls best() (the mirror,
-// under a mutex) and queues jobs. Ownership: owns the thread, the connection and the mirror.
+// Threads: the tier's worker thread (the Redis thread; tier_worker.h) owns the connection and
+// reads the index on its tick; the engine thread calls best() (the mirror, under a mutex) and
+// queues jobs. Ownership: owns the worker, the connection and the mirror.
 #pragma once
 
 #include "cache/disk_catalog.h"
@@ -59,7 +60,7 @@ struct redis_config {
 
 class redis_tier final : public lower_tier {
 public:
-    /** Starts the Redis thread (which connects; Redis need not be up). Throws
+    /** Starts the worker (the Redis thread, which connects; Redis need not be up). Throws
      *  std::invalid_argument when the URL cannot be parsed. */
     explicit redis_tier(redis_config cfg);
     /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
