@@ -6,6 +6,9 @@
 // Thread safety: the table is immutable static data.
 #pragma once
 
+#include "server/errors.h"
+
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,6 +61,12 @@ const endpoint * find_path(std::string_view path);
 
 /** The methods `path` is served with, joined by " or " ("GET or DELETE"); "" when none. */
 std::string allowed_methods(std::string_view path);
+
+/** Status and type an HTTP status code gets when httplib answers it without a handler body
+ *  (404, 405, 413, ...): an unknown path's 404 lists the endpoints; a served path asked
+ *  with another method becomes a 405 naming the methods it takes. */
+api_error error_for_status(int status, const std::string & method, const std::string & path,
+                           uint64_t max_body_bytes);
 
 /** "METHOD /path (alias /x, note)" for every row, comma-separated: the --help footer and the
  *  404 answer's list. */

@@ -1,8 +1,6 @@
 // server::errors: OpenAI-shaped error bodies.
 #include "server/errors.h"
 
-#include "server/endpoints.h"
-
 #include <string_view>
 
 namespace lineage::server {
@@ -77,47 +75,5 @@ bool path_matches(std::string_view pattern, std::string_view path) {
     return segment.find('/') == std::string_view::npos;
 }
 
-api_error error_for_status(int status, const std::string & method, const std::string & path,
-                           uint64_t max_body_bytes) {
-    api_error e;
-    e.status = status;
-    if (status == 404) {
-        // A served path asked with another method: 405, naming the methods it takes.
-        const std::string allowed = allowed_methods(path);
-        if (!allowed.empty()) {
-            e.status = 405;
-            e.message = "method " + method + " is not allowed on " + path + "; it takes " + allowed;
-            e.code = "method_not_allowed";
-            return e;
-        }
-    }
-    switch (e.status) {
-        case 401:
-            e.message = "missing or incorrect API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')";
-            e.code = "invalid_api_key";
-            break;
-        case 404:
-            e.message = "unknown endpoint " + method + " " + path + "; this server serves " + endpoint_list();
-            e.code = "not_found";
-            break;
-        case 405:
-            e.message = "method " + method + " is not allowed on " + path;
-            break;
-        case 413:
-            e.message = "request body is larger than " + std::to_string(max_body_bytes) +
-                        " bytes; send a smaller request or raise --max-body-bytes";
-            e.code = "request_too_large";
-            break;
-        default:
-            if (status >= 500) {
-                e.type = "server_error";
-                e.message = "internal server error";
-            } else {
-                e.message = "bad request";
-            }
-            break;
-    }
-    return e;
-}
 
 }  // namespace lineage::server

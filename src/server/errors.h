@@ -45,9 +45,5 @@ std::string dump(const json & j);
  *  (e.g. "/v1/responses/:id/cancel"). */
 bool path_matches(std::string_view pattern, std::string_view path);
 
-/** Status and type an HTTP status code gets when httplib answers it without a handler body
- *  (404, 405, 413, ...). */
-api_error error_for_status(int status, const std::string & method, const std::string & path,
-                           uint64_t max_body_bytes);
 
 }  // namespace lineage::server

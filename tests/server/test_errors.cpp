@@ -1,5 +1,6 @@
 // Unit tests of the one mapping from a scheduler failure to an HTTP error (errors.h
 // to_api_error): every failure kind's status, type and message, and the OpenAI body.
+#include "server/endpoints.h"
 #include "server/errors.h"
 
 #include <gtest/gtest.h>
