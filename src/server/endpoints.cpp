@@ -113,11 +113,7 @@ api_error error_for_status(int status, const std::string & method, const std::st
         case 405:
             e.message = "method " + method + " is not allowed on " + path;
             break;
-        case 413:
-            e.message = "request body is larger than " + std::to_string(max_body_bytes) +
-                        " bytes; send a smaller request or raise --max-body-bytes";
-            e.code = "request_too_large";
-            break;
+        case 413: return body_too_large(max_body_bytes);
         default:
             if (status >= 500) {
                 e.type = "server_error";

@@ -15,6 +15,15 @@ api_error invalid_request(std::string message, std::string param, std::string co
     return e;
 }
 
+api_error body_too_large(uint64_t max_body_bytes) {
+    api_error e;
+    e.status = 413;
+    e.message = "request body is larger than " + std::to_string(max_body_bytes) +
+                " bytes; send a smaller request or raise --max-body-bytes";
+    e.code = "request_too_large";
+    return e;
+}
+
 api_error server_error(std::string message) {
     api_error e;
     e.status = 500;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,9 @@ struct api_error {
 
 /** 400 invalid_request_error about `param`. */
 api_error invalid_request(std::string message, std::string param = "", std::string code = "");
+
+/** 413 request_too_large: a body over --max-body-bytes (`max_body_bytes`, bytes). */
+api_error body_too_large(uint64_t max_body_bytes);
 
 /** 500 server_error. */
 api_error server_error(std::string message);

@@ -56,7 +56,8 @@ inline const bool small_request_limits_set = (small_request_limits(), true);
  *  body is within it. */
 inline std::optional<server::api_error> body_limit(std::string_view body, const char * path) {
     if (body.size() > max_body_bytes) {
-        return server::error_for_status(413, "POST", path, max_body_bytes);
+        (void) path;
+        return server::body_too_large(max_body_bytes);
     }
     return std::nullopt;
 }
