@@ -139,13 +139,14 @@ struct config {
      *  docs/prompt-cache.md "Configuration"). */
     int32_t divergence_min_gain = 256;
     /** The anchor ladder (hybrid families): when a new system region is pinned as an
-     *  anchor, checkpoints ("rungs") are captured inside it at line starts, at most
+     *  anchor, checkpoints ("rungs") are captured inside it: at line starts at most
      *  ladder_near_step tokens apart in its last ladder_near_tokens tokens (where agents put
-     *  their per-session lines: date, folder, memory path) and at most ladder_step apart
-     *  before that, at most ladder_max_rungs of them (the far spacing stretches to fit). A later
-     *  system text that parts from this one restores the last rung before the parting point.
-     *  The spacing comes from measured costs: a rung on the bench model is ~5 MB and ~0.4 ms,
-     *  a prefilled token ~3-5 ms (docs/architecture.md "The anchor ladder").
+     *  their per-session lines: date, folder, memory path; each a prefill split), and before
+     *  that one at the first prefill pass end at or after every ladder_step tokens (no split),
+     *  at most ladder_max_rungs of them (the far spacing stretches to fit). A later system text
+     *  that parts from this one restores the last rung before the parting point. The rule
+     *  comes from measured costs: a rung on the bench model is ~5 MB and ~0.4 ms, a split
+     *  ~45-70 ms, a prefilled token ~2 ms (docs/architecture.md "The anchor ladder").
      *  --cache-ladder-step (0: no ladder), --cache-ladder-near-step, --cache-ladder-near-tokens,
      *  --cache-ladder-max-rungs. */
     int32_t ladder_step = 256;

@@ -7,31 +7,19 @@
 
 namespace lineage::cache {
 
-std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anchor,
-                                  std::span<const int32_t> line_starts, int32_t min_len) {
-    std::vector<int32_t> rungs;
+ladder ladder_rungs(const config & cfg, int32_t from, int32_t anchor, std::span<const int32_t> line_starts,
+                    int32_t min_len) {
+    ladder out;
     if (cfg.ladder_step <= 0 || cfg.ladder_max_rungs <= 0 || anchor <= from) {
-        return rungs;
+        return out;
     }
     const int32_t near_step = std::max(1, std::min(cfg.ladder_near_step, cfg.ladder_step));
     const int32_t near_len = std::max(0, cfg.ladder_near_tokens);
-    const int32_t region = anchor - std::max(from, 0);
-    // Rungs the near zone takes, then the far spacing stretched to the rest of the budget.
-    const int32_t near_span = std::min(region, near_len);
-    const int32_t n_near = near_span / near_step;
-    const int32_t far_span = region - near_span;
-    int32_t far_step = cfg.ladder_step;
-    const int32_t far_budget = cfg.ladder_max_rungs - n_near;
-    if (far_span > 0 && far_budget > 0 && far_span / far_step > far_budget) {
-        far_step = (far_span + far_budget - 1) / far_budget;
-    }
+    // The near zone: walking back from the anchor, a rung at most near_step before the next one
+    // (each one splits the prefill: a pass of its own).
     int32_t next = anchor;  // the rung (or anchor) after the one being placed
-    while (static_cast<int32_t>(rungs.size()) < cfg.ladder_max_rungs) {
-        const int32_t gap = anchor - next < near_len ? near_step : far_step;
-        if (far_budget <= 0 && anchor - next >= near_len) {
-            break;  // the near zone took every rung
-        }
-        const int32_t lo = next - gap;
+    while (static_cast<int32_t>(out.near.size()) < cfg.ladder_max_rungs && anchor - next < near_len) {
+        const int32_t lo = next - near_step;
         if (lo <= from) {
             break;  // the restore point (or the region's start) is within one gap
         }
@@ -44,11 +32,30 @@ std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anch
         if (rung < min_len) {
             break;
         }
-        rungs.push_back(rung);
+        out.near.push_back(rung);
         next = rung;
     }
-    std::reverse(rungs.begin(), rungs.end());
-    return rungs;
+    std::reverse(out.near.begin(), out.near.end());
+    // The far zone, [from, the first near rung): points every far step from its start, each
+    // taken at the end of the prefill pass that reaches it (no split), the step stretched so that
+    // near and far rungs together stay within the cap.
+    const int32_t far_end = out.near.empty() ? anchor : out.near.front();
+    const int32_t far_budget = cfg.ladder_max_rungs - static_cast<int32_t>(out.near.size());
+    const int32_t far_span = far_end - std::max(from, 0);
+    if (far_budget <= 0 || far_span <= cfg.ladder_step) {
+        return out;
+    }
+    int32_t far_step = cfg.ladder_step;
+    if ((far_span - 1) / far_step > far_budget) {
+        far_step = (far_span + far_budget) / (far_budget + 1);  // ceil(span / (budget + 1)): budget points inside
+    }
+    for (int32_t r = std::max(from, 0) + far_step; r < far_end && static_cast<int32_t>(out.far.size()) < far_budget;
+         r += far_step) {
+        if (r >= min_len) {
+            out.far.push_back(r);
+        }
+    }
+    return out;
 }
 
 std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len) {

@@ -17,16 +17,29 @@ namespace lineage::cache {
 
 struct config;
 
+/** The rungs of a system region: `near` are exact positions (each splits the prefill there),
+ *  `far` are points each taken at the end of the prefill pass that reaches it (no split;
+ *  capture_point::at_pass_end). Both ascending, tokens. */
+struct ladder {
+    std::vector<int32_t> near;
+    std::vector<int32_t> far;
+};
+
 /** The rungs of a system region ending at `anchor` (the anchor capture point, tokens), strictly
- *  after `from` (what the request restored or the region's start, tokens), ascending. Walking
- *  back from the anchor, each rung is the earliest line start (`line_starts`: prompt positions
- *  where a line begins, ascending) within the allowed gap of the rung after it and at least
- *  a quarter of the near step before it, or the gap's end when no line starts there: the gap is cfg.ladder_near_step within cfg.ladder_near_tokens
- *  of the anchor, cfg.ladder_step before (stretched so that at most cfg.ladder_max_rungs
- *  rungs cover the region). Rungs closer than `min_len` (--prompt-cache-min-prefix) to the
- *  start are left out. Empty when cfg.ladder_step <= 0 or the region is shorter than one gap. */
-std::vector<int32_t> ladder_rungs(const config & cfg, int32_t from, int32_t anchor,
-                                  std::span<const int32_t> line_starts, int32_t min_len);
+ *  after `from` (what the request restored or the region's start, tokens).
+ *  Near zone (the region's last cfg.ladder_near_tokens, where agents put their per-session
+ *  lines): walking back from the anchor, each rung is the earliest line start (`line_starts`:
+ *  prompt positions where a line begins, ascending) at most cfg.ladder_near_step before the
+ *  rung after it and at least a quarter of that step before it, or the gap's end when no line
+ *  starts there. Each is a split: one more prefill pass, ~45 ms on the bench model on 2 CPU
+ *  cores (docs/architecture.md "The anchor ladder").
+ *  Far zone (from `from` to the first near rung): points every cfg.ladder_step tokens from its
+ *  start (stretched so that near and far together stay within cfg.ladder_max_rungs), each
+ *  taken at the first prefill pass end at or after it, so they cost no pass; empty when the
+ *  zone is no longer than one step. Rungs below `min_len` (--prompt-cache-min-prefix) are left
+ *  out. Both empty when cfg.ladder_step <= 0. */
+ladder ladder_rungs(const config & cfg, int32_t from, int32_t anchor, std::span<const int32_t> line_starts,
+                    int32_t min_len);
 
 /** The message rungs of a last user message spanning [start, end) (prompt positions,
  *  tokens): start + k * step for k >= 1, strictly inside (max(start, from), end), ascending, where

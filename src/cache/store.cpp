@@ -451,8 +451,14 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // every system text with these tools shares), kept with the anchor (ladder.h).
         if (anchor_planned) {
             const int32_t start = std::max(from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
-            for (const int32_t r : ladder_rungs(cfg_, start, anchor, h.line_starts, cfg_.min_prefix)) {
+            const auto rungs = ladder_rungs(cfg_, start, anchor, h.line_starts, cfg_.min_prefix);
+            for (const int32_t r : rungs.near) {
                 add(r, point_kind::ladder);
+            }
+            for (const int32_t r : rungs.far) {
+                if (r > from && r < n_prompt) {
+                    p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/true});
+                }
             }
         }
     }

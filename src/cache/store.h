@@ -104,6 +104,11 @@ struct capture_point {
     /** turn, guard, divergence, ladder (checkpoints) or anchor (whole state). Ladder rungs lie
      *  before the anchor capture of the same plan and are kept with that anchor. */
     point_kind kind = point_kind::turn;
+    /** Taken at the end of the prefill pass that reaches n_tokens, wherever that pass ends
+     *  (before the next point that is not), instead of ending a pass at n_tokens: a restore
+     *  point that costs no forward pass of its own. The far rungs of the anchor ladder
+     *  (ladder.h); the scheduler captures at most one per pass end. */
+    bool at_pass_end = false;
 };
 
 /** How to put the restore point into the request's sequence. */

@@ -143,7 +143,9 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     // Capture points, and why the others were not planned.
     std::string planned;
     for (const auto & c : p.captures) {
-        planned += fmt::format("{}{}@{}", planned.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
+        // ">=": taken at the end of the pass that reaches it (capture_point::at_pass_end).
+        planned += fmt::format("{}{}@{}{}", planned.empty() ? "" : " ", to_string(c.kind), c.at_pass_end ? ">=" : "",
+                               c.n_tokens);
     }
     std::vector<std::string> not_planned;
     if (!cfg_.lineage) {

@@ -75,11 +75,28 @@ void lifecycle::restore(slot & s, double now_s) {
 }
 
 bool lifecycle::after_chunk(slot & s, double now_s) {
-    while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
-        if (s.use_cache) {
-            capture(s, s.plan.captures[s.next_capture], now_s);
+    // The points this pass reached: those that end a pass lie exactly here (slot::next_stop);
+    // those taken at a pass end (cache::capture_point::at_pass_end) at or before here give one
+    // capture here, unless another capture is taken here anyway or this is the prompt end.
+    bool at_pass_end_due = false;
+    bool taken_here = false;
+    while (s.next_capture < s.plan.captures.size()) {
+        const auto & c = s.plan.captures[s.next_capture];
+        if (c.at_pass_end ? c.n_tokens > s.n_past : c.n_tokens != s.n_past) {
+            break;
+        }
+        if (c.at_pass_end) {
+            at_pass_end_due = true;
+        } else {
+            if (s.use_cache) {
+                capture(s, c, now_s);
+            }
+            taken_here = true;
         }
         s.next_capture++;
+    }
+    if (at_pass_end_due && !taken_here && s.use_cache && s.n_past < s.prompt_size()) {
+        capture(s, {s.n_past, cache::point_kind::ladder}, now_s);
     }
     if (s.n_past < s.prompt_size()) {
         return false;

@@ -549,6 +549,7 @@ void scheduler::impl::step() {
         rc = ctx_->decode(batch);  // parked sequences left the device: try again
     }
     const double dt = seconds_since(t0);
+    spdlog::debug("engine step: {} tokens in {:.1f} ms", batch.size(), dt * 1e3);
     if (rc != engine::decode_result::ok) {
         const bool full = rc == engine::decode_result::no_kv_space;
         for (auto & s : slots_) {
@@ -687,9 +688,10 @@ void scheduler::impl::count_pass(slot & s) {
     // A chunk that ends where the cache captures a restore point, short of the prompt end: a
     // split (slot::next_stop). Counted before after_prefill_chunk moves next_capture on.
     const int32_t stop = s.next_stop();
-    if (s.n_past + s.chunk == stop && stop < s.prompt_size() && s.next_capture < s.plan.captures.size()) {
+    const size_t split = s.next_split();
+    if (s.n_past + s.chunk == stop && stop < s.prompt_size() && split < s.plan.captures.size()) {
         s.stats.prefill_splits++;
-        s.stats.prefill_splits_by_kind[std::string(cache::to_string(s.plan.captures[s.next_capture].kind))]++;
+        s.stats.prefill_splits_by_kind[std::string(cache::to_string(s.plan.captures[split].kind))]++;
     }
 }
 

@@ -66,13 +66,24 @@ struct slot {
 
     bool active() const { return ph != phase::idle; }
     int32_t prompt_size() const { return static_cast<int32_t>(req->prompt.size()); }
-    /** Where the current prefill chunk must end: the next capture point or the prompt end. A
-     *  guard at prompt - 1 taken by rollback does not stop it (lifecycle::after_chunk takes it). */
+    /** The index of the next planned capture that ends a pass (not at_pass_end), or
+     *  plan.captures.size(). */
+    size_t next_split() const {
+        size_t i = next_capture;
+        while (i < plan.captures.size() && plan.captures[i].at_pass_end) {
+            ++i;
+        }
+        return i;
+    }
+    /** Where the current prefill chunk must end: the next capture point that is not taken at a
+     *  pass end (cache::capture_point::at_pass_end), or the prompt end. A guard at prompt - 1
+     *  taken by rollback does not stop it (lifecycle::after_chunk takes it). */
     int32_t next_stop() const {
-        if (next_capture >= plan.captures.size()) {
+        const size_t i = next_split();
+        if (i >= plan.captures.size()) {
             return prompt_size();
         }
-        const auto & c = plan.captures[next_capture];
+        const auto & c = plan.captures[i];
         if (guard_rollback && c.kind == cache::point_kind::guard && c.n_tokens == prompt_size() - 1) {
             return prompt_size();
         }

@@ -656,11 +656,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         int_min(cc.reply_step, 0));
     add("--cache-ladder-step", "LINEAGE_CACHE_LADDER_STEP", "TOKENS", std::to_string(dc.ladder_step),
         "hybrid models: when a new system prompt is pinned as an anchor, checkpoints (ladder rungs) are taken "
-        "inside it at line starts at most this many tokens apart, so a new session whose system text ends "
-        "differently (a folder, a date) restores up to where it parts; 0 = no ladder",
+        "inside it, so a new session whose system text ends differently (a folder, a date) restores up to where "
+        "it parts: before its last --cache-ladder-near-tokens, one at the first prefill pass end at or after "
+        "every this many tokens (no extra forward pass); 0 = no ladder",
         int_min(cc.ladder_step, 0));
     add("--cache-ladder-near-step", "LINEAGE_CACHE_LADDER_NEAR_STEP", "TOKENS", std::to_string(dc.ladder_near_step),
-        "ladder rungs at most this many tokens apart in the last --cache-ladder-near-tokens of the system prompt",
+        "ladder rungs at line starts at most this many tokens apart in the last --cache-ladder-near-tokens of the "
+        "system prompt (each ends a prefill pass: one more forward pass)",
         int_min(cc.ladder_near_step, 1));
     add("--cache-ladder-near-tokens", "LINEAGE_CACHE_LADDER_NEAR_TOKENS", "TOKENS",
         std::to_string(dc.ladder_near_tokens),

@@ -29,33 +29,44 @@ std::vector<int32_t> every(int32_t step, int32_t until) {
     return v;
 }
 
-TEST(Ladder, RungsAtTheEarliestLineStartOfEachGap) {
+TEST(Ladder, NearRungsAtTheEarliestLineStartOfEachGapFarPointsEveryStep) {
     const auto lines = every(10, 2000);
-    EXPECT_EQ(ladder_rungs(ladder_config(), 0, 1000, lines, 32),
-              (std::vector<int32_t>{210, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    const auto r = ladder_rungs(ladder_config(), 0, 1000, lines, 32);
+    EXPECT_EQ(r.near, (std::vector<int32_t>{460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    // The far zone [0, 460): one point, 256 (taken at the pass end that reaches it).
+    EXPECT_EQ(r.far, (std::vector<int32_t>{256}));
 }
 
-TEST(Ladder, WithoutLineStartsRungsFallAtTheGapEnds) {
-    EXPECT_EQ(ladder_rungs(ladder_config(), 0, 1000, {}, 32),
-              (std::vector<int32_t>{232, 488, 552, 616, 680, 744, 808, 872, 936}));
+TEST(Ladder, WithoutLineStartsNearRungsFallAtTheGapEnds) {
+    const auto r = ladder_rungs(ladder_config(), 0, 1000, {}, 32);
+    EXPECT_EQ(r.near, (std::vector<int32_t>{488, 552, 616, 680, 744, 808, 872, 936}));
+    EXPECT_EQ(r.far, (std::vector<int32_t>{256}));
 }
 
-TEST(Ladder, EveryGapIsWithinItsStep) {
+TEST(Ladder, EveryNearGapIsWithinItsStepAndFarPointsAreOneStepApart) {
     const auto lines = every(37, 20000);
     config c = ladder_config();
     c.ladder_max_rungs = 100;  // room for every rung: the far step is not stretched
     for (int32_t from : {0, 100, 3000}) {
         const int32_t anchor = 9000;
         const auto r = ladder_rungs(c, from, anchor, lines, 32);
-        ASSERT_FALSE(r.empty());
+        ASSERT_FALSE(r.near.empty());
         int32_t next = anchor;
-        for (auto it = r.rbegin(); it != r.rend(); ++it) {
-            const int32_t step = anchor - next < c.ladder_near_tokens ? c.ladder_near_step : c.ladder_step;
-            EXPECT_LE(next - *it, step);
+        for (auto it = r.near.rbegin(); it != r.near.rend(); ++it) {
+            EXPECT_LE(next - *it, c.ladder_near_step);
             EXPECT_GT(*it, from);
             next = *it;
         }
-        EXPECT_LE(static_cast<int32_t>(r.size()), c.ladder_max_rungs);
+        EXPECT_GE(anchor - r.near.front(), c.ladder_near_tokens - c.ladder_near_step);
+        EXPECT_LT(anchor - r.near.front(), c.ladder_near_tokens + c.ladder_near_step);
+        ASSERT_FALSE(r.far.empty());
+        EXPECT_EQ(r.far.front(), from + c.ladder_step);
+        for (size_t i = 1; i < r.far.size(); ++i) {
+            EXPECT_EQ(r.far[i] - r.far[i - 1], c.ladder_step);
+        }
+        EXPECT_LT(r.far.back(), r.near.front());
+        EXPECT_GE(r.near.front() - r.far.back(), 1);
+        EXPECT_LE(static_cast<int32_t>(r.near.size() + r.far.size()), c.ladder_max_rungs);
     }
 }
 
@@ -63,19 +74,26 @@ TEST(Ladder, TheFarStepStretchesToTheRungCap) {
     config c = ladder_config();
     c.ladder_max_rungs = 10;
     const auto r = ladder_rungs(c, 0, 10000, {}, 32);
-    // The near zone takes its 8 rungs; the far step stretches to ceil(9488 / 2) = 4744.
-    EXPECT_EQ(r, (std::vector<int32_t>{4744, 9488, 9552, 9616, 9680, 9744, 9808, 9872, 9936}));
+    // The near zone takes its 8 rungs; the far zone [0, 9488) the other 2: the step stretches
+    // to ceil(9488 / 3) = 3163.
+    EXPECT_EQ(r.near, (std::vector<int32_t>{9488, 9552, 9616, 9680, 9744, 9808, 9872, 9936}));
+    EXPECT_EQ(r.far, (std::vector<int32_t>{3163, 6326}));
 }
 
 TEST(Ladder, NothingWithinOneGapOfTheRestorePointAndNothingWhenOff) {
-    EXPECT_TRUE(ladder_rungs(ladder_config(), 980, 1000, every(10, 2000), 32).empty());
+    const auto near_only = ladder_rungs(ladder_config(), 980, 1000, every(10, 2000), 32);
+    EXPECT_TRUE(near_only.near.empty() && near_only.far.empty());
     config off = ladder_config();
     off.ladder_step = 0;
-    EXPECT_TRUE(ladder_rungs(off, 0, 1000, every(10, 2000), 32).empty());
+    const auto r0 = ladder_rungs(off, 0, 1000, every(10, 2000), 32);
+    EXPECT_TRUE(r0.near.empty() && r0.far.empty());
     // Rungs shorter than the minimum prefix are left out.
-    const auto r = ladder_rungs(ladder_config(), 0, 300, {}, 200);
-    for (int32_t x : r) {
-        EXPECT_GE(x, 200);
+    const auto r = ladder_rungs(ladder_config(), 0, 1300, {}, 400);
+    for (int32_t x : r.near) {
+        EXPECT_GE(x, 400);
+    }
+    for (int32_t x : r.far) {
+        EXPECT_GE(x, 400);
     }
 }
 

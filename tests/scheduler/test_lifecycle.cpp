@@ -451,6 +451,69 @@ TEST_F(Lifecycle, GuardByRollbackTakesPromptMinusOneWithoutSplittingThePrefill) 
     finish(*r);
 }
 
+// The far rungs of the anchor ladder are taken at the ends of the passes that reach them
+// (capture_point::at_pass_end): they never end a pass, and each lands where a pass ends.
+TEST_F(Lifecycle, FarLadderRungsAreTakenAtPassEndsWithoutSplittingThePrefill) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    cache::config c = test_config();
+    c.ladder_step = 128;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 128;
+    c.ladder_max_rungs = 8;
+    make(true, 6, c);
+    auto s = fakes::new_slot(++next_id_, seq_of(0, 700), 690, "s");
+    cache::plan_hints hints{602, 690, 102};  // system + tools end at 602; the tool block at 102
+    s->plan = store_->plan(s->key, s->req->prompt, hints, now_);
+    std::vector<int32_t> far;
+    std::vector<int32_t> near;
+    for (const auto & p : s->plan.captures) {
+        if (p.kind == cache::point_kind::ladder) {
+            (p.at_pass_end ? far : near).push_back(p.n_tokens);
+        }
+    }
+    // Near rungs every 64 before the anchor at 600; far points every 128 after the tools
+    // anchor at 100.
+    EXPECT_EQ(near, (std::vector<int32_t>{472, 536}));
+    EXPECT_EQ(far, (std::vector<int32_t>{228, 356}));
+    fakes::place_and_restore(*s, *pool_, *life_, now_);
+    std::vector<int32_t> pass_ends;
+    bool done = false;
+    while (!done) {
+        EXPECT_NE(s->next_stop(), 228);
+        EXPECT_NE(s->next_stop(), 356);
+        const int32_t n = std::min(100, s->next_stop() - s->n_past);  // passes of at most 100 tokens
+        st_->decode(s->seq, n);
+        s->n_past += n;
+        pass_ends.push_back(s->n_past);
+        done = life_->after_chunk(*s, now_);
+        if (!done) {
+            check_invariants(*s, 0, n_seq_);
+        }
+    }
+    // Stops at the tools anchor (100), the near rungs, the anchor, the turn and the guard; the
+    // far points add none.
+    EXPECT_EQ(pass_ends, (std::vector<int32_t>{100, 200, 300, 400, 472, 536, 600, 690, 699, 700}));
+    life_->commit(*s, now_);
+    store_->check_invariants();
+    bool found = false;
+    for (const auto & e : store_->entries()) {
+        if (e.anchor && e.n_tokens == 600) {
+            found = true;
+            // 228 is taken at the pass end 300, 356 at 400.
+            EXPECT_EQ(e.checkpoints, (std::vector<cp>{{300, cache::point_kind::ladder},
+                                                      {400, cache::point_kind::ladder},
+                                                      {472, cache::point_kind::ladder},
+                                                      {536, cache::point_kind::ladder}}));
+        }
+    }
+    EXPECT_TRUE(found);
+    // A session whose system text parts at 420 restores the rung at 400.
+    auto r = fakes::new_slot(++next_id_, cat(seq_of(0, 420), seq_of(50000, 280)), 690, "s2");
+    r->plan = store_->plan(r->key, r->req->prompt, hints, now_);
+    EXPECT_EQ(r->plan.n_restore, 400);
+    EXPECT_EQ(r->plan.kind, cache::point_kind::ladder);
+}
+
 TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {
     using cp = std::pair<int32_t, cache::point_kind>;
     auto s = admit_rolling_back(1, seq_of(0, 300), 290);
