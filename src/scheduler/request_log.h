@@ -20,17 +20,17 @@ namespace lineage::scheduler {
 /** One request that ended, as the cache page lists it. */
 struct request_record {
     uint64_t id = 0;
-    double at_s = 0;               ///< when it ended, Unix seconds (wall clock)
-    std::string tenant;            ///< its API key's tenant ("" without keys)
-    std::string finish;            ///< stop, length, cancelled, error
+    double at_s = 0;     ///< when it ended, Unix seconds (wall clock)
+    std::string tenant;  ///< its API key's tenant ("" without keys)
+    std::string finish;  ///< stop, length, cancelled, error
     int32_t prompt_tokens = 0;
     int32_t cached_tokens = 0;     ///< prompt tokens restored from the cache
     int32_t prefilled_tokens = 0;  ///< prompt tokens computed
     int32_t completion_tokens = 0;
-    double ttft_s = 0;             ///< submission to first sampled token, seconds (0: none sampled)
-    std::string hit_kind;          ///< request_stats::hit_kind ("miss", "turn", "guard", ...)
-    std::string miss_cause;        ///< request_stats::miss_cause ("" for a full hit)
-    std::string restored_from;     ///< request_stats::restored_from ("" for a miss)
+    double ttft_s = 0;          ///< submission to first sampled token, seconds (0: none sampled)
+    std::string hit_kind;       ///< request_stats::hit_kind ("miss", "turn", "guard", ...)
+    std::string miss_cause;     ///< request_stats::miss_cause ("" for a full hit)
+    std::string restored_from;  ///< request_stats::restored_from ("" for a miss)
 };
 
 /** Outcomes of the requests that ended in one bucket, counted as cache::stats counts them: a
@@ -44,7 +44,7 @@ struct outcome_counts {
     int64_t tokens_restored = 0;
     int64_t tokens_computed = 0;
     std::map<std::string, int64_t> hits_by_kind;
-    std::map<std::string, int64_t> misses_by_cause;      ///< "key_differs:tenant" keeps its dimension
+    std::map<std::string, int64_t> misses_by_cause;  ///< "key_differs:tenant" keeps its dimension
     std::map<std::string, int64_t> short_hits_by_cause;
 
     void add(const request_record & r);

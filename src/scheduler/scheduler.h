@@ -12,8 +12,8 @@
 #include "cache/store.h"
 #include "engine/device.h"
 #include "scheduler/metrics.h"
-#include "scheduler/request_log.h"
 #include "scheduler/request.h"
+#include "scheduler/request_log.h"
 
 #include <cstdint>
 #include <memory>

@@ -148,9 +148,10 @@ void handle_cache_page(const httplib::Request &, httplib::Response & res, server
     if (!ctx.cfg.cache_page) {
         api_error e;
         e.status = 404;
-        e.message = "the cache page is off: start the server without --cache-page=false (LINEAGE_CACHE_PAGE=0) to "
-                    "serve GET /cache; the JSON it reads is at GET /v1/cache/stats, /v1/cache/entries and "
-                    "/v1/cache/requests";
+        e.message =
+            "the cache page is off: start the server without --cache-page=false (LINEAGE_CACHE_PAGE=0) to "
+            "serve GET /cache; the JSON it reads is at GET /v1/cache/stats, /v1/cache/entries and "
+            "/v1/cache/requests";
         e.code = "not_found";
         send_json(res, to_json(e), e.status);
         return;

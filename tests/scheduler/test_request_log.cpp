@@ -32,7 +32,7 @@ TEST(RequestLog, CountsHitsMissesShortHitsAndBypassesAsTheCacheStatsDo) {
     log.record(rec(1, 1000.0, "", 0, 50, "miss", "no_shared_prefix"));
     log.record(rec(2, 1001.0, "", 40, 12, "turn"));
     log.record(rec(3, 1002.0, "", 10, 90, "anchor", "evicted"));  // a short hit
-    log.record(rec(4, 1003.0, "", 0, 30, "miss", "bypassed"));     // neither hit nor miss
+    log.record(rec(4, 1003.0, "", 0, 30, "miss", "bypassed"));    // neither hit nor miss
     log.record(rec(5, 1004.0, "", 0, 20, "miss", "key_differs:tenant"));
     const request_log_snapshot s = log.snapshot(nullptr, 1005.0);
     ASSERT_EQ(s.buckets.size(), 6u);
@@ -69,9 +69,9 @@ TEST(RequestLog, RecentIsNewestFirstAndCapped) {
 
 TEST(RequestLog, BucketsCoverTheWindowEndingNowOldestFirstAndDropOldOnes) {
     request_log log(8, 10, 30);
-    log.record(rec(1, 95.5, "", 0, 1, "miss", "no_shared_prefix"));   // bucket 90
-    log.record(rec(2, 119.9, "", 5, 1, "turn"));                      // bucket 110
-    request_log_snapshot s = log.snapshot(nullptr, 121.0);             // window: 100, 110, 120
+    log.record(rec(1, 95.5, "", 0, 1, "miss", "no_shared_prefix"));  // bucket 90
+    log.record(rec(2, 119.9, "", 5, 1, "turn"));                     // bucket 110
+    request_log_snapshot s = log.snapshot(nullptr, 121.0);           // window: 100, 110, 120
     ASSERT_EQ(s.buckets.size(), 3u);
     EXPECT_EQ(s.bucket_s, 10);
     EXPECT_EQ(s.buckets[0].start_s, 100);

@@ -124,8 +124,7 @@ TEST(CacheView, ThePageIsOneDocumentThatLoadsNothingFromElsewhere) {
     for (const char * external : {"http://", "https://", "<link", "src=", "@import", "url("}) {
         const size_t at = html.find(external);
         // The SVG namespace is a name, not a fetch.
-        const bool svg_ns = at != std::string_view::npos &&
-                            html.substr(at, 26) == "http://www.w3.org/2000/svg";
+        const bool svg_ns = at != std::string_view::npos && html.substr(at, 26) == "http://www.w3.org/2000/svg";
         EXPECT_TRUE(at == std::string_view::npos || svg_ns) << external << " at " << at;
     }
 }
