@@ -228,7 +228,9 @@ struct entry_view {
     int32_t seq = -1;
     bool anchor = false;
     std::vector<std::pair<int32_t, point_kind>> checkpoints;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;         ///< device_bytes + ram_bytes
+    uint64_t device_bytes = 0;  ///< its parked sequence's state, bytes (in stats::bytes["device"])
+    uint64_t ram_bytes = 0;     ///< its whole-state blob and checkpoints, bytes (in stats::bytes["ram"])
     file_id disk_file = 0;     ///< its tier-2 copy (0: none yet)
     std::vector<file_id> disk_ancestors;
     int32_t warmed = 0;        ///< length a warm-up stored it at, not hit yet (0: none)

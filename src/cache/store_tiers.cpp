@@ -335,7 +335,9 @@ entry_view store::view(const entry & e) const {
     for (const auto & c : e.checkpoints) {
         v.checkpoints.emplace_back(c.n_tokens, c.kind);
     }
-    v.bytes = e.ram_bytes() + e.device_bytes;
+    v.device_bytes = e.device_bytes;
+    v.ram_bytes = e.ram_bytes();
+    v.bytes = v.ram_bytes + v.device_bytes;
     v.disk_file = e.disk_file;
     v.disk_ancestors = e.ancestors;
     v.warmed = e.warmed;

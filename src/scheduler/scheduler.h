@@ -9,9 +9,11 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "cache/store.h"
 #include "engine/device.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
+#include "scheduler/request_log.h"
 
 #include <cstdint>
 #include <memory>
@@ -69,6 +71,14 @@ public:
     /** A consistent copy of the per-request counters and histograms (GET /metrics). Does not
      *  wait for the engine thread. */
     metrics_snapshot snapshot_metrics() const;
+
+    /** The entries and anchors of the device and RAM tiers with their restore points, most
+     *  recently used first (taken on the engine thread; GET /v1/cache/entries). */
+    std::vector<cache::entry_view> snapshot_entries();
+
+    /** The last requests that ended and their outcomes over the last 15 minutes in 10-second
+     *  buckets (request_log.h), of `tenant` (nullptr: all). Does not wait for the engine thread. */
+    request_log_snapshot snapshot_requests(const std::string * tenant) const;
 
     /** Frees every cache entry (POST /v1/cache/reset): device, RAM, tier-2 files and this
      *  model's tier-3 entries in Redis (every replica's; redis_tier::reset); returns what was

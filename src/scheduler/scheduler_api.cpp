@@ -45,6 +45,15 @@ metrics_snapshot scheduler::snapshot_metrics() const {
     return impl_->metrics_.snapshot();
 }
 
+std::vector<cache::entry_view> scheduler::snapshot_entries() {
+    return impl_->run_on_engine([this] { return impl_->store_.entries(); });
+}
+
+request_log_snapshot scheduler::snapshot_requests(const std::string * tenant) const {
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return impl_->requests_.snapshot(tenant, now);
+}
+
 cache::reset_result scheduler::reset_cache() {
     return impl_->run_on_engine([this] {
         auto r = impl_->store_.reset();

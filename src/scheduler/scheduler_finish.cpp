@@ -101,6 +101,19 @@ void scheduler::impl::record(slot & s, finish_reason why) {
     s.stats.prefilled_tokens =
         std::max(0, std::min(s.n_past + s.replay, s.prompt_size()) - s.stats.cached_tokens);
     metrics_.record(s.stats, why, s.use_cache, s.req ? s.req->cache.tenant : std::string());
+    requests_.record(request_record{
+        .id = s.req->id,
+        .at_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+        .tenant = s.req->cache.tenant,
+        .finish = to_string(why),
+        .prompt_tokens = s.stats.prompt_tokens,
+        .cached_tokens = s.stats.cached_tokens,
+        .prefilled_tokens = s.stats.prefilled_tokens,
+        .completion_tokens = s.stats.completion_tokens,
+        .ttft_s = s.stats.ttft_s,
+        .hit_kind = s.stats.hit_kind,
+        .miss_cause = s.stats.miss_cause,
+        .restored_from = s.stats.restored_from});
 }
 
 void scheduler::impl::reset_slot(slot & s) {

@@ -109,6 +109,7 @@ struct scheduler::impl {
     std::unique_ptr<lifecycle> life_;
     std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
     metrics metrics_;
+    request_log requests_;  // the last requests and their outcomes (GET /v1/cache/requests)
     std::vector<slot> slots_;
     int32_t n_seq_ = 0;                  // sequence ids [0, n_seq_): active and parked
     /** LINEAGE_CHECK_INVARIANTS=1: the slots' and the store's invariants after every step

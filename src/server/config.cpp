@@ -464,6 +464,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         one_of(c.log_level, {"trace", "debug", "info", "warn", "error"}));
     add("--metrics", "LINEAGE_METRICS", "[=BOOL]", "false",
         "serve GET /metrics in the Prometheus text format (404 when off)", boolean(c.metrics), true);
+    add("--cache-page", "LINEAGE_CACHE_PAGE", "[=BOOL]", "true",
+        "serve the cache page GET /cache (entries and restore points, tier bytes, hits and misses, the last "
+        "requests; embedded, fetches nothing; behind the same keys as GET /v1/cache/stats); 404 when off",
+        boolean(c.cache_page), true);
     add("-n,--n-predict", "LINEAGE_N_PREDICT", "N", std::to_string(d.n_predict),
         "tokens generated for a request that sets no max_tokens / max_output_tokens (as llama-server's -n); "
         "-1 = until end of generation or the context is full",

@@ -59,6 +59,7 @@ struct server_config {
     uint64_t max_header_bytes = 32768;    ///< --max-header-bytes: more header bytes get 431
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
+    bool cache_page = true;               ///< --cache-page: serve the cache page GET /cache (cache_view.h)
     bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
     /** LoRA adapters, id = index: the --lora files (scale 1) then the --lora-scaled ones;
      *  parse_config also puts their paths in sched.lora_paths. */

@@ -2,6 +2,7 @@
 #include "server/endpoints.h"
 
 #include "server/anthropic_handler.h"
+#include "server/cache_view.h"
 #include "server/chat_handler.h"
 #include "server/completions_handler.h"
 #include "server/errors.h"
@@ -35,8 +36,17 @@ constexpr std::array table{
     endpoint{.method = "GET", .path = "/health", .access = open, .handler = handle_health},
     endpoint{.method = "GET", .path = "/", .access = open, .note = "and HEAD: clients probe the base URL",
              .handler = handle_root},
-    endpoint{.method = "GET", .path = "/v1/cache/stats", .note = "a tenant's key sees its own figures",
+    endpoint{.method = "GET", .path = "/v1/cache/stats", .browser = true, .note = "a tenant's key sees its own figures",
              .handler = handle_cache_stats},
+    endpoint{.method = "GET", .path = "/v1/cache/entries", .browser = true,
+             .note = "entries and anchors with their restore points; a tenant's key sees its own",
+             .handler = handle_cache_entries},
+    endpoint{.method = "GET", .path = "/v1/cache/requests", .browser = true,
+             .note = "the last requests and outcomes per 10 s; a tenant's key sees its own",
+             .handler = handle_cache_requests},
+    endpoint{.method = "GET", .path = "/cache", .browser = true,
+             .note = "the cache page, with --cache-page; the key may come as the Basic password",
+             .handler = handle_cache_page},
     endpoint{.method = "POST", .path = "/v1/cache/reset", .note = "a tenant's key resets its own entries",
              .handler = handle_cache_reset},
     endpoint{.method = "POST", .path = "/tokenize", .handler = handle_tokenize},

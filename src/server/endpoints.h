@@ -45,6 +45,10 @@ struct endpoint {
     endpoint_access access = endpoint_access::tenant;
     error_shape errors = error_shape::openai;
     bool body_optional = false;  ///< a POST that may come without a body (and so without Content-Type)
+    /** Read by a web browser (the cache page and the JSON it polls): the key may also come as the
+     *  password of HTTP Basic authentication (any user name), and a 401 asks for it with
+     *  `WWW-Authenticate: Basic`, so the browser's own login dialog sends it. GET only. */
+    bool browser = false;
     std::string_view note = {};  ///< shown after the endpoint in --help ("" = none)
     endpoint_handler handler = nullptr;
 };

@@ -4,6 +4,7 @@
 #include "server/routes.h"
 
 #include "server/anthropic_response.h"
+#include "server/base64.h"
 #include "server/endpoints.h"
 #include "server/errors.h"
 #include "server/http_guard.h"
@@ -13,6 +14,7 @@
 
 #include <ctime>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -107,9 +109,20 @@ caller server_context::caller_of(const httplib::Request & req) const {
     } else {
         const std::string auth = req.get_header_value("Authorization");
         const std::string prefix = "Bearer ";
+        const std::string basic = "Basic ";
         if (auth.compare(0, prefix.size(), prefix) == 0) {
             given = auth.substr(prefix.size());
             present = true;
+        } else if (auth.compare(0, basic.size(), basic) == 0 && req.method == "GET") {
+            // A browser's login dialog (endpoint::browser): the key is the password, after the
+            // first ':' of "user:password".
+            const endpoint * e = find_endpoint(req.method, req.path);
+            const std::optional<std::string> pair = base64_decode(auth.substr(basic.size()));
+            const size_t colon = pair ? pair->find(':') : std::string::npos;
+            if (e && e->browser && colon != std::string::npos) {
+                given = pair->substr(colon + 1);
+                present = true;
+            }
         }
     }
     const std::string_view v(given);
@@ -174,6 +187,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         }
         const caller c = ctx.caller_of(req);
         if (!c.known) {
+            if (target && target->browser) {
+                res.set_header("WWW-Authenticate", "Basic realm=\"lineage-server\", charset=\"UTF-8\"");
+            }
             return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
         }
         if (access == endpoint_access::admin && !c.admin) {

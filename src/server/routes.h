@@ -67,7 +67,8 @@ struct server_context {
     std::atomic<uint64_t> next_id{1};
 
     /** The caller of `req`, from its 'x-api-key' header (Anthropic clients) or else its
-     *  'Authorization: Bearer KEY' header. */
+     *  'Authorization: Bearer KEY' header; on a GET of a browser endpoint (endpoint::browser)
+     *  also 'Authorization: Basic' with the key as the password. */
     caller caller_of(const httplib::Request & req) const;
     /** caller_of(req).tenant: "" without API keys. Handlers put it in the cache key. */
     std::string tenant_of(const httplib::Request & req) const;

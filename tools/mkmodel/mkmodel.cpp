@@ -37,13 +37,30 @@ struct model_deleter {
 };
 using model_ptr = std::unique_ptr<llama_model, model_deleter>;
 
+// A data file the build names (the engine source tree's), else the installed copy beside the
+// binary: <bin>/../share/lineage/<name> (cmake/package.cmake installs it there).
+std::string data_file(const char * built, const char * name) {
+    if (access(built, R_OK) == 0) {
+        return built;
+    }
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        return built;
+    }
+    std::string dir(exe, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string installed = dir + "/../share/lineage/" + name;
+    return access(installed.c_str(), R_OK) == 0 ? installed : std::string(built);
+}
+
 struct options {
     std::string arch;
     std::string preset = "tiny";
     uint64_t seed = 0;
     std::string output;
-    std::string vocab = LINEAGE_DEFAULT_VOCAB;
-    std::string chat_template = LINEAGE_DEFAULT_TEMPLATE;
+    std::string vocab = data_file(LINEAGE_DEFAULT_VOCAB, "ggml-vocab-qwen35.gguf");
+    std::string chat_template = data_file(LINEAGE_DEFAULT_TEMPLATE, "Qwen3.5-4B.jinja");
     bool check = false;
     bool check_only = false;
     int check_tokens = 1000;
