@@ -164,6 +164,22 @@ out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.filter(([k]) 
 ])));
 out.push('');
 
+const withPasses = runs.filter((r) => r.agg.passes?.all.n > 0);
+if (withPasses.length > 0) {
+  out.push('## Prefill passes per request kind (lineage-server\'s timing line: passes, of which splits)', '');
+  out.push('A split is a pass cut short at a restore point the cache captures: one more forward pass ' +
+    '(docs/architecture.md "What a split costs").', '');
+  out.push(table(['request kind', ...withPasses.map((r) => r.name)], kinds.map(([k, label]) => [
+    `${label} (n=${withPasses[0].agg.passes.by_kind[k]?.n ?? 0})`,
+    ...withPasses.map((r) => {
+      const x = r.agg.passes.by_kind[k];
+      return x ? `${fmt(x.passes)}, ${fmt(x.splits)} (${fmt(x.splits / x.n, 1)} a request)` : '-';
+    }),
+  ])));
+  out.push('', `All requests: ${withPasses.map((r) => `${r.name} ${fmt(r.agg.passes.all.passes)} passes, ` +
+    `${fmt(r.agg.passes.all.splits)} splits`).join('; ')}.`, '');
+}
+
 out.push('## TTFT per request kind, p50 / p95 (ms, client side, streaming)', '');
 out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, label]) => [
   `${label} (n=${runs[0].agg.ttft.by_kind[k]?.n ?? 0})`,

@@ -320,6 +320,9 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   rec.server_prompt_ms = t?.prompt_ms ?? null;
   // lineage-server's own TTFT (request in -> first token sampled); llama-server reports none.
   rec.server_ttft_ms = t?.ttft_ms ?? null;
+  // lineage-server's prefill passes and, of those, the ones cut short at a restore point (splits).
+  rec.server_prefill_passes = t?.prefill_passes ?? null;
+  rec.server_prefill_splits = t?.prefill_splits ?? null;
   // Prefill tokens actually computed: llama-server reports it (timings.prompt_n); lineage-server's
   // prompt_n is prompt - cached too.
   rec.computed = t?.prompt_n ?? (rec.prompt_tokens !== null && rec.cached_tokens !== null

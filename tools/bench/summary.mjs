@@ -40,6 +40,7 @@ function ttft(rs) {
 }
 
 /** {warm_user_turns: {n, own_only, p50, p95, server_all, server_warmed}, efficiency: {all, by_kind}, ttft: {all, by_kind},
+ *  passes: {all, by_kind} ({n, passes, splits}: prefill passes and splits, lineage-server's timing line),
  *  excess: [...]} for `records`. warm_user_turns: warm user turns' TTFT / the prefill time of their
  *  own tokens, client side (own_only: how many computed no more than their own tokens, i.e. came
  *  after a warmed reply); server_all / server_warmed: {n, p50, p95} of the server's own TTFT (its
@@ -73,8 +74,17 @@ export function summarize(records, { excessMin = 64 } = {}) {
     server_all: server(own),
     server_warmed: server(warmed),
   };
+  // Prefill passes and splits (passes cut short at a restore point) from the server's timing line
+  // (lineage-server only; docs/architecture.md "What a split costs"): each split is one more
+  // forward pass.
+  const passes = (rs) => {
+    const v = rs.filter((r) => Number.isFinite(r.server_prefill_passes) && Number.isFinite(r.server_prefill_splits));
+    return { n: v.length, passes: v.reduce((a, r) => a + r.server_prefill_passes, 0),
+      splits: v.reduce((a, r) => a + r.server_prefill_splits, 0) };
+  };
   return {
     warm_user_turns: warmUser,
+    passes: { all: passes(records), by_kind: byKind(passes) },
     efficiency: { all: eff(records), by_kind: byKind(eff) },
     ttft: { all: ttft(records), by_kind: byKind(ttft) },
     excess,
