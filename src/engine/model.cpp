@@ -119,9 +119,31 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     }
     const int32_t n = n_vocab();
     newline_.assign(static_cast<size_t>(std::max(n, 0)), false);
+    piece_bytes_.assign(static_cast<size_t>(std::max(n, 0)), 0);
     for (int32_t t = 0; t < n; ++t) {
-        newline_[static_cast<size_t>(t)] = token_to_piece(t, true).find('\n') != std::string::npos;
+        const std::string piece = token_to_piece(t, true);
+        newline_[static_cast<size_t>(t)] = piece.find('\n') != std::string::npos;
+        piece_bytes_[static_cast<size_t>(t)] = static_cast<uint32_t>(piece.size());
     }
+}
+
+int32_t model::tokens_before_byte(const std::vector<token> & toks, size_t offset, size_t text_bytes) const {
+    size_t end = 0;  // where the text of the tokens so far ends
+    int32_t before = -1;
+    for (size_t i = 0; i < toks.size(); ++i) {
+        const auto t = static_cast<size_t>(toks[i]);
+        if (t >= piece_bytes_.size()) {
+            return -1;
+        }
+        if (before < 0 && end + piece_bytes_[t] > offset) {
+            before = static_cast<int32_t>(i);
+        }
+        end += piece_bytes_[t];
+    }
+    if (end != text_bytes) {
+        return -1;
+    }
+    return before < 0 ? static_cast<int32_t>(toks.size()) : before;
 }
 
 std::vector<int32_t> model::line_starts(const std::vector<token> & toks) const {
@@ -142,7 +164,11 @@ model::~model() {
 }
 
 model::model(model && o) noexcept
-    : model_(o.model_), path_(std::move(o.path_)), id_(std::move(o.id_)), newline_(std::move(o.newline_)) {
+    : model_(o.model_),
+      path_(std::move(o.path_)),
+      id_(std::move(o.id_)),
+      piece_bytes_(std::move(o.piece_bytes_)),
+      newline_(std::move(o.newline_)) {
     o.model_ = nullptr;
 }
 
@@ -154,6 +180,7 @@ model & model::operator=(model && o) noexcept {
         model_ = o.model_;
         path_ = std::move(o.path_);
         id_ = std::move(o.id_);
+        piece_bytes_ = std::move(o.piece_bytes_);
         newline_ = std::move(o.newline_);
         o.model_ = nullptr;
     }

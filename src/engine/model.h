@@ -64,6 +64,13 @@ public:
      *  built once, at load). */
     std::vector<int32_t> line_starts(const std::vector<token> & toks) const;
 
+    /** How many leading tokens of `toks` end at or before byte `offset` of their text (each
+     *  token's token_to_piece with special tokens rendered, concatenated), or -1 when that text
+     *  is not `text_bytes` long (the tokens do not spell the text they came from byte for byte:
+     *  a BOS added, a normalising tokenizer). A token that straddles `offset` is not counted.
+     *  Cost: one table lookup a token (the table is built once, at load). */
+    int32_t tokens_before_byte(const std::vector<token> & toks, size_t offset, size_t text_bytes) const;
+
     /** True for end-of-generation tokens (EOS, <|im_end|>, ...). */
     bool is_eog(token t) const;
 
@@ -94,6 +101,7 @@ private:
     std::string path_;
     std::string id_;
     bool offloaded_ = false;
+    std::vector<uint32_t> piece_bytes_;  // by token id: the length of its text, special tokens rendered
     std::vector<bool> newline_;  // by token id: its text holds '\n
 };
 

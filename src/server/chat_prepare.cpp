@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 namespace lineage::server {
@@ -285,6 +286,36 @@ std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const
     return std::nullopt;
 }
 
+int32_t chat_preparer::last_user_start(const engine::chat_message & last, const engine::chat_render_result & rendered,
+                                       const std::vector<int32_t> & prompt) const {
+    // The template renders the message's text verbatim in the usual case; the end-of-turn markup
+    // after it is short. Found exactly once within that tail, its first token is where an edit
+    // of the message parts from this prompt; else -1 (the caller renders again).
+    constexpr size_t max_markup = 64;  // bytes between the text and the generation prompt
+    const std::string & text = last.content;
+    const std::string & p = rendered.prompt;
+    const std::string & gen = rendered.generation_prompt;
+    if (last.content_is_parts || text.empty() || gen.size() > p.size() || p.compare(p.size() - gen.size(), gen.size(), gen) != 0) {
+        return -1;
+    }
+    const size_t conv_end = p.size() - gen.size();
+    if (text.size() > conv_end) {
+        return -1;
+    }
+    const size_t at = p.rfind(text, conv_end - text.size());
+    if (at == std::string::npos || conv_end - (at + text.size()) > max_markup) {
+        return -1;
+    }
+    const size_t window = conv_end >= text.size() + max_markup ? conv_end - text.size() - max_markup : 0;
+    if (at > 0) {
+        if (const size_t again = p.rfind(text, at - 1); again != std::string::npos && again >= window) {
+            return -1;  // more than once near the end (a short text inside the markup): ambiguous
+        }
+    }
+    const int32_t n = model_.tokens_before_byte(prompt, at, p.size());
+    return n >= 1 ? n : -1;
+}
+
 std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
                                                 prepared_chat & out) const {
     if (!r.json_schema.empty()) {
@@ -309,11 +340,18 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
                                    "logit_bias");
         }
     }
+    using clock = std::chrono::steady_clock;
+    const auto ms_since = [](clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+    };
+    const auto t_render = clock::now();
     const engine::chat_render_inputs in = render_inputs(r);
     engine::chat_render_result rendered;
     if (auto err = render(in, rendered)) {
         return err;
     }
+    const double render_ms = ms_since(t_render);
+    const auto t_tokenize = clock::now();
     if (auto err = check_prompt_bytes(rendered.prompt.size(), "the rendered prompt", "messages")) {
         return err;  // before the tokenizer and the hint renders, which take time in proportion
     }
@@ -343,6 +381,8 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         return e;
     }
 
+    const double tokenize_ms = ms_since(t_tokenize);
+    const auto t_hints = clock::now();
     if (auto err = key_request(in.kwargs, r.tool_choice_key, r.tools, r.tenant, r.lora, r.cache_prompt, out)) {
         return err;
     }
@@ -378,6 +418,12 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         // user query differently, e.g. with its thinking); the prompt parts from it there.
         if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 &&
             r.messages.back().role == "user") {
+            out.cache.last_user_tokens = last_user_start(r.messages.back(), rendered, out.prompt);
+        }
+        if (out.cache.last_user_tokens < 0 && model_.family() != engine::memory_family::dense &&
+            r.messages.size() >= 2 && r.messages.back().role == "user") {
+            // The message's text is not found once at the end of the render: render the
+            // conversation again with a placeholder in its place.
             engine::chat_render_inputs head = in;
             head.messages.back() = engine::chat_message{};
             head.messages.back().role = "user";
@@ -399,6 +445,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
     }
 
+    spdlog::debug("chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms, cache key and restore-point hints "
+                  "{:.1f} ms",
+                  out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints));
     out.stops = r.stop;
     for (const auto & s : rendered.additional_stops) {
         if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {

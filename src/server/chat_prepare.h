@@ -137,6 +137,12 @@ private:
     /** The template inputs of `r`: its messages and tools, the default kwargs under its own,
      *  with the generation prompt. */
     engine::chat_render_inputs render_inputs(const chat_request & r) const;
+    /** Where the last user message `last`'s text starts in `prompt` (the tokens of
+     *  `rendered`), tokens: found in the render once, at its end, without rendering again;
+     *  -1 when it is not (parts, a template that rewrites the text, a text that recurs in the
+     *  end-of-turn markup), and the caller renders the conversation with a placeholder instead. */
+    int32_t last_user_start(const engine::chat_message & last, const engine::chat_render_result & rendered,
+                            const std::vector<int32_t> & prompt) const;
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
     /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
     std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,

@@ -4,6 +4,7 @@
 // hints (anchor, history) of a prepared request.
 #include "engine/chat_template.h"
 #include "engine/model.h"
+#include "server/cache_key.h"
 #include "server/chat_prepare.h"
 #include "server/chat_request.h"
 
@@ -189,3 +190,80 @@ TEST_F(ChatTemplateTest, ABadEnableThinkingKwargIsRejected) {
     in.kwargs["enable_thinking"] = "\"yes\"";
     EXPECT_THROW((void) tmpl_->render(in), std::invalid_argument);
 }
+
+namespace {
+
+// The tiny hybrid model (tiny-qwen35.gguf, the same template): the last user message's start is a
+// restore-point hint on hybrid families only.
+class HybridPrepareTest : public ::testing::Test {
+protected:
+    static inline const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen35.gguf";
+    static void SetUpTestSuite() {
+        if (std::filesystem::exists(model_file)) {
+            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
+            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
+        }
+    }
+    static void TearDownTestSuite() {
+        tmpl_.reset();
+        model_.reset();
+    }
+    void SetUp() override {
+        if (!model_) {
+            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen35 --preset tiny)";
+        }
+    }
+    /** The start of the last user message as the placeholder render finds it: the conversation
+     *  rendered with "\x01" in its place, its common token prefix with the prompt. */
+    static int32_t by_placeholder_render(const server::chat_request & r, const std::vector<int32_t> & prompt) {
+        engine::chat_render_inputs in;
+        in.messages = r.messages;
+        in.tools = r.tools;
+        in.kwargs = server::default_template_kwargs(tmpl_->source(), true);
+        in.messages.back() = engine::chat_message{};
+        in.messages.back().role = "user";
+        in.messages.back().content = "\x01";
+        in.add_generation_prompt = false;
+        return server::anchor_tokens(prompt, model_->tokenize(tmpl_->render(in).prompt, true));
+    }
+    static inline std::unique_ptr<engine::model> model_;
+    static inline std::unique_ptr<engine::chat_template> tmpl_;
+};
+
+TEST_F(HybridPrepareTest, TokensBeforeByteCountsWholeTokens) {
+    const std::string text = "<|im_start|>user\nHello there<|im_end|>\n";
+    const auto toks = model_->tokenize(text, true);
+    const size_t at = text.find("Hello");
+    const int32_t n = model_->tokens_before_byte(toks, at, text.size());
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(model_->detokenize(std::vector<int32_t>(toks.begin(), toks.begin() + n)), text.substr(0, at));
+    EXPECT_EQ(model_->tokens_before_byte(toks, 0, text.size()), 0);
+    EXPECT_EQ(model_->tokens_before_byte(toks, text.size(), text.size()), static_cast<int32_t>(toks.size()));
+    EXPECT_EQ(model_->tokens_before_byte(toks, at, text.size() + 1), -1);  // not the text they spell
+}
+
+// The last user message's start, found in the render without a second render, equals what the
+// placeholder render gives, for texts found once at the end and for those that fall back.
+TEST_F(HybridPrepareTest, LastUserStartWithoutASecondRenderEqualsThePlaceholderRender) {
+    server::chat_preparer prep(*model_, *tmpl_,
+                               server::prepare_options{.model_id = "tiny-qwen35",
+                                                       .default_kwargs = server::default_template_kwargs(tmpl_->source(), true)});
+    for (const std::string last : {"Now fix the failing test in src/cache/trie.cpp, please.", "hi", "\n", "  padded  ",
+                                   "im_end", "ok <|im_end|> ok"}) {
+        server::chat_request req;
+        ASSERT_FALSE(server::parse_chat_request(
+            R"({"messages":[{"role":"system","content":"You are a coding agent."},
+                            {"role":"user","content":"Read the trie."},
+                            {"role":"assistant","content":"Done: it has 3 nodes."},
+                            {"role":"user","content":"x"}]})",
+            req));
+        req.messages.back().content = last;
+        server::prepared_chat out;
+        ASSERT_FALSE(prep.prepare(req, 4096, out)) << last;
+        const int32_t want = by_placeholder_render(req, out.prompt);
+        ASSERT_GT(want, 0) << last;
+        EXPECT_EQ(out.cache.last_user_tokens, want) << "last user message " << testing::PrintToString(last);
+    }
+}
+
+}  // namespace
