@@ -146,8 +146,9 @@ const KNOWN_GAPS = {
     second: 'hybrid: ~2.2k tokens of context before the question in the first user message hold no restore point ' +
       '(restores the turn at 11088 of 13308 shared: before_first_restore_point)',
     resume: 'hybrid: the resumed prompt parts at 13254, the nearest restore point is the turn at 11088',
-    folder: 'hybrid: the memory paths sit ~957 tokens before the system end, where ladder rungs are 256 apart ' +
-      '(84 tokens short of shared - 64)',
+    folder: 'hybrid: the memory paths sit ~957 tokens before the system end, in the far zone of the ladder, whose ' +
+      'rungs sit at prefill pass ends (~512 apart; docs/architecture.md "What a split costs"): 164 tokens short of ' +
+      'shared - 64',
   },
   continue: {
     folder: 'hybrid: the folder is in a tool description and the tools render before the system text; the ladder ' +
