@@ -4,6 +4,7 @@
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
 #include "server/cache_page_html.h"  // generated from cache_page.html (src/CMakeLists.txt)
+#include "server/generation.h"
 #include "server/routes.h"
 
 #include <httplib.h>
@@ -11,11 +12,6 @@
 namespace lineage::server {
 
 namespace {
-
-void send_json(httplib::Response & res, const json & j, int status = 200) {
-    res.status = status;
-    res.set_content(dump(j), "application/json");
-}
 
 json or_null(const std::string & s) {
     return s.empty() ? json(nullptr) : json(s);
@@ -153,7 +149,7 @@ void handle_cache_page(const httplib::Request &, httplib::Response & res, server
             "serve GET /cache; the JSON it reads is at GET /v1/cache/stats, /v1/cache/entries and "
             "/v1/cache/requests";
         e.code = "not_found";
-        send_json(res, to_json(e), e.status);
+        send_json_body(res, to_json(e), e.status);
         return;
     }
     set_page_headers(res);
@@ -164,13 +160,13 @@ void handle_cache_page(const httplib::Request &, httplib::Response & res, server
 void handle_cache_entries(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const std::vector<cache::entry_view> v = ctx.sched.snapshot_entries();
-    send_json(res, entries_json(v, c.admin ? nullptr : &c.tenant, engine::to_string(ctx.model.family())));
+    send_json_body(res, entries_json(v, c.admin ? nullptr : &c.tenant, engine::to_string(ctx.model.family())), 200);
 }
 
 void handle_cache_requests(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const scheduler::request_log_snapshot s = ctx.sched.snapshot_requests(c.admin ? nullptr : &c.tenant);
-    send_json(res, requests_json(s, c.admin));
+    send_json_body(res, requests_json(s, c.admin), 200);
 }
 
 }  // namespace lineage::server
