@@ -18,7 +18,7 @@ say() { printf '\033[1m[package]\033[0m %s\n' "$*" >&2; }
 fail() { say "FAIL: $*"; exit 1; }
 sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 
-if dpkg-query -W -f='${Status}' lineage-server 2>/dev/null | grep -q "install ok installed"; then
+if [[ "$(dpkg-query -W -f='${Status}' lineage-server 2>/dev/null)" == *"install ok installed"* ]]; then
   fail "a lineage-server package is already installed here; remove it first (dpkg --purge lineage-server)"
 fi
 
@@ -33,7 +33,7 @@ pid=""
 server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && $sudo kill "$server_pid" 2>/dev/null || true
-  if dpkg-query -W -f='${Status}' lineage-server 2>/dev/null | grep -q "installed"; then
+  if [[ "$(dpkg-query -W -f='${Status}' lineage-server 2>/dev/null)" == *installed* ]]; then
     $sudo dpkg --purge lineage-server >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
@@ -67,7 +67,10 @@ uid=$(id -u lineage)
 [ "$uid" -lt 1000 ] || fail "user lineage has uid $uid: not a system user"
 [ "$(getent passwd lineage | cut -d: -f7)" = /usr/sbin/nologin ] || fail "user lineage has a login shell"
 [ "$(stat -c %U:%G:%a /var/cache/lineage)" = lineage:lineage:750 ] || fail "/var/cache/lineage: $(stat -c %U:%G:%a /var/cache/lineage)"
-/usr/bin/lineage-server --help | grep -q -- '--cache-page' || fail "the installed lineage-server --help does not list --cache-page"
+# The help text is read whole first: `--help | grep -q` under pipefail fails when grep exits on the
+# first match while the server is still writing (SIGPIPE, exit 141), as CI saw once.
+help=$(/usr/bin/lineage-server --help) || fail "the installed lineage-server --help exited $?"
+grep -q -- '--cache-page' <<<"$help" || fail "the installed lineage-server --help does not list --cache-page"
 
 if command -v systemd-analyze >/dev/null; then
   say "systemd-analyze verify $unit"
