@@ -163,6 +163,15 @@ struct config {
      *  cache breakpoints (Anthropic cache_control): those say where the client comes back, and
      *  an extra turn would thin one of them away (max_checkpoints). */
     bool last_user_checkpoint = true;
+    /** The last-user-message checkpoint is planned only where it lies at least this many tokens
+     *  after the restore point, tokens (--cache-last-user-min-gain). On a warm user turn it
+     *  usually lies a few tokens (the previous turn's end-of-turn markup) after the history
+     *  boundary just restored: a split there costs about one forward pass (~45-70 ms on the bench
+     *  model, the price of ~25-35 prefilled tokens) to save an edit those few tokens, and the
+     *  restore point itself stays a checkpoint that an edit restores. 0: whenever it lies after
+     *  the restore point (docs/architecture.md "What a split costs, and the rule for where to
+     *  split"). */
+    int32_t last_user_min_gain = 32;
     /** Hybrid families: an entry keeps the state after the reply (prompt + the tokens decoded
      *  while generating) instead of the state at the prompt end only; a prompt that parts inside
      *  the reply restores the resend guard (prompt - 1), or, with resend_checkpoint off, the

@@ -401,7 +401,9 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         // the previous request's history boundary (before the reply and tool results since).
         // Not when the client marked cache breakpoints (Anthropic cache_control): it said where it
         // comes back, and with max_checkpoints per lineage this turn would thin one of those away.
-        if (cfg_.last_user_checkpoint && breakpoints.empty()) {
+        // Only where it saves more than the split costs: not a few tokens after the restore point
+        // (--cache-last-user-min-gain; that point stays a checkpoint an edit restores).
+        if (cfg_.last_user_checkpoint && breakpoints.empty() && h.last_user_tokens - from >= cfg_.last_user_min_gain) {
             add(h.last_user_tokens, point_kind::turn);
         }
         // the start of each image: a prompt with the same text and another image restores

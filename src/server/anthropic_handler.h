@@ -7,10 +7,7 @@
 // Thread safety: runs on an httplib worker thread. Ownership: borrows the server context.
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_fwd.h"
 
 namespace lineage::server {
 

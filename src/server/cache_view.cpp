@@ -13,18 +13,6 @@ namespace lineage::server {
 
 namespace {
 
-json or_null(const std::string & s) {
-    return s.empty() ? json(nullptr) : json(s);
-}
-
-json counts_json(const std::map<std::string, int64_t> & m) {
-    json j = json::object();
-    for (const auto & [k, n] : m) {
-        j[k] = n;
-    }
-    return j;
-}
-
 json outcome_json(const scheduler::outcome_counts & c) {
     json j = json::object();
     j["requests"] = c.requests;
@@ -32,9 +20,9 @@ json outcome_json(const scheduler::outcome_counts & c) {
     j["misses"] = c.misses;
     j["tokens_restored"] = c.tokens_restored;
     j["tokens_computed"] = c.tokens_computed;
-    j["hits_by_kind"] = counts_json(c.hits_by_kind);
-    j["misses_by_cause"] = counts_json(c.misses_by_cause);
-    j["short_hits_by_cause"] = counts_json(c.short_hits_by_cause);
+    j["hits_by_kind"] = map_json(c.hits_by_kind);
+    j["misses_by_cause"] = map_json(c.misses_by_cause);
+    j["short_hits_by_cause"] = map_json(c.short_hits_by_cause);
     return j;
 }
 
@@ -116,8 +104,8 @@ json requests_json(const scheduler::request_log_snapshot & s, bool show_tenant) 
         row["completion_tokens"] = r.completion_tokens;
         row["ttft_ms"] = r.ttft_s * 1e3;
         row["hit"] = r.hit_kind.empty() ? "miss" : r.hit_kind;
-        row["tier"] = or_null(r.restored_from);
-        row["miss_reason"] = or_null(r.miss_cause);
+        row["tier"] = string_or_null(r.restored_from);
+        row["miss_reason"] = string_or_null(r.miss_cause);
         recent.push_back(std::move(row));
     }
     json buckets = json::array();

@@ -12,15 +12,11 @@
 #include "cache/store.h"
 #include "scheduler/request_log.h"
 #include "server/errors.h"
+#include "server/http_fwd.h"
 
 #include <string>
 #include <string_view>
 #include <vector>
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace lineage::server {
 

@@ -5,10 +5,7 @@
 // content provider (same thread). Ownership: the generation_request is shared with the scheduler.
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_fwd.h"
 
 namespace lineage::server {
 

@@ -416,23 +416,24 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         // to it): the conversation with a placeholder in its place, so that every earlier
         // message renders as in the prompt (templates render an assistant turn after the last
         // user query differently, e.g. with its thinking); the prompt parts from it there.
+        out.cache.last_user_tokens = -1;
         if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 &&
             r.messages.back().role == "user") {
             out.cache.last_user_tokens = last_user_start(r.messages.back(), rendered, out.prompt);
-        }
-        if (out.cache.last_user_tokens < 0 && model_.family() != engine::memory_family::dense &&
-            r.messages.size() >= 2 && r.messages.back().role == "user") {
-            // The message's text is not found once at the end of the render: render the
-            // conversation again with a placeholder in its place.
-            engine::chat_render_inputs head = in;
-            head.messages.back() = engine::chat_message{};
-            head.messages.back().role = "user";
-            head.messages.back().content = "\x01";
-            head.add_generation_prompt = false;
-            try {
-                out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(tmpl_.render(head).prompt, true));
-            } catch (const std::exception & e) {  // a template that needs a user query: no such point
-                spdlog::debug("last user message start not rendered: {}", e.what());
+            if (out.cache.last_user_tokens < 0) {
+                // The message's text is not found once at the end of the render: render the
+                // conversation again with a placeholder in its place.
+                engine::chat_render_inputs head = in;
+                head.messages.back() = engine::chat_message{};
+                head.messages.back().role = "user";
+                head.messages.back().content = "\x01";
+                head.add_generation_prompt = false;
+                try {
+                    out.cache.last_user_tokens =
+                        anchor_tokens(out.prompt, model_.tokenize(tmpl_.render(head).prompt, true));
+                } catch (const std::exception & e) {  // a template that needs a user query: no such point
+                    spdlog::debug("last user message start not rendered: {}", e.what());
+                }
             }
         }
         const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";

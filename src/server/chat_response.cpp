@@ -34,8 +34,8 @@ json timings_json(const scheduler::request_stats & s, int32_t prompt_tokens) {
     t["cache_hit"] = s.hit_kind.empty() ? std::string("miss") : s.hit_kind;
     // Why a turn was slow, without server access (docs/prompt-cache.md "Per response"): where the
     // cached tokens came from, and the cause of a miss or a short hit (null for a full hit).
-    t["cache_tier"] = s.restored_from.empty() ? json(nullptr) : json(s.restored_from);
-    t["cache_miss_reason"] = s.miss_cause.empty() ? json(nullptr) : json(s.miss_cause);
+    t["cache_tier"] = string_or_null(s.restored_from);
+    t["cache_miss_reason"] = string_or_null(s.miss_cause);
     return t;
 }
 

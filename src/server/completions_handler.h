@@ -8,10 +8,7 @@
 // Thread safety: runs on an httplib worker thread. Ownership: borrows ctx.
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_fwd.h"
 
 namespace lineage::server {
 

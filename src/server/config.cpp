@@ -639,6 +639,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "hybrid models: a checkpoint at the start of the last user message, so an edit of that message restores up "
         "to it instead of the previous turn",
         boolean(cc.last_user_checkpoint), true);
+    add("--cache-last-user-min-gain", "LINEAGE_CACHE_LAST_USER_MIN_GAIN", "TOKENS",
+        std::to_string(dc.last_user_min_gain),
+        "hybrid models: the last-user-message checkpoint is taken only where it lies at least this many tokens after "
+        "the restore point (a split costs about one forward pass; on a warm user turn that point is a few tokens "
+        "after the restored history boundary, which an edit then restores); 0 = wherever it lies after it",
+        int_min(cc.last_user_min_gain, 0));
     add("--cache-keep-reply", "LINEAGE_CACHE_KEEP_REPLY", "[=BOOL]", "true",
         "hybrid models: an entry keeps the state after the reply (not only the prompt end), so an "
         "agent-loop step that sends the reply back verbatim prefills only what follows it; false = the prompt end only "

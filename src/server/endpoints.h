@@ -7,16 +7,12 @@
 #pragma once
 
 #include "server/errors.h"
+#include "server/http_fwd.h"
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace lineage::server {
 

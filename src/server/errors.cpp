@@ -59,8 +59,8 @@ json to_json(const api_error & e) {
     json err = json::object();
     err["message"] = e.message;
     err["type"] = e.type;
-    err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
-    err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+    err["param"] = string_or_null(e.param);
+    err["code"] = string_or_null(e.code);
     json out = json::object();
     out["error"] = std::move(err);
     return out;

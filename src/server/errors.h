@@ -16,6 +16,21 @@ namespace lineage::server {
 
 using json = nlohmann::ordered_json;
 
+/** A string field that OpenAI's shapes send as null when it has no value: "" -> null. */
+inline json string_or_null(const std::string & s) {
+    return s.empty() ? json(nullptr) : json(s);
+}
+
+/** A map as a JSON object, in the map's key order (counter maps by kind, cause or tier). */
+template <class M>
+json map_json(const M & m) {
+    json j = json::object();
+    for (const auto & [k, v] : m) {
+        j[k] = v;
+    }
+    return j;
+}
+
 struct api_error {
     int status = 400;                          ///< HTTP status
     std::string type = "invalid_request_error";

@@ -13,17 +13,13 @@
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/errors.h"
+#include "server/http_fwd.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_set>
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace lineage::server {
 

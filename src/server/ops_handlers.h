@@ -5,10 +5,7 @@
 // the scheduler's thread-safe snapshots and operations.
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_fwd.h"
 
 namespace lineage::server {
 

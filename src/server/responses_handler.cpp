@@ -157,9 +157,9 @@ json echo_of(const responses_request & r) {
     }
     e["metadata"] = std::move(md);
     e["parallel_tool_calls"] = r.chat.parallel_tool_calls.value_or(true);
-    e["previous_response_id"] = r.previous_response_id.empty() ? json(nullptr) : json(r.previous_response_id);
+    e["previous_response_id"] = string_or_null(r.previous_response_id);
     json reasoning = json::object();
-    reasoning["effort"] = r.reasoning_effort.empty() ? json(nullptr) : json(r.reasoning_effort);
+    reasoning["effort"] = string_or_null(r.reasoning_effort);
     reasoning["summary"] = nullptr;
     e["reasoning"] = std::move(reasoning);
     e["store"] = r.store;
@@ -182,7 +182,7 @@ json echo_of(const responses_request & r) {
         json tj = json::object();
         tj["type"] = "function";
         tj["name"] = t.name;
-        tj["description"] = t.description.empty() ? json(nullptr) : json(t.description);
+        tj["description"] = string_or_null(t.description);
         tj["parameters"] = json::parse(t.parameters, nullptr, false);
         tj["strict"] = false;
         tools.push_back(std::move(tj));
@@ -190,8 +190,8 @@ json echo_of(const responses_request & r) {
     e["tools"] = std::move(tools);
     e["top_p"] = r.top_p.value_or(1.0);
     e["truncation"] = "disabled";
-    e["user"] = r.chat.user.empty() ? json(nullptr) : json(r.chat.user);
-    e["prompt_cache_key"] = r.chat.prompt_cache_key.empty() ? json(nullptr) : json(r.chat.prompt_cache_key);
+    e["user"] = string_or_null(r.chat.user);
+    e["prompt_cache_key"] = string_or_null(r.chat.prompt_cache_key);
     return e;
 }
 

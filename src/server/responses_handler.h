@@ -8,10 +8,7 @@
 // Thread safety: runs on httplib worker threads; the store locks itself. Ownership: borrows ctx.
 #pragma once
 
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_fwd.h"
 
 namespace lineage::server {
 

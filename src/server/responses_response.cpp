@@ -350,7 +350,7 @@ json responses_output::error_event(const api_error & e) {
     json ev = event("error");
     ev["code"] = e.code.empty() ? json(e.type) : json(e.code);
     ev["message"] = e.message;
-    ev["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+    ev["param"] = string_or_null(e.param);
     return ev;
 }
 

@@ -12,16 +12,6 @@ namespace lineage::server {
 
 namespace {
 
-// A map as a JSON object, in key order.
-template <class M>
-json map_json(const M & m) {
-    json j = json::object();
-    for (const auto & [k, v] : m) {
-        j[k] = v;
-    }
-    return j;
-}
-
 // A counter map as a JSON object: each of `known` in order (0 when absent), then any other key
 // of `m` (as /metrics lists them: prometheus.h with_known).
 json known_json(const std::map<std::string, int64_t> & m, const std::vector<std::string> & known) {

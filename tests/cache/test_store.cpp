@@ -808,6 +808,44 @@ TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
                             [](const capture_point & c) { return c.n_tokens == 298 && c.kind == point_kind::turn; }));
 }
 
+TEST_F(StoreTest, ALastUserStartAFewTokensAfterTheRestorePointIsNotASplit) {
+    // A warm user turn: turn 1's history boundary at 195 is restored, and the new user message
+    // starts 5 tokens later (the end-of-turn markup). With --cache-last-user-min-gain 32 no
+    // checkpoint is planned there (a split costs more than 5 tokens); an edit of the message
+    // then restores the boundary at 195. At 0 the old rule holds: a checkpoint at 200.
+    for (const int32_t min_gain : {32, 0}) {
+        SCOPED_TRACE(min_gain);
+        config c = small_config();
+        c.last_user_min_gain = min_gain;
+        store st(c, /*hybrid=*/true);
+        const key k{"b", "s"};
+        run(st, k, seq(0, 200), {-1, 195});
+        const tokens head = cat(seq(0, 195), seq(3000, 5));
+        auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 255, -1, {}, 200}, 2.0);
+        EXPECT_EQ(p2.n_restore, 195);
+        const bool at_user_start = std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 200 && cp.kind == point_kind::turn;
+        });
+        EXPECT_EQ(at_user_start, min_gain == 0);
+        // The history boundary is planned either way.
+        EXPECT_TRUE(std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 255 && cp.kind == point_kind::turn;
+        }));
+        // An edit of the message from its 20th token: its start (200), or the boundary 5 tokens
+        // before it that the turn restored from and kept.
+        auto p3 = st.plan(k, cat(cat(head, seq(8000, 20)), seq(9500, 40)), plan_hints{-1, 255, -1, {}, 200}, 3.0);
+        EXPECT_EQ(p3.n_restore, min_gain == 0 ? 200 : 195);
+        EXPECT_EQ(p3.kind, point_kind::turn);
+        st.abandon(p3, 0);
+        // A cold request plans it wherever it lies past the gain (here 200 tokens in).
+        store fresh(c, /*hybrid=*/true);
+        auto p4 = fresh.plan(k, cat(head, seq(8000, 60)), plan_hints{-1, 255, -1, {}, 200}, 4.0);
+        EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 200 && cp.kind == point_kind::turn;
+        }));
+    }
+}
+
 TEST_F(StoreTest, MessageRungsLetAnEditRestoreUpToTheRungBeforeIt) {
     config c = small_config();
     c.message_rungs = 8;
