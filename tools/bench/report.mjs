@@ -63,12 +63,13 @@ const ref = runs.find((r) => r.name === 'llama-server');
 const ratio = (a, b, d = 2) => (a && b ? (a / b).toFixed(d) : '-');
 const generated = (r) => r.records.reduce((a, x) => a + (x.completion_tokens ?? 0), 0);
 out.push('## Time', '');
-out.push(table(['configuration', 'wall time s', 'generated tokens', 'generated tokens/s over the wall time',
-  'TTFT p50 / p95 ms', ...(ref ? ['wall vs llama-server', 'TTFT p50 vs llama-server', 'TTFT p95 vs llama-server'] : [])],
+out.push(table(['configuration', 'wall time s', 'generated tokens', 'streams ended by a reply parse error',
+  'generated tokens/s over the wall time', 'TTFT p50 / p95 ms', ...(ref ? ['wall vs llama-server', 'TTFT p50 vs llama-server', 'TTFT p95 vs llama-server'] : [])],
 runs.map((r) => {
   const s = r.summary;
   const g = generated(r);
-  const row = [r.name, fmt(s.run_seconds, 1), fmt(g), fmt(s.run_seconds ? g / s.run_seconds : null, 1),
+  const row = [r.name, fmt(s.run_seconds, 1), fmt(g), fmt(s.parse_errors_kept ?? 0),
+    fmt(s.run_seconds ? g / s.run_seconds : null, 1),
     `${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`];
   if (ref) {
     row.push(`**${ratio(s.run_seconds, ref.summary.run_seconds)}**`, ratio(r.agg.ttft.all.p50, ref.agg.ttft.all.p50),
@@ -76,7 +77,10 @@ runs.map((r) => {
   }
   return row;
 })));
-out.push('', 'Wall time is the whole trace, restart included; a ratio below 1 is faster than llama-server.', '');
+out.push('', 'Wall time is the whole trace, restart included; a ratio below 1 is faster than llama-server. ' +
+  'A stream that its server ended with a reply parse error (llama-server, on a random-weight model\'s reply that ' +
+  'never closes its reasoning: the parse of the whole reply fails after the last token) decoded its reply but ' +
+  'reports no usage, so its tokens are missing from "generated tokens".', '');
 
 // The raw-engine part (tools/bench/engine.mjs): NAME.engine.json per configuration.
 const engines = order.map((name) => {
