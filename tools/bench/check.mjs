@@ -50,8 +50,10 @@ for (const n of NAMES) {
 
 const div = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? a / b : null);
 const ratios = {};
+const pairs = {};
 const put = (key, a, b) => {
   ratios[key] = div(a, b);
+  pairs[key] = [a, b];
   if (ratios[key] === null) problems.push(`ratio ${key} is not a number (lineage ${a}, llama-server ${b})`);
 };
 const [L, R] = NAMES;
@@ -89,7 +91,10 @@ fs.writeFileSync(path.join(dir, 'device-check.json'), JSON.stringify(out, null, 
 
 const f = (x, d = 2) => (x === null || x === undefined ? '-' : Number(x).toFixed(d));
 const lines = ['lineage-server / llama-server (time: below 1 is faster; rate: above 1 is faster):'];
-for (const [k, v] of Object.entries(ratios)) lines.push(`  ${k.padEnd(28)} ${f(v)}`);
+const g = (x) => (Number.isFinite(x) ? (Math.abs(x) >= 100 ? x.toFixed(0) : x.toPrecision(3)) : '-');
+for (const [k, v] of Object.entries(ratios)) {
+  lines.push(`  ${k.padEnd(28)} ${f(v).padStart(6)}   (lineage ${g(pairs[k][0])}, llama-server ${g(pairs[k][1])})`);
+}
 for (const n of NAMES) {
   const s = served[n];
   if (s) lines.push(`  ${n}: ${s.requests} of ${s.planned} requests, ${s.failures} failed` +
