@@ -50,8 +50,8 @@ constexpr uint32_t k_d_conv      = 4;      // short-conv taps of every recurrent
 // and a 5 MB recurrent state, qwen3 bench ~24 KB of KV per token.
 // large: a GPU's model (scripts/device-check --size device), n_embd 2048, n_ff 6144, 24 layers:
 // qwen35 1,996 M parameters (4.0 GB in F16; GDN 16x128, one gated-attention layer in four;
-// `--check` passes on it), qwen3 ~1.8B (not made yet). Only these two: the others' layouts (MoE, Mamba2 groups)
-// have no large shape.
+// `--check` passes on it), qwen3 ~1.8B (not made yet). Only these two: the others' layouts
+// (MoE, Mamba2 groups) have no large shape.
 dims large_dims(model_arch arch) {
     switch (arch) {
         case model_arch::qwen35:
