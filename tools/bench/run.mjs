@@ -544,6 +544,8 @@ try {
   process.exitCode = await main();
 } catch (e) {
   log(`error: ${e.stack || e.message}`);
+  // A server that died under the driver (a crash, or a signal from outside) says how here.
+  if (server.exit) log(`the server had exited: ${JSON.stringify(server.exit)} (log ${server.logPath})`);
   await server.stop();
   process.exitCode = 1;
 }

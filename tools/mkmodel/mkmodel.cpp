@@ -280,7 +280,8 @@ int main(int argc, char ** argv) {
         "  kimi-linear     Kimi Delta Attention + MLA, one MLA layer in four, MoE FFN\n"
         "  granite-hybrid  Mamba2 + NoPE attention (Granite-4.0-H layout)\n\n"
         "Presets: tiny (4 layers, n_embd 64, ~45 MB: tests; 1,000 tokens prefill in well under a second)\n"
-        "and bench (16-24 layers, n_embd 512, ~0.5 GB: a cold 3,000-token prefill takes seconds on 2 cores)."};
+        "bench (16-24 layers, n_embd 512, ~0.5 GB: a cold 3,000-token prefill takes seconds on 2 cores)\n"
+        "and large (qwen35 and qwen3 only: 24 layers, n_embd 2048, 2.0B parameters, 4.0 GB: for a GPU)."};
     app.add_option("--arch", opts.arch, "model architecture (required unless --check-only)")
         ->check(CLI::IsMember(arch_names()));
     app.add_option("--preset", opts.preset, "size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
@@ -324,6 +325,11 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     int rc = 0;
     if (!opts.check_only && !opts.lora_only) {
+        if (!has_shape(*parse_arch(opts.arch), *parse_preset(opts.preset))) {
+            std::fprintf(stderr, "lineage-mkmodel: no %s preset for --arch %s (large: qwen35 or qwen3)\n",
+                         opts.preset.c_str(), opts.arch.c_str());
+            return 1;
+        }
         rc = write_model(opts, *parse_arch(opts.arch), *parse_preset(opts.preset));
     }
     if (rc == 0 && !opts.lora_out.empty()) {

@@ -48,7 +48,30 @@ constexpr uint32_t k_d_conv      = 4;      // short-conv taps of every recurrent
 // takes ~4-5 s on the 2-core dev VM (best of several runs, 2026-11-29: qwen35 4.6 s, qwen3
 // 4.5 s, kimi-linear 3.8 s, granite-hybrid 3.8 s); qwen35 bench has Qwen3.5-0.8B's 24 layers
 // and a 5 MB recurrent state, qwen3 bench ~24 KB of KV per token.
+// large: a GPU's model (scripts/device-check --size device), n_embd 2048, n_ff 6144, 24 layers:
+// qwen35 1,996 M parameters (4.0 GB in F16; GDN 16x128, one gated-attention layer in four;
+// `--check` passes on it), qwen3 ~1.8B (not made yet). Only these two: the others' layouts
+// (MoE, Mamba2 groups) have no large shape.
+dims large_dims(model_arch arch) {
+    switch (arch) {
+        case model_arch::qwen35:
+            return dims{.n_layer = 24, .n_embd = 2048, .n_ff = 6144, .n_head = 16, .n_head_kv = 4,
+                        .head_dim = 128, .n_rot = 32, .attn_every = 4, .rec_heads = 16,
+                        .rec_k_heads = 16, .rec_head_dim = 128};
+        case model_arch::qwen3:
+            return dims{.n_layer = 24, .n_embd = 2048, .n_ff = 6144, .n_head = 16, .n_head_kv = 8,
+                        .head_dim = 128, .n_rot = 128, .attn_every = 1};
+        case model_arch::kimi_linear:
+        case model_arch::granite_hybrid:
+            break;
+    }
+    return {};
+}
+
 dims dims_for(model_arch arch, model_preset preset) {
+    if (preset == model_preset::large) {
+        return large_dims(arch);
+    }
     const bool tiny = preset == model_preset::tiny;
     switch (arch) {
         case model_arch::qwen35:  // Qwen3.5-0.8B: 24 layers, n_embd 1024, GDN 16x128
@@ -217,8 +240,12 @@ const std::vector<std::string> & arch_names() {
 }
 
 const std::vector<std::string> & preset_names() {
-    static const std::vector<std::string> names = {"tiny", "bench"};
+    static const std::vector<std::string> names = {"tiny", "bench", "large"};
     return names;
+}
+
+bool has_shape(model_arch arch, model_preset preset) {
+    return dims_for(arch, preset).n_layer > 0;
 }
 
 std::optional<model_arch> parse_arch(std::string_view name) {
@@ -232,6 +259,7 @@ std::optional<model_arch> parse_arch(std::string_view name) {
 std::optional<model_preset> parse_preset(std::string_view name) {
     if (name == "tiny") return model_preset::tiny;
     if (name == "bench") return model_preset::bench;
+    if (name == "large") return model_preset::large;
     return std::nullopt;
 }
 

@@ -19,11 +19,15 @@ struct ggml_tensor;
 namespace lineage::mkmodel {
 
 enum class model_arch { qwen35, qwen3, kimi_linear, granite_hybrid };
-enum class model_preset { tiny, bench };
+enum class model_preset { tiny, bench, large };
 
 // The CLI spellings, in the order --help lists them.
 const std::vector<std::string> & arch_names();
 const std::vector<std::string> & preset_names();
+
+// True when lineage-mkmodel has a shape for (arch, preset): every arch has tiny and bench;
+// large (billions of parameters, for a GPU: scripts/device-check) exists for qwen35 and qwen3.
+bool has_shape(model_arch arch, model_preset preset);
 
 // Parses a CLI spelling ("qwen35", "kimi-linear", ...); nullopt when unknown.
 std::optional<model_arch> parse_arch(std::string_view name);

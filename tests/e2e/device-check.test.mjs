@@ -1,0 +1,99 @@
+// scripts/device-check's verdict and flags, without a server: tools/bench/check.mjs passes a
+// whole run and names every gap of an incomplete one (a request not served, a failed one, a
+// missing raw-engine part, a ratio that is not a number), and --help documents every flag the
+// script parses. The run itself (tiny model, both servers) is a stage of scripts/test.
+//
+//   cd tests/e2e && node --test device-check.test.mjs
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, describe, it } from 'node:test';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const CHECK = path.join(ROOT, 'tools/bench/check.mjs');
+const SCRIPT = path.join(ROOT, 'scripts/device-check');
+
+const made = [];
+after(() => { for (const d of made) fs.rmSync(d, { recursive: true, force: true }); });
+const tmpDir = () => { const d = fs.mkdtempSync(path.join(os.tmpdir(), 'device-check-test-')); made.push(d); return d; };
+
+/** A run directory as scripts/bench writes it for lineage and llama-server; `edit` changes it. */
+function fakeRun(edit = () => {}) {
+  const dir = tmpDir();
+  const run = (name, wall, computed, p50) => ({ name, run_seconds: wall, requests: 14, failures: 0, parse_errors_kept: 0,
+    trace: { total_requests: 14 }, ttft: { all: { p50, p95: 2 * p50 } }, efficiency: { all: { computed, ratio: 1, prompt: 9000 } } });
+  const engine = (tok) => ({ streams: 2, decode_1: { client_tok_s: tok }, decode_n: { aggregate_tok_s: 2 * tok },
+    prefill: [{ target: 3000, server_tok_s: 10 * tok, prompt_tokens: 2662 }] });
+  const files = {
+    'report.md': '# report\n',
+    'results.json': [run('lineage', 10, 1000, 100), run('llama-server', 20, 4000, 50)],
+    'lineage.engine.json': engine(100),
+    'llama-server.engine.json': engine(400),
+  };
+  edit(files);
+  for (const [f, v] of Object.entries(files)) {
+    if (v !== undefined) fs.writeFileSync(path.join(dir, f), typeof v === 'string' ? v : JSON.stringify(v));
+  }
+  return dir;
+}
+
+function check(dir) {
+  const r = spawnSync(process.execPath, [CHECK, dir, '--assert'], { encoding: 'utf8' });
+  return { status: r.status, out: r.stdout, verdict: JSON.parse(fs.readFileSync(path.join(dir, 'device-check.json'), 'utf8')) };
+}
+
+describe('tools/bench/check.mjs --assert', () => {
+  it('passes a whole run and writes the ratios lineage / llama-server', () => {
+    const { status, verdict } = check(fakeRun());
+    assert.equal(status, 0);
+    assert.deepEqual(verdict.problems, []);
+    assert.deepEqual(verdict.ratios, { trace_wall_time: 0.5, ttft_p50: 2, ttft_p95: 2, prefill_computed_tokens: 0.25,
+      decode_1_tok_s: 0.25, decode_2_aggregate_tok_s: 0.25, prefill_3000_tok_s: 0.25 });
+    assert.deepEqual(verdict.served.lineage, { planned: 14, requests: 14, failures: 0, parse_errors_kept: 0 });
+  });
+
+  it('names each gap of an incomplete run and exits 1', () => {
+    const dir = fakeRun((f) => {
+      f['report.md'] = undefined;
+      f['results.json'][1].requests = 13;
+      f['results.json'][1].failures = 1;
+      f['results.json'][0].ttft.all.p50 = null;
+      f['llama-server.engine.json'] = undefined;
+    });
+    const { status, verdict } = check(dir);
+    assert.equal(status, 1);
+    assert.deepEqual(verdict.problems, [
+      'report.md is missing',
+      'llama-server: 13 of 14 planned requests recorded',
+      'llama-server: 1 failed requests (see llama-server.driver.log)',
+      'ratio ttft_p50 is not a number (lineage null, llama-server 50)',
+      'llama-server: no raw-engine results (llama-server.engine.json; see llama-server.engine.log)',
+    ]);
+  });
+
+  it('fails a run with no trace results at all', () => {
+    const { status, verdict } = check(fakeRun((f) => { f['results.json'] = undefined; }));
+    assert.equal(status, 1);
+    assert.ok(verdict.problems.includes('lineage: no trace results (lineage.summary.json / results.json)'));
+  });
+});
+
+describe('scripts/device-check', () => {
+  it('--help documents every flag the script parses', () => {
+    const help = spawnSync(SCRIPT, ['--help'], { encoding: 'utf8' });
+    assert.equal(help.status, 0);
+    const source = fs.readFileSync(SCRIPT, 'utf8');
+    const parsed = [...source.matchAll(/^ {4}(--[a-z-]+)\)/gm)].map((m) => m[1]);
+    assert.deepEqual(parsed, ['--size', '--out', '--budget-s', '--model', '--build-only']);
+    for (const flag of parsed) assert.match(help.stdout, new RegExp(`^  ${flag}\\b`, 'm'), `${flag} is not in --help`);
+  });
+
+  it('refuses an unknown size before building or running anything', () => {
+    const r = spawnSync(SCRIPT, ['--size', 'huge', '--out', tmpDir()], { encoding: 'utf8' });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /--size must be tiny, bench or device, got huge/);
+  });
+});
