@@ -153,6 +153,14 @@ struct config {
     int32_t ladder_near_step = 64;
     int32_t ladder_near_tokens = 512;
     int32_t ladder_max_rungs = 24;
+    /** At most this many more rungs on a new system region, each a split right before
+     *  per-session content (plan_hints::volatile_starts: an absolute path, a date) that lies
+     *  before the near zone, tools included, at least ladder_near_step / 4 apart: a new session whose
+     *  text parts there (another folder in a tool description or a memory path) restores up to
+     *  it instead of the far rung or tools anchor before it. 0: none; none either without a
+     *  ladder (ladder_step 0) (--cache-ladder-volatile-rungs; docs/architecture.md "The anchor
+     *  ladder"). */
+    int32_t ladder_volatile_rungs = 8;
     /** A divergence checkpoint moves back to the start of the line it falls in when that is at
      *  most this many tokens earlier, else back by anchor_slack tokens: a variation that parts
      *  a few tokens earlier next time still restores it (--cache-divergence-slack).

@@ -462,6 +462,25 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
                     p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/true});
                 }
             }
+            // Per-session content before the near zone (the tools included: a folder written
+            // into a tool's description): a split rung right before each, at least a quarter of a
+            // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
+            // rung at each), at most --cache-ladder-volatile-rungs.
+            const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
+            const int32_t min_gap = std::max(1, cfg_.ladder_near_step / 4);
+            int32_t last = -1;
+            int32_t taken = 0;
+            for (const int32_t v : h.volatile_starts) {
+                if (cfg_.ladder_step <= 0 || taken >= cfg_.ladder_volatile_rungs || v >= near_start) {
+                    break;
+                }
+                if (v <= from || v < cfg_.min_prefix || (last >= 0 && v - last < min_gap)) {
+                    continue;
+                }
+                add(v, point_kind::ladder);
+                last = v;
+                taken++;
+            }
         }
     }
     // An image is decoded as one unit: a point inside one moves back to its start (media.h).

@@ -96,6 +96,12 @@ struct plan_hints {
      *  restore point is chosen only when it is longer than every stored one. The span must
      *  outlive the plan() call. */
     std::span<const live_state> live = {};
+    /** Prompt positions where per-session content starts inside the system region (an absolute
+     *  path, a date: what agents write per folder and per day into their system text or a tool's
+     *  description), ascending, tokens: on a new system region a ladder rung (a split) goes
+     *  right before each that lies before the near zone (--cache-ladder-volatile-rungs; ladder.h).
+     *  Empty: none known. The span must outlive the plan() call. */
+    std::span<const int32_t> volatile_starts = {};
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */

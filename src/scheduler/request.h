@@ -92,6 +92,10 @@ struct cache_hints {
      *  where the cache puts ladder rungs and divergence checkpoints (cache/ladder.h). Filled
      *  for hybrid families only. */
     std::vector<int32_t> line_starts;
+    /** Prompt positions where an absolute path or a date starts inside the system region
+     *  (before anchor_tokens), ascending, tokens: where a new system region gets extra ladder
+     *  rungs (cache::plan_hints::volatile_starts). Hybrid families only. */
+    std::vector<int32_t> volatile_starts;
     /** Where the last message starts when it is a user message (the conversation before it
      *  rendered alone: its common prefix with the prompt), tokens, or -1: an edit of that
      *  message restores up to it (--cache-last-user-checkpoint). Hybrid families only. */

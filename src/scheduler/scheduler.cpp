@@ -364,6 +364,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
                             s.req->cache.line_starts, s.req->cache.last_user_tokens, media};
+    hints.volatile_starts = s.req->cache.volatile_starts;
     std::vector<cache::live_state> live;
     if (s.use_cache && !s.req->warmup && media.empty()) {
         live = live_states(s);

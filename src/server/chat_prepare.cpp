@@ -11,10 +11,47 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <stdexcept>
 
 namespace lineage::server {
+
+std::vector<size_t> volatile_text_starts(std::string_view text, size_t max_count) {
+    std::vector<size_t> out;
+    auto digit = [&](size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
+    auto name_char = [&](size_t i) {
+        if (i >= text.size()) {
+            return false;
+        }
+        const unsigned char c = static_cast<unsigned char>(text[i]);
+        return std::isalnum(c) != 0 || c == '_' || c == '.' || c == '-' || c == '@' || c == '+' || c >= 0x80;
+    };
+    for (size_t i = 0; i < text.size() && out.size() < max_count; ++i) {
+        const char c = text[i];
+        const char prev = i == 0 ? ' ' : text[i - 1];
+        if (c == '/' || (c == '~' && i + 1 < text.size() && text[i + 1] == '/')) {
+            if (std::string_view(" \t\n\r\"'(`=:<[{,").find(prev) == std::string_view::npos) {
+                continue;
+            }
+            size_t j = i + (c == '~' ? 2 : 1);
+            const size_t first = j;
+            while (name_char(j)) {
+                ++j;
+            }
+            if (j > first && j < text.size() && text[j] == '/' && name_char(j + 1)) {
+                out.push_back(i);
+                i = j;  // the rest of this path is the same path
+            }
+        } else if (digit(i) && (i == 0 || !digit(i - 1)) && digit(i + 1) &&
+                   digit(i + 2) && digit(i + 3) && i + 10 <= text.size() && text[i + 4] == '-' && digit(i + 5) &&
+                   digit(i + 6) && text[i + 7] == '-' && digit(i + 8) && digit(i + 9) && !digit(i + 10)) {
+            out.push_back(i);
+            i += 9;
+        }
+    }
+    return out;
+}
 
 namespace {
 
@@ -396,6 +433,21 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
         if (auto anchor = anchor_render(in)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
+        }
+        // Per-session content inside the system region (hybrid: a ladder rung before each on a
+        // new system prompt): each start's token position, while before the anchor.
+        out.cache.volatile_starts.clear();
+        if (model_.family() != engine::memory_family::dense && out.cache.anchor_tokens > 0) {
+            constexpr size_t max_starts = 64;
+            for (const size_t at : volatile_text_starts(rendered.prompt, max_starts)) {
+                const int32_t n = model_.tokens_before_byte(out.prompt, at, rendered.prompt.size());
+                if (n < 0 || n >= out.cache.anchor_tokens) {
+                    break;  // the tokens do not spell the text byte for byte, or past the system region
+                }
+                if (n > 0 && (out.cache.volatile_starts.empty() || out.cache.volatile_starts.back() != n)) {
+                    out.cache.volatile_starts.push_back(n);
+                }
+            }
         }
         // The tools anchor: where the prompt leaves the tools rendered alone. Where the template
         // puts the tool block first (Qwen3.5, GLM), that is the end of the tool block, shared by

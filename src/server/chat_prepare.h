@@ -63,6 +63,15 @@ struct prepare_options {
  *  merged map is what template_sig digests. */
 std::map<std::string, std::string> default_template_kwargs(const std::string & template_source, bool cache_enabled);
 
+/** Byte offsets in `text` where per-session content starts, ascending, at most `max_count`: an
+ *  absolute path of at least two components ("/home/dev/proj", "~/.qwen/QWEN.md") that begins the
+ *  text or follows a space, a quote, a bracket, '=', ':', ',' or '`' (a URL's "//" and a path
+ *  inside a word do not count), and an ISO date (YYYY-MM-DD, not inside a longer run of digits).
+ *  Agents write the working folder, memory paths and the date into their system prompts and tool
+ *  descriptions, per session (WORKLOAD.md); the cache puts a ladder rung before each
+ *  (cache::plan_hints::volatile_starts). */
+std::vector<size_t> volatile_text_starts(std::string_view text, size_t max_count);
+
 struct prepared_chat {
     std::vector<int32_t> prompt;
     scheduler::cache_hints cache;

@@ -681,6 +681,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-ladder-max-rungs", "LINEAGE_CACHE_LADDER_MAX_RUNGS", "N", std::to_string(dc.ladder_max_rungs),
         "most rungs per anchor (the far step stretches to fit); each is one recurrent state in RAM",
         int_min(cc.ladder_max_rungs, 0));
+    add("--cache-ladder-volatile-rungs", "LINEAGE_CACHE_LADDER_VOLATILE_RUNGS", "N",
+        std::to_string(dc.ladder_volatile_rungs),
+        "hybrid models: on a new system prompt, at most this many more rungs, each a prefill split right before "
+        "an absolute path or a date that lies before the near zone (tool descriptions included), so that a new "
+        "session in another folder restores up to it; 0 = none",
+        int_min(cc.ladder_volatile_rungs, 0));
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",
         int_min(cc.anchor_slack, 0));

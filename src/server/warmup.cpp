@@ -72,6 +72,7 @@ void warmer::run() {
         w->cache.breakpoint_tokens.clear();
         // Positions of the reply's prompt: not this prefix's (the reply is rendered into it).
         w->cache.line_starts.clear();
+        w->cache.volatile_starts.clear();
         w->cache.last_user_tokens = -1;
         // The same adapters as the reply: the state goes under the same key (lora_id).
         w->lora = std::move(j.lora);

@@ -656,6 +656,52 @@ TEST_F(StoreTest, LadderRungsGoWithTheAnchorAndServeASystemTextThatPartsLate) {
     EXPECT_EQ(p3.kind, point_kind::ladder);
 }
 
+TEST_F(StoreTest, VolatileStartsGetSplitRungsBeforeTheNearZoneToolsIncluded) {
+    // Per-session content (an absolute path, a date) at 40 (inside the tool block, before the
+    // tools anchor at 98), at 50 (within a quarter near step of 40: skipped), at 200 and at 300 (the far
+    // zone), and at 900 (the near zone, which has its own rungs): split rungs at 40, 200, 300.
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    const std::vector<int32_t> volatile_at = {40, 50, 200, 300, 900};
+    for (const int32_t cap : {8, 2, 0}) {
+        SCOPED_TRACE(cap);
+        c.ladder_volatile_rungs = cap;
+        store st(c, /*hybrid=*/true);
+        ladder_case lc;
+        lc.hints.volatile_starts = volatile_at;
+        const tokens user = seq(9000, 40);
+        auto p1 = run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+        std::vector<int32_t> split_rungs;
+        for (const auto & cp : p1.captures) {
+            if (cp.kind == point_kind::ladder && !cp.at_pass_end && cp.n_tokens < 460) {
+                split_rungs.push_back(cp.n_tokens);
+            }
+        }
+        const std::vector<int32_t> all = {40, 200, 300};
+        EXPECT_EQ(split_rungs, std::vector<int32_t>(all.begin(), all.begin() + std::min<size_t>(cap, all.size())));
+        // A new session whose tools differ at 45 (another folder in a tool's description) restores
+        // the rung at 40 with the rungs on, the start of nothing without them.
+        auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(45, 1), user), lc.hints);
+        EXPECT_EQ(p2.n_restore, cap > 0 ? 40 : 0);
+        // One parting at 310 restores the rung at 300, or with two rungs the one at 200 (without
+        // any: the far point at 354 is past it, so the tools anchor at 98).
+        auto p3 = run(st, key{"b", "s3"}, cat(lc.varied(310, 2), user), lc.hints);
+        EXPECT_EQ(p3.n_restore, cap >= 3 ? 300 : cap == 2 ? 200 : 98);
+    }
+    // A system region already pinned plans none (the rungs came with its anchor).
+    c.ladder_volatile_rungs = 8;
+    store st2(c, /*hybrid=*/true);
+    ladder_case lc;
+    lc.hints.volatile_starts = volatile_at;
+    run(st2, key{"b", "s1"}, cat(lc.system, seq(9000, 40)), lc.hints);
+    auto again = st2.plan(key{"b", "s4"}, cat(lc.system, seq(9500, 40)), lc.hints, 5.0);
+    EXPECT_EQ(again.n_restore, 998);
+    EXPECT_TRUE(std::none_of(again.captures.begin(), again.captures.end(),
+                             [](const capture_point & cp) { return cp.kind == point_kind::ladder; }));
+}
+
 TEST_F(StoreTest, WithoutTheLadderASystemTextThatPartsLateRestoresOnlyTheToolsAnchor) {
     store st(small_config(), /*hybrid=*/true);  // ladder_step 0
     ladder_case lc;

@@ -266,4 +266,47 @@ TEST_F(HybridPrepareTest, LastUserStartWithoutASecondRenderEqualsThePlaceholderR
     }
 }
 
+// Per-session content the cache puts ladder rungs before: absolute paths and ISO dates, not
+// relative paths, URLs, a slash inside a word or a longer run of digits.
+TEST(VolatileTextStarts, FindsAbsolutePathsAndDatesOnly) {
+    const std::string text = "Working directory: /home/dev/src/alpha\n"      // 19: after ": "
+                             "Memory: ~/.qwen/QWEN.md and \"/tmp/x/y\"\n"     // ~/ at 47, /tmp at 69
+                             "Today's date: 2026-12-01.\n"                      // the date at 92
+                             "Relative src/cache/trie.cpp, a URL https://example.com/a/b, and/or 1/2, "
+                             "a root / alone, /single, 12026-12-01 and 2026-12-011.";
+    const std::vector<size_t> got = server::volatile_text_starts(text, 16);
+    EXPECT_EQ(got, (std::vector<size_t>{text.find("/home"), text.find("~/"), text.find("\"/tmp") + 1,
+                                         text.find("2026-12-01.")}));
+    EXPECT_EQ(server::volatile_text_starts(text, 2).size(), 2u);
+    EXPECT_TRUE(server::volatile_text_starts("", 4).empty());
+    EXPECT_EQ(server::volatile_text_starts("/a/b", 4), (std::vector<size_t>{0}));
+    EXPECT_EQ(server::volatile_text_starts("2026-01-02", 4), (std::vector<size_t>{0}));
+}
+
+// On the hybrid model the prepared request carries the token position of each such start inside
+// the system region (before the anchor), and none past it.
+TEST_F(HybridPrepareTest, VolatileStartsAreThePathAndDateTokensInsideTheSystemRegion) {
+    server::chat_preparer prep(*model_, *tmpl_,
+                               server::prepare_options{.model_id = "tiny-qwen35",
+                                                       .default_kwargs = server::default_template_kwargs(tmpl_->source(), true)});
+    server::chat_request req;
+    ASSERT_FALSE(server::parse_chat_request(
+        R"({"messages":[{"role":"system","content":"You are a coding agent.\nWorking directory: /home/dev/src/alpha\nToday: 2026-12-01\nBe brief."},
+                        {"role":"user","content":"Look at /etc/hosts/x please."}]})",
+        req));
+    server::prepared_chat out;
+    ASSERT_FALSE(prep.prepare(req, 4096, out));
+    ASSERT_GT(out.cache.anchor_tokens, 0);
+    ASSERT_EQ(out.cache.volatile_starts.size(), 2u);  // the path and the date; not the user message's path
+    const std::string text = model_->detokenize(out.prompt);
+    for (const auto & [i, what] : std::vector<std::pair<size_t, std::string>>{{0, "/home/dev"}, {1, "2026-12-01"}}) {
+        const int32_t n = out.cache.volatile_starts[i];
+        ASSERT_LT(n, out.cache.anchor_tokens);
+        const std::string before = model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n));
+        const std::string after = model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n + 1));
+        EXPECT_LE(before.size(), text.find(what)) << what;  // the token before starts at or before it
+        EXPECT_GT(after.size(), text.find(what)) << what;   // the next token reaches into it
+    }
+}
+
 }  // namespace
