@@ -49,6 +49,19 @@ set_target_properties(engine::httplib PROPERTIES IMPORTED_LOCATION "${_httplib}"
 target_include_directories(engine::httplib SYSTEM INTERFACE "${_es}/vendor/cpp-httplib")
 target_link_libraries(engine::httplib INTERFACE Threads::Threads)
 
+# An engine built with ggml's backends as loadable modules (GGML_BACKEND_DL: scripts/bootstrap's
+# CUDA build) registers no backend until they are loaded: lineage loads them from the directory
+# of libggml at startup (src/engine/model.cpp), in the build tree and in the package alike.
+set(LINEAGE_ENGINE_BACKEND_DL OFF)
+if(EXISTS "${_eb}/CMakeCache.txt")
+  file(STRINGS "${_eb}/CMakeCache.txt" _dl REGEX "^GGML_BACKEND_DL:BOOL=ON$")
+  if(_dl)
+    set(LINEAGE_ENGINE_BACKEND_DL ON)
+    target_compile_definitions(engine::llama INTERFACE LINEAGE_ENGINE_BACKEND_DL=1)
+    message(STATUS "lineage: the engine's backends are loadable modules (GGML_BACKEND_DL)")
+  endif()
+endif()
+
 # Shared engine libraries are found at run time through the build tree's rpath.
 set(CMAKE_BUILD_RPATH "${_eb}/bin")
 set(LINEAGE_ENGINE_BIN "${_eb}/bin")

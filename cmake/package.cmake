@@ -19,7 +19,16 @@ install(TARGETS lineage-server lineage-mkmodel RUNTIME DESTINATION "${CMAKE_INST
 # The engine's libraries the two binaries load (directly or through libggml: libggml-cpu), as
 # their versioned files and SONAME links; the unversioned development links are left out.
 set(_engine_libs)
-foreach(_name ggml-base ggml ggml-cpu llama llama-common mtmd)
+set(_linked ggml-base ggml ggml-cpu llama llama-common mtmd)
+if(LINEAGE_ENGINE_BACKEND_DL)
+  # The backends are modules (libggml-cpu.so, libggml-cuda.so, no version), loaded from
+  # libggml's directory: installed beside it.
+  list(REMOVE_ITEM _linked ggml-cpu)
+  file(GLOB _modules "${LINEAGE_ENGINE_BIN}/libggml-*.so")
+  list(FILTER _modules EXCLUDE REGEX "/libggml-base\\.so$")
+  list(APPEND _engine_libs ${_modules})
+endif()
+foreach(_name ${_linked})
   file(GLOB _files "${LINEAGE_ENGINE_BIN}/lib${_name}.so.*")
   if(NOT _files)
     message(FATAL_ERROR "engine library lib${_name}.so.* missing in ${LINEAGE_ENGINE_BIN}; run scripts/bootstrap")

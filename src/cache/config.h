@@ -200,6 +200,22 @@ struct config {
      *  --cache-message-rungs (0: none), --cache-message-step. */
     int32_t message_rungs = 0;
     int32_t message_step = 16;
+    /** Pass-end message rungs (hybrid families): inside a last user message longer than
+     *  message_pass_step tokens, checkpoints every message_pass_step tokens back from its end,
+     *  at most message_pass_rungs, each taken at the end of the prefill pass that reaches it
+     *  (capture_point::at_pass_end): no split, so no forward pass of their own, only the state
+     *  copy (~5 MB and a few ms each on the bench model). Agents open a
+     *  session with a long first message (the working folder's files, environment, memory)
+     *  before the question: a new session in the same folder, a resumed one, or an edit of the
+     *  question restores up to the pass end before it instead of the message start (a 2.2k
+     *  token context block: 2,048 tokens not prefilled again). Kept like message rungs (only the
+     *  newest user message's; their own cap, not max_checkpoints). The step is the default
+     *  batch (512): one rung per pass. --cache-message-pass-rungs (0: none),
+     *  --cache-message-pass-step. */
+    int32_t message_pass_rungs = 4;
+    int32_t message_pass_step = 512;
+    /** The most message rungs an entry keeps: split rungs and pass-end rungs together. */
+    int32_t message_rungs_max() const { return message_rungs + message_pass_rungs; }
     /** Reply checkpoints (hybrid families with keep_reply): while a reply is decoded,
      *  the recurrent state is taken every reply_step decoded tokens (between decode steps, so
      *  no prefill is split; ~0.4 ms and ~5 MB each on the bench model), at most

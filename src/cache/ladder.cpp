@@ -58,19 +58,51 @@ ladder ladder_rungs(const config & cfg, int32_t from, int32_t anchor, std::span<
     return out;
 }
 
-std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len) {
+namespace {
+
+// Rungs start + k * step inside (max(start, from), end), step stretched so that at most `count` fit.
+std::vector<int32_t> spaced_rungs(int32_t count, int32_t min_step, int32_t from, int32_t start, int32_t end,
+                                  int32_t min_len) {
     std::vector<int32_t> rungs;
-    if (cfg.message_rungs <= 0 || cfg.message_step <= 0 || start < 0 || end - start < 2) {
+    if (count <= 0 || min_step <= 0 || start < 0 || end - start < 2) {
         return rungs;
     }
     const int32_t len = end - start;
     // ceil((len - 1) / rungs): the stretched step still leaves the last rung inside the message.
-    const int32_t step = std::max(cfg.message_step, (len - 1 + cfg.message_rungs - 1) / cfg.message_rungs);
-    for (int32_t r = start + step; r < end && static_cast<int32_t>(rungs.size()) < cfg.message_rungs; r += step) {
+    const int32_t step = std::max(min_step, (len - 1 + count - 1) / count);
+    for (int32_t r = start + step; r < end && static_cast<int32_t>(rungs.size()) < count; r += step) {
         if (r > from && r >= min_len) {
             rungs.push_back(r);
         }
     }
+    return rungs;
+}
+
+}  // namespace
+
+std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len) {
+    return spaced_rungs(cfg.message_rungs, cfg.message_step, from, start, end, min_len);
+}
+
+std::vector<int32_t> message_pass_rungs(const config & cfg, int32_t from, int32_t start, int32_t end,
+                                        int32_t min_len) {
+    std::vector<int32_t> rungs;
+    if (cfg.message_pass_rungs <= 0 || cfg.message_pass_step <= 0 || start < 0) {
+        return rungs;
+    }
+    // Walking back from the end: what a new session or a resume repeats ends right before the
+    // question, at the message's end.
+    const int32_t floor = std::max(start, from);
+    for (int32_t k = 1; k <= cfg.message_pass_rungs; ++k) {
+        const int32_t r = end - k * cfg.message_pass_step;
+        if (r <= floor) {
+            break;
+        }
+        if (r >= min_len) {
+            rungs.push_back(r);
+        }
+    }
+    std::reverse(rungs.begin(), rungs.end());
     return rungs;
 }
 

@@ -48,6 +48,15 @@ ladder ladder_rungs(const config & cfg, int32_t from, int32_t anchor, std::span<
  *  or cfg.message_step is <= 0, or start < 0 (no user message known). */
 std::vector<int32_t> message_rungs(const config & cfg, int32_t from, int32_t start, int32_t end, int32_t min_len);
 
+/** The pass-end message rungs of a last user message spanning [start, end): end - k * step for
+ *  k = 1 .. cfg.message_pass_rungs (step = cfg.message_pass_step), strictly after max(start,
+ *  from), ascending: the message's last rungs x step tokens, where what a new session or a resumed
+ *  one repeats ends (right before the question). The scheduler takes each at the end of the
+ *  prefill pass that reaches it (capture_point::at_pass_end), so none splits the prefill.
+ *  Rungs below `min_len` are left out; empty when the message is no longer than one step. */
+std::vector<int32_t> message_pass_rungs(const config & cfg, int32_t from, int32_t start, int32_t end,
+                                        int32_t min_len);
+
 /** Where a divergence checkpoint at `n` (the common prefix with the closest stored state,
  *  tokens) goes: the start of the line holding token n when it is at most cfg.divergence_slack
  *  tokens earlier, else n - cfg.anchor_slack (BPE slack), never below 0; n itself when

@@ -417,6 +417,13 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
             for (const int32_t r : message_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
                 add(r, point_kind::message);
             }
+            // and pass-end rungs through a long message: no split (config.h message_pass_rungs).
+            for (const int32_t r :
+                 message_pass_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+                if (r > from && r < n_prompt) {
+                    p.captures.push_back({r, point_kind::message, /*at_pass_end=*/true});
+                }
+            }
         }
         // cache_control breakpoints: where the client says it will come back.
         for (const int32_t b : breakpoints) {
@@ -532,7 +539,7 @@ void store::check_invariants() const {
                                            [](const checkpoint & c) { return c.kind == point_kind::reply; });
         if (static_cast<int32_t>(e.checkpoints.size() - n_message - n_reply) >
                 (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints) ||
-            n_message > cfg_.message_rungs || n_reply > config::max_reply_candidates) {
+            n_message > cfg_.message_rungs_max() || n_reply > config::max_reply_candidates) {
             fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) +
                  " checkpoints (" + std::to_string(n_message) + " message rungs, " + std::to_string(n_reply) +
                  " reply checkpoints)");

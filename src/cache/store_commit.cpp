@@ -63,10 +63,10 @@ void store::thin(std::vector<checkpoint> & cps) {
             std::count_if(cps.begin(), cps.end(), [k](const checkpoint & c) { return c.kind == k; }));
     };
     auto n_message = [&] { return n_of(point_kind::message); };
-    while (n_message() > cfg_.message_rungs) {
+    while (n_message() > cfg_.message_rungs_max()) {
         auto it = std::find_if(cps.begin(), cps.end(), [](const checkpoint & c) { return c.kind == point_kind::message; });
         LINEAGE_TRACE(trace_, "thinned: dropped the message rung at {} (over {} per lineage)", it->n_tokens,
-                      cfg_.message_rungs);
+                      cfg_.message_rungs_max());
         cps.erase(it);
     }
     // Reply checkpoints too (only the newest reply's are kept at commit): the oldest go first.

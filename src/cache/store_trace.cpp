@@ -197,6 +197,16 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
                 not_planned.push_back(fmt::format("divergence at {}: gain {} < {} (--cache-divergence-min-gain)",
                                                   sibling, sibling - p.n_restore, cfg_.divergence_min_gain));
             }
+            // The last user message's start, mirroring add_captures: skipped a few tokens after
+            // the restore point (no breakpoints; a point before the restore is no capture at all).
+            const int32_t last_user = h.last_user_tokens;
+            if (cfg_.last_user_checkpoint && last_user > p.n_restore && last_user < n_prompt &&
+                last_user - p.n_restore < cfg_.last_user_min_gain &&
+                std::none_of(p.captures.begin(), p.captures.end(),
+                             [last_user](const capture_point & c) { return c.n_tokens == last_user; })) {
+                not_planned.push_back(fmt::format("last user message at {}: gain {} < {} (--cache-last-user-min-gain)",
+                                                  last_user, last_user - p.n_restore, cfg_.last_user_min_gain));
+            }
             if (!cfg_.resend_checkpoint && n_prompt - p.n_restore < cfg_.guard_min_suffix) {
                 not_planned.push_back(fmt::format("guard: uncached suffix {} < {} (--cache-guard-min-suffix)",
                                                   n_prompt - p.n_restore, cfg_.guard_min_suffix));

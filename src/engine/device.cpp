@@ -1,11 +1,14 @@
 // engine::device: the device's memory through ggml's backend registry; see device.h.
 #include "engine/device.h"
 
+#include "engine/model.h"
+
 #include "ggml-backend.h"
 
 namespace lineage::engine {
 
 device_memory read_device_memory(bool want_gpu) {
+    init_backends();  // a GGML_BACKEND_DL engine has no devices before its modules are loaded
     device_memory gpus;
     gpus.gpu = true;
     device_memory cpu{"CPU", false, 0, 0};

@@ -1,12 +1,17 @@
 // engine::model over llama.h: load, vocabulary, metadata. Also owns the process-wide engine
-// setup (llama_backend_init once, llama.cpp's log routed into spdlog, the common library's log
-// level).
+// setup (init_backends: llama.cpp's log routed into spdlog, the common library's log level,
+// ggml's backend modules loaded where the engine has them, llama_backend_init once).
 // Thread safety: see model.h; the one-time setup is guarded by std::call_once.
 #include "engine/model.h"
 
+#include <ggml-backend.h>
 #include <llama.h>
 #include <log.h>
 #include <spdlog/spdlog.h>
+
+#ifdef LINEAGE_ENGINE_BACKEND_DL
+#include <dlfcn.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -43,7 +48,52 @@ void log_callback(ggml_log_level level, const char * text, void * /*user_data*/)
     }
 }
 
-void init_backend_once() {
+/** Loads ggml's backend modules where the engine was built with them (GGML_BACKEND_DL:
+ *  scripts/bootstrap's CUDA build) from the directory libggml was loaded from: the engine's
+ *  build tree, or lib/lineage of the package; then one INFO line names each backend and its
+ *  devices (a CUDA module on a machine without a GPU shows "no device"). */
+void load_backends() {
+#ifdef LINEAGE_ENGINE_BACKEND_DL
+    Dl_info info{};
+    std::string dir;
+    if (dladdr(reinterpret_cast<void *>(&ggml_backend_load_all_from_path), &info) != 0 && info.dli_fname) {
+        dir = std::filesystem::path(info.dli_fname).parent_path().string();
+    }
+    if (dir.empty()) {
+        ggml_backend_load_all();  // the executable's directory and the working directory
+    } else {
+        ggml_backend_load_all_from_path(dir.c_str());
+    }
+    std::string where = " (loadable modules from " + (dir.empty() ? std::string("the executable's directory") : dir) + ")";
+#else
+    std::string where = " (built in)";
+#endif
+    std::string list;
+    for (size_t r = 0; r < ggml_backend_reg_count(); ++r) {
+        ggml_backend_reg_t reg = ggml_backend_reg_get(r);
+        const size_t n = ggml_backend_reg_dev_count(reg);
+        list += (list.empty() ? "" : ", ") + std::string(ggml_backend_reg_name(reg));
+        if (n == 0) {
+            list += ": no device";
+        }
+        for (size_t d = 0; d < n; ++d) {
+            ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, d);
+            const auto type = ggml_backend_dev_type(dev);
+            if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+                size_t free = 0;
+                size_t total = 0;
+                ggml_backend_dev_memory(dev, &free, &total);
+                list += std::string(d == 0 ? ": " : "; ") + ggml_backend_dev_name(dev) + " " +
+                        ggml_backend_dev_description(dev) + " " + std::to_string(total >> 20) + " MiB";
+            }
+        }
+    }
+    spdlog::info("engine backends{}: {}", where, list.empty() ? std::string("none") : list);
+}
+
+}  // namespace
+
+void init_backends() {
     static std::once_flag once;
     std::call_once(once, [] {
         llama_log_set(log_callback, nullptr);
@@ -56,9 +106,12 @@ void init_backend_once() {
             common_log_set_prefix(common_log_main(), true);
             common_log_set_timestamps(common_log_main(), true);
         }
+        load_backends();
         llama_backend_init();
     });
 }
+
+namespace {
 
 const llama_vocab * vocab_of(const llama_model * m) {
     const llama_vocab * v = llama_model_get_vocab(m);
@@ -99,7 +152,7 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     if (!std::filesystem::is_regular_file(p.path, ec)) {
         throw std::runtime_error("model path is not a regular file: " + p.path);
     }
-    init_backend_once();
+    init_backends();
 
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = p.n_gpu_layers;

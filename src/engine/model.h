@@ -26,6 +26,14 @@ enum class memory_family {
 
 const char * to_string(memory_family f);
 
+/** The process-wide engine setup, once (later calls return at once): llama.cpp's and the common
+ *  library's logs routed into spdlog, ggml's backends loaded where the engine was built with them
+ *  as modules (GGML_BACKEND_DL: the directory of libggml is searched, so the build tree and the
+ *  package both work), one INFO line naming the backends and their devices, llama_backend_init.
+ *  Called by model's constructor and read_device_memory; never fails (no backend module found
+ *  leaves ggml without devices, and loading a model then fails with its own message). */
+void init_backends();
+
 struct model_params {
     std::string path;        ///< GGUF file
     int32_t n_gpu_layers = -1;  ///< -1: as many as fit (engine default); 0: CPU only

@@ -79,6 +79,7 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
     // those taken at a pass end (cache::capture_point::at_pass_end) at or before here give one
     // capture here, unless another capture is taken here anyway or this is the prompt end.
     bool at_pass_end_due = false;
+    cache::point_kind due_kind = cache::point_kind::ladder;  // of the last one due: a far rung or a message rung
     bool taken_here = false;
     while (s.next_capture < s.plan.captures.size()) {
         const auto & c = s.plan.captures[s.next_capture];
@@ -87,6 +88,7 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
         }
         if (c.at_pass_end) {
             at_pass_end_due = true;
+            due_kind = c.kind;
         } else {
             if (s.use_cache) {
                 capture(s, c, now_s);
@@ -96,7 +98,7 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
         s.next_capture++;
     }
     if (at_pass_end_due && !taken_here && s.use_cache && s.n_past < s.prompt_size()) {
-        capture(s, {s.n_past, cache::point_kind::ladder}, now_s);
+        capture(s, {s.n_past, due_kind}, now_s);
     }
     if (s.n_past < s.prompt_size()) {
         return false;

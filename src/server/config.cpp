@@ -658,6 +658,16 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-message-step", "LINEAGE_CACHE_MESSAGE_STEP", "TOKENS", std::to_string(dc.message_step),
         "message rungs this many tokens apart (stretched so that --cache-message-rungs cover a long message)",
         int_min(cc.message_step, 1));
+    add("--cache-message-pass-rungs", "LINEAGE_CACHE_MESSAGE_PASS_RUNGS", "N", std::to_string(dc.message_pass_rungs),
+        "hybrid models: most checkpoints taken inside a long last user message at the end of the prefill pass "
+        "that reaches each (no split, only the state copy), so that a new session whose first message repeats "
+        "a long context block, a resumed one, or an edit late in a long message restores up to the pass end "
+        "before where it parts instead of the message start; 0 = none",
+        int_min(cc.message_pass_rungs, 0));
+    add("--cache-message-pass-step", "LINEAGE_CACHE_MESSAGE_PASS_STEP", "TOKENS", std::to_string(dc.message_pass_step),
+        "pass-end message rungs this many tokens apart, walking back from the message's end; the default is "
+        "one rung per default batch",
+        int_min(cc.message_pass_step, 1));
     add("--cache-reply-step", "LINEAGE_CACHE_REPLY_STEP", "TOKENS", std::to_string(dc.reply_step),
         "hybrid models with --cache-keep-reply: the recurrent state is taken every this many decoded tokens "
         "(no prefill is split), and the entry keeps the last one before where the reply's text stops "

@@ -85,11 +85,11 @@ const endpoint * find_path(std::string_view path) {
     return nullptr;
 }
 
-std::string allowed_methods(std::string_view path) {
+std::string allowed_methods(std::string_view path, std::string_view separator) {
     std::string allowed;
     for (const auto & e : table) {
         if (serves(e, path)) {
-            allowed += std::string(allowed.empty() ? "" : " or ") + std::string(e.method);
+            allowed += std::string(allowed.empty() ? "" : separator) + std::string(e.method);
         }
     }
     return allowed;

@@ -59,8 +59,9 @@ const endpoint * find_endpoint(std::string_view method, std::string_view path);
  *  error shape of a path are the same for all its methods. */
 const endpoint * find_path(std::string_view path);
 
-/** The methods `path` is served with, joined by " or " ("GET or DELETE"); "" when none. */
-std::string allowed_methods(std::string_view path);
+/** The methods `path` is served with, joined by `separator` ("GET or DELETE"; ", " gives the
+ *  value of a 405's Allow header, RFC 9110 section 10.2.1); "" when none. */
+std::string allowed_methods(std::string_view path, std::string_view separator = " or ");
 
 /** Status and type an HTTP status code gets when httplib answers it without a handler body
  *  (404, 405, 413, ...): an unknown path's 404 lists the endpoints; a served path asked

@@ -12,6 +12,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <strings.h>
+
 #include <ctime>
 #include <exception>
 #include <optional>
@@ -108,12 +110,16 @@ caller server_context::caller_of(const httplib::Request & req) const {
         present = true;
     } else {
         const std::string auth = req.get_header_value("Authorization");
+        // The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is "Bearer KEY".
+        const auto scheme_is = [&auth](std::string_view scheme) {
+            return auth.size() >= scheme.size() && strncasecmp(auth.c_str(), scheme.data(), scheme.size()) == 0;
+        };
         const std::string prefix = "Bearer ";
         const std::string basic = "Basic ";
-        if (auth.compare(0, prefix.size(), prefix) == 0) {
+        if (scheme_is(prefix)) {
             given = auth.substr(prefix.size());
             present = true;
-        } else if (auth.compare(0, basic.size(), basic) == 0 && req.method == "GET") {
+        } else if (scheme_is(basic) && req.method == "GET") {
             // A browser's login dialog (endpoint::browser): the key is the password, after the
             // first ':' of "user:password".
             const endpoint * e = find_endpoint(req.method, req.path);
@@ -237,6 +243,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         }
         const api_error e = error_for_status(res.status, req.method, req.path, max_body);
         res.status = e.status;  // a served path asked with another method: 405
+        if (e.status == 405) {
+            res.set_header("Allow", allowed_methods(req.path, ", "));  // RFC 9110 section 15.5.6
+        }
         res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
     });

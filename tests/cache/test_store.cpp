@@ -892,6 +892,43 @@ TEST_F(StoreTest, ALastUserStartAFewTokensAfterTheRestorePointIsNotASplit) {
     }
 }
 
+TEST_F(StoreTest, PassEndMessageRungsLetANewSessionRestoreALongFirstMessage) {
+    // An agent's first request: a system prompt (300 tokens), then one user message of a
+    // 2,200-token context block (the folder, the environment) and a 20-token question, then
+    // the generation prompt. Its pass-end rungs lie every 512 tokens back from the message's end
+    // (2520), at most 4: 2008, 1496, 984 and 472 (still after the message start at 300).
+    const tokens context = cat(seq(0, 300), seq(5000, 2200));
+    const plan_hints first{-1, 2520, -1, {}, 300};
+    for (const int32_t rungs_on : {4, 0}) {
+        SCOPED_TRACE(rungs_on);
+        config c = small_config();
+        c.message_pass_rungs = rungs_on;
+        store st(c, /*hybrid=*/true);
+        auto p1 = run(st, key{"b", "s1"}, cat(cat(context, seq(9000, 20)), seq(100, 5)), first, 1.0);
+        std::vector<int32_t> pass_end;
+        for (const auto & cp : p1.captures) {
+            if (cp.kind == point_kind::message) {
+                EXPECT_TRUE(cp.at_pass_end) << cp.n_tokens;  // no split of their own
+                pass_end.push_back(cp.n_tokens);
+            }
+        }
+        EXPECT_EQ(pass_end, rungs_on ? (std::vector<int32_t>{472, 984, 1496, 2008}) : std::vector<int32_t>{});
+        // A new session on the same system prompt and context with another question: it restores
+        // the last rung before the question (2008), not the message start (300).
+        auto p2 = st.plan(key{"b", "s2"}, cat(cat(context, seq(9500, 25)), seq(100, 5)),
+                          plan_hints{-1, 2525, -1, {}, 300}, 2.0);
+        EXPECT_EQ(p2.n_restore, rungs_on ? 2008 : 300);
+        EXPECT_EQ(p2.kind, rungs_on ? point_kind::message : point_kind::turn);
+        st.abandon(p2, 0);
+        // A short message (under one step) takes none.
+        store fresh(c, /*hybrid=*/true);
+        auto p3 = fresh.plan(key{"b", "s3"}, cat(cat(seq(0, 300), seq(9000, 400)), seq(100, 5)),
+                             plan_hints{-1, 700, -1, {}, 300}, 3.0);
+        EXPECT_TRUE(std::none_of(p3.captures.begin(), p3.captures.end(),
+                                 [](const capture_point & cp) { return cp.kind == point_kind::message; }));
+    }
+}
+
 TEST_F(StoreTest, MessageRungsLetAnEditRestoreUpToTheRungBeforeIt) {
     config c = small_config();
     c.message_rungs = 8;

@@ -97,6 +97,29 @@ TEST_F(TraceTest, MissThenContinuation) {
                       }));
 }
 
+TEST_F(TraceTest, ALastUserPointSkippedForItsGainSaysSo) {
+    // A warm user turn whose new message starts 5 tokens after the restored boundary (195): no
+    // checkpoint at 200 under --cache-last-user-min-gain 32, and the trace names it and the flag.
+    // At 0 the point is planned and no such line is written.
+    for (const int32_t min_gain : {32, 0}) {
+        SCOPED_TRACE(min_gain);
+        config c = small_config();
+        c.last_user_min_gain = min_gain;
+        store st = make(true, c);
+        const key k{"bucket-a", "s", dims("t1")};
+        run(st, k, seq(0, 200), {-1, 195});
+        take();
+        run(st, k, cat(cat(seq(0, 195), seq(3000, 5)), seq(8000, 60)), plan_hints{-1, 255, -1, {}, 200}, 2.0);
+        const std::vector<std::string> lines = take();
+        ASSERT_GE(lines.size(), 2u);
+        const std::string & captures = lines[1];
+        const bool named = captures.find("last user message at 200: gain 5 < 32 (--cache-last-user-min-gain)") !=
+                           std::string::npos;
+        EXPECT_EQ(named, min_gain == 32) << captures;
+        EXPECT_EQ(captures.find("turn@200") != std::string::npos, min_gain == 0) << captures;
+    }
+}
+
 TEST_F(TraceTest, RejectedCandidatesSayWhy) {
     store st = make(true);
     const key k{"bucket-a", "s", dims("t1")};

@@ -8,8 +8,8 @@
 //  - the same invalid body with stream:true -> 400 JSON, not an event stream
 //  - a prompt longer than the context -> 400 whose message says the prompt is too long
 //  - an unknown model name -> 200 (accepted, as llama-server does: one model is served)
-//  - an unknown route -> 404, a served route with another method -> 405 (every endpoint and
-//    alias --help lists, with every method)
+//  - an unknown route -> 404, a served route with another method -> 405 with an Allow header
+//    (every endpoint and alias --help lists, with every method)
 //
 //   cd tests/e2e && node --test errors.test.mjs
 import assert from 'node:assert/strict';
@@ -143,6 +143,8 @@ for (const arch of ARCHS) {
           const body = JSON.parse(text);
           const message = body.error.message;
           assert.equal(message, `method ${method} is not allowed on ${pathname}; it takes ${methods.join(' or ')}`);
+          // RFC 9110 section 15.5.6: a 405 carries the Allow header.
+          assert.equal(res.headers.get('allow'), methods.join(', '), `${method} ${pathname}: Allow`);
         }
       }
       await stillServes('the endpoint walk');

@@ -116,6 +116,16 @@ for (const arch of ARCHS) {
       assert.ok(r.json.lookups >= usage.alice.length + usage.bob.length, r.text);
       assert.equal((await get('/v1/cache/stats')).status, 401);
       assert.equal((await get('/v1/cache/stats', 'sk-nobody')).status, 401);
+      // The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is bob's key, and a
+      // wrong key is refused however the scheme is spelled.
+      for (const scheme of ['bearer', 'BEARER']) {
+        const lower = await fetch(`${srv.url}/v1/cache/stats`, { headers: { Authorization: `${scheme} ${KEYS.bob}` } });
+        const text = await lower.text();
+        assert.equal(lower.status, 200, `${scheme}: ${text}`);
+        assert.equal(JSON.parse(text).tenant, 'bob');
+        const wrong = await fetch(`${srv.url}/v1/cache/stats`, { headers: { Authorization: `${scheme} sk-nobody` } });
+        assert.equal(wrong.status, 401);
+      }
     });
 
     it('POST /v1/cache/reset with a tenant key drops only that tenant; the admin key drops all', async () => {
