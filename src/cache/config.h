@@ -214,8 +214,9 @@ struct config {
      *  --cache-message-pass-step. */
     int32_t message_pass_rungs = 4;
     int32_t message_pass_step = 512;
-    /** The most message rungs an entry keeps: split rungs and pass-end rungs together. */
-    int32_t message_rungs_max() const { return message_rungs + message_pass_rungs; }
+    /** The most message rungs an entry keeps: split rungs and pass-end rungs together (64-bit:
+     *  each flag may be INT32_MAX). */
+    int64_t message_rungs_max() const { return static_cast<int64_t>(message_rungs) + message_pass_rungs; }
     /** Reply checkpoints (hybrid families with keep_reply): while a reply is decoded,
      *  the recurrent state is taken every reply_step decoded tokens (between decode steps, so
      *  no prefill is split; ~0.4 ms and ~5 MB each on the bench model), at most

@@ -67,12 +67,13 @@ std::vector<int32_t> spaced_rungs(int32_t count, int32_t min_step, int32_t from,
     if (count <= 0 || min_step <= 0 || start < 0 || end - start < 2) {
         return rungs;
     }
-    const int32_t len = end - start;
-    // ceil((len - 1) / rungs): the stretched step still leaves the last rung inside the message.
-    const int32_t step = std::max(min_step, (len - 1 + count - 1) / count);
-    for (int32_t r = start + step; r < end && static_cast<int32_t>(rungs.size()) < count; r += step) {
+    const int64_t len = static_cast<int64_t>(end) - start;
+    // ceil((len - 1) / rungs): the stretched step still leaves the last rung inside the message
+    // (64-bit: a count or step of INT32_MAX does not wrap).
+    const int64_t step = std::max<int64_t>(min_step, (len - 1 + count - 1) / count);
+    for (int64_t r = start + step; r < end && static_cast<int64_t>(rungs.size()) < count; r += step) {
         if (r > from && r >= min_len) {
-            rungs.push_back(r);
+            rungs.push_back(static_cast<int32_t>(r));
         }
     }
     return rungs;
@@ -93,13 +94,13 @@ std::vector<int32_t> message_pass_rungs(const config & cfg, int32_t from, int32_
     // Walking back from the end: what a new session or a resume repeats ends right before the
     // question, at the message's end.
     const int32_t floor = std::max(start, from);
-    for (int32_t k = 1; k <= cfg.message_pass_rungs; ++k) {
-        const int32_t r = end - k * cfg.message_pass_step;
+    for (int64_t k = 1; k <= cfg.message_pass_rungs; ++k) {
+        const int64_t r = static_cast<int64_t>(end) - k * cfg.message_pass_step;  // 64-bit: no wrap
         if (r <= floor) {
             break;
         }
         if (r >= min_len) {
-            rungs.push_back(r);
+            rungs.push_back(static_cast<int32_t>(r));
         }
     }
     std::reverse(rungs.begin(), rungs.end());

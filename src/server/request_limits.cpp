@@ -59,7 +59,21 @@ std::optional<api_error> check_chat_limits(const chat_request & r, const request
         return over(parts, "content parts (text parts, images, tool calls)", static_cast<uint64_t>(lim.max_content_parts), "--max-content-parts", "messages",
                     "too_many_content_parts");
     }
-    return std::nullopt;
+    // The text every template renders verbatim (contents, text parts, tool call arguments; not a
+    // past reasoning, which some templates drop): over the prompt bound, the rendered prompt is
+    // too, and the refusal comes before a render that takes time in proportion (seconds for
+    // tens of MiB) rather than after it.
+    uint64_t text_bytes = 0;
+    for (const auto & m : r.messages) {
+        text_bytes += m.content.size();
+        for (const auto & p : m.parts) {
+            text_bytes += p.size();
+        }
+        for (const auto & c : m.tool_calls) {
+            text_bytes += c.arguments.size();
+        }
+    }
+    return check_prompt_bytes(text_bytes, "the messages' text", "messages", lim);
 }
 
 std::optional<api_error> check_prompt_bytes(uint64_t bytes, const std::string & what, const std::string & param,

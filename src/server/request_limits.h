@@ -47,10 +47,12 @@ struct request_limits {
  *  before the server listens, from the flags above). */
 request_limits & default_request_limits();
 
-/** Checks `r`'s tools, messages and content parts against `lim`. Returns a 400
- *  invalid_request_error that names the count, the limit and its flag, with param "tools" or
- *  "messages" and code "too_many_tools", "tools_too_large", "too_many_messages" or
- *  "too_many_content_parts"; nullopt when within every limit. */
+/** Checks `r`'s tools, messages and content parts against `lim`, and the bytes of its messages'
+ *  text (contents, text parts, tool call arguments) against lim.max_prompt_bytes before any
+ *  render. Returns a 400 invalid_request_error that names the count, the limit and its flag,
+ *  with param "tools" or "messages" and code "too_many_tools", "tools_too_large",
+ *  "too_many_messages", "too_many_content_parts" or "prompt_too_large"; nullopt when within
+ *  every limit. */
 std::optional<api_error> check_chat_limits(const chat_request & r, const request_limits & lim = default_request_limits());
 
 /** A 400 "too_many_messages" when an array of `n` conversation items (the body's messages or

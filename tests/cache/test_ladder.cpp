@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 namespace lineage::cache {
 namespace {
 
@@ -120,6 +122,40 @@ TEST(MessageRungs, EveryStepInsideTheMessageAfterTheRestorePoint) {
     EXPECT_EQ(message_rungs(c, 0, 0, 400, 4), (std::vector<int32_t>{50, 100, 150, 200, 250, 300, 350}));
     c.message_rungs = 0;
     EXPECT_TRUE(message_rungs(c, 0, 100, 150, 4).empty());
+}
+
+TEST(MessageRungs, PassEndRungsWalkBackFromTheMessageEnd) {
+    config c = ladder_config();
+    c.message_pass_rungs = 4;
+    c.message_pass_step = 512;
+    // [300, 2520): 2008, 1496, 984, 472, ascending.
+    EXPECT_EQ(message_pass_rungs(c, 0, 300, 2520, 4), (std::vector<int32_t>{472, 984, 1496, 2008}));
+    // After the restore point only; at most 4 even in a longer message (its last 2,048 tokens).
+    EXPECT_EQ(message_pass_rungs(c, 1000, 300, 2520, 4), (std::vector<int32_t>{1496, 2008}));
+    EXPECT_EQ(message_pass_rungs(c, 0, 0, 10000, 4), (std::vector<int32_t>{7952, 8464, 8976, 9488}));
+    EXPECT_TRUE(message_pass_rungs(c, 0, 300, 812, 4).empty());  // one step long: nothing strictly inside
+    EXPECT_TRUE(message_pass_rungs(c, 0, -1, 2520, 4).empty());  // no user message known
+    EXPECT_EQ(message_pass_rungs(c, 0, 0, 1100, 100), (std::vector<int32_t>{588}));  // min prefix: 76 left out
+    c.message_pass_rungs = 0;
+    EXPECT_TRUE(message_pass_rungs(c, 0, 300, 2520, 4).empty());
+}
+
+TEST(MessageRungs, FlagsAtInt32MaxNeitherWrapNorLoop) {
+    // --cache-message-rungs, --cache-message-step and their pass-end twins at 2147483647 (the
+    // flags e2e test's huge value): the cap does not wrap negative (it emptied and then erased
+    // past the end of an entry's checkpoints), the steps do not wrap into the message.
+    config c = ladder_config();
+    c.message_rungs = INT32_MAX;
+    c.message_pass_rungs = INT32_MAX;
+    EXPECT_EQ(c.message_rungs_max(), int64_t{INT32_MAX} * 2);
+    c.message_step = 16;
+    EXPECT_EQ(message_rungs(c, 0, 100, 150, 4), (std::vector<int32_t>{116, 132, 148}));
+    c.message_pass_step = 512;
+    EXPECT_EQ(message_pass_rungs(c, 0, 100, 1200, 4), (std::vector<int32_t>{176, 688}));
+    c.message_step = INT32_MAX;
+    c.message_pass_step = INT32_MAX;
+    EXPECT_TRUE(message_rungs(c, 0, 100, INT32_MAX - 1, 4).empty());
+    EXPECT_TRUE(message_pass_rungs(c, 0, 100, INT32_MAX - 1, 4).empty());
 }
 
 }  // namespace

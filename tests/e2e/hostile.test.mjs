@@ -233,8 +233,14 @@ describe('per-request work limits, each flag at its value and one over [qwen35]'
     assert.match(e.message, /25 content parts .* at most 24 \(--max-content-parts\)/);
   });
 
-  it('--max-prompt-bytes: the rendered prompt, a completions prompt and /tokenize content over 4096 bytes refused', async () => {
+  it('--max-prompt-bytes: the messages, the rendered prompt, a completions prompt and /tokenize content over 4096 bytes refused', async () => {
+    // The messages' text over the bound: refused before the template renders it.
     let e = assertError(await srv.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'x '.repeat(2100) }] })), 400, 'chat');
+    assert.equal(e.code, 'prompt_too_large');
+    assert.equal(e.param, 'messages');
+    assert.match(e.message, /^the messages' text is 4200 bytes; this server tokenizes at most 4096 \(--max-prompt-bytes\)/);
+    // Within it, but not with the template's markup around it: refused after the render.
+    e = assertError(await srv.post('/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'x '.repeat(2045) }] })), 400, 'chat');
     assert.equal(e.code, 'prompt_too_large');
     assert.match(e.message, /^the rendered prompt is \d+ bytes; this server tokenizes at most 4096 \(--max-prompt-bytes\)/);
     e = assertError(await srv.post('/v1/completions', { model: 'tiny', max_tokens: 2, prompt: 'y'.repeat(4097) }), 400, 'completions');

@@ -167,6 +167,29 @@ TEST_F(RequestLimits, PromptBytesAtTheLimitAreAcceptedOneMoreIsRefused) {
                           "shorter prompt, or start the server with a larger --max-prompt-bytes");
 }
 
+TEST_F(RequestLimits, MessagesTextOverThePromptBoundIsRefusedBeforeTheRender) {
+    // Contents, text parts and tool call arguments count (1024 bytes at most here): 1000 + 24
+    // is at the bound, one more byte over it, whichever field it is in.
+    const std::string args = R"("{\"k\":\")" + std::string(8, 'a') + R"(\"}")";  // {"k":"aaaaaaaa"}: 16 bytes
+    const auto body = [&](int content, int part) {
+        return R"({"messages":[{"role":"user","content":")" + std::string(content, 'c') +
+               R"("},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":)" +
+               args + R"(}}]},{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":")" +
+               std::string(part, 'p') + R"("}]}]})";
+    };
+    EXPECT_FALSE(chat(body(1000, 8)));  // 1000 + 16 + 8 = 1024
+    for (const auto & [content, part] : {std::pair{1001, 8}, std::pair{1000, 9}}) {
+        const auto e = chat(body(content, part));
+        ASSERT_TRUE(e);
+        EXPECT_EQ(e->status, 400);
+        EXPECT_EQ(e->code, "prompt_too_large");
+        EXPECT_EQ(e->param, "messages");
+        EXPECT_EQ(e->message, "the messages' text is 1025 bytes; this server tokenizes at most 1024 "
+                              "(--max-prompt-bytes): send a shorter prompt, or start the server with a larger "
+                              "--max-prompt-bytes");
+    }
+}
+
 TEST_F(RequestLimits, ACompletionsTextPromptIsLimitedBeforeTokenizing) {
     completions_request r;
     EXPECT_FALSE(parse_completions_request(R"({"prompt":")" + std::string(1024, 'p') + R"("})", r));
