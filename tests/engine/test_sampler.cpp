@@ -78,6 +78,26 @@ TEST_F(SamplerTest, LogitBiasForcesAToken) {
     EXPECT_EQ(s.sample(*ctx_, last_).tok, forced);
 }
 
+// Greedy keeps one candidate early (sampler.cpp to_common: top_k 1) but after the penalties:
+// the second draw at the same logits is the argmax of the logits with the first token penalized
+// (llama.cpp's repeat penalty: a positive logit divided by it, a negative one multiplied).
+TEST_F(SamplerTest, GreedyIsTheArgmaxAfterThePenalties) {
+    sampler_params p;
+    p.temperature = 0.0f;
+    p.repeat_penalty = 10.0f;
+    sampler s(m_, p);
+    const float * l = ctx_->logits(last_);
+    const int32_t n = m_.n_vocab();
+    std::vector<float> adj(l, l + n);
+    const token first = s.sample(*ctx_, last_).tok;
+    EXPECT_EQ(first, static_cast<int32_t>(std::max_element(adj.begin(), adj.end()) - adj.begin()));
+    adj[static_cast<size_t>(first)] = adj[static_cast<size_t>(first)] > 0 ? adj[static_cast<size_t>(first)] / 10.0f
+                                                                           : adj[static_cast<size_t>(first)] * 10.0f;
+    const token second = s.sample(*ctx_, last_).tok;
+    EXPECT_NE(second, first);
+    EXPECT_EQ(second, static_cast<int32_t>(std::max_element(adj.begin(), adj.end()) - adj.begin()));
+}
+
 TEST_F(SamplerTest, UserGrammarConstrainsTheFirstToken) {
     sampler_params p;
     p.temperature = 0.0f;
