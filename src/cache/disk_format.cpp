@@ -1,5 +1,7 @@
 #include "cache/disk_format.h"
 
+#include "cache/blob_pool.h"
+
 #include "cache/digest.h"
 
 #include <xxhash.h>
@@ -389,7 +391,7 @@ disk_load_result read_body(FILE * f, reader & rdr, header & h, disk_load_result 
         return fail(disk_load_error::corrupt, "the tokens do not match the header's token digest");
     }
     auto section = [&](uint64_t n) -> blob_ptr {
-        blob b(n);
+        blob b = take_blob(n);
         if (!rd->bytes(b.data(), n)) {
             return nullptr;
         }

@@ -2,6 +2,8 @@
 // Owned and updated by the cache on the engine thread; readers get a copy.
 #pragma once
 
+#include "cache/blob_pool.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -159,6 +161,8 @@ struct stats {
     int64_t total_blocks_stored = 0;  ///< sum of the entries' block hash chain lengths
     int64_t unique_block_hashes = 0;  ///< distinct block hashes over all entries
     int64_t apc_active_entries = 0;   ///< entries carrying a non-empty chain
+    /** The process's recycled state buffers (blob_pool.h). */
+    blob_pool_stats buffer_pool;
     /** By key::tenant, for entries with a non-empty tenant (servers with API keys). */
     std::map<std::string, tenant_usage> tenants;
 };

@@ -354,6 +354,7 @@ std::vector<entry_view> store::entries() const {
 
 stats store::get_stats() const {
     stats s = stats_;
+    s.buffer_pool = blob_pool::instance().stats();
     s.ghosts = static_cast<int64_t>(ghosts_.size());
     s.entries = 0;
     s.anchors = 0;

@@ -60,6 +60,8 @@ struct checkpoint {
 /** Tier-2 file id (a row of the disk index); 0 = none. */
 using file_id = uint64_t;
 
-inline blob_ptr make_blob(blob b) { return std::make_shared<const blob>(std::move(b)); }
+/** Shares `b` as an immutable blob; when its last reference goes, its buffer returns to the
+ *  process's blob_pool (blob_pool.h) for a later capture of the same size. */
+blob_ptr make_blob(blob b);
 
 }  // namespace lineage::cache

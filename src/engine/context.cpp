@@ -115,14 +115,19 @@ void context::set_loras(const std::vector<const lora_adapter *> & adapters, cons
 }
 
 bytes context::get_state(seq_id s, bool recurrent_only) const {
+    bytes out;
+    get_state_into(s, recurrent_only, out);
+    return out;
+}
+
+void context::get_state_into(seq_id s, bool recurrent_only, bytes & out) const {
     const auto flags = flags_for(recurrent_only);
-    bytes out(llama_state_seq_get_size_ext(ctx_, s, flags));
+    out.resize(llama_state_seq_get_size_ext(ctx_, s, flags));
     const size_t n = llama_state_seq_get_data_ext(ctx_, out.data(), out.size(), s, flags);
     if (n != out.size()) {
         throw std::runtime_error("llama_state_seq_get_data_ext wrote " + std::to_string(n) + " of " +
                                  std::to_string(out.size()) + " bytes");
     }
-    return out;
 }
 
 size_t context::state_size(seq_id s, bool recurrent_only) const {

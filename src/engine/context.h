@@ -93,6 +93,9 @@ public:
     /** Snapshot of one sequence. recurrent_only: PARTIAL_ONLY (the recurrent state; on dense
      *  models llama.cpp returns the whole KV, so callers do not ask for it there). */
     bytes get_state(seq_id s, bool recurrent_only) const;
+    /** As get_state, into `out` (resized to the state's size: no allocation when its capacity
+     *  holds it, as for a recycled buffer). Throws std::runtime_error as get_state. */
+    void get_state_into(seq_id s, bool recurrent_only, bytes & out) const;
     /** Size in bytes that get_state would return, without copying. */
     size_t state_size(seq_id s, bool recurrent_only) const;
     /** Restores a snapshot into `s` (replacing what `s` held for that part). False on failure

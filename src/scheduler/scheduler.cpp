@@ -4,6 +4,7 @@
 // (tier 2). See scheduler.h for the contract, docs/architecture.md for the map.
 #include "scheduler/scheduler_impl.h"
 
+#include "cache/blob_pool.h"
 #include "scheduler/prefill_order.h"
 
 #include <algorithm>
@@ -87,6 +88,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     if (sizes) {
         spdlog::info("{}", describe(plan_of(m, p_, *sizes, max_seq_tokens_, p_.cache.device_slots)));
     }
+    // Freed state buffers are recycled for the next captures (cache/blob_pool.h): at most 8 idle,
+    // 64 MiB or 1/16 of the RAM budget where that is more, each for at most a minute.
+    cache::blob_pool::instance().configure(8, std::max<uint64_t>(64ull << 20, store_.budget() / 16), 60.0);
     slots_.resize(static_cast<size_t>(p_.n_parallel));
     n_seq_ = cp.n_seq;
     if (const char * v = std::getenv("LINEAGE_CHECK_INVARIANTS"); v != nullptr && std::string_view(v) == "1") {
@@ -272,6 +276,7 @@ void scheduler::impl::loop() {
         } else if (!busy) {
             store_.expire(now_s());
             pool_->drain_released();
+            cache::blob_pool::instance().trim();
         }
         disk_->housekeeping(!busy, now_s());
         if (check_invariants_) {

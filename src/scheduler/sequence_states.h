@@ -6,6 +6,7 @@
 // adapter borrows the context.
 #pragma once
 
+#include "cache/blob_pool.h"
 #include "cache/types.h"
 #include "engine/context.h"
 
@@ -36,8 +37,11 @@ public:
 class engine_states final : public sequence_states {
 public:
     explicit engine_states(engine::context & ctx) : ctx_(ctx) {}
+    /** Into a recycled buffer of the state's size where the pool has one (cache/blob_pool.h). */
     cache::blob get_state(int32_t seq, bool recurrent_only) const override {
-        return ctx_.get_state(seq, recurrent_only);
+        cache::blob b = cache::take_blob(ctx_.state_size(seq, recurrent_only));
+        ctx_.get_state_into(seq, recurrent_only, b);
+        return b;
     }
     size_t state_size(int32_t seq, bool recurrent_only) const override { return ctx_.state_size(seq, recurrent_only); }
     bool set_state(int32_t seq, const cache::blob & b, bool recurrent_only) override {

@@ -189,6 +189,15 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_apc_entries", "Entries carrying an APC block hash chain.",
             static_cast<double>(cs.apc_active_entries));
 
+    x.counter("lineage_prompt_cache_state_buffers_total",
+              "State buffers of 256 KiB or more taken for captures and loads, by source: reused (a freed "
+              "buffer kept resident), allocated (new memory, a page fault per 4 KiB page).",
+              "source", exposition::labelled{{"reused", static_cast<double>(cs.buffer_pool.reused)},
+                                             {"allocated", static_cast<double>(cs.buffer_pool.allocated)}});
+    x.gauge("lineage_prompt_cache_state_buffer_idle_bytes",
+            "Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).",
+            static_cast<double>(cs.buffer_pool.idle_bytes));
+
     // --- disk tier (owner: cache::disk_tier) ---
     const auto & d = cs.disk;
     x.counter("lineage_prompt_cache_disk_hits_total", "Restores served from a tier-2 file.",

@@ -115,6 +115,12 @@ json stats_json(const cache::stats & s) {
                    {"runs", w.runs},     {"preempted", w.preempted},
                    {"tokens", w.tokens}, {"hits", w.hits},
                    {"wasted", w.wasted}, {"skipped", known_json(w.skipped, known_keys::warmup_skips)}};
+    const auto & bp = s.buffer_pool;
+    j["buffer_pool"] = {{"reused", bp.reused},
+                        {"allocated", bp.allocated},
+                        {"idle_buffers", bp.idle_buffers},
+                        {"idle_bytes", bp.idle_bytes},
+                        {"max_idle_bytes", bp.max_idle_bytes}};
     j["apc_enabled"] = s.apc_enabled;
     j["total_blocks_stored"] = s.total_blocks_stored;
     j["unique_block_hashes"] = s.unique_block_hashes;

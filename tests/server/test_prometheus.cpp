@@ -18,6 +18,9 @@ cache::stats known_cache_stats() {
     s.entries = 3;
     s.anchors = 1;
     s.anchor_bytes = 4096;
+    s.buffer_pool.reused = 5;
+    s.buffer_pool.allocated = 2;
+    s.buffer_pool.idle_bytes = 10485760;
     s.checkpoints = {{"turn", 2}, {"guard", 1}};
     s.checkpoint_bytes = {{"turn", 200}, {"guard", 100}};
     s.bytes = {{"device", 1000}, {"ram", 4396}, {"disk", 3000}};
@@ -225,6 +228,13 @@ lineage_prompt_cache_apc_unique_blocks 31
 # HELP lineage_prompt_cache_apc_entries Entries carrying an APC block hash chain.
 # TYPE lineage_prompt_cache_apc_entries gauge
 lineage_prompt_cache_apc_entries 3
+# HELP lineage_prompt_cache_state_buffers_total State buffers of 256 KiB or more taken for captures and loads, by source: reused (a freed buffer kept resident), allocated (new memory, a page fault per 4 KiB page).
+# TYPE lineage_prompt_cache_state_buffers_total counter
+lineage_prompt_cache_state_buffers_total{source="reused"} 5
+lineage_prompt_cache_state_buffers_total{source="allocated"} 2
+# HELP lineage_prompt_cache_state_buffer_idle_bytes Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).
+# TYPE lineage_prompt_cache_state_buffer_idle_bytes gauge
+lineage_prompt_cache_state_buffer_idle_bytes 10485760
 # HELP lineage_prompt_cache_disk_hits_total Restores served from a tier-2 file.
 # TYPE lineage_prompt_cache_disk_hits_total counter
 lineage_prompt_cache_disk_hits_total 1
