@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <filesystem>
 #include <mutex>
@@ -88,6 +89,39 @@ void load_backends() {
             }
         }
     }
+#ifdef LINEAGE_ENGINE_BACKEND_DL
+    // A module that is there but did not load (the CUDA one without the NVIDIA driver's
+    // libcuda.so.1): named with the loader's reason, so that a GPU machine that serves on the
+    // CPU says why.
+    std::error_code ec;
+    for (const auto & f : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+        const std::string name = f.path().filename().string();
+        const std::string prefix = "libggml-";
+        if (name.rfind(prefix, 0) != 0 || name.size() < prefix.size() + 4 ||
+            name.compare(name.size() - 3, 3, ".so") != 0 || name == "libggml-base.so") {
+            continue;
+        }
+        std::string backend = name.substr(prefix.size(), name.size() - prefix.size() - 3);
+        const std::string family = backend.substr(0, backend.find('-'));  // cpu-haswell -> cpu
+        bool loaded = false;
+        for (size_t r = 0; r < ggml_backend_reg_count(); ++r) {
+            std::string reg = ggml_backend_reg_name(ggml_backend_reg_get(r));
+            std::transform(reg.begin(), reg.end(), reg.begin(), [](unsigned char c) { return std::tolower(c); });
+            loaded = loaded || reg == family;
+        }
+        if (loaded) {
+            continue;
+        }
+        std::string why = "no reason given";
+        if (void * h = dlopen(f.path().c_str(), RTLD_NOW | RTLD_LOCAL)) {
+            dlclose(h);
+            why = "it loads but registered no backend";
+        } else if (const char * e = dlerror()) {
+            why = e;
+        }
+        list += "; not loaded: " + backend + " (" + why + ")";
+    }
+#endif
     spdlog::info("engine backends{}: {}", where, list.empty() ? std::string("none") : list);
 }
 
