@@ -52,6 +52,10 @@ context::context(const model & m, const context_params & p)
     cp.n_batch = static_cast<uint32_t>(p.n_batch);
     cp.n_ubatch = static_cast<uint32_t>(std::min(p.n_ubatch, p.n_batch));
     cp.n_seq_max = static_cast<uint32_t>(p.n_seq);
+    if (p.n_outputs_max > 0) {
+        cp.n_outputs_max = static_cast<uint32_t>(p.n_outputs_max);
+        cp.n_outputs_max_per_seq = 1;
+    }
     const int32_t threads = p.n_threads > 0 ? p.n_threads : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
     cp.n_threads = threads;
     cp.n_threads_batch = p.n_threads_batch > 0 ? p.n_threads_batch : threads;

@@ -49,6 +49,12 @@ struct context_params {
      *  recurrent memory. llama.cpp clamps it to 0 for architectures without the support
      *  (see rollback_depth()). */
     int32_t n_rs_seq = 0;
+    /** Logits rows one decode() may ask for, over all sequences (llama.cpp's n_outputs_max;
+     *  0 = n_batch). The scheduler asks for one per sequence a step (the last prompt token or
+     *  the decoded one), so it passes n_seq, as llama-server passes --parallel: llama.cpp sizes
+     *  its worst-case prefill graph for this many output rows, and at n_batch = 512 rows of a
+     *  152k vocabulary that graph's compute buffer was 300 MiB against 28 MiB (bench-qwen35). */
+    int32_t n_outputs_max = 0;
 };
 
 /** The KV cache data types llama.cpp accepts (llama-server's -ctk/-ctv list, common/arg.cpp):

@@ -35,6 +35,10 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
     // the pool evenly; a unified pool of the same size lets one sequence take more.
     cp.n_ctx = max_seq_tokens_ * cp.n_seq;
+    // A step asks for one logits row per sequence at most (step(): the last prompt token or the
+    // decoded one), as llama-server's --parallel: llama.cpp then sizes its prefill graph's
+    // compute buffer for that many rows, not n_batch (engine/context.h).
+    cp.n_outputs_max = cp.n_seq;
     cp.kv_unified = p_.kv_unified;
     cp.n_batch = p_.n_batch;
     cp.n_ubatch = p_.n_ubatch;
