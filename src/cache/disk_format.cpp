@@ -1,7 +1,6 @@
 #include "cache/disk_format.h"
 
 #include "cache/blob_pool.h"
-
 #include "cache/digest.h"
 
 #include <xxhash.h>

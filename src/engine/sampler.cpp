@@ -52,10 +52,11 @@ common_params_sampling to_common(const sampler_params & p) {
     // Greedy (temperature <= 0) is the first token of highest logit after the penalties, the
     // logit bias and the grammar: llama.cpp's temperature sampler at 0 keeps that one and sets
     // the rest to -inf, and its `dist` sampler still takes the softmax of the whole vocabulary
-    // (248k exps a token on Qwen3.5: ~8% of a CPU decode step). top_k 1 keeps the same token
-    // (std::partial_sort replaces its one candidate only on a strictly greater logit, so the
-    // first maximum stays) and leaves one candidate for the samplers after it. top_k runs after
-    // the penalties in common_sampler's default order, so they still apply.
+    // (152k exps a token on bench-qwen35, 248k on Qwen3.5: ~8% of a CPU decode step). top_k 1
+    // keeps the same token (std::partial_sort replaces its one candidate only on a strictly
+    // greater logit, so the first maximum stays) and leaves one candidate for the samplers
+    // after it. top_k runs after the penalties in common_sampler's default order, so they
+    // still apply.
     sp.top_k = p.temperature <= 0.0f ? 1 : p.top_k;
     sp.min_p = p.min_p;
     sp.penalty_present = p.presence_penalty;
