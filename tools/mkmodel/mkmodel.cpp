@@ -15,6 +15,11 @@
 #include <ggml.h>
 #include <gguf.h>
 #include <llama.h>
+#ifdef LINEAGE_ENGINE_BACKEND_DL
+#include <dlfcn.h>
+#include <ggml-backend.h>
+#include <filesystem>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -322,6 +327,17 @@ int main(int argc, char ** argv) {
 
     g_verbose = opts.verbose;
     llama_log_set(log_callback, nullptr);
+#ifdef LINEAGE_ENGINE_BACKEND_DL
+    // An engine built with its backends as loadable modules (the CUDA build) has none until they
+    // are loaded: from libggml's own directory, as engine::init_backends does (the model check
+    // below loads the model it wrote).
+    if (Dl_info info{}; dladdr(reinterpret_cast<void *>(&ggml_backend_load_all_from_path), &info) != 0 &&
+                        info.dli_fname != nullptr) {
+        ggml_backend_load_all_from_path(std::filesystem::path(info.dli_fname).parent_path().c_str());
+    } else {
+        ggml_backend_load_all();
+    }
+#endif
     llama_backend_init();
     int rc = 0;
     if (!opts.check_only && !opts.lora_only) {
