@@ -51,9 +51,17 @@ for f in /usr/bin/lineage-server /usr/bin/lineage-mkmodel; do
   # Every shared library resolves, the engine's from /usr/lib/lineage (not the build tree).
   deps=$(ldd "$f")
   ! grep -q "not found" <<<"$deps" || fail "$f: $(grep 'not found' <<<"$deps")"
-  for lib in libllama.so.0 libggml.so.0 libggml-base.so.0 libggml-cpu.so.0; do
+  for lib in libllama.so.0 libggml.so.0 libggml-base.so.0; do
     grep -q "$lib => /usr/bin/../lib/lineage/$lib " <<<"$deps" || fail "$f: $lib not loaded from /usr/lib/lineage: $deps"
   done
+  # The CPU backend: linked in, or (an engine with loadable backends: the CUDA build) a module
+  # beside libggml, which the binaries load from there at startup.
+  if [ -e /usr/lib/lineage/libggml-cpu.so ]; then
+    ! grep -q "libggml-cpu.so.0 =>" <<<"$deps" || fail "$f: links libggml-cpu.so.0 although the backends are modules"
+  else
+    grep -q "libggml-cpu.so.0 => /usr/bin/../lib/lineage/libggml-cpu.so.0 " <<<"$deps" ||
+      fail "$f: libggml-cpu.so.0 not loaded from /usr/lib/lineage: $deps"
+  fi
 done
 for lib in libllama-common.so.0 libmtmd.so.0; do
   grep -q "$lib => /usr/bin/../lib/lineage/$lib " <<<"$(ldd /usr/bin/lineage-server)" || fail "$lib not from /usr/lib/lineage"
