@@ -85,13 +85,16 @@ void blob_pool::trim(bool all) {
 
 void blob_pool::trim_locked(clock::time_point now, bool all) {
     const auto max_age = std::chrono::duration<double>(max_idle_s_);
-    std::erase_if(idle_, [&](const idle & i) {
-        const bool old = all || now - i.since > max_age;
-        if (old) {
-            idle_bytes_ -= i.b.capacity();
+    // A plain loop, not erase_if with a lambda: -Wthread-safety does not see the lambda run
+    // under mu_.
+    for (auto it = idle_.begin(); it != idle_.end();) {
+        if (all || now - it->since > max_age) {
+            idle_bytes_ -= it->b.capacity();
+            it = idle_.erase(it);
+        } else {
+            ++it;
         }
-        return old;
-    });
+    }
 }
 
 blob_pool_stats blob_pool::stats() const {
