@@ -20,7 +20,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { echo, greedyChat, streamChat, usageOf, words } from './lib/chat.mjs';
+import { echo, greedyChat, nearTieDiff, streamChat, usageOf, words } from './lib/chat.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
@@ -148,12 +148,22 @@ for (const arch of ARCHS) {
       assert.equal(off.turns.at(-1).stats.warmup.runs, 0);
       assert.equal(off.turns.at(-1).stats.warmup.queued, 0);
 
-      // Greedy outputs through the warmed entries equal cold runs.
+      // Greedy outputs through the warmed entries equal cold runs. Dense: a hit's prompt was
+      // prefilled in other passes than the cold run's, so up to a near tie (docs/prompt-cache.md
+      // "What a hit guarantees"; lib/chat.mjs nearTieDiff); turn 1 is a miss either way.
+      const dense = (await srv.get('/v1/models')).json.data[0].meta.family === 'dense';
       for (let k = 0; k < turns.length; k++) {
         const upto = messages.slice(0, 2 + 2 * k);
-        const c = await chat(cold, upto, { cache_prompt: false }, `cold turn ${k + 1}`);
-        assert.deepEqual(turns[k].reply, replyOf(c), `turn ${k + 1}: warmed vs cold`);
-        assert.deepEqual(off.turns[k].reply, replyOf(c), `turn ${k + 1}: warm-up off vs cold`);
+        const c = await chat(cold, upto, { cache_prompt: false, logprobs: true, top_logprobs: 3 }, `cold turn ${k + 1}`);
+        for (const [what, reply] of [['warmed', turns[k].reply], ['warm-up off', off.turns[k].reply]]) {
+          if (dense && k > 0) {
+            assert.equal(reply.finish_reason, replyOf(c).finish_reason, `turn ${k + 1}: ${what} vs cold`);
+            assert.equal(nearTieDiff(`${reply.reasoning_content ?? ''}${reply.content ?? ''}`, c), '',
+              `turn ${k + 1}: ${what} vs cold`);
+          } else {
+            assert.deepEqual(reply, replyOf(c), `turn ${k + 1}: ${what} vs cold`);
+          }
+        }
       }
     });
 

@@ -196,3 +196,37 @@ export async function readSSE(res) {
   }
   return { text, data };
 }
+
+/** Whether a greedy reply's text agrees with a reference run of the same prompt that was
+ *  computed in another batch shape, as docs/prompt-cache.md "What a hit guarantees" promises for
+ *  that case: a dense hit (its prompt prefilled in other passes than the miss's), or any request
+ *  decoded beside others (concurrent sequences in one step). llama.cpp's CPU matrix kernels round
+ *  differently for different batch shapes on some CPUs (AVX2 without AVX-512: ~1e-3 nats between
+ *  a token decoded alone and beside another sequence), so a greedy pick can flip where its top two
+ *  candidates are that close, and the two continuations part there.
+ *
+ *  `text`: the reply to check, the generated text as one string (reasoning + content, as the
+ *  tokens spell it). `ref`: the reference chat completion, asked with `logprobs: true` and
+ *  `top_logprobs` >= 2. The reply must spell the reference's tokens, up to a position where it
+ *  takes a runner-up of the reference whose logprob is within `tol` nats of the reference's pick
+ *  (a near tie); past that position nothing is compared. Returns '' when it agrees, else why not. */
+export function nearTieDiff(text, ref, tol = 0.01) {
+  const toks = ref.choices[0].logprobs?.content ?? [];
+  const m = ref.choices[0].message;
+  const full = `${m.reasoning_content ?? ''}${m.content ?? ''}`;
+  if (text === full) return '';
+  const spelled = toks.map((e) => e.token).join('');
+  if (spelled !== full) return `the reference's tokens spell ${JSON.stringify(spelled)}, its reply ${JSON.stringify(full)}`;
+  let at = 0;
+  for (const [i, e] of toks.entries()) {
+    if (text.startsWith(e.token, at)) {
+      at += e.token.length;
+      continue;
+    }
+    const tie = e.top_logprobs.find((a) => a.token !== e.token && a.logprob >= e.logprob - tol && text.startsWith(a.token, at));
+    if (tie) return '';
+    return `token ${i}: the reply goes on with ${JSON.stringify(text.slice(at, at + 16))}, the reference picked ` +
+      `${JSON.stringify(e.token)} (${e.logprob}), runners-up ${JSON.stringify(e.top_logprobs.map((a) => [a.token, a.logprob]))}`;
+  }
+  return `the reply ${JSON.stringify(text)} is longer than the reference ${JSON.stringify(full)}`;
+}
