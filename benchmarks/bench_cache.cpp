@@ -17,8 +17,8 @@
 //                           grow with F (the catalog is indexed by bucket, like the store).
 //
 //   build/bin/bench_cache [--benchmark_filter=NextTurn] [--benchmark_format=json]
-#include "cache/disk_catalog.h"
-#include "cache/store.h"
+#include "cache/tier/disk/disk_catalog.h"
+#include "cache/store/store.h"
 
 #include <benchmark/benchmark.h>
 

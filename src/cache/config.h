@@ -3,7 +3,7 @@
 // and docs). Thread safety: plain value type.
 #pragma once
 
-#include "cache/digest.h"
+#include "cache/rule/digest.h"
 
 #include <cstdint>
 #include <string>

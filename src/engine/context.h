@@ -34,7 +34,7 @@ struct context_params {
     int32_t flash_attn = -1;
     /** KV cache data types of K and V, by ggml name (one of kv_cache_types()). A state blob
      *  holds the cache in this type: blobs of another type do not restore (set_state fails), so
-     *  the cache key carries it (server/cache_key.h bucket_inputs::kv_type). */
+     *  the cache key carries it (server/prepare/cache_key.h bucket_inputs::kv_type). */
     std::string type_k = "f16";
     std::string type_v = "f16";
     /** One KV pool for all sequences (cells shared through seq_cp, no copies) instead of one

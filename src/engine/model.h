@@ -68,7 +68,7 @@ public:
 
     /** Positions in `toks` where a line begins: i such that toks[i-1]'s text (special tokens
      *  rendered) holds a newline, ascending. Where the cache puts its ladder rungs and
-     *  divergence checkpoints (cache/ladder.h). Cost: one table lookup a token (the table is
+     *  divergence checkpoints (cache/rule/ladder.h). Cost: one table lookup a token (the table is
      *  built once, at load). */
     std::vector<int32_t> line_starts(const std::vector<token> & toks) const;
 

@@ -10,9 +10,9 @@
 // store before it is destroyed.
 #pragma once
 
-#include "cache/disk_tier.h"
-#include "cache/redis_tier.h"
-#include "cache/store.h"
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/redis/redis_tier.h"
+#include "cache/store/store.h"
 #include "scheduler/sequence_states.h"
 
 #include <functional>

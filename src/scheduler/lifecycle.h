@@ -7,7 +7,7 @@
 // Thread safety: engine thread only. Ownership: borrows the states, the store and the pool.
 #pragma once
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "scheduler/sequence_pool.h"
 #include "scheduler/sequence_states.h"
 #include "scheduler/slot.h"

@@ -6,8 +6,8 @@
 // be called from any thread.
 #pragma once
 
-#include "cache/key.h"
-#include "cache/media.h"
+#include "cache/rule/key.h"
+#include "cache/rule/media.h"
 #include "engine/multimodal.h"
 #include "engine/sampler.h"
 #include "util/thread_annotations.h"
@@ -89,7 +89,7 @@ struct cache_hints {
      *  `cache_control`), before BPE slack: the cache captures a restore point at each. */
     std::vector<int32_t> breakpoint_tokens;
     /** Prompt positions where a line begins (the token before holds a newline), ascending:
-     *  where the cache puts ladder rungs and divergence checkpoints (cache/ladder.h). Filled
+     *  where the cache puts ladder rungs and divergence checkpoints (cache/rule/ladder.h). Filled
      *  for hybrid families only. */
     std::vector<int32_t> line_starts;
     /** Prompt positions where an absolute path or a date starts inside the system region
@@ -102,7 +102,7 @@ struct cache_hints {
     int32_t last_user_tokens = -1;
 };
 
-/** Why the scheduler could not serve a request (an error event). src/server/errors.cpp maps it
+/** Why the scheduler could not serve a request (an error event). src/server/http/errors.cpp maps it
  *  to an HTTP status and error shape, in one function, for every API dialect. */
 enum class failure_kind {
     prompt_too_long,   ///< the prompt does not fit one sequence (the client's to fix)
@@ -186,7 +186,7 @@ private:
  *  thread answers `alive`, or cancels the request when its client has gone. */
 enum class probe_state : int { none, asked, alive };
 
-/** One image of a prompt: the positions it fills (its pseudo-tokens in `prompt`, cache/media.h)
+/** One image of a prompt: the positions it fills (its pseudo-tokens in `prompt`, cache/rule/media.h)
  *  and the chunk the engine encodes and decodes there as one unit. */
 struct media_span {
     cache::token_span span;

@@ -9,7 +9,7 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "engine/device.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"

@@ -7,7 +7,7 @@
 
 #include "scheduler/scheduler.h"
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "engine/context.h"
 #include "engine/lora.h"
 #include "engine/model.h"

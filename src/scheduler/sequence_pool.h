@@ -7,7 +7,7 @@
 // Thread safety: engine thread only. Ownership: borrows the states and the store.
 #pragma once
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "scheduler/sequence_states.h"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // scheduler::settings: the settings in effect for the served model; see settings.h.
 #include "scheduler/settings.h"
 
-#include "cache/capacity.h"
+#include "cache/store/capacity.h"
 
 #include <spdlog/spdlog.h>
 

@@ -6,7 +6,7 @@
 // Thread safety: functions called once, on the constructing thread. Ownership: none.
 #pragma once
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "engine/context.h"
 #include "engine/model.h"
 #include "scheduler/memory_plan.h"

@@ -3,7 +3,7 @@
 // Thread safety: engine thread only. Ownership: owns its sampler; shares the request.
 #pragma once
 
-#include "cache/store.h"
+#include "cache/store/store.h"
 #include "engine/context.h"
 #include "scheduler/request.h"
 

@@ -6,9 +6,9 @@
 // the parser all read; split by flag group it would be harder to keep complete.
 #include "server/config.h"
 
-#include "cache/redis_tier.h"
+#include "cache/tier/redis/redis_tier.h"
 #include "engine/context.h"
-#include "server/endpoints.h"
+#include "server/http/endpoints.h"
 
 #include <CLI/CLI.hpp>
 

@@ -6,9 +6,9 @@
 #pragma once
 
 #include "scheduler/scheduler.h"
-#include "server/tenants.h"
-#include "server/lora_registry.h"
-#include "server/request_limits.h"
+#include "server/http/tenants.h"
+#include "server/prepare/lora_registry.h"
+#include "server/http/request_limits.h"
 
 #include <cstdint>
 #include <functional>

@@ -1,16 +1,16 @@
 // lineage-server: parse the configuration, load the model and its chat template, start the
 // scheduler (engine thread), serve HTTP until SIGINT/SIGTERM, then shut down in order: stop
 // accepting HTTP, stop the scheduler, exit 0. Startup failures print one clear error, exit 1.
-#include "cache/digest.h"
+#include "cache/rule/digest.h"
 #include "engine/chat_template.h"
 #include "engine/device.h"
 #include "engine/model.h"
 #include "engine/multimodal.h"
 #include "scheduler/scheduler.h"
 #include "server/config.h"
-#include "server/json_body.h"
-#include "server/lora_registry.h"
-#include "server/routes.h"
+#include "server/http/json_body.h"
+#include "server/prepare/lora_registry.h"
+#include "server/http/routes.h"
 
 #include <httplib.h>
 #include <spdlog/sinks/stdout_color_sinks.h>

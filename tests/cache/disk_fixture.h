@@ -2,9 +2,9 @@
 // maker and a synchronous write through the tier. Header-only; no model.
 #pragma once
 
-#include "cache/disk_format.h"
-#include "cache/disk_tier.h"
-#include "cache/store.h"
+#include "cache/tier/disk/disk_format.h"
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/store/store.h"
 
 #include "fake_states.h"
 

@@ -25,7 +25,7 @@ const CODEX_VERSION = '0.171.0';
 const MODEL = 'tiny-qwen35';
 
 /** Codex's Responses items and tools -> the chat body the server renders for them (the mapping
- *  of src/server/responses_request.cpp: leading developer/system items merged by a blank line;
+ *  of src/server/dialects/responses/responses_request.cpp: leading developer/system items merged by a blank line;
  *  namespace tools flattened; hosted tools left out). Messages and function calls only. */
 function chatBodyOf(req) {
   const msgs = [];

@@ -1,7 +1,7 @@
 // Images in chat messages (docs/prompt-cache.md "Images") over real HTTP with the openai client, on
 // the tiny dense model (qwen3) with a random-weight LLaVA-style projector from lineage-mkmodel
 // --mmproj-out: image_url parts with data: URIs. An image fills 16 positions whose pseudo-tokens
-// derive from its digest (src/cache/media.h), so the cache restores the text before an image that
+// derive from its digest (src/cache/rule/media.h), so the cache restores the text before an image that
 // differs, and past an image that is the same. Every output equals a cold run (cache_prompt:
 // false). http(s) URLs, bytes that are no image, and images sent to a server without --mmproj get a
 // 400 in OpenAI's error shape. With the warm-up on (--cache-warmup): the user turn after a turn

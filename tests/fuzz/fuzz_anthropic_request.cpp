@@ -1,4 +1,4 @@
-// libFuzzer target: the Anthropic Messages body (server/anthropic_request.h and
+// libFuzzer target: the Anthropic Messages body (server/dialects/anthropic/anthropic_request.h and
 // anthropic_messages.h: POST /v1/messages and /v1/messages/count_tokens). Any input
 // is a raw body taken through the body limit and parse_anthropic_request as the routes take it,
 // in both modes (messages, count_tokens): a rejection must be a 400/413 error value, never an
@@ -10,8 +10,8 @@
 // (signed with the key below) to DIR and exits; the other seeds are hand-written files.
 #include "fuzz_request.h"
 
-#include "server/anthropic_request.h"
-#include "server/thinking_signature.h"
+#include "server/dialects/anthropic/anthropic_request.h"
+#include "server/dialects/anthropic/thinking_signature.h"
 
 #include <cstdlib>
 #include <fstream>

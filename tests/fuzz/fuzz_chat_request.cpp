@@ -1,4 +1,4 @@
-// libFuzzer target: the chat completion body (server/chat_request.h: POST /v1/chat/completions
+// libFuzzer target: the chat completion body (server/dialects/chat/chat_request.h: POST /v1/chat/completions
 // and POST /apply-template). Any input is a raw body taken through the body limit and
 // parse_chat_request as the routes take it: a rejection must be a 400/413 error value, never an
 // exception, crash or UB; an accepted request must keep what the parser promises (at most 4
@@ -8,7 +8,7 @@
 // Build and run: docs/prompt-cache.md "Security and failure model" > "Fuzzing".
 #include "fuzz_request.h"
 
-#include "server/chat_request.h"
+#include "server/dialects/chat/chat_request.h"
 
 using namespace lineage;
 

@@ -1,4 +1,4 @@
-// libFuzzer target: the legacy completions body (server/completions_request.h: POST
+// libFuzzer target: the legacy completions body (server/dialects/completions/completions_request.h: POST
 // /v1/completions). Any input is a raw body taken through the body limit and
 // parse_completions_request as the route takes it: a rejection must be a 400/413 error value,
 // never an exception, crash or UB; an accepted request has one prompt (text, or token ids that
@@ -6,7 +6,7 @@
 // Build and run: docs/prompt-cache.md "Security and failure model" > "Fuzzing".
 #include "fuzz_request.h"
 
-#include "server/completions_request.h"
+#include "server/dialects/completions/completions_request.h"
 
 using namespace lineage;
 

@@ -1,10 +1,10 @@
-// libFuzzer target: the tier-2 blob file reader (cache/disk_format.h). Any input is a
+// libFuzzer target: the tier-2 blob file reader (cache/tier/disk/disk_format.h). Any input is a
 // candidate blob file: the reader must never crash, hang, allocate before checking a declared
 // size, or throw; and a file it accepts must be exactly what the writer makes of the record it
 // returned (re-written byte for byte), so nothing the checks let through is misread.
 // Build and run: docs/prompt-cache.md "Security and failure model" (LINEAGE_FUZZ=ON).
 // With LINEAGE_FUZZ_SEEDS=DIR set, writes the seed corpus to DIR and exits.
-#include "cache/disk_format.h"
+#include "cache/tier/disk/disk_format.h"
 
 #include <cstdint>
 #include <cstdio>

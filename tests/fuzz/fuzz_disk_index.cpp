@@ -1,10 +1,10 @@
-// libFuzzer target: the tier-2 index loader (cache/disk_index.h). Any input is a
+// libFuzzer target: the tier-2 index loader (cache/tier/disk/disk_index.h). Any input is a
 // candidate index.sqlite: opening and scanning it must never crash or throw anything but
 // index_damaged (the tier then moves it aside), and every row it accepts must satisfy the
 // checks the tier relies on (tokens, history, checkpoints within the file, ids in range).
 // Build and run: docs/prompt-cache.md "Security and failure model" (LINEAGE_FUZZ=ON).
 // With LINEAGE_FUZZ_SEEDS=DIR set, writes the seed corpus to DIR and exits.
-#include "cache/disk_index.h"
+#include "cache/tier/disk/disk_index.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// libFuzzer target: the request body reader (server/json_body.h), which every JSON
+// libFuzzer target: the request body reader (server/http/json_body.h), which every JSON
 // endpoint runs before anything else. Any input is a body, read with small limits (depth 16,
 // 512 values) and with the server's defaults, as an object and as any value: it must never
 // crash, throw or recurse past its limits; a body it accepts is JSON the library accepts, within

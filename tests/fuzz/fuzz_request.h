@@ -5,10 +5,10 @@
 // calls a target from one thread; these are pure functions.
 #pragma once
 
-#include "server/chat_request.h"
-#include "server/errors.h"
-#include "server/json_body.h"
-#include "server/request_limits.h"
+#include "server/dialects/chat/chat_request.h"
+#include "server/http/errors.h"
+#include "server/http/json_body.h"
+#include "server/http/request_limits.h"
 
 #include <cstdint>
 #include <cstdio>

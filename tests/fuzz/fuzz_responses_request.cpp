@@ -1,4 +1,4 @@
-// libFuzzer target: the Responses API body and its items (server/responses_request.h,
+// libFuzzer target: the Responses API body and its items (server/dialects/responses/responses_request.h,
 // response_items.h: POST /v1/responses). Any input is (1) a raw body taken through the
 // body limit, parse_responses_request and build_chat_messages as the route takes it, and (2) a
 // candidate stored conversation read by items_from_json_text (what previous_response_id
@@ -11,9 +11,9 @@
 // key below) to DIR and exits; the other seeds are hand-written files.
 #include "fuzz_request.h"
 
-#include "server/reasoning_seal.h"
-#include "server/response_items.h"
-#include "server/responses_request.h"
+#include "server/dialects/responses/reasoning_seal.h"
+#include "server/dialects/responses/response_items.h"
+#include "server/dialects/responses/responses_request.h"
 
 #include <cstdlib>
 #include <fstream>

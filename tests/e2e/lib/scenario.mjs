@@ -1,7 +1,7 @@
 // Shared by scenarios.test.mjs and scenarios-modes.test.mjs: the scenarios' traffic
 // against lineage-server, with exact expectations derived from the cache rules below.
 //
-// The rules relied on (lineage mode, defaults; src/cache/store.cpp, src/scheduler/scheduler.cpp):
+// The rules relied on (lineage mode, defaults; src/cache/store/store.cpp, src/scheduler/scheduler.cpp):
 //  - a restore always leaves >= 1 token to prefill: cached <= prompt - 1;
 //  - dense models restore any prefix of a stored sequence (prompt + generated tokens):
 //    cached = min(longest common prefix, prompt - 1), kind "prefix";

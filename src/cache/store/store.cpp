@@ -1,0 +1,618 @@
+// cache::store: the index, the lookup (plan) and the capture points; commit, absorption and
+// anchors are in store_commit.cpp, the budget, tiers and disk hooks in store_tiers.cpp, the
+// decision trace in store_trace.cpp. See store.h for the contract.
+#include "cache/store/store.h"
+
+#include "cache/rule/block_chain.h"
+#include "cache/rule/ladder.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace lineage::cache {
+
+std::string_view restored_from(const restore_plan & p) {
+    switch (p.op) {
+        case restore_op::none: return "";
+        case restore_op::take_device: return "device";
+        case restore_op::share_device: return p.live ? "running_request" : "device";
+        case restore_op::load_ram: return "ram";
+        case restore_op::load_disk: return p.remote ? "redis" : "disk";
+    }
+    return "";
+}
+
+std::string_view to_string(point_kind k) {
+    switch (k) {
+        case point_kind::none: return "miss";
+        case point_kind::full: return "full";
+        case point_kind::prefix: return "prefix";
+        case point_kind::turn: return "turn";
+        case point_kind::guard: return "guard";
+        case point_kind::anchor: return "anchor";
+        case point_kind::divergence: return "divergence";
+        case point_kind::ladder: return "ladder";
+        case point_kind::message: return "message";
+        case point_kind::reply: return "reply";
+    }
+    return "?";
+}
+
+std::string_view to_string(tier t) {
+    switch (t) {
+        case tier::device: return "device";
+        case tier::ram: return "ram";
+        case tier::disk: return "disk";
+    }
+    return "?";
+}
+
+int32_t common_prefix(const tokens & a, const tokens & b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) {
+        ++i;
+    }
+    return static_cast<int32_t>(i);
+}
+
+namespace {
+
+uint64_t size_of(const blob_ptr & b) {
+    return b ? b->size() : 0;
+}
+}  // namespace
+
+uint64_t store::entry::ram_bytes() const {
+    uint64_t b = size_of(full) + size_of(final_recurrent);
+    for (const auto & c : checkpoints) {
+        b += size_of(c.recurrent);
+    }
+    return b;
+}
+
+store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid), rule_(restore_settings::from(cfg, hybrid)) {
+    stats_.enabled = cfg.enabled;
+    stats_.mode = cfg.lineage ? "lineage" : "exact";
+    stats_.family = hybrid ? "hybrid" : "dense";
+    stats_.budget_bytes = cfg.ram_bytes;
+    stats_.apc_enabled = apc_on();
+    if (hybrid && cfg.apc_enabled) {
+        spdlog::info("cache: APC (--apc-enabled) is off for this hybrid model: restoring KV blocks without the "
+                     "recurrent state at that length would be wrong; the lineage restore points serve it");
+    }
+}
+
+void store::set_budget(uint64_t bytes) {
+    cfg_.ram_bytes = bytes;
+    stats_.budget_bytes = bytes;
+}
+
+int64_t store::apc_num_blocks() const {
+    return cfg_.apc_num_blocks > 0 ? cfg_.apc_num_blocks : int64_t{cfg_.max_entries} * 512;
+}
+
+void store::index_add(iter it) {
+    it->mru = next_mru_++;
+    tries_[it->k.bucket].insert(it->toks, it->id);
+    by_id_[it->id] = it;
+    if (apc_on()) {
+        const int64_t room = std::max<int64_t>(0, apc_num_blocks() - apc_blocks_);
+        it->chain = block_chain(it->k.bucket, it->toks, cfg_.apc_block_size, static_cast<size_t>(room), cfg_.apc_hash);
+        apc_blocks_ += static_cast<int64_t>(it->chain.size());
+        for (const auto & h : it->chain) {
+            block_refs_[h]++;
+        }
+    }
+}
+
+void store::index_remove(iter it) {
+    auto t = tries_.find(it->k.bucket);
+    if (t != tries_.end()) {
+        t->second.erase(it->toks, it->id);
+        if (t->second.empty()) {
+            tries_.erase(t);
+        }
+    }
+    by_id_.erase(it->id);
+    apc_blocks_ -= static_cast<int64_t>(it->chain.size());
+    for (const auto & h : it->chain) {
+        if (auto r = block_refs_.find(h); r != block_refs_.end() && --r->second <= 0) {
+            block_refs_.erase(r);
+        }
+    }
+    it->chain.clear();
+}
+
+uint64_t store::held_bytes() const {
+    uint64_t b = 0;
+    for (const auto & e : entries_) {
+        b += e.ram_bytes();
+    }
+    return b;
+}
+
+void store::release_pending(uint64_t bytes) {
+    pending_bytes_ -= std::min(pending_bytes_, bytes);
+}
+
+stored_state store::state_of(const entry & e, const std::string & session) const {
+    return stored_state{e.toks,       e.checkpoints,       e.anchor,
+                        e.history,    e.k.session == session, e.where == tier::device,
+                        static_cast<double>(e.mru), &e.chain};
+}
+
+restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
+                         const std::vector<int32_t> & breakpoints) {
+    restore_plan p;
+    const bool counted = !warmup_lookup_;  // a warm-up's lookup is no request's (stats.warmup)
+    stats_.lookups += counted ? 1 : 0;
+    expire(now_s);
+
+    // The restore-point choice is restore_rule's (best_point, prefer, the two-tier search),
+    // the same as the disk tier's.
+    const std::vector<std::string> req_chain = rule_.prompt_chain(k.bucket, prompt);
+    restore_search search(rule_, prompt, req_chain);
+    int32_t live_lcp = 0;  // the first match is the longest common prefix with a live entry
+    if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+        t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+            live_lcp = std::max(live_lcp, lcp);
+            if (!search.worth(lcp)) {
+                return false;
+            }
+            search.offer(id, state_of(*by_id_.at(id), k.session), lcp);
+            return true;
+        });
+    }
+    // Running requests' sequences: restore points their prefill has passed (live_state). Offered
+    // after the stored entries, with no recency, so that a stored state of the same length wins.
+    for (size_t i = 0; i < hints.live.size(); ++i) {
+        const live_state & l = hints.live[i];
+        if (l.bucket != k.bucket || l.seq < 0) {
+            continue;
+        }
+        const int32_t lcp = common_prefix(prompt, l.toks);
+        live_lcp = std::max(live_lcp, lcp);
+        if (search.worth(lcp)) {
+            search.offer(live_id_bit | i,
+                         stored_state{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr},
+                         lcp);
+        }
+    }
+    const std::optional<restore_candidate> chosen = search.chosen();
+    const int32_t best_short = search.best_short();
+    // Tier 2 only for something longer than the best device/RAM restore point.
+    std::optional<disk_candidate> on_disk;
+    if (disk_ != nullptr && cfg_.enabled) {
+        on_disk = disk_->best(k.bucket, k.session, prompt, std::max(chosen ? chosen->n : 0, cfg_.min_prefix - 1));
+    }
+    // Tier 3 (Redis) only for something longer than the best above it.
+    if (remote_ != nullptr && cfg_.enabled) {
+        const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
+        if (auto r = remote_->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1))) {
+            on_disk = r;
+        }
+    }
+
+    if (on_disk) {
+        p.n_restore = on_disk->n;
+        p.kind = on_disk->kind;
+        p.op = restore_op::load_disk;
+        p.disk_file = on_disk->id;
+        p.remote = on_disk->remote;
+        p.source_tokens = on_disk->source_tokens;
+        p.source_history = on_disk->history;
+        const int32_t len = on_disk->source_tokens;
+        p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
+        if (p.absorbs && !p.remote) {  // a shared tier-3 entry is never superseded by one replica
+            p.disk_ancestors.push_back(on_disk->id);
+        }
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            (p.remote ? stats_.redis_hits : stats_.disk_hits)++;
+            stats_.tokens_reused += p.n_restore;
+        }
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + (p.remote ? " from tier-3 (Redis) entry " : " from disk file ") +
+                   std::to_string(on_disk->id) + " (" +
+                   std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
+                   (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
+                   (p.absorbs ? ", superseding it" : "");
+    } else if (chosen && (chosen->id & live_id_bit) != 0) {
+        const live_state & l = hints.live[chosen->id & ~live_id_bit];
+        p.n_restore = chosen->n;
+        p.kind = chosen->kind;
+        p.op = restore_op::share_device;
+        p.live = true;
+        p.device_seq = l.seq;
+        p.source_tokens = static_cast<int32_t>(l.toks.size());
+        p.recurrent = chosen->checkpoint >= 0 ? l.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
+        // Its restore points up to here are the new entry's too (shared blobs): a resend of this
+        // prompt then restores its guard from either request's entry.
+        for (const auto & c : l.checkpoints) {
+            if (c.n_tokens <= p.n_restore) {
+                p.inherited.push_back(c);
+            }
+        }
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            stats_.tokens_reused += p.n_restore;
+            stats_.live_hits++;
+        }
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + " from running request " + std::to_string(l.request) +
+                   " (sequence " + std::to_string(l.seq) + ", " + std::to_string(l.toks.size()) + " tokens so far" +
+                   (l.session == k.session ? "" : ", cross-session") + ")";
+    } else if (chosen) {
+        const iter chosen_it = by_id_.at(chosen->id);
+        entry & e = *chosen_it;
+        uint64_t retire_twin = 0;
+        e.last_use = now_s;
+        p.n_restore = chosen->n;
+        p.kind = chosen->kind;
+        p.source = e.id;
+        p.source_tokens = static_cast<int32_t>(e.toks.size());
+        p.source_history = e.history;
+        p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
+        // Absorption (docs/prompt-cache.md "Entries and lineages"): a prompt that continues a
+        // conversation entry takes it.
+        p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
+        if (p.absorbs && !counted && p.n_restore < p.source_tokens) {
+            // A warm-up that parts before the entry's end keeps it as the resend twin
+            // (restore_plan::twin): a regenerate of the turn just answered restores all but one
+            // token from it until the next turn continues the warm-up's entry.
+            p.absorbs = false;
+            p.twin = e.id;
+            for (const auto & c : e.checkpoints) {
+                if (c.n_tokens <= p.n_restore) {
+                    p.inherited.push_back(c);
+                }
+            }
+        } else if (p.absorbs && e.resend_twin != 0) {
+            if (!counted) {
+                p.twin = e.resend_twin;  // a preempted warm-up's continuation keeps the link
+            } else {
+                retire_twin = e.resend_twin;  // the next turn is here: the resend point serves no one
+            }
+        }
+        if (e.where == tier::device) {
+            p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
+            p.device_seq = e.seq;
+        } else {
+            p.op = restore_op::load_ram;
+            p.full = e.full;
+        }
+        const std::string other_template = template_difference(e.k.dims, k.dims);
+        if (counted) {
+            stats_.hits[std::string(to_string(p.kind))]++;
+            stats_.tokens_reused += p.n_restore;
+            stats_.cross_template_hits += other_template.empty() ? 0 : 1;
+        }
+        note_warmed_restore(e, p.n_restore, p.absorbs, !counted);
+        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+                   std::to_string(prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
+                   std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
+                   (e.k.session == k.session ? "" : ", cross-session") +
+                   (other_template.empty() ? "" : ", rendered under another template: " + other_template) + ")" +
+                   (p.absorbs ? ", absorbing it" : "");
+        if (p.absorbs) {
+            // The request owns the entry now. Its restore points up to the restore point (and
+            // its final state, when restored whole) return with the commit; its RAM bytes stay
+            // reserved until then.
+            for (auto & c : e.checkpoints) {
+                if (c.n_tokens <= p.n_restore) {
+                    p.inherited.push_back(std::move(c));
+                }
+            }
+            if (hybrid_ && e.final_recurrent && p.n_restore == p.source_tokens) {
+                p.inherited.push_back({p.source_tokens, point_kind::turn, e.final_recurrent});
+            }
+            p.inflight_bytes = e.ram_bytes();
+            pending_bytes_ += p.inflight_bytes;
+            p.disk_ancestors = std::move(e.ancestors);
+            if (e.disk_file != 0) {
+                p.disk_ancestors.push_back(e.disk_file);
+            }
+            p.pending_write_of = e.writing ? e.id : 0;
+            p.unwritten_since = e.disk_file == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
+            index_remove(chosen_it);
+            entries_.erase(chosen_it);
+            if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
+                const iter twin = t->second;
+                p.disk_ancestors.insert(p.disk_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
+                if (twin->disk_file != 0) {
+                    p.disk_ancestors.push_back(twin->disk_file);
+                }
+                erase(twin, eviction_reason::superseded, " (the resend twin of the turn this request continues)");
+            }
+        } else {
+            entries_.splice(entries_.begin(), entries_, chosen_it);
+            e.mru = next_mru_++;
+        }
+    } else {
+        stats_.misses += counted ? 1 : 0;
+        p.reason = best_short > 0 ? "miss (longest match " + std::to_string(best_short) + " < min prefix " +
+                                        std::to_string(cfg_.min_prefix) + ")"
+                                  : "miss";
+    }
+    if (counted) {  // a warm-up's plan is no request's: not classified either
+        stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
+        classify(k, prompt, live_lcp, hints.media, p);
+    }
+    add_captures(p, k, prompt, hints, breakpoints);
+    if (trace_.on()) {
+        trace_plan(k, prompt, hints, p);
+    }
+    return p;
+}
+
+std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints,
+                                                    const std::vector<int32_t> & breakpoints) const {
+    restore_plan p;
+    add_captures(p, key{}, prompt, hints, breakpoints);  // no bucket "": nothing to diverge from, no anchor held
+    return p.captures;
+}
+
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                         const std::vector<int32_t> & breakpoints) const {
+    if (!cfg_.lineage) {
+        return;  // exact mode: whole-prompt snapshots only
+    }
+    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+    const int32_t from = p.n_restore;
+    auto add = [&](int32_t n, point_kind kind) {
+        if (n > from && n < n_prompt) {
+            p.captures.push_back({n, kind});
+        }
+    };
+    // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
+    // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
+    // same slack, when it falls before the anchor: what system texts that differ near their end
+    // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
+    // --cache-max-anchors 0 turns anchors off: none is planned.
+    const bool anchors_on = cfg_.max_anchors > 0;
+    const int32_t anchor = anchors_on && h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
+    const int32_t tools_anchor =
+        anchors_on && hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    bool anchor_planned = false;
+    for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
+        if (a < 0) {
+            continue;
+        }
+        bool exists = false;
+        if (auto t = tries_.find(k.bucket); t != tries_.end() && a > 0) {
+            for (uint64_t id : t->second.exact(prompt, a)) {
+                exists = exists || by_id_.at(id)->anchor;
+            }
+        }
+        if (!exists && a >= cfg_.min_prefix && a >= from && a < n_prompt) {
+            p.captures.push_back({a, point_kind::anchor});
+            anchor_planned = anchor_planned || a == anchor;
+        }
+    }
+    if (hybrid_) {
+        // turn: the history boundary (prompt without its generation prompt), where the next
+        // turn's prompt leaves this one when the template re-renders the assistant turn.
+        add(h.history_tokens, point_kind::turn);
+        // the start of the last user message: an edit of it restores up to there instead of
+        // the previous request's history boundary (before the reply and tool results since).
+        // Not when the client marked cache breakpoints (Anthropic cache_control): it said where it
+        // comes back, and with max_checkpoints per lineage this turn would thin one of those away.
+        // Only where it saves more than the split costs: not a few tokens after the restore point
+        // (--cache-last-user-min-gain; that point stays a checkpoint an edit restores).
+        if (cfg_.last_user_checkpoint && breakpoints.empty() && h.last_user_tokens - from >= cfg_.last_user_min_gain) {
+            add(h.last_user_tokens, point_kind::turn);
+        }
+        // the start of each image: a prompt with the same text and another image restores
+        // exactly the text before it (media.h).
+        for (const auto & m : h.media) {
+            add(m.begin, point_kind::turn);
+        }
+        // message rungs: inside the last user message (up to the history boundary), so that an
+        // edit of it restores close to where it parts (ladder.h).
+        if (breakpoints.empty() && h.last_user_tokens >= 0 && h.history_tokens > h.last_user_tokens) {
+            for (const int32_t r : message_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+                add(r, point_kind::message);
+            }
+            // and pass-end rungs through a long message: no split (config.h message_pass_rungs).
+            for (const int32_t r :
+                 message_pass_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+                if (r > from && r < n_prompt) {
+                    p.captures.push_back({r, point_kind::message, /*at_pass_end=*/true});
+                }
+            }
+        }
+        // cache_control breakpoints: where the client says it will come back.
+        for (const int32_t b : breakpoints) {
+            add(b - cfg_.anchor_slack, point_kind::turn);
+        }
+        // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached
+        // suffix is >= 256 tokens.
+        if (cfg_.resend_checkpoint) {
+            add(n_prompt - 1, point_kind::guard);
+        } else if (n_prompt - from >= cfg_.guard_min_suffix) {
+            add(n_prompt - cfg_.guard_distance, point_kind::guard);
+        }
+        // divergence: where the prompt stops sharing tokens with its closest sibling.
+        int32_t sibling = 0;
+        if (auto t = tries_.find(k.bucket); t != tries_.end()) {
+            // The first entry, in descending common prefix, that the prompt leaves inside.
+            t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
+                if (lcp < static_cast<int32_t>(by_id_.at(id)->toks.size())) {
+                    sibling = lcp;
+                    return false;
+                }
+                return true;
+            });
+        }
+        // With slack: back to the start of its line, so that a variation parting a few tokens
+        // earlier next time still restores it (ladder.h).
+        if (sibling > 0) {
+            const int32_t at = divergence_point(cfg_, sibling, h.line_starts);
+            if (at - from >= cfg_.divergence_min_gain) {
+                add(at, point_kind::divergence);
+            }
+        }
+        // ladder: rungs inside a newly pinned system region (after the tools anchor, which
+        // every system text with these tools shares), kept with the anchor (ladder.h).
+        if (anchor_planned) {
+            const int32_t start = std::max(from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
+            const auto rungs = ladder_rungs(cfg_, start, anchor, h.line_starts, cfg_.min_prefix);
+            for (const int32_t r : rungs.near) {
+                add(r, point_kind::ladder);
+            }
+            for (const int32_t r : rungs.far) {
+                if (r > from && r < n_prompt) {
+                    p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/true});
+                }
+            }
+            // Per-session content before the near zone (the tools included: a folder written
+            // into a tool's description): a split rung right before each, at least a quarter of a
+            // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
+            // rung at each), at most --cache-ladder-volatile-rungs.
+            const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
+            const int32_t min_gap = std::max(1, cfg_.ladder_near_step / 4);
+            int32_t last = -1;
+            int32_t taken = 0;
+            for (const int32_t v : h.volatile_starts) {
+                if (cfg_.ladder_step <= 0 || taken >= cfg_.ladder_volatile_rungs || v >= near_start) {
+                    break;
+                }
+                if (v <= from || v < cfg_.min_prefix || (last >= 0 && v - last < min_gap)) {
+                    continue;
+                }
+                add(v, point_kind::ladder);
+                last = v;
+                taken++;
+            }
+        }
+    }
+    // An image is decoded as one unit: a point inside one moves back to its start (media.h).
+    if (!h.media.empty()) {
+        std::vector<capture_point> moved;
+        for (auto c : p.captures) {
+            c.n_tokens = clamp_to_spans(h.media, c.n_tokens);
+            if (c.n_tokens > from || (c.kind == point_kind::anchor && c.n_tokens == from && c.n_tokens > 0)) {
+                moved.push_back(c);
+            }
+        }
+        p.captures = std::move(moved);
+    }
+    // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
+    std::stable_sort(p.captures.begin(), p.captures.end(),
+              [](const capture_point & a, const capture_point & b) { return a.n_tokens < b.n_tokens; });
+    // One checkpoint per length (an anchor beside a checkpoint is a different state: keep both).
+    std::vector<capture_point> out;
+    for (const auto & c : p.captures) {
+        const bool dup = !out.empty() && out.back().n_tokens == c.n_tokens &&
+                         (out.back().kind == point_kind::anchor) == (c.kind == point_kind::anchor);
+        if (!dup) {
+            out.push_back(c);
+        }
+    }
+    p.captures = std::move(out);
+}
+
+void store::check_invariants() const {
+    auto fail = [](const std::string & what) { throw std::logic_error("cache invariant broken: " + what); };
+    std::set<int32_t> seqs;
+    int32_t n_anchor = 0;
+    int32_t n_conv = 0;
+    uint64_t anchor_bytes = 0;
+    for (const auto & e : entries_) {
+        const int32_t n = static_cast<int32_t>(e.toks.size());
+        for (size_t i = 0; i < e.checkpoints.size(); ++i) {
+            const auto & c = e.checkpoints[i];
+            if (c.n_tokens < 1 || c.n_tokens >= n) {
+                fail("1: checkpoint at " + std::to_string(c.n_tokens) + " outside [1, " + std::to_string(n) + ")");
+            }
+            if (i > 0 && e.checkpoints[i - 1].n_tokens >= c.n_tokens) {
+                fail("1: checkpoints of entry " + std::to_string(e.id) + " do not ascend");
+            }
+        }
+        const auto n_message = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                             [](const checkpoint & c) { return c.kind == point_kind::message; });
+        const auto n_reply = std::count_if(e.checkpoints.begin(), e.checkpoints.end(),
+                                           [](const checkpoint & c) { return c.kind == point_kind::reply; });
+        if (static_cast<int32_t>(e.checkpoints.size() - n_message - n_reply) >
+                (e.anchor ? cfg_.ladder_max_rungs : cfg_.max_checkpoints) ||
+            n_message > cfg_.message_rungs_max() || n_reply > config::max_reply_candidates) {
+            fail("2: entry " + std::to_string(e.id) + " has " + std::to_string(e.checkpoints.size()) +
+                 " checkpoints (" + std::to_string(n_message) + " message rungs, " + std::to_string(n_reply) +
+                 " reply checkpoints)");
+        }
+        for (const auto & c : e.checkpoints) {
+            if (e.anchor && c.kind != point_kind::ladder) {
+                fail("2: anchor entry " + std::to_string(e.id) + " holds a " + std::string(to_string(c.kind)) +
+                     " checkpoint");
+            }
+        }
+        if ((!hybrid_ || !cfg_.lineage) && !e.checkpoints.empty()) {
+            fail("2: checkpoints on a dense family or in exact mode");
+        }
+        if (e.where == tier::device) {
+            if (e.seq < 0 || !seqs.insert(e.seq).second || e.full) {
+                fail("3: device entry " + std::to_string(e.id) + " with bad or shared sequence id");
+            }
+        } else if (!e.full) {
+            fail("3: RAM entry " + std::to_string(e.id) + " without a state");
+        }
+        if (e.disk_file != 0 && (e.writing || e.write_failed)) {
+            fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.disk_file) +
+                 " and a write in flight or failed");
+        }
+        if (e.unwritten_since > e.last_use) {
+            fail("10: entry " + std::to_string(e.id) + " unwritten since after its last use");
+        }
+        if (e.anchor) {
+            n_anchor++;
+            anchor_bytes += e.ram_bytes();
+            if (e.where != tier::ram) {
+                fail("4: anchor not in RAM");
+            }
+        } else {
+            n_conv++;
+        }
+    }
+    if (n_anchor > cfg_.max_anchors || anchor_bytes > cfg_.max_anchor_bytes) {
+        fail("4: anchors over their caps");
+    }
+    if (ram_bytes() > cfg_.ram_bytes) {
+        fail("5: " + std::to_string(ram_bytes()) + " RAM bytes over the budget of " + std::to_string(cfg_.ram_bytes));
+    }
+    if (n_conv > cfg_.max_entries) {
+        fail("6: " + std::to_string(n_conv) + " entries over the cap");
+    }
+    size_t in_tries = 0;
+    for (const auto & [bucket, t] : tries_) {
+        t.check_invariants();
+        in_tries += t.size();
+    }
+    if (in_tries != entries_.size() || by_id_.size() != entries_.size()) {
+        fail("7: the tries hold " + std::to_string(in_tries) + " ids for " + std::to_string(entries_.size()) + " entries");
+    }
+    int64_t blocks = 0;
+    std::unordered_map<std::string, int64_t> refs;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        auto t = tries_.find(it->k.bucket);
+        const auto ids = t == tries_.end() ? std::vector<uint64_t>{} : t->second.exact(it->toks);
+        if (std::find(ids.begin(), ids.end(), it->id) == ids.end() || by_id_.at(it->id) != it) {
+            fail("7: entry " + std::to_string(it->id) + " is not indexed under its tokens");
+        }
+        if (!it->chain.empty() && !apc_on()) {
+            fail("8: a block chain with APC off or on a hybrid family");
+        }
+        blocks += static_cast<int64_t>(it->chain.size());
+        for (const auto & h : it->chain) {
+            refs[h]++;
+        }
+    }
+    if (blocks != apc_blocks_ || refs != block_refs_ || blocks > apc_num_blocks()) {
+        fail("8: APC block counters do not match the chains (" + std::to_string(blocks) + " blocks)");
+    }
+}
+
+}  // namespace lineage::cache

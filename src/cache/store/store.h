@@ -1,0 +1,505 @@
+// cache::store: the prompt cache's index of entries over the device (T0) and RAM (T1) tiers, with
+// the lineage rules (docs/prompt-cache.md "How it works"): one entry per conversation lineage (a
+// full snapshot at its latest prompt plus recurrent-only checkpoints at earlier lengths that share
+// its KV), absorption, thinning, pinned anchors, and a RAM byte budget with LRU + TTL eviction.
+// It is engine-agnostic: it decides (plan), the scheduler executes with the engine and
+// reports back (commit, demote); states are opaque blobs.
+// Thread safety: not thread-safe; owned by the engine thread. Tests call check_invariants().
+//
+// Entry states and transitions (cf. RocksDB lru_cache.h):
+//   (new) --commit--> DEVICE(parked on a sequence id)
+//   DEVICE --take (a request extends it; lineage mode)--> TAKEN (out of the index; the request
+//          owns the sequence; its checkpoints return with the request's commit: absorption)
+//   DEVICE --demote (sequence id needed)--> RAM (whole-state blob)
+//   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
+//   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
+//   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
+// Tier 2 (write-behind), beside the states above:
+//   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
+//          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
+//   WRITING --disk_written(f)--> has file f | --disk_written(0)--> write_failed (not offered again)
+//   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
+//   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
+//          anchor pinned in RAM again, or a counted miss (damaged)
+//
+// Lookup (docs/prompt-cache.md "Lookup"): one radix trie per bucket over the entries'
+// tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
+// stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
+// length plus the candidates that could win, not every entry times its length. The choice of
+// restore point, the tie order, the session rule and absorption are restore_rule.h's, shared
+// with the disk tier; a disk hit is completed here (disk_loaded). Dense families
+// with APC on (--apc-enabled) also keep a block hash chain per entry; a partial match is then
+// clamped to the whole blocks on which the prompt's chain and the entry's agree.
+#pragma once
+
+#include "cache/config.h"
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/store/ghosts.h"
+#include "cache/rule/key.h"
+#include "cache/rule/media.h"
+#include "cache/rule/radix_trie.h"
+#include "cache/store/reasons.h"
+#include "cache/rule/restore_rule.h"
+#include "cache/stats.h"
+#include "cache/store/trace.h"
+#include "cache/types.h"
+#include "util/status.h"
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace lineage::cache {
+
+/** A running request's sequence offered to plan() as a restore source (docs/prompt-cache.md
+ *  "Parallel requests on one prefix"): two requests that share a prefix and run at once need
+ *  not both prefill it. The plan copies its KV [0, n) (and, hybrid, a checkpoint its prefill
+ *  took) as it copies a parked entry's (restore_op::share_device); nothing is absorbed. */
+struct live_state {
+    uint64_t request = 0;                 ///< the running request's id (decision trace)
+    int32_t seq = -1;                     ///< its device sequence
+    std::string bucket;                   ///< its cache key's bucket (matches only within one)
+    std::string session;                  ///< its session key
+    tokens toks;                          ///< the tokens its sequence holds now
+    std::vector<checkpoint> checkpoints;  ///< hybrid: recurrent states its prefill took, ascending
+};
+
+/** Request facts the plan needs besides its tokens. */
+struct plan_hints {
+    int32_t anchor_tokens = -1;   ///< end of system prompt + tools, tokens (-1: none)
+    int32_t history_tokens = -1;  ///< prompt minus its generation prompt, tokens (-1: unknown)
+    /** End of the tool block where the template renders it before the system text, tokens
+     *  (-1: none): a second anchor, shared by system texts that differ (a per-session
+     *  timestamp, sibling prompts), so that their new sessions do not start cold. Hybrid only
+     *  (a dense entry restores any prefix of an earlier session anyway). */
+    int32_t tools_anchor_tokens = -1;
+    /** Prompt positions where a line begins (after a token holding a newline), ascending: where
+     *  ladder rungs and divergence checkpoints go (ladder.h). Empty: none known. The span must
+     *  outlive the plan() call. */
+    std::span<const int32_t> line_starts = {};
+    /** Start of the last message when it is a user message, tokens (-1: none): a turn
+     *  checkpoint there lets an edit of that message restore up to it. Hybrid only. */
+    int32_t last_user_tokens = -1;
+    /** The prompt's images (media.h), ascending: no capture is planned strictly inside one (it
+     *  moves back to the image's start), a hybrid prefill captures a turn checkpoint at each
+     *  image's start, and a lookup whose longest match parts at an image's start names
+     *  mm_digest as its miss cause. The span must outlive the plan() call. */
+    std::span<const token_span> media = {};
+    /** Running requests' sequences (live_state), considered beside the stored entries; a live
+     *  restore point is chosen only when it is longer than every stored one. The span must
+     *  outlive the plan() call. */
+    std::span<const live_state> live = {};
+    /** Prompt positions where per-session content starts inside the system region (an absolute
+     *  path, a date: what agents write per folder and per day into their system text or a tool's
+     *  description), ascending, tokens: on a new system region a ladder rung (a split) goes
+     *  right before each that lies before the near zone (--cache-ladder-volatile-rungs; ladder.h).
+     *  Empty: none known. The span must outlive the plan() call. */
+    std::span<const int32_t> volatile_starts = {};
+};
+
+/** A state to capture during prefill, after exactly n_tokens of the prompt. */
+struct capture_point {
+    int32_t n_tokens = 0;
+    /** turn, guard, divergence, ladder (checkpoints) or anchor (whole state). Ladder rungs lie
+     *  before the anchor capture of the same plan and are kept with that anchor. */
+    point_kind kind = point_kind::turn;
+    /** Taken at the end of the prefill pass that reaches n_tokens, wherever that pass ends
+     *  (before the next point that is not), instead of ending a pass at n_tokens: a restore
+     *  point that costs no forward pass of its own. The far rungs of the anchor ladder
+     *  (ladder.h); the scheduler captures at most one per pass end. */
+    bool at_pass_end = false;
+};
+
+/** How to put the restore point into the request's sequence. */
+enum class restore_op {
+    none,          ///< cold: prefill from token 0
+    take_device,   ///< continue the parked sequence `device_seq` itself (zero copies)
+    share_device,  ///< seq_cp(device_seq -> new, [0, n)) then load `recurrent` if set
+    load_ram,      ///< load `full` (whole state), then `recurrent` if set, then trim to n
+    load_disk,     ///< read tier-2 file `disk_file` (disk thread), then as load_ram with its blobs
+};
+
+/** What cache.plan() decided for one request. */
+struct restore_plan {
+    int32_t n_restore = 0;                 ///< prompt tokens restored (0: miss)
+    point_kind kind = point_kind::none;    ///< kind of the restore point used
+    restore_op op = restore_op::none;
+    uint64_t source = 0;                   ///< entry id restored from (0: none)
+    int32_t source_tokens = 0;             ///< that entry's full length, tokens
+    int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
+    int32_t device_seq = -1;               ///< take_device / share_device
+    blob_ptr full;                         ///< load_ram
+    blob_ptr recurrent;                    ///< checkpoint to apply after the KV (hybrid, n < full length)
+    /** The entry was taken: its checkpoints and final state go into the request's commit. */
+    bool absorbs = false;
+    /** absorbs: the taken entry's checkpoints plus its final state as a turn checkpoint (hybrid),
+     *  carried over to the request's new entry (docs/architecture.md "Restore points as
+     *  implemented"). A copy from a running request's sequence or by a twin-keeping warm-up (twin):
+     *  the source's restore points up to n_restore, shared blobs, carried over the same way. */
+    std::vector<checkpoint> inherited;
+    uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
+    file_id disk_file = 0;                 ///< load_disk: the file to read
+    /** load_disk from tier 3 (Redis): disk_file names an entry of the Redis index mirror
+     *  (redis_tier.h), read by the Redis thread instead of the disk thread. */
+    bool remote = false;
+    /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
+     *  its unfinished deletions); deleted once the new entry's file is durable. */
+    std::vector<file_id> disk_ancestors;
+    /** absorbs: since when (monotonic seconds) the taken entry's content has had no tier-2 copy
+     *  and none in flight; -1 when it had one. The request's entry inherits it, so that a
+     *  conversation extended faster than --cache-disk-max-unwritten-s is still written. */
+    double unwritten_since = -1;
+    /** absorbs: the taken entry's id when its write was still in flight (its file then
+     *  becomes an ancestor of the new entry when it completes). */
+    uint64_t pending_write_of = 0;
+    /** load_disk absorbing a hybrid file restored whole: the file keeps no separate final state,
+     *  so after the restore the sequence's recurrent state becomes the new entry's turn
+     *  checkpoint at source_tokens (the scheduler reserves and takes it). */
+    bool final_from_sequence = false;
+    /** The resend twin (docs/prompt-cache.md "Warm-up of the next turn"): a warm-up that continues
+     *  an entry short of its end (the next turn re-renders the reply from the history boundary)
+     *  does not absorb it: the entry stays as the conversation's resend twin, holding its state at
+     *  its end and its resend guard, so that a regenerate or a verbatim resend after the warm-up
+     *  still restores all but one token; `inherited` then holds copies of its restore points up to
+     *  n_restore (shared blobs) for the warm-up's entry. This is the twin's id (0: none), carried to
+     *  the warm-up's entry (and through a preempted warm-up's continuation); the next request
+     *  that continues that entry retires the twin (eviction reason `superseded`). */
+    uint64_t twin = 0;
+    std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
+    std::string reason;                    ///< one line for the decision log
+    /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
+    std::optional<miss_cause> cause;
+    /** share_device from a running request's sequence (plan_hints::live), not a parked entry. */
+    bool live = false;
+    /** cause key_differs: the first key dimension that differs ("tenant", "lora_id", "mm_digest",
+     *  ...; "unrecorded" when the other entry kept none); "" otherwise. */
+    std::string cause_dimension;
+};
+
+/** The tier `p` restores from, for a response's diagnostics: "device" (a parked sequence),
+ *  "running_request" (plan.live), "ram", "disk", "redis"; "" for a miss. */
+std::string_view restored_from(const restore_plan & p);
+
+/** What the scheduler hands back when a request's sequence is done. */
+struct commit_input {
+    key k;
+    tokens toks;                       ///< tokens whose state the sequence holds (its full length)
+    int32_t seq = -1;                  ///< device sequence holding that state
+    uint64_t device_bytes = 0;         ///< size of that state, bytes (accounting)
+    blob_ptr final_recurrent;          ///< hybrid: recurrent state at toks.size() (may be null)
+    std::vector<checkpoint> captured;  ///< checkpoints taken during this request's prefill
+    /** The prompt's history boundary (plan_hints), -1 when none (e.g. it ends with a tool
+     *  result): the entry then keeps the absorbed entry's boundary as its absorption threshold. */
+    int32_t history_tokens = -1;
+    /** Where the prompt's last user message starts (plan_hints), -1 when unknown: message rungs
+     *  before it belong to older messages and are dropped (config::message_rungs). */
+    int32_t last_user_tokens = -1;
+    /** The plan, when it took an entry (absorption), or when it copied one whose restore points
+     *  the new entry carries (restore_plan::inherited: a running request's, a resend twin's). */
+    std::optional<restore_plan> absorbed;
+    uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
+    /** A warm-up that prefilled its whole prefix: the entry is marked warmed at its length, and
+     *  a later request restoring at least that much counts a warm-up hit. */
+    bool warmed = false;
+};
+
+/** An entry to write to tier 2 (write-behind: docs/architecture.md "Tier 2 (disk) as implemented"):
+ *  what the scheduler hands to the disk tier once it has the whole state (RAM entries carry it;
+ *  device entries name their sequence, read before the sequence is released). */
+struct disk_job {
+    uint64_t entry_id = 0;
+    key k;
+    tokens toks;
+    int32_t history = -1;
+    bool anchor = false;
+    blob_ptr full;                      ///< RAM entries
+    int32_t seq = -1;                   ///< device entries
+    std::vector<checkpoint> checkpoints;
+    std::vector<file_id> ancestors;     ///< files to delete once this one is durable
+};
+
+/** Summary of an entry, for tests and the decision log. */
+struct entry_view {
+    uint64_t id = 0;
+    key k;
+    int32_t n_tokens = 0;
+    tier where = tier::ram;
+    int32_t seq = -1;
+    bool anchor = false;
+    std::vector<std::pair<int32_t, point_kind>> checkpoints;
+    uint64_t bytes = 0;         ///< device_bytes + ram_bytes
+    uint64_t device_bytes = 0;  ///< its parked sequence's state, bytes (in stats::bytes["device"])
+    uint64_t ram_bytes = 0;     ///< its whole-state blob and checkpoints, bytes (in stats::bytes["ram"])
+    file_id disk_file = 0;     ///< its tier-2 copy (0: none yet)
+    std::vector<file_id> disk_ancestors;
+    int32_t warmed = 0;        ///< length a warm-up stored it at, not hit yet (0: none)
+};
+
+/** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
+ *  planned capture lies ahead and is still taken. */
+restore_plan cold_plan(restore_plan p);
+
+class store {
+public:
+    /** `hybrid`: the model has recurrent state (checkpoints needed); else dense (any prefix
+     *  of a stored KV is a restore point). */
+    store(const config & cfg, bool hybrid);
+
+    /** Chooses the longest restore point for `prompt` (REQUIRES: non-empty) under key `k` and
+     *  the capture points of its prefill. Takes the entry out of the index when the plan
+     *  absorbs it. `now_s`: monotonic seconds. Always leaves >= 1 token to prefill.
+     *  `breakpoints`: client-marked cache breakpoints (Anthropic `cache_control`), prompt
+     *  lengths before BPE slack: a hybrid prompt captures a turn checkpoint at each, minus
+     *  anchor_slack (a dense entry restores any prefix of itself anyway). */
+    restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
+                      const std::vector<int32_t> & breakpoints = {});
+
+    /** Reserves `bytes` of RAM for a new state before it is allocated, evicting least
+     *  recently used entries first (never entry `protect`). Returns false (and counts a
+     *  rejection; WARN once when `bytes` alone exceeds the budget) when it cannot fit. The
+     *  reservation is released by the commit/commit_anchor/demote/abandon that reports it. */
+    bool reserve(uint64_t bytes, uint64_t protect = 0);
+
+    /** Releases `bytes` of an earlier reserve() whose state was dropped before any commit
+     *  reported it (a reply checkpoint candidate given up during decode). */
+    void unreserve(uint64_t bytes) { release_pending(bytes); }
+
+    /** plan() for a background warm-up of `prefix` (docs/prompt-cache.md "Warm-up"): the same
+     *  decision, but the lookup stays out of the request counters (lookups, hits, misses, tokens;
+     *  its prefill shows in stats.warmup), and continuing a warmed entry is no hit
+     *  (store_warmup.cpp). */
+    restore_plan plan_warmup(const key & k, const tokens & prefix, const plan_hints & hints, double now_s);
+
+    /** Stores the request's sequence as an entry parked on the device (absorbing the plan's
+     *  source, thinning its checkpoints). Returns false when not stored (too short, disabled):
+     *  the caller then frees the sequence. */
+    bool commit(commit_input in, double now_s);
+
+    /** The capture points plan() gives `prompt` on an empty cache (anchor, tools anchor, turn,
+     *  guard; no divergence, no existing anchor), in ascending order. A prefill that bypasses
+     *  the cache splits its chunks there, so that on a model whose numerics depend on the split
+     *  (Mamba2's chunked scan) it computes what a first request with the cache on computes.
+     *  No side effects. */
+    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints,
+                                                 const std::vector<int32_t> & breakpoints = {}) const;
+
+    /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM, with
+     *  its ladder `rungs` (recurrent checkpoints inside it, ascending; hybrid; those outside
+     *  [1, toks.size()) or past ladder_max_rungs are dropped). `reserved`: the bytes reserve()d
+     *  for `full` and the rungs. With max_anchors 0, stores nothing. */
+    void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
+                       file_id disk_file = 0, std::vector<checkpoint> rungs = {});
+
+    /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
+     *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
+     *  points up to n_restore return with the commit (RAM reserved for them; those that do not
+     *  fit are dropped) and final_from_sequence is set (hybrid, restored whole); a file restored
+     *  as an anchor is pinned in RAM again (its file stays). Fails when the file was damaged or
+     *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
+     *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
+     *  plan with the same captures; the status says which file and why. */
+    util::status disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s);
+
+    /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
+     *  (rejections["disk_damaged"]); the request prefills cold. */
+    void disk_load_failed(const restore_plan & p);
+
+    /** The least recently used parked device entry (to demote when a sequence id is
+     *  needed), or nullopt when none is parked. */
+    std::optional<entry_view> device_lru() const;
+
+    /** Moves device entry `id` to RAM with its whole-state blob (REQUIRES: reserve() of its
+     *  size succeeded, or `full` null to drop it). Its sequence is released. */
+    void demote(uint64_t id, blob_ptr full, uint64_t reserved);
+
+    /** Drops a taken entry's plan without a commit (the request failed); nothing to do for
+     *  RAM, the device sequence was the request's. Counts it. */
+    void abandon(const restore_plan & p, uint64_t reserved);
+
+    /** Expires entries whose last hit is older than the TTL. */
+    void expire(double now_s);
+
+    /** True when a conversation entry of k's bucket holds `prefix` (REQUIRES: non-empty) as a
+     *  prefix of its tokens: a warm-up of `prefix` has nothing to add (src/cache/store/store_warmup.cpp).
+     *  No side effects. */
+    bool covers(const key & k, const tokens & prefix) const;
+
+    /** The warm-up counters, for the scheduler's part of them (runs, tokens, skips). */
+    warmup_stats & warmup_counters() { return stats_.warmup; }
+
+    /** The longest prefix `prompt` shares with a stored state (entry or anchor) of `bucket`, in
+     *  memory, tokens (0: none); an upper bound of what plan() restores from memory. */
+    int32_t longest_match(const std::string & bucket, const tokens & prompt) const;
+    /** Counts a request that waited for a running one to compute their shared prefix. */
+    void count_prefix_hold() { stats_.prefix_holds++; }
+    /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
+     *  cause "bypassed". */
+    void count_bypassed() { stats_.misses_by_cause[std::string(to_string(miss_cause::bypassed))]++; }
+
+    /** Removes everything; returns entries and bytes freed. Device sequences are released. */
+    reset_result reset();
+
+    /** Removes the entries (anchors included) whose key satisfies `which`, as reset() does for
+     *  all: no eviction counted, nothing written to disk, device sequences released (see
+     *  take_released_seqs). Returns entries and bytes freed (disk fields 0: the caller owns the
+     *  tier-2 files). Used for a tenant's POST /v1/cache/reset. */
+    reset_result reset_if(const std::function<bool(const key &)> & which);
+
+    /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
+     *  (docs/architecture.md "The restore rule: one function, every tier"); nullptr detaches. `d`
+     *  must outlive the store's use of it. */
+    void attach_disk(const disk_lookup * d) { disk_ = d; }
+    /** Attaches tier 3 (Redis; nullptr detaches): consulted after tier 2 for something longer,
+     *  and the write-behind runs for it as for tier 2 (an anchor is also handed over as soon as
+     *  it is pinned: take_spills). */
+    void attach_remote(const disk_lookup * r) { remote_ = r; }
+
+    /** Write-behind: entries without a tier-2 copy whose last use is at least
+     *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
+     *  is marked as being written. */
+    std::vector<disk_job> take_idle_writes(double now_s, double idle_s);
+    /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed)
+     *  whose content has gone unwritten longest, when that is at least `max_unwritten_s`
+     *  seconds (inherited across absorption); nullopt otherwise. At most one per call: the
+     *  scheduler calls it once per engine step, so the cost (one state read) is bounded. */
+    std::optional<disk_job> take_overdue_write(double now_s, double max_unwritten_s);
+
+    /** Entries without a tier-2 copy that left the store for lack of room or by TTL since the
+     *  last call (write-behind "when it leaves RAM"). Device ones name their sequence: the
+     *  scheduler must read it before releasing the sequences of take_released_seqs(). */
+    std::vector<disk_job> take_spills();
+
+    /** A write finished: entry `entry_id` now has tier-2 copy `f` (0: the write failed; the
+     *  entry is not offered again). When the entry was absorbed meanwhile, `f` becomes an
+     *  ancestor of its successor. */
+    void disk_written(uint64_t entry_id, file_id f);
+
+    /** Device sequences the store let go of since the last call (the scheduler seq_rm's them). */
+    std::vector<int32_t> take_released_seqs();
+
+    stats get_stats() const;
+    std::vector<entry_view> entries() const;
+    /** RAM bytes held by entries plus outstanding reservations. */
+    uint64_t ram_bytes() const { return held_bytes() + pending_bytes_; }
+    uint64_t budget() const { return cfg_.ram_bytes; }
+    /** Sets the RAM byte budget (the scheduler's model-aware default, at startup). REQUIRES:
+     *  nothing held yet (ram_bytes() == 0). */
+    void set_budget(uint64_t bytes);
+    /** Most APC block hashes held (--apc-num-blocks, or its default from max_entries). */
+    int64_t apc_num_blocks() const;
+    const config & cfg() const { return cfg_; }
+    bool hybrid() const { return hybrid_; }
+    /** The decision trace (off until a sink is set; the scheduler sets one with --cache-trace). */
+    tracer & trace() { return trace_; }
+
+    /** Throws std::logic_error naming the first broken invariant:
+     *  1. checkpoints of an entry ascend strictly, each in [1, n_tokens);
+     *  2. at most max_checkpoints per conversation entry besides at most message_rungs message
+     *     rungs; an anchor holds only ladder rungs, at most ladder_max_rungs; none on dense
+     *     families or in exact mode;
+     *  3. device entries hold distinct sequence ids and no full blob; RAM entries hold a blob;
+     *  4. anchors are in RAM, at most max_anchors, their bytes <= max_anchor_bytes;
+     *  5. ram_bytes() (blobs held + reservations) is <= budget();
+     *  6. conversation entries <= max_entries;
+     *  7. every entry is in its bucket's trie under its tokens, and the tries hold nothing else;
+     *  8. APC: only dense entries with APC on carry a chain; the chains hold <= apc_num_blocks
+     *     hashes, and the block counters match them;
+     *  9. tier 2: an entry with a file is neither being written nor marked write_failed;
+     * 10. write-behind bound: an entry's content has gone unwritten since no later than its last
+     *     use (unwritten_since <= last_use; absorption only moves it earlier). */
+    void check_invariants() const;
+
+private:
+    struct entry {
+        uint64_t id = 0;
+        key k;
+        tokens toks;
+        tier where = tier::device;
+        int32_t seq = -1;
+        uint64_t device_bytes = 0;
+        blob_ptr full;
+        blob_ptr final_recurrent;
+        std::vector<checkpoint> checkpoints;
+        bool anchor = false;
+        int32_t history = -1;  // history boundary of the prompt that made it (-1: unknown)
+        double last_use = 0;
+        double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
+        file_id disk_file = 0;             // its tier-2 copy (0: none)
+        bool writing = false;              // a write of it is in flight
+        bool write_failed = false;         // not offered to the disk tier again
+        std::vector<file_id> ancestors;    // tier-2 files it supersedes
+        uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
+        std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
+        int32_t warmed = 0;              // a warm-up stored it at this length, not hit yet (0: none)
+        // The entry a warm-up left behind as this conversation's resend twin (restore_plan::twin);
+        // retired when a request continues this entry (0: none).
+        uint64_t resend_twin = 0;
+        uint64_t ram_bytes() const;
+    };
+    using iter = std::list<entry>::iterator;
+    /** Marks a restore_search id as an index into plan_hints::live, not an entry id. */
+    static constexpr uint64_t live_id_bit = uint64_t{1} << 63;
+
+    /** What the restore rule (restore_rule.h) sees of `e` for a request in `session`. */
+    stored_state state_of(const entry & e, const std::string & session) const;
+    bool apc_on() const { return rule_.apc_on(); }
+    /** Files a new front entry in the index (trie, id map, recency stamp, APC chain). */
+    void index_add(iter it);
+    /** Takes an entry out of the index; call before erasing it from entries_. */
+    void index_remove(iter it);
+    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                      const std::vector<int32_t> & breakpoints) const;
+    void thin(std::vector<checkpoint> & cps);
+    /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
+     *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
+     *  appends it to p.reason (store_trace.cpp). */
+    void classify(const key & k, const tokens & prompt, int32_t live_lcp, std::span<const token_span> media,
+                  restore_plan & p);
+    /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
+    void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
+    void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }
+    /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
+     *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
+    void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
+    bool evict_one_lru(uint64_t protect_id, eviction_reason reason);
+    /** A plan restores `n` tokens of `e` (store_warmup.cpp): a hit on its warmed length, or
+     *  waste when the plan continues it short of that length. Clears the mark either way. */
+    void note_warmed_restore(entry & e, int32_t n, bool absorbs, bool by_warmup);
+    void release_pending(uint64_t bytes);
+    uint64_t held_bytes() const;
+    entry_view view(const entry & e) const;
+
+    config cfg_;
+    bool hybrid_;
+    restore_settings rule_;
+    std::list<entry> entries_;      // front = most recently used
+    std::unordered_map<std::string, radix_trie> tries_;  // by bucket: entry tokens -> entry ids
+    std::unordered_map<uint64_t, iter> by_id_;
+    uint64_t next_mru_ = 1;
+    int64_t apc_blocks_ = 0;                              // hashes in all chains
+    std::unordered_map<std::string, int64_t> block_refs_;  // APC hash -> chains holding it
+    uint64_t next_id_ = 1;
+    uint64_t pending_bytes_ = 0;    // reserved for states in flight
+    std::vector<int32_t> released_;
+    ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
+    const disk_lookup * disk_ = nullptr;
+    const disk_lookup * remote_ = nullptr;  // tier 3 (Redis)
+    /** A lower tier takes write-behind jobs (disk or Redis attached). */
+    bool writes_behind() const { return disk_ != nullptr || remote_ != nullptr; }
+    bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
+    std::vector<disk_job> spills_;
+    std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor
+    disk_job job_of(entry & e);
+    bool warned_too_large_ = false;
+    stats stats_;
+    tracer trace_;
+};
+
+}  // namespace lineage::cache

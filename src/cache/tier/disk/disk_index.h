@@ -1,0 +1,73 @@
+// cache::disk_index: the SQLite index of the tier-2 files (docs/prompt-cache.md "Disk tier"):
+// one row per blob file (its key, tokens, restore points, size, last use). It is the only source
+// of file ids (never a file name); every column of every row is validated when it is read, and
+// the database is checked (PRAGMA quick_check) when it is opened, so that a damaged index is a
+// counted, logged event and never a crash or a silently wrong catalog.
+// Thread safety: not thread-safe; disk_tier's disk thread (and its constructor) owns it.
+// Ownership: owns the SQLite connection.
+#pragma once
+
+#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/disk/disk_format.h"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace lineage::cache {
+
+/** Thrown when the index cannot be opened, fails its integrity check or a read fails mid-scan:
+ *  the caller moves it aside and starts a new one. */
+class index_damaged : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/** What a scan of the index found. */
+struct index_scan {
+    /** Rows of the scanned model in this format version, every column validated. */
+    std::vector<disk_catalog::file> files;
+    /** Valid rows of another model or of a newer format version: left alone, never used. */
+    std::vector<file_id> foreign;
+    int64_t other_model = 0, newer_format = 0;
+    /** Rows of an older format version: their files are discarded. */
+    std::vector<file_id> older_format;
+    /** Damaged rows: the row id (SQLite rowid) and why (one line). */
+    std::vector<std::pair<int64_t, std::string>> damaged;
+};
+
+class disk_index {
+public:
+    /** Opens (creating) the index at `path` (WAL, synchronous FULL) and runs PRAGMA quick_check.
+     *  Throws index_damaged with the reason when it cannot be opened or read, or the check fails. */
+    explicit disk_index(const std::string & path);
+    ~disk_index();
+    disk_index(const disk_index &) = delete;
+    disk_index & operator=(const disk_index &) = delete;
+
+    /** Reads every row. A row with a NULL, a wrong type or an out-of-range value in any column
+     *  (ids in [1, max_file_id], tokens a non-empty int32 array of n_tokens, history in
+     *  [-1, n_tokens], checkpoints ascending in [1, n_tokens) of known kinds, bytes > 0, a finite
+     *  last use) is listed in `damaged`, never thrown. Throws index_damaged when a read fails
+     *  mid-scan (rows after it unknown). */
+    index_scan scan(const std::string & model);
+
+    /** Inserts the row of file `id` holding `r` (`bytes` its file size). Returns false when the
+     *  insert fails (the reason in error()). */
+    bool insert(file_id id, const disk_record & r, uint64_t bytes, double last_use);
+    /** Deletes the row with SQLite rowid `id` (a file id, or a damaged row's rowid). */
+    void erase(int64_t id);
+    /** Sets a file's last use, wall-clock seconds. */
+    void touch(file_id id, double last_use);
+    /** The last SQLite error message. */
+    std::string error() const;
+
+private:
+    void exec(const char * sql);
+    sqlite3 * db_ = nullptr;
+};
+
+}  // namespace lineage::cache

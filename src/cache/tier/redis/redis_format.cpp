@@ -1,0 +1,176 @@
+// cache::redis_format: tier 3's keys, metas and chunks; see redis_format.h.
+#include "cache/tier/redis/redis_format.h"
+
+#include "cache/rule/digest.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace lineage::cache {
+
+namespace {
+
+template <typename T> void put(std::string & out, T v) {
+    out.append(reinterpret_cast<const char *>(&v), sizeof v);
+}
+
+/** Reads PODs off the front of a byte string. */
+struct cursor {
+    std::string_view s;
+    template <typename T> bool get(T & v) {
+        if (s.size() < sizeof v) {
+            return false;
+        }
+        std::memcpy(&v, s.data(), sizeof v);
+        s.remove_prefix(sizeof v);
+        return true;
+    }
+    bool take(std::string_view & v, size_t n) {
+        if (s.size() < n) {
+            return false;
+        }
+        v = s.substr(0, n);
+        s.remove_prefix(n);
+        return true;
+    }
+};
+
+disk_load_result failed(disk_load_error e, std::string detail) {
+    disk_load_result r;
+    r.error = e;
+    r.detail = std::move(detail);
+    return r;
+}
+
+constexpr size_t chunk_fixed = 8 + 4 + 4 + 4 + 8 + 4 + 4 + 8;  // 44 bytes: all but the key and data
+
+}  // namespace
+
+std::string redis_entry_key(const std::string & model, const std::string & bucket, const tokens & toks) {
+    hasher h(hash_algo::xxh3);  // each field length-prefixed (8 bytes little-endian)
+    h.field(model);
+    h.field(bucket);
+    h.field(std::string_view(reinterpret_cast<const char *>(toks.data()), toks.size() * sizeof(token)));
+    return h.hex();
+}
+
+std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec) {
+    disk_record bare;
+    bare.id = rec.id;
+    bare.model = rec.model;
+    bare.bucket = rec.bucket;
+    bare.session = rec.session;
+    bare.tenant = rec.tenant;  // a tenant's reset finds its entries by it
+    bare.toks = rec.toks;
+    bare.history = rec.history;
+    bare.anchor = rec.anchor;
+    for (const auto & c : rec.checkpoints) {
+        bare.checkpoints.push_back({c.n_tokens, c.kind, nullptr});
+    }
+    std::string out(redis_meta_magic, sizeof redis_meta_magic);
+    put(out, redis_format_version);
+    put(out, payload_bytes);
+    put(out, n_chunks);
+    out += encode_disk_record(bare);
+    return out;
+}
+
+disk_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out) {
+    cursor c{bytes};
+    std::string_view magic;
+    uint32_t version = 0;
+    if (!c.take(magic, sizeof redis_meta_magic) || magic != std::string_view(redis_meta_magic, 8)) {
+        return failed(disk_load_error::bad_magic, "not a lineage tier-3 index entry");
+    }
+    if (!c.get(version) || !c.get(out.payload_bytes) || !c.get(out.n_chunks)) {
+        return failed(disk_load_error::truncated, "index entry cut short");
+    }
+    if (version != redis_format_version) {
+        return failed(disk_load_error::other_format, "tier-3 format version " + std::to_string(version));
+    }
+    if (out.n_chunks == 0) {
+        return failed(disk_load_error::corrupt, "index entry of 0 chunks");
+    }
+    disk_load_result r = decode_disk_record(c.s, model);
+    if (r.error == disk_load_error::none) {
+        out.rec = std::move(*r.record);
+        r.record.reset();
+    }
+    return r;
+}
+
+std::vector<std::string> split_chunks(std::string_view ek, std::string_view payload, uint64_t chunk_bytes) {
+    const uint64_t total = payload.size();
+    const auto count = static_cast<uint32_t>(std::max<uint64_t>(1, (total + chunk_bytes - 1) / chunk_bytes));
+    std::vector<std::string> out;
+    out.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+        const std::string_view data = payload.substr(std::min<uint64_t>(total, i * chunk_bytes), chunk_bytes);
+        std::string c(redis_chunk_magic, sizeof redis_chunk_magic);
+        c.reserve(chunk_fixed + ek.size() + data.size());
+        put(c, redis_format_version);
+        put(c, i);
+        put(c, count);
+        put(c, total);
+        put(c, static_cast<uint32_t>(ek.size()));
+        c.append(ek);
+        put(c, static_cast<uint32_t>(data.size()));
+        c.append(data);
+        put(c, static_cast<uint64_t>(XXH3_64bits(c.data(), c.size())));
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+disk_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
+                             const std::vector<std::optional<std::string>> & chunks, std::string & payload) {
+    payload.clear();
+    if (chunks.size() != n_chunks) {
+        return failed(disk_load_error::identity, "read " + std::to_string(chunks.size()) + " chunks of " +
+                                                     std::to_string(n_chunks));
+    }
+    for (uint32_t i = 0; i < n_chunks; ++i) {
+        const std::string where = "chunk " + std::to_string(i) + " of " + std::to_string(n_chunks);
+        if (!chunks[i]) {
+            return failed(disk_load_error::missing, where + " is not in Redis (evicted or flushed)");
+        }
+        const std::string & raw = *chunks[i];
+        if (raw.size() < chunk_fixed) {
+            return failed(disk_load_error::truncated, where + ": " + std::to_string(raw.size()) + " bytes");
+        }
+        if (std::memcmp(raw.data(), redis_chunk_magic, sizeof redis_chunk_magic) != 0) {
+            return failed(disk_load_error::bad_magic, where + ": not a lineage chunk");
+        }
+        uint64_t stored = 0;
+        std::memcpy(&stored, raw.data() + raw.size() - sizeof stored, sizeof stored);
+        if (stored != XXH3_64bits(raw.data(), raw.size() - sizeof stored)) {
+            return failed(disk_load_error::corrupt, where + ": checksum mismatch");
+        }
+        cursor c{std::string_view(raw).substr(8, raw.size() - 8 - sizeof stored)};
+        uint32_t version = 0, index = 0, count = 0, ek_len = 0, data_len = 0;
+        uint64_t total = 0;
+        std::string_view key, data;
+        if (!c.get(version) || !c.get(index) || !c.get(count) || !c.get(total) || !c.get(ek_len) ||
+            !c.take(key, ek_len) || !c.get(data_len) || !c.take(data, data_len) || !c.s.empty()) {
+            return failed(disk_load_error::corrupt, where + ": sizes do not add up");
+        }
+        if (version != redis_format_version) {
+            return failed(disk_load_error::other_format, where + ": format version " + std::to_string(version));
+        }
+        if (index != i || count != n_chunks || total != payload_bytes || key != ek) {
+            return failed(disk_load_error::identity, where + ": holds chunk " + std::to_string(index) + " of " +
+                                                         std::to_string(count) + " of entry " + std::string(key));
+        }
+        payload.append(data);
+    }
+    if (payload.size() != payload_bytes) {
+        return failed(disk_load_error::corrupt, "chunks of " + std::to_string(payload.size()) + " bytes, expected " +
+                                                    std::to_string(payload_bytes));
+    }
+    return {};
+}
+
+}  // namespace lineage::cache

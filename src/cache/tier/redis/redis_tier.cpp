@@ -1,0 +1,491 @@
+// cache::redis_tier: tier 3 in Redis; see redis_tier.h.
+#include "cache/tier/redis/redis_tier.h"
+
+#include <hiredis/hiredis.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <stdexcept>
+
+namespace lineage::cache {
+
+namespace {
+
+double mono_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct reply_free {
+    void operator()(redisReply * r) const { freeReplyObject(r); }
+};
+using reply_ptr = std::unique_ptr<redisReply, reply_free>;
+
+std::optional<std::string> string_of(const redisReply * r) {
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+        return std::string(r->str, r->len);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+struct redis_tier::reply_set {
+    std::vector<reply_ptr> r;
+};
+
+util::expected<redis_url> parse_redis_url(const std::string & url) {
+    const std::string scheme = "redis://";
+    if (url.rfind(scheme, 0) != 0) {
+        return util::status::error("'" + url + "' is not a redis:// URL (expected redis://host[:port][/db])");
+    }
+    std::string rest = url.substr(scheme.size());
+    redis_url u;
+    if (auto slash = rest.find('/'); slash != std::string::npos) {
+        const std::string db = rest.substr(slash + 1);
+        rest.resize(slash);
+        if (!db.empty()) {
+            if (db.find_first_not_of("0123456789") != std::string::npos || db.size() > 4) {
+                return util::status::error("database '" + db + "' in '" + url + "' is not a number");
+            }
+            u.db = std::stoi(db);
+        }
+    }
+    if (rest.find('@') != std::string::npos) {
+        return util::status::error("'" + url + "': credentials in the URL are not supported");
+    }
+    if (auto colon = rest.rfind(':'); colon != std::string::npos) {
+        const std::string port = rest.substr(colon + 1);
+        if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+            std::stoi(port) < 1 || std::stoi(port) > 65535) {
+            return util::status::error("port '" + port + "' in '" + url + "' is not in 1-65535");
+        }
+        u.port = std::stoi(port);
+        rest.resize(colon);
+    }
+    if (rest.empty()) {
+        return util::status::error("'" + url + "' names no host");
+    }
+    u.host = rest;
+    return u;
+}
+
+redis_tier::redis_tier(redis_config cfg)
+    // Redis slower than the write-behind: drop writes past 64 queued rather than hold states.
+    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s}),
+      cfg_(std::move(cfg)),
+      keys_{cfg_.ns},
+      mirror_(cfg_.rule) {
+    auto u = parse_redis_url(cfg_.url);
+    if (!u) {
+        throw std::invalid_argument(u.error().message());
+    }
+    url_ = *u;
+    {
+        util::lock_guard lk(mu_);
+        stats_.enabled = true;
+        stats_.url = cfg_.url;
+        stats_.ns = cfg_.ns;
+    }
+    start();
+}
+
+redis_tier::~redis_tier() {
+    stop();  // the queued jobs first (writes included, each bounded by the timeout)
+    if (ctx_ != nullptr) {
+        redisFree(ctx_);
+    }
+}
+
+std::optional<disk_candidate> redis_tier::best(const std::string & bucket, const std::string & session,
+                                               const tokens & prompt, int32_t longer_than) const {
+    util::lock_guard lk(mu_);
+    auto c = mirror_.best(bucket, session, prompt, longer_than);
+    if (c) {
+        c->remote = true;
+    }
+    return c;
+}
+
+void redis_tier::write_dropped() {
+    util::lock_guard lk(mu_);
+    stats_.write_failures++;
+}
+
+redis_stats redis_tier::get_stats() const {
+    redis_stats s;
+    {
+        util::lock_guard lk(mu_);
+        s = stats_;
+        s.entries = static_cast<int64_t>(remote_.size());
+    }
+    s.queued = queued();
+    return s;
+}
+
+void redis_tier::count_damage(disk_load_error e) {
+    util::lock_guard lk(mu_);
+    stats_.damaged++;
+    stats_.damage[to_string(e)]++;
+}
+
+void redis_tier::drop_connection(const std::string & why) {
+    // hiredis reports a timeout as an I/O error with EAGAIN ("Resource temporarily unavailable").
+    const bool timeout = ctx_ != nullptr && ctx_->err == REDIS_ERR_IO &&
+                         (errno == EAGAIN || errno == EWOULDBLOCK || why.find("temporarily") != std::string::npos ||
+                          why.find("timed out") != std::string::npos);
+    {
+        util::lock_guard lk(mu_);
+        if (stats_.connected) {
+            spdlog::warn("tier 3: Redis at {} failed ({}); requests go on without it, retrying in {:.0f} s",
+                         cfg_.url, why, cfg_.retry_s);
+        }
+        stats_.errors++;
+        stats_.timeouts += timeout ? 1 : 0;
+        stats_.connected = false;
+    }
+    if (ctx_ != nullptr) {
+        redisFree(ctx_);
+        ctx_ = nullptr;
+    }
+    next_connect_ = mono_s() + cfg_.retry_s;
+}
+
+bool redis_tier::connected() {
+    if (ctx_ != nullptr) {
+        return true;
+    }
+    if (mono_s() < next_connect_) {
+        return false;
+    }
+    const timeval tv{cfg_.timeout_ms / 1000, (cfg_.timeout_ms % 1000) * 1000};
+    ctx_ = redisConnectWithTimeout(url_.host.c_str(), url_.port, tv);
+    if (ctx_ == nullptr || ctx_->err != 0) {
+        drop_connection(ctx_ != nullptr ? ctx_->errstr : "cannot allocate a context");
+        return false;
+    }
+    redisSetTimeout(ctx_, tv);
+    {
+        util::lock_guard lk(mu_);
+        stats_.connects++;
+        stats_.connected = true;
+    }
+    if (url_.db != 0) {
+        reply_set rs;
+        if (!pipeline({{"SELECT", std::to_string(url_.db)}}, rs)) {
+            return false;
+        }
+    }
+    spdlog::info("tier 3: connected to Redis at {} (namespace {})", cfg_.url, cfg_.ns);
+    return true;
+}
+
+bool redis_tier::pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out) {
+    out.r.clear();
+    if (!connected()) {
+        return false;
+    }
+    for (const auto & c : cmds) {
+        std::vector<const char *> argv;
+        std::vector<size_t> lens;
+        for (const auto & a : c) {
+            argv.push_back(a.data());
+            lens.push_back(a.size());
+        }
+        if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+            drop_connection(ctx_->errstr);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < cmds.size(); ++i) {
+        void * r = nullptr;
+        if (redisGetReply(ctx_, &r) != REDIS_OK || r == nullptr) {
+            drop_connection(ctx_->errstr[0] != '\0' ? ctx_->errstr : "no reply");
+            out.r.clear();
+            return false;
+        }
+        out.r.emplace_back(static_cast<redisReply *>(r));
+    }
+    for (const auto & r : out.r) {
+        if (r->type == REDIS_REPLY_ERROR) {
+            // An error reply (e.g. OOM under maxmemory noeviction): the connection is fine.
+            const std::string msg(r->str, r->len);
+            util::lock_guard lk(mu_);
+            stats_.errors++;
+            spdlog::debug("tier 3: Redis replied {}", msg);
+            return false;
+        }
+    }
+    return true;
+}
+
+void redis_tier::forget(file_id id) {
+    util::lock_guard lk(mu_);
+    auto it = remote_.find(id);
+    if (it == remote_.end()) {
+        return;
+    }
+    by_key_.erase(it->second.ek);
+    remote_.erase(it);
+    mirror_.remove(id);
+    std::erase(order_, id);
+}
+
+disk_completion redis_tier::write_now(disk_write & w) {
+    disk_record & rec = w.rec;
+    rec.model = cfg_.model;
+    rec.id = 1;  // the disk format wants an id; tier 3's identity is the entry key
+    const std::string ek = redis_entry_key(rec.model, rec.bucket, rec.toks);
+    const std::string payload = encode_disk_record(rec);
+    const auto chunks = split_chunks(ek, payload, cfg_.chunk_bytes);
+    std::vector<std::vector<std::string>> cmds;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < chunks.size(); ++i) {
+        cmds.push_back({"SET", keys_.chunk(ek, i), chunks[i]});
+        bytes += chunks[i].size();
+    }
+    cmds.push_back({"SET", keys_.meta(ek), encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec)});
+    cmds.push_back({"INCR", keys_.seq()});
+    reply_set rs;
+    bool ok = pipeline(cmds, rs);
+    if (ok) {
+        const long long seq = rs.r.back()->integer;
+        // The index entry last: a reader that sees it finds the chunks (unless evicted since).
+        ok = pipeline({{"ZADD", keys_.index(), std::to_string(seq), ek},
+                       {"ZREMRANGEBYRANK", keys_.index(), "0", std::to_string(-(redis_max_index + 1))}},
+                      rs);
+    }
+    util::lock_guard lk(mu_);
+    if (!ok) {
+        stats_.write_failures++;
+        return {w.entry_id, 0, util::status::error("tier 3: Redis unreachable")};
+    }
+    stats_.writes++;
+    stats_.chunks_written += static_cast<int64_t>(chunks.size());
+    stats_.bytes_written += bytes;
+    return {w.entry_id, 1, util::status::ok()};
+}
+
+bool redis_tier::tick_now() {
+    reply_set rs;
+    if (!pipeline({{"GET", keys_.seq()}}, rs)) {
+        return false;
+    }
+    const auto seq_text = string_of(rs.r[0].get());
+    const int64_t seq = seq_text ? std::stoll(*seq_text) : 0;
+    if (seq < last_seq_) {
+        // FLUSHALL, a Redis restart without persistence, or eviction of the counter: what the
+        // mirror lists is gone.
+        util::lock_guard lk(mu_);
+        spdlog::info("tier 3: the index in Redis restarted (sequence {} < {}): mirror of {} entries cleared", seq,
+                     last_seq_, remote_.size());
+        stats_.index_resets++;
+        mirror_.clear();
+        remote_.clear();
+        by_key_.clear();
+        order_.clear();
+        last_seq_ = 0;
+    }
+    if (seq == last_seq_) {
+        return false;
+    }
+    if (!pipeline({{"ZRANGEBYSCORE", keys_.index(), "(" + std::to_string(last_seq_), "+inf", "WITHSCORES", "LIMIT",
+                    "0", "512"}},
+                  rs)) {
+        return false;
+    }
+    const redisReply * arr = rs.r[0].get();
+    std::vector<std::pair<std::string, int64_t>> fresh;
+    for (size_t i = 0; arr->type == REDIS_REPLY_ARRAY && i + 1 < arr->elements; i += 2) {
+        auto ek = string_of(arr->element[i]);
+        auto score = string_of(arr->element[i + 1]);
+        if (ek && score) {
+            fresh.emplace_back(*ek, std::stoll(*score));
+        }
+    }
+    if (fresh.empty()) {
+        last_seq_ = seq;
+        return false;
+    }
+    std::vector<std::vector<std::string>> gets;
+    for (const auto & [ek, s] : fresh) {
+        gets.push_back({"GET", keys_.meta(ek)});
+    }
+    if (!pipeline(gets, rs)) {
+        return false;
+    }
+    for (size_t i = 0; i < fresh.size(); ++i) {
+        last_seq_ = std::max(last_seq_, fresh[i].second);
+        const auto bytes = string_of(rs.r[i].get());
+        if (!bytes) {
+            continue;  // evicted since
+        }
+        redis_meta m;
+        const disk_load_result r = decode_redis_meta(*bytes, cfg_.model, m);
+        if (r.error == disk_load_error::other_model) {
+            continue;  // another model's replicas share the namespace: not ours
+        }
+        if (r.error != disk_load_error::none) {
+            count_damage(r.error);
+            spdlog::warn("tier 3: index entry {} ignored ({}: {})", fresh[i].first, to_string(r.error), r.detail);
+            continue;
+        }
+        util::lock_guard lk(mu_);
+        if (auto old = by_key_.find(fresh[i].first); old != by_key_.end()) {
+            const file_id id = old->second;
+            mirror_.remove(id);
+            by_key_.erase(old);
+            remote_.erase(id);
+            std::erase(order_, id);
+        }
+        const file_id id = next_id_++;
+        disk_catalog::file f;
+        f.id = id;
+        f.bucket = m.rec.bucket;
+        f.session = m.rec.session;
+        f.toks = std::move(m.rec.toks);
+        f.checkpoints = std::move(m.rec.checkpoints);
+        f.history = m.rec.history;
+        f.anchor = m.rec.anchor;
+        f.tenant = m.rec.tenant;
+        f.bytes = m.payload_bytes;
+        f.last_use = static_cast<double>(fresh[i].second);
+        mirror_.add(std::move(f));
+        remote_[id] = {fresh[i].first, m.payload_bytes, m.n_chunks};
+        by_key_[fresh[i].first] = id;
+        order_.push_back(id);
+        while (static_cast<int64_t>(order_.size()) > redis_max_index) {
+            const file_id victim = order_.front();
+            order_.pop_front();
+            by_key_.erase(remote_[victim].ek);
+            remote_.erase(victim);
+            mirror_.remove(victim);
+        }
+    }
+    return fresh.size() == 512;  // more to read
+}
+
+disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
+    remote_entry e;
+    disk_catalog::file row;
+    {
+        util::lock_guard lk(mu_);
+        auto it = remote_.find(id);
+        if (it != remote_.end()) {
+            e = it->second;
+            row = *mirror_.find(id);
+        }
+    }
+    disk_load_result r;
+    if (e.ek.empty()) {
+        r.error = disk_load_error::missing;
+        r.detail = "no longer in the mirror";
+        return r;
+    }
+    std::vector<std::vector<std::string>> gets;
+    for (uint32_t i = 0; i < e.n_chunks; ++i) {
+        gets.push_back({"GET", keys_.chunk(e.ek, i)});
+    }
+    reply_set rs;
+    if (!pipeline(gets, rs)) {
+        r.error = disk_load_error::io;
+        r.detail = "Redis unreachable or slow";
+        return r;
+    }
+    std::vector<std::optional<std::string>> chunks;
+    uint64_t bytes = 0;
+    for (const auto & x : rs.r) {
+        chunks.push_back(string_of(x.get()));
+        bytes += chunks.back() ? chunks.back()->size() : 0;
+    }
+    std::string payload;
+    r = join_chunks(e.ek, e.payload_bytes, e.n_chunks, chunks, payload);
+    if (r.error == disk_load_error::none) {
+        r = decode_disk_record(payload, cfg_.model);
+    }
+    if (r.error == disk_load_error::none) {
+        // Its identity: the entry the index names, and the prefix the request restores.
+        const disk_record & rec = *r.record;
+        const bool same = rec.bucket == row.bucket && rec.session == row.session && rec.toks == row.toks &&
+                          (want.bucket.empty() || rec.bucket == want.bucket) &&
+                          want.prefix.size() <= rec.toks.size() &&
+                          std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin());
+        if (!same) {
+            r = {};
+            r.error = disk_load_error::identity;
+            r.detail = "the chunks hold another entry than the index names";
+        }
+    }
+    if (r.error == disk_load_error::none) {
+        util::lock_guard lk(mu_);
+        stats_.loads++;
+        stats_.bytes_read += bytes;
+    } else if (r.error == disk_load_error::missing) {
+        {
+            util::lock_guard lk(mu_);
+            stats_.vanished++;
+        }
+        spdlog::info("tier 3: entry {} vanished from Redis ({}): a miss", e.ek, r.detail);
+        forget(id);
+    } else {
+        count_damage(r.error);
+        spdlog::warn("tier 3: entry {} rejected ({}: {}); deleted from Redis", e.ek, to_string(r.error), r.detail);
+        forget(id);
+        std::vector<std::vector<std::string>> dels{{"ZREM", keys_.index(), e.ek}, {"DEL", keys_.meta(e.ek)}};
+        for (uint32_t i = 0; i < e.n_chunks; ++i) {
+            dels.push_back({"DEL", keys_.chunk(e.ek, i)});
+        }
+        reply_set ignored;
+        pipeline(dels, ignored);
+    }
+    return r;
+}
+
+std::pair<int64_t, uint64_t> redis_tier::reset_now(const std::optional<std::string> & tenant) {
+    // The whole index first (what other replicas wrote since the last poll, and this replica's
+    // writes queued before the reset): tick_now() reads 512 index entries a call.
+    for (int i = 0; i < 256 && tick_now(); ++i) {
+    }
+    std::vector<std::pair<file_id, remote_entry>> victims;
+    {
+        util::lock_guard lk(mu_);
+        for (const auto & [id, e] : remote_) {
+            const disk_catalog::file * f = mirror_.find(id);
+            if (!tenant || (f != nullptr && f->tenant == *tenant)) {
+                victims.emplace_back(id, e);
+            }
+        }
+    }
+    int64_t entries = 0;
+    uint64_t bytes = 0;
+    constexpr size_t batch = 256;
+    for (size_t at = 0; at < victims.size(); at += batch) {
+        const size_t end = std::min(victims.size(), at + batch);
+        std::vector<std::string> zrem{"ZREM", keys_.index()};
+        std::vector<std::string> unlink{"UNLINK"};
+        for (size_t i = at; i < end; ++i) {
+            const remote_entry & e = victims[i].second;
+            zrem.push_back(e.ek);
+            unlink.push_back(keys_.meta(e.ek));
+            for (uint32_t c = 0; c < e.n_chunks; ++c) {
+                unlink.push_back(keys_.chunk(e.ek, c));
+            }
+        }
+        reply_set rs;
+        if (pipeline({zrem, unlink}, rs)) {
+            for (size_t i = at; i < end; ++i) {
+                entries++;
+                bytes += victims[i].second.payload_bytes;
+            }
+        }
+    }
+    for (const auto & v : victims) {
+        forget(v.first);  // never restored here again, deleted from Redis or not
+    }
+    spdlog::info("tier 3: reset{} deleted {} of {} entries ({} bytes) from Redis namespace {}",
+                 tenant ? " of tenant " + *tenant : std::string(), entries, victims.size(), bytes, cfg_.ns);
+    return {entries, bytes};
+}
+
+}  // namespace lineage::cache

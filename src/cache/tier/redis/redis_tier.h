@@ -1,0 +1,121 @@
+// cache::redis_tier: tier T3, a prompt cache shared by replicas through Redis (docs/prompt-cache.md
+// "Tier 3: Redis shared by replicas"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
+// shutdown, unwritten too long) and anchors as soon as they are pinned are also written here, in
+// the disk format split into checksummed chunks (redis_format.h), with an index entry each;
+// every replica mirrors the index in a disk_catalog (tokens and restore points, no states), so
+// a lookup is in memory and uses the shared restore rule; a hit is read by this thread while
+// the request's slot waits in its loading phase, exactly like a disk hit.
+// Redis is a cache: a missing chunk (evicted, FLUSHALL) or a damaged or foreign one is a
+// counted miss; Redis down or slow never fails a request (every call has --cache-redis-timeout-ms,
+// then the connection is dropped, counted, and tried again after a second).
+// Threads: the tier's worker thread (the Redis thread; tier_worker.h) owns the connection and
+// reads the index on its tick; the engine thread calls best() (the mirror, under a mutex) and
+// queues jobs. Ownership: owns the worker, the connection and the mirror.
+#pragma once
+
+#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/disk/disk_format.h"
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/redis/redis_format.h"
+#include "cache/stats.h"
+#include "cache/tier/lower_tier.h"
+#include "util/status.h"
+#include "util/thread_annotations.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+struct redisContext;
+
+namespace lineage::cache {
+
+/** A parsed --cache-redis URL: redis://host[:port][/db]. */
+struct redis_url {
+    std::string host;
+    int port = 6379;
+    int db = 0;
+};
+/** Parses `url`; the error says what is wrong with it. */
+util::expected<redis_url> parse_redis_url(const std::string & url);
+
+struct redis_config {
+    std::string url;                 ///< --cache-redis
+    std::string ns = "lineage";      ///< --cache-redis-namespace (key prefix)
+    int timeout_ms = 200;            ///< --cache-redis-timeout-ms: connect and each call
+    uint64_t chunk_bytes = 4u << 20; ///< --cache-redis-chunk-bytes: payload bytes per chunk
+    std::string model;               ///< model_fingerprint() of the served model
+    restore_settings rule;           ///< the store's restore rule
+    double poll_s = 0.2;             ///< how often the index is read for other replicas' entries
+    double retry_s = 1.0;            ///< how long after a failure the connection is tried again
+};
+
+class redis_tier final : public lower_tier {
+public:
+    /** Starts the worker (the Redis thread, which connects; Redis need not be up). Throws
+     *  std::invalid_argument when the URL cannot be parsed. */
+    explicit redis_tier(redis_config cfg);
+    /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
+    ~redis_tier() override;
+
+    /** The mirror's best restore point (disk_lookup's contract); candidates carry remote=true
+     *  and a mirror id (not a file id). */
+    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+                                       const tokens & prompt, int32_t longer_than) const override;
+    // write (dropped, counted, when 64 are queued), load (a vanished entry comes back as error
+    // missing, a damaged one counted as damage), take_completions (`file`: 1 when written),
+    // drain (reads the index first) and reset: lower_tier's. A reset deletes from Redis every
+    // entry of this model the mirror lists after a full read of the index (any replica's;
+    // `tenant`: only that tenant's) -- index entry, meta and chunks, UNLINKed in pipelines of 256
+    // entries -- and forgets them here even when Redis cannot be reached, so this replica never
+    // restores them again; other models' entries in the namespace stay.
+    redis_stats get_stats() const;
+
+private:
+    struct remote_entry {
+        std::string ek;
+        uint64_t payload_bytes = 0;
+        uint32_t n_chunks = 0;
+    };
+    /** One reply per command (nullptr for all when the connection failed: dropped, counted). */
+    struct reply_set;
+
+    // tier_io, on the worker thread:
+    disk_completion write_now(disk_write & w) override;
+    disk_load_result load_now(file_id id, const disk_expect & want) override;
+    std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
+    /** Reads the index for other replicas' entries; true when more is left to read. */
+    bool tick_now() override;
+    bool connected();
+    void drop_connection(const std::string & why);
+    /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout. */
+    bool pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out);
+    void forget(file_id id);
+    void count_damage(disk_load_error e);
+    void write_dropped() override;
+
+    redis_config cfg_;
+    redis_url url_;
+    redis_keys keys_;
+    redisContext * ctx_ = nullptr;        // Redis thread
+    double next_connect_ = 0;             // Redis thread: monotonic seconds
+    int64_t last_seq_ = 0;                // Redis thread: the index read up to this sequence
+
+    mutable util::mutex mu_;
+    disk_catalog mirror_ GUARDED_BY(mu_);
+    std::map<file_id, remote_entry> remote_ GUARDED_BY(mu_);
+    std::map<std::string, file_id> by_key_ GUARDED_BY(mu_);
+    std::deque<file_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
+    file_id next_id_ GUARDED_BY(mu_) = 1;
+    redis_stats stats_ GUARDED_BY(mu_);
+};
+
+}  // namespace lineage::cache

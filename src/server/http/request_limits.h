@@ -1,0 +1,73 @@
+// server::request_limits: how much work one request body may ask of the HTTP side before the
+// engine: tools, messages, content parts, and the bytes of the prompt text that gets tokenized.
+// Why: llama.cpp's jinja interpreter renders a chat template at ~0.3 ms a message and ~0.7 ms
+// a tool on the tiny models (2 shared cores; docs/prompt-cache.md "Security and failure model"),
+// cannot be interrupted, and builds a value tree hundreds of times the body's size: 10,000 tools
+// (2.5 MB) took 27 s and 3.5 GB, 200,000 messages kept a thread busy for minutes, all below
+// --max-body-bytes. Each limit is a flag; a request over one gets a 400 naming it.
+// Thread safety: the limits are set once at startup, before the server listens; the checks
+// are pure functions.
+#pragma once
+
+#include "server/http/errors.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace lineage::server {
+
+struct chat_request;
+
+struct request_limits {
+    /** --max-tools: tools (function definitions) in one request. Real agents send 20-100
+     *  (OpenAI's own API accepts at most 128 functions); 1,024 is 8 times that and renders in
+     *  ~0.7 s. */
+    int64_t max_tools = 1024;
+    /** --max-tools-bytes: bytes of the tools' names, descriptions and parameter schemas
+     *  together. A coding agent's ~20 tools are ~60 KB; 2 MiB leaves 30x that. */
+    uint64_t max_tools_bytes = 2ull << 20;
+    /** --max-messages: messages of one conversation (a Responses request: its input items and
+     *  the stored conversation it continues, as messages). Agents send a few hundred; 4,096
+     *  renders in ~1.2 s, and is more turns than a 256K-token context holds in practice. */
+    int64_t max_messages = 4096;
+    /** --max-content-parts: content parts over all messages (text parts, images, tool calls,
+     *  each one part; a message with plain string content counts 1). Twice --max-messages'
+     *  default: a turn rarely carries more than a text and a tool call. */
+    int64_t max_content_parts = 8192;
+    /** --max-prompt-bytes: bytes of the text given to the tokenizer (the rendered chat prompt,
+     *  a /v1/completions text prompt, /tokenize's content). The tokenizer runs at ~3 MB/s on
+     *  2 shared cores (measured), so 4 MiB (about 1M tokens of English, more than any context)
+     *  tokenizes in ~1.3 s. */
+    uint64_t max_prompt_bytes = 4ull << 20;
+};
+
+/** The process-wide limits the request parsers and the preparer use (set once at startup,
+ *  before the server listens, from the flags above). */
+request_limits & default_request_limits();
+
+/** Checks `r`'s tools, messages and content parts against `lim`, and the bytes of its messages'
+ *  text (contents, text parts, tool call arguments) against lim.max_prompt_bytes before any
+ *  render. Returns a 400 invalid_request_error that names the count, the limit and its flag,
+ *  with param "tools" or "messages" and code "too_many_tools", "tools_too_large",
+ *  "too_many_messages", "too_many_content_parts" or "prompt_too_large"; nullopt when within
+ *  every limit. */
+std::optional<api_error> check_chat_limits(const chat_request & r, const request_limits & lim = default_request_limits());
+
+/** A 400 "too_many_messages" when an array of `n` conversation items (the body's messages or
+ *  input, checked before they are converted) is over lim.max_messages; `param` names it. */
+std::optional<api_error> check_message_count(size_t n, const std::string & param,
+                                             const request_limits & lim = default_request_limits());
+
+/** A 400 "too_many_tools" when a tools array of `n` entries is over lim.max_tools (checked
+ *  before the tools are converted). */
+std::optional<api_error> check_tool_count(size_t n, const std::string & param,
+                                          const request_limits & lim = default_request_limits());
+
+/** A 400 "prompt_too_large" (param `param`) when `bytes` of text to tokenize are over
+ *  lim.max_prompt_bytes; `what` says which text ("the rendered prompt", "'content'"). */
+std::optional<api_error> check_prompt_bytes(uint64_t bytes, const std::string & what, const std::string & param,
+                                            const request_limits & lim = default_request_limits());
+
+}  // namespace lineage::server

@@ -1,0 +1,294 @@
+// server::routes: the guards before routing (limits, Host, Content-Type, API keys), the error
+// and exception handlers, and the endpoint table's rows installed on httplib (endpoints.h); the
+// handlers themselves are in the *_handler.cpp files.
+#include "server/http/routes.h"
+
+#include "server/dialects/anthropic/anthropic_response.h"
+#include "server/http/base64.h"
+#include "server/http/endpoints.h"
+#include "server/http/errors.h"
+#include "server/http/http_guard.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <strings.h>
+
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace lineage::server {
+
+namespace {
+
+void send_json(httplib::Response & res, const json & j, int status = 200) {
+    res.status = status;
+    res.set_content(dump(j), "application/json");
+}
+
+void send_error(httplib::Response & res, const api_error & e) {
+    send_json(res, to_json(e), e.status);
+}
+
+// The error logger records why httplib is about to answer 400 on its own, for the error
+// handler on the same thread (a header block over httplib's limits becomes a 431).
+thread_local bool header_limit_hit = false;
+
+// Total bytes of the request's header names and values.
+uint64_t header_bytes(const httplib::Request & req) {
+    uint64_t n = 0;
+    for (const auto & [k, v] : req.headers) {
+        n += k.size() + v.size() + 4;  // ": " and CRLF
+    }
+    return n;
+}
+
+// A POST to an endpoint that may come without a body (endpoint::body_optional), sent without
+// one: clients send it with no Content-Type, and an empty body carries nothing a web page could
+// forge. A body that is there must still be JSON.
+bool bodyless_post(const httplib::Request & req) {
+    const endpoint * e = find_endpoint(req.method, req.path);
+    const std::string length = req.get_header_value("Content-Length");
+    return e && e->body_optional && !req.has_header("Transfer-Encoding") && (length.empty() || length == "0");
+}
+
+// Paths answered in Anthropic's error shape: its endpoints' (endpoint::errors), and unknown
+// paths under /v1/messages.
+bool anthropic_path(const std::string & path) {
+    const endpoint * e = find_path(path);
+    return e ? e->errors == error_shape::anthropic : path.rfind("/v1/messages", 0) == 0;
+}
+
+}  // namespace
+
+server_context::server_context(const server_config & c, const engine::model & m, const engine::chat_template & t,
+                               scheduler::scheduler & s, lora_registry & l, const engine::projector * projector,
+                               std::string projector_digest)
+    : cfg(c),
+      model(m),
+      sched(s),
+      loras(l),
+      model_id(c.alias.empty() ? m.id() : c.alias),
+      created(static_cast<int64_t>(std::time(nullptr))),
+      allowed_hosts(!c.allowed_hosts.empty() ? c.allowed_hosts
+                    : !c.has_keys()          ? std::vector<std::string>{}
+                                             : std::vector<std::string>{"*"}),
+      access(c.api_key, c.tenant_keys, c.admin_api_key),
+      preparer(m, t,
+               prepare_options{.model_id = c.alias.empty() ? m.id() : c.alias,
+                               .kv_type = kv_type_dimension(c.sched.type_k, c.sched.type_v),
+                               .cache_enabled = c.sched.cache.enabled,
+                               .cache_trace = c.sched.cache.trace,
+                               .default_kwargs = default_template_kwargs(t.source(), c.sched.cache.enabled),
+                               .key_hash = c.sched.cache.key_hash,
+                               .loras = &l,
+                               .projector = projector,
+                               .projector_digest = std::move(projector_digest)}),
+      signer(c.alias.empty() ? m.id() : c.alias, c.api_key),
+      responses(std::make_unique<response_store>(response_store_config{.path = c.responses_store,
+                                                                       .ttl_s = c.responses_ttl_s,
+                                                                       .capacity_bytes = c.responses_capacity_bytes})),
+      seal(std::make_unique<reasoning_seal>(responses->reasoning_key())),
+      warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)),
+      trimmer(c.memory_trim_interval_s) {
+    if (responses->persistent()) {
+        spdlog::info("responses store: {}", responses->path());
+    } else {
+        spdlog::warn("responses store: in memory only (the disk tier is off, or --responses-store is 'memory' or "
+                     "unusable): stored responses are lost at a restart; give --responses-store PATH to keep them");
+    }
+}
+
+caller server_context::caller_of(const httplib::Request & req) const {
+    std::string given;
+    bool present = false;
+    if (req.has_header("x-api-key")) {
+        given = req.get_header_value("x-api-key");
+        present = true;
+    } else {
+        const std::string auth = req.get_header_value("Authorization");
+        // The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is "Bearer KEY".
+        const auto scheme_is = [&auth](std::string_view scheme) {
+            return auth.size() >= scheme.size() && strncasecmp(auth.c_str(), scheme.data(), scheme.size()) == 0;
+        };
+        const std::string prefix = "Bearer ";
+        const std::string basic = "Basic ";
+        if (scheme_is(prefix)) {
+            given = auth.substr(prefix.size());
+            present = true;
+        } else if (scheme_is(basic) && req.method == "GET") {
+            // A browser's login dialog (endpoint::browser): the key is the password, after the
+            // first ':' of "user:password".
+            const endpoint * e = find_endpoint(req.method, req.path);
+            const std::optional<std::string> pair = base64_decode(auth.substr(basic.size()));
+            const size_t colon = pair ? pair->find(':') : std::string::npos;
+            if (e && e->browser && colon != std::string::npos) {
+                given = pair->substr(colon + 1);
+                present = true;
+            }
+        }
+    }
+    const std::string_view v(given);
+    return access.identify(present ? &v : nullptr);
+}
+
+std::string server_context::tenant_of(const httplib::Request & req) const {
+    return caller_of(req).tenant;
+}
+
+void install_routes(httplib::Server & srv, server_context & ctx) {
+    const uint64_t max_body = ctx.cfg.max_body_bytes;
+    srv.set_payload_max_length(static_cast<size_t>(max_body));
+
+    // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
+    // a web page), then the API key (http_guard.h).
+    srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
+        auto reject = [&](const api_error & e) {
+            send_json(res, anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e), e.status);
+            return httplib::Server::HandlerResponse::Handled;
+        };
+        header_limit_hit = false;
+        if (req.target.size() > ctx.cfg.max_uri_bytes) {
+            api_error e;
+            e.status = 414;
+            e.message = "the request target is " + std::to_string(req.target.size()) + " bytes, more than " +
+                        std::to_string(ctx.cfg.max_uri_bytes) + " (--max-uri-bytes): send the data in a JSON body";
+            e.code = "uri_too_long";
+            return reject(e);
+        }
+        if (const uint64_t n = header_bytes(req); n > ctx.cfg.max_header_bytes) {
+            api_error e;
+            e.status = 431;
+            e.message = "the request headers are " + std::to_string(n) + " bytes, more than " +
+                        std::to_string(ctx.cfg.max_header_bytes) + " (--max-header-bytes): send fewer or shorter headers";
+            e.code = "request_header_fields_too_large";
+            return reject(e);
+        }
+        const std::string host = req.get_header_value("Host");
+        if (!host_allowed(host, ctx.allowed_hosts)) {
+            api_error e;
+            e.status = 403;
+            e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
+                        "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
+            e.code = "host_not_allowed";
+            return reject(e);
+        }
+        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type")) &&
+            !bodyless_post(req)) {
+            api_error e;
+            e.status = 415;
+            e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
+                        req.get_header_value("Content-Type") + "')";
+            e.code = "unsupported_media_type";
+            return reject(e);
+        }
+        // Who may call the path (endpoint::access); an unknown path needs a key like the rest.
+        const endpoint * target = find_path(req.path);
+        const endpoint_access access = target ? target->access : endpoint_access::tenant;
+        if (ctx.access.open() || access == endpoint_access::open) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        const caller c = ctx.caller_of(req);
+        if (!c.known) {
+            if (target && target->browser) {
+                res.set_header("WWW-Authenticate", "Basic realm=\"lineage-server\", charset=\"UTF-8\"");
+            }
+            return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
+        }
+        if (access == endpoint_access::admin && !c.admin) {
+            api_error e;
+            e.status = 403;
+            e.message = req.method + " " + req.path + " shows every tenant's figures: send the admin key (--admin-api-key); a tenant's "
+                        "own figures are at GET /v1/cache/stats";
+            e.code = "admin_key_required";
+            return reject(e);
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    // httplib answers 400 on its own when it cannot read the header block (more than 100 lines,
+    // a line over 8 KiB, a malformed line): remember it so that the error handler says which
+    // (431 for the line count).
+    srv.set_error_logger([](const httplib::Error & err, const httplib::Request *) {
+        if (err == httplib::Error::InvalidHeaders) {
+            header_limit_hit = true;
+        }
+    });
+
+    // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
+    srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {
+        if (!res.body.empty()) {
+            return httplib::Server::HandlerResponse::Unhandled;
+        }
+        if (res.status == 400 && header_limit_hit) {
+            header_limit_hit = false;
+            // httplib stops reading at its header count limit with exactly that many parsed; any
+            // other failure (a line over 8 KiB, a malformed line, a client that stopped sending)
+            // leaves fewer and stays a 400.
+            const bool too_many = req.headers.size() >= CPPHTTPLIB_HEADER_MAX_COUNT;
+            api_error e;
+            e.status = too_many ? 431 : 400;
+            e.message = too_many ? "more than " + std::to_string(CPPHTTPLIB_HEADER_MAX_COUNT) +
+                                       " request header lines: send fewer headers"
+                                 : "the request headers could not be read: a header line over " +
+                                       std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH) +
+                                       " bytes, a malformed line, or the client stopped sending";
+            e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
+            res.status = e.status;
+            res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        const api_error e = error_for_status(res.status, req.method, req.path, max_body);
+        res.status = e.status;  // a served path asked with another method: 405
+        if (e.status == 405) {
+            res.set_header("Allow", allowed_methods(req.path, ", "));  // RFC 9110 section 15.5.6
+        }
+        res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+    });
+
+    srv.set_exception_handler([](const httplib::Request & req, httplib::Response & res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            if (ep) {
+                std::rethrow_exception(ep);
+            }
+        } catch (const std::exception & e) {
+            what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
+        send_error(res, server_error("internal error: " + what));
+    });
+
+    srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
+        spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
+    });
+
+    // Every row of the endpoint table, under its path and its alias.
+    for (const endpoint & e : endpoint_table()) {
+        const endpoint_handler fn = e.handler;
+        auto handler = [&ctx, fn](const httplib::Request & req, httplib::Response & res) { fn(req, res, ctx); };
+        for (const std::string_view path : {e.path, e.alias}) {
+            if (path.empty()) {
+                continue;
+            }
+            const std::string pattern(path);
+            if (e.method == "GET") {
+                srv.Get(pattern, handler);
+            } else if (e.method == "POST") {
+                srv.Post(pattern, handler);
+            } else if (e.method == "DELETE") {
+                srv.Delete(pattern, handler);
+            } else {
+                throw std::logic_error("endpoint table: no route installer for method " + std::string(e.method));
+            }
+        }
+    }
+}
+
+}  // namespace lineage::server

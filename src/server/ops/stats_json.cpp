@@ -1,0 +1,131 @@
+// server::stats_json: the JSON of GET /v1/cache/stats.
+#include "server/ops/stats_json.h"
+
+#include "server/ops/prometheus.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lineage::server {
+
+namespace {
+
+// A counter map as a JSON object: each of `known` in order (0 when absent), then any other key
+// of `m` (as /metrics lists them: prometheus.h with_known).
+json known_json(const std::map<std::string, int64_t> & m, const std::vector<std::string> & known) {
+    json j = json::object();
+    for (const auto & k : known) {
+        const auto it = m.find(k);
+        j[k] = it == m.end() ? int64_t{0} : it->second;
+    }
+    for (const auto & [k, v] : m) {
+        if (!j.contains(k)) {
+            j[k] = v;
+        }
+    }
+    return j;
+}
+
+}  // namespace
+
+json stats_json(const cache::stats & s) {
+    json j = json::object();
+    j["enabled"] = s.enabled;
+    j["mode"] = s.mode;
+    j["family"] = s.family;
+    j["entries"] = s.entries;
+    j["anchors"] = s.anchors;
+    j["anchor_bytes"] = s.anchor_bytes;
+    j["checkpoints"] = map_json(s.checkpoints);
+    j["checkpoint_bytes"] = map_json(s.checkpoint_bytes);
+    j["bytes"] = map_json(s.bytes);
+    j["largest_lineage"] = {{"bytes", s.largest_lineage.bytes},
+                            {"checkpoints", s.largest_lineage.checkpoints},
+                            {"message_rungs", s.largest_lineage.message_rungs},
+                            {"reply_checkpoints", s.largest_lineage.reply_checkpoints}};
+    j["budget_bytes"] = s.budget_bytes;
+    j["lookups"] = s.lookups;
+    j["misses"] = s.misses;
+    j["hits"] = known_json(s.hits, known_keys::restore_kinds);
+    j["tokens_reused"] = s.tokens_reused;
+    j["cross_template_hits"] = s.cross_template_hits;
+    j["live_hits"] = s.live_hits;
+    j["prefix_holds"] = s.prefix_holds;
+    j["tokens_prefilled"] = s.tokens_prefilled;
+    j["rejections"] = known_json(s.rejections, known_keys::rejection_causes);
+    j["misses_by_cause"] = known_json(s.misses_by_cause, known_keys::miss_causes);
+    j["short_hits_by_cause"] = known_json(s.short_hits_by_cause, known_keys::miss_causes);
+    j["key_differs"] = known_json(s.key_differs, known_keys::key_dimensions);
+    j["ghosts"] = s.ghosts;
+    j["evictions"] = known_json(s.evictions, known_keys::eviction_reasons);
+    j["disk_hits"] = s.disk_hits;
+    j["requests_committed"] = s.requests_committed;
+    const auto & d = s.disk;
+    json dj = {{"enabled", d.enabled},
+               {"dir", d.dir},
+               {"capacity_bytes", d.capacity_bytes},
+               {"files", d.files},
+               {"bytes", d.bytes},
+               {"anchor_files", d.anchor_files},
+               {"writes", d.writes},
+               {"bytes_written", d.bytes_written},
+               {"bytes_written_per_request",
+                s.requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(s.requests_committed) : 0},
+               {"write_failures", d.write_failures},
+               {"loads", d.loads},
+               {"bytes_read", d.bytes_read},
+               {"damaged", d.damaged},
+               {"damage", known_json(d.damage, known_keys::disk_damage)},
+               {"superseded", d.superseded},
+               {"evictions", d.evictions},
+               {"ignored_other_model", d.ignored_other_model},
+               {"ignored_other_format", d.ignored_other_format},
+               {"discarded_old_format", d.discarded_old_format},
+               {"removed_at_startup", d.removed_at_startup},
+               {"reindexed", d.reindexed},
+               {"overdue_writes", d.overdue_writes},
+               {"overdue_read_seconds", d.overdue_read_seconds},
+               {"queued", d.queued}};
+    j["disk"] = dj;
+    j["redis_hits"] = s.redis_hits;
+    const auto & r = s.redis;
+    j["redis"] = {{"enabled", r.enabled},
+                  {"url", r.url},
+                  {"namespace", r.ns},
+                  {"connected", r.connected},
+                  {"entries", r.entries},
+                  {"writes", r.writes},
+                  {"bytes_written", r.bytes_written},
+                  {"chunks_written", r.chunks_written},
+                  {"write_failures", r.write_failures},
+                  {"loads", r.loads},
+                  {"bytes_read", r.bytes_read},
+                  {"errors", r.errors},
+                  {"timeouts", r.timeouts},
+                  {"connects", r.connects},
+                  {"vanished", r.vanished},
+                  {"damaged", r.damaged},
+                  {"damage", known_json(r.damage, known_keys::redis_damage)},
+                  {"index_resets", r.index_resets},
+                  {"queued", r.queued}};
+    const auto & w = s.warmup;
+    j["warmup"] = {{"queued", w.queued}, {"active", w.active},
+                   {"runs", w.runs},     {"preempted", w.preempted},
+                   {"tokens", w.tokens}, {"hits", w.hits},
+                   {"wasted", w.wasted}, {"skipped", known_json(w.skipped, known_keys::warmup_skips)}};
+    const auto & bp = s.buffer_pool;
+    j["buffer_pool"] = {{"reused", bp.reused},
+                        {"allocated", bp.allocated},
+                        {"idle_buffers", bp.idle_buffers},
+                        {"idle_bytes", bp.idle_bytes},
+                        {"max_idle_bytes", bp.max_idle_bytes}};
+    j["apc_enabled"] = s.apc_enabled;
+    j["total_blocks_stored"] = s.total_blocks_stored;
+    j["unique_block_hashes"] = s.unique_block_hashes;
+    j["apc_active_entries"] = s.apc_active_entries;
+    return j;
+}
+
+}  // namespace lineage::server

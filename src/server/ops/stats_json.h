@@ -1,0 +1,18 @@
+// server::stats_json: the JSON body of GET /v1/cache/stats (the admin's view: every figure of
+// cache::stats). The counter maps by kind, cause or reason (hits, misses_by_cause, evictions,
+// warmup.skipped, ...) list every key /metrics lists (prometheus.h known_keys), at 0 before the
+// first event, so a dashboard finds each key from the start; a key the cache adds later still
+// shows up. Thread safety: a pure function of its argument.
+#pragma once
+
+#include "cache/stats.h"
+#include "server/http/errors.h"
+
+namespace lineage::server {
+
+/** The stats object: {enabled, mode, family, entries, ..., hits: {full: N, prefix: N, ...},
+ *  misses_by_cause: {...}, disk: {...}, redis: {...}, warmup: {..., skipped: {...}}, ...};
+ *  byte figures in bytes, counts since the server started. docs/prompt-cache.md "Stats". */
+json stats_json(const cache::stats & s);
+
+}  // namespace lineage::server

@@ -1,0 +1,346 @@
+// server::generation: the dialect-neutral request run (submission, event loop, cancellation).
+#include "server/run/generation.h"
+
+#include "engine/model.h"
+#include "scheduler/scheduler.h"
+#include "server/prepare/chat_prepare.h"
+#include "server/http/routes.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace lineage::server {
+
+namespace {
+
+using scheduler::generation_event;
+using ev_kind = scheduler::generation_event::kind;
+
+constexpr std::chrono::milliseconds poll_interval{100};
+
+// One request's state, shared by the handler and (when streaming) the content provider.
+struct run_state {
+    run_state(server_context & c, std::shared_ptr<scheduler::generation_request> r, std::unordered_set<int32_t> p,
+              std::unique_ptr<response_writer> w, bool s, const char * d, std::shared_ptr<const chat_request> conv)
+        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), dialect(d),
+          conversation(std::move(conv)) {}
+
+    server_context & ctx;
+    std::shared_ptr<scheduler::generation_request> req;
+    std::unordered_set<int32_t> preserved;
+    std::unique_ptr<response_writer> out;
+    bool stream = false;
+    const char * dialect;
+    std::optional<generation_event> pending;  ///< first event, read before the stream started
+    bool finished = false;
+    bool stopped = false;  ///< a stop string matched: later tokens are dropped
+    int32_t kept_tokens = 0;  ///< tokens received up to and including the one a stop string matched in
+    std::chrono::steady_clock::time_point last_client_check = std::chrono::steady_clock::now();
+    std::function<bool()> client_closed;  ///< streaming: the request's socket probe
+    std::shared_ptr<const chat_request> conversation;  ///< for the warm-up; null: none
+
+    void cancel() { req->cancelled->store(true); }
+
+    // The scheduler asks whether the client is still there (a request repeating this one's
+    // prompt is waiting: the retry hold): cancel when it is gone, else say alive. False when
+    // the client is gone.
+    bool answer_probe(const std::function<bool()> & closed) {
+        if (req->probe->load() != scheduler::probe_state::asked) {
+            return true;
+        }
+        if (closed && closed()) {
+            cancel();
+            spdlog::info("req {} client disconnected (found when a retry came); cancelled", req->id);
+            return false;
+        }
+        req->probe->store(scheduler::probe_state::alive);
+        return true;
+    }
+
+    // A reply was sent whole: warm the conversation's next turn.
+    void after_reply(const generation_event & done) const {
+        // With images too: the warm-up places the conversation's images as the request did.
+        if (conversation && ctx.warm && out->reply() != nullptr &&
+            (done.finish == scheduler::finish_reason::stop || done.finish == scheduler::finish_reason::length)) {
+            ctx.warm->after_reply(conversation, *out->reply(), req->cache, req->lora, req->lora_epoch);
+        }
+    }
+
+    // Adds a token's text; asks the scheduler to stop when a stop string matched.
+    void on_token(const generation_event & e) {
+        if (stopped) {
+            return;  // tokens decoded before the scheduler saw stop_requested
+        }
+        if (e.tok >= 0 && ctx.model.is_eog(e.tok)) {
+            return;
+        }
+        kept_tokens++;
+        std::string piece = e.piece;
+        if (e.tok >= 0 && preserved.count(e.tok)) {
+            piece = ctx.model.token_to_piece(e.tok, /*special=*/true);
+        }
+        if (out->add(e, piece)) {
+            stopped = true;
+            req->stop_requested->store(true);
+        }
+    }
+
+    // The reply's token count as the client sees it: a stop string ends the reply at the token
+    // that completed it, and the tokens the scheduler decoded before it saw stop_requested (a
+    // number that depends on timing) are not counted.
+    void settle(generation_event & done) const {
+        if (stopped) {
+            done.stats.completion_tokens = std::min(done.stats.completion_tokens, kept_tokens);
+        }
+    }
+
+    void log_done(int status, const scheduler::request_stats & s, const std::string & finish) const {
+        const double tps = s.completion_tokens > 1 && s.decode_s > 0 ? (s.completion_tokens - 1) / s.decode_s : 0.0;
+        spdlog::info("req {} {} {} {}: prompt={} cached={} completion={} ttft={:.1f}ms decode={:.1f}tok/s hit={} finish={}",
+                     req->id, dialect, stream ? "stream" : "json", status,
+                     s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int32_t>(req->prompt.size()), s.cached_tokens,
+                     s.completion_tokens, s.ttft_s * 1e3, tps, s.hit_kind.empty() ? "miss" : s.hit_kind, finish);
+    }
+
+    static api_error error_of(const generation_event & e) { return to_api_error(e.failure); }
+
+    // The error a done event stands for: cancelled (we cancel only when the client is gone,
+    // so this is the server shutting down) or finished with an error.
+    static std::optional<api_error> done_error(const generation_event & e) {
+        if (e.finish == scheduler::finish_reason::cancelled) {
+            return to_api_error({scheduler::failure_kind::shutting_down,
+                                 "the request was cancelled because the server is shutting down; retry on a "
+                                 "running server"});
+        }
+        if (e.finish == scheduler::finish_reason::error) {
+            return to_api_error({scheduler::failure_kind::decode_failed, e.failure.message});
+        }
+        return std::nullopt;
+    }
+
+    void send_error(httplib::Response & res, const api_error & e) const { send_json_body(res, out->error_body(e), e.status); }
+};
+
+// Waits for the next event while watching the client; nullopt when the client went away (the
+// request is then cancelled).
+std::optional<generation_event> wait_event(run_state & s, const httplib::Request & req) {
+    const std::function<bool()> closed = [&req] { return req.is_connection_closed(); };
+    for (;;) {
+        if (!s.answer_probe(closed)) {
+            return std::nullopt;
+        }
+        // Look at the socket every poll_interval even while events keep coming.
+        const auto now = std::chrono::steady_clock::now();
+        const bool check_now = now - s.last_client_check >= poll_interval;
+        if (!check_now) {
+            if (auto ev = s.req->events->pop(poll_interval)) {
+                return ev;
+            }
+        }
+        s.last_client_check = std::chrono::steady_clock::now();
+        if (req.is_connection_closed()) {
+            s.cancel();
+            spdlog::info("req {} client disconnected; cancelled", s.req->id);
+            return std::nullopt;
+        }
+    }
+}
+
+void respond_json(run_state & s, const httplib::Request & req, httplib::Response & res) {
+    for (;;) {
+        auto ev = wait_event(s, req);
+        if (!ev) {
+            return;
+        }
+        switch (ev->type) {
+            case ev_kind::token:
+                s.on_token(*ev);
+                break;
+            case ev_kind::done:
+                s.settle(*ev);
+                if (auto err = run_state::done_error(*ev)) {
+                    s.send_error(res, *err);
+                    s.log_done(err->status, ev->stats, "error");
+                    return;
+                }
+                send_json_body(res, s.out->body(*ev), 200);
+                s.log_done(200, ev->stats, s.out->finish_reason(*ev));
+                s.after_reply(*ev);
+                return;
+            case ev_kind::error: {
+                const api_error err = run_state::error_of(*ev);
+                s.send_error(res, err);
+                s.log_done(err.status, ev->stats, "error");
+                return;
+            }
+        }
+    }
+}
+
+// Content provider step: writes what the next events produced. False ends the stream with an
+// error (client gone).
+bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink) {
+    if (s->finished) {
+        sink.done();
+        return true;
+    }
+    if (!s->answer_probe(s->client_closed)) {
+        s->finished = true;
+        return false;
+    }
+    std::vector<generation_event> evs;
+    if (s->pending) {
+        evs.push_back(std::move(*s->pending));
+        s->pending.reset();
+    } else if (auto ev = s->req->events->pop(poll_interval)) {
+        evs.push_back(std::move(*ev));
+    } else {
+        // Nothing to write (queued, or a long prefill): probe the socket, a dead client would
+        // otherwise go unnoticed until the first write.
+        if (!sink.is_writable() || (s->client_closed && s->client_closed())) {
+            s->cancel();
+            spdlog::info("req {} client disconnected during the stream; cancelled", s->req->id);
+            s->finished = true;  // already logged: the releaser stays quiet
+            return false;
+        }
+        return true;
+    }
+    // Drain what is already queued, so a burst of tokens goes out in one write.
+    while (evs.back().type == ev_kind::token) {
+        auto more = s->req->events->pop(std::chrono::milliseconds(0));
+        if (!more) {
+            break;
+        }
+        evs.push_back(std::move(*more));
+    }
+
+    std::string buf;
+    const generation_event * done = nullptr;
+    for (auto & ev : evs) {
+        if (ev.type == ev_kind::token) {
+            s->on_token(ev);
+        } else if (ev.type == ev_kind::done) {
+            s->settle(ev);
+            if (auto err = run_state::done_error(ev)) {
+                buf += s->out->stream_error(*err);
+                s->log_done(err->status, ev.stats, "error");
+            } else {
+                buf += s->out->end_stream(ev);
+                s->log_done(200, ev.stats, s->out->finish_reason(ev));
+                done = &ev;
+            }
+            s->finished = true;
+            break;
+        } else {
+            const api_error err = run_state::error_of(ev);
+            buf += s->out->stream_error(err);
+            s->log_done(err.status, ev.stats, "error");
+            s->finished = true;
+            break;
+        }
+    }
+    if (!s->finished) {
+        buf += s->out->take_stream();
+    }
+    if (!buf.empty() && !sink.write(buf.data(), buf.size())) {
+        s->cancel();
+        return false;
+    }
+    if (s->finished) {
+        sink.done();
+        if (done != nullptr) {
+            s->after_reply(*done);
+        }
+    }
+    return true;
+}
+
+void respond_stream(const std::shared_ptr<run_state> & s, const httplib::Request & req, httplib::Response & res) {
+    // Wait for the first event before sending headers, so an error before any output (e.g. the
+    // scheduler refusing the request) still gets its HTTP status.
+    auto first = wait_event(*s, req);
+    if (!first) {
+        return;
+    }
+    if (first->type == ev_kind::error) {
+        const api_error err = run_state::error_of(*first);
+        s->send_error(res, err);
+        s->log_done(err.status, first->stats, "error");
+        return;
+    }
+    s->pending = std::move(first);
+    s->client_closed = req.is_connection_closed;  // valid while the provider runs
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [s](size_t /*offset*/, httplib::DataSink & sink) { return stream_step(s, sink); },
+        [s](bool /*success*/) {
+            if (!s->finished) {
+                s->cancel();
+                spdlog::info("req {} client disconnected during the stream; cancelled", s->req->id);
+            }
+        });
+}
+
+}  // namespace
+
+std::string random_id(std::string_view prefix, int n) {
+    static const char alphabet[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_int_distribution<size_t> pick(0, sizeof(alphabet) - 2);
+    std::string id(prefix);
+    for (int i = 0; i < n; ++i) {
+        id += alphabet[pick(rng)];
+    }
+    return id;
+}
+
+void send_json_body(httplib::Response & res, const json & body, int status) {
+    res.status = status;
+    res.set_content(dump(body), "application/json");
+}
+
+std::shared_ptr<scheduler::generation_request> make_generation_request(server_context & ctx, const prepared_chat & prep,
+                                                                       const scheduler::sampling_params & sampling) {
+    auto gr = std::make_shared<scheduler::generation_request>();
+    gr->id = ctx.next_id.fetch_add(1);
+    gr->prompt = prep.prompt;
+    gr->media = prep.media;
+    gr->sampling = sampling;
+    if (gr->sampling.max_tokens < 0 && ctx.cfg.n_predict > 0) {
+        gr->sampling.max_tokens = ctx.cfg.n_predict;  // --n-predict: the default cap
+    }
+    gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
+    gr->cache = prep.cache;
+    gr->lora = prep.lora.scales;
+    gr->lora_epoch = prep.lora.epoch;
+    spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} last_user={} session='{}' bucket={}",
+                  gr->id, prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,
+                  gr->cache.tools_anchor_tokens, gr->cache.last_user_tokens, gr->cache.session_key,
+                  gr->cache.bucket.substr(0, 12));
+    return gr;
+}
+
+void run_generation(const httplib::Request & req, httplib::Response & res, server_context & ctx,
+                    std::shared_ptr<scheduler::generation_request> gr, std::unordered_set<int32_t> preserved_tokens,
+                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect,
+                    std::shared_ptr<const chat_request> conversation) {
+    gr->answers_probe = true;
+    auto s = std::make_shared<run_state>(ctx, gr, std::move(preserved_tokens), std::move(writer), stream, dialect,
+                                         std::move(conversation));
+    ctx.sched.submit(gr);
+    if (stream) {
+        respond_stream(s, req, res);
+    } else {
+        respond_json(*s, req, res);
+    }
+}
+
+}  // namespace lineage::server

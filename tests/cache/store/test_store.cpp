@@ -1,0 +1,1014 @@
+// Unit tests of cache::store with fake states (no model): lookup choice, absorption,
+// thinning order, anchors, budgets, eviction order. check_invariants() after every mutation.
+#include "cache/store/store.h"
+
+#include "fake_states.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace lineage::cache {
+namespace {
+
+using fakes::seq;
+using fakes::cat;
+using fakes::fake;
+
+// fakes::small_config (the guard at prompt - guard_distance; ResendCheckpoint tests the other)
+// without the anchor ladder and message rungs.
+config small_config() {
+    config c = fakes::small_config();
+    c.ladder_step = 0;    // no anchor ladder; the Ladder tests turn it on
+    c.message_rungs = 0;  // no message rungs; the MessageRungs tests turn them on
+    return c;
+}
+
+class StoreTest : public ::testing::Test {
+protected:
+    // Simulates one request: plan, captures (fake blobs), commit on a fresh sequence id.
+    restore_plan run(store & st, const key & k, const tokens & prompt, plan_hints h = {}, double now = 1.0,
+                     size_t ckpt_bytes = 100) {
+        restore_plan p = st.plan(k, prompt, h, now);
+        st.check_invariants();
+        commit_input in;
+        in.k = k;
+        in.toks = prompt;
+        in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
+        in.device_bytes = 1000;
+        in.history_tokens = h.history_tokens;
+        in.last_user_tokens = h.last_user_tokens;
+        for (const auto & c : p.captures) {
+            if (c.kind == point_kind::anchor) {
+                // As lifecycle::capture: the rungs captured before it go with the anchor.
+                std::vector<checkpoint> rungs;
+                uint64_t rung_bytes = 0;
+                std::erase_if(in.captured, [&](checkpoint & cp) {
+                    if (cp.kind != point_kind::ladder || cp.n_tokens >= c.n_tokens) {
+                        return false;
+                    }
+                    rung_bytes += cp.recurrent->size();
+                    rungs.push_back(std::move(cp));
+                    return true;
+                });
+                in.reserved_bytes -= rung_bytes;
+                EXPECT_TRUE(st.reserve(500));
+                st.commit_anchor(k, tokens(prompt.begin(), prompt.begin() + c.n_tokens), fake(500), 500 + rung_bytes,
+                                 now, 0, std::move(rungs));
+            } else {
+                EXPECT_TRUE(st.reserve(ckpt_bytes));
+                in.reserved_bytes += ckpt_bytes;
+                in.captured.push_back({c.n_tokens, c.kind, fake(ckpt_bytes)});
+            }
+            st.check_invariants();
+        }
+        if (st.hybrid()) {
+            EXPECT_TRUE(st.reserve(ckpt_bytes));
+            in.reserved_bytes += ckpt_bytes;
+            in.final_recurrent = fake(ckpt_bytes);
+        }
+        if (p.absorbs) {
+            in.absorbed = p;
+        }
+        st.commit(std::move(in), now);
+        st.check_invariants();
+        for (int32_t s : st.take_released_seqs()) {
+            released_.push_back(s);
+        }
+        return p;
+    }
+    int32_t next_seq_ = 0;
+    std::vector<int32_t> released_;
+};
+
+TEST_F(StoreTest, MissOnEmptyAndHitAfterCommit) {
+    store st(small_config(), /*hybrid=*/false);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 100));
+    EXPECT_EQ(p1.n_restore, 0);
+    EXPECT_EQ(p1.kind, point_kind::none);
+    auto p2 = run(st, k, cat(seq(0, 100), seq(1000, 10)));
+    EXPECT_EQ(p2.n_restore, 100);
+    EXPECT_EQ(p2.kind, point_kind::full);
+    EXPECT_TRUE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::take_device);
+    EXPECT_EQ(st.entries().size(), 1u) << "the extending request absorbed the first entry";
+}
+
+TEST_F(StoreTest, AlwaysLeavesOneTokenToPrefill) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 50));
+    auto p = st.plan(k, seq(0, 50), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 49);
+    EXPECT_EQ(p.kind, point_kind::prefix);
+}
+
+TEST_F(StoreTest, DenseUsesAnyPrefix) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 100));
+    auto p = st.plan(k, cat(seq(0, 60), seq(5000, 20)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 60);
+    EXPECT_EQ(p.kind, point_kind::prefix);
+    EXPECT_EQ(p.op, restore_op::share_device);
+    EXPECT_FALSE(p.absorbs);
+}
+
+TEST_F(StoreTest, HybridOnlyRestoresAtCheckpoints) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // 200-token prompt from cold: guard at 184 (suffix >= 64), history boundary at 195.
+    auto p1 = run(st, k, seq(0, 200), {-1, 195});
+    ASSERT_EQ(p1.captures.size(), 2u);
+    EXPECT_EQ(p1.captures[0].n_tokens, 184);
+    EXPECT_EQ(p1.captures[0].kind, point_kind::guard);
+    EXPECT_EQ(p1.captures[1].n_tokens, 195);
+    EXPECT_EQ(p1.captures[1].kind, point_kind::turn);
+    // Diverges at 190: the guard at 184 is the longest restore point at or before it.
+    auto p = st.plan(k, cat(seq(0, 190), seq(7000, 30)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 184);
+    EXPECT_EQ(p.kind, point_kind::guard);
+    ASSERT_TRUE(p.recurrent);
+    // Diverges at 100: nothing covers it.
+    auto miss = st.plan(k, cat(seq(0, 100), seq(7000, 30)), {}, 3.0);
+    EXPECT_EQ(miss.n_restore, 0);
+}
+
+TEST_F(StoreTest, NextTurnThroughHistoryBoundaryAbsorbs) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    // Turn 2 shares the history (195) plus 2 tokens, then the re-rendered reply.
+    const tokens t2 = cat(seq(0, 197), seq(9000, 40));
+    auto p2 = run(st, k, t2, {-1, 230}, 2.0);
+    EXPECT_EQ(p2.n_restore, 195);
+    EXPECT_EQ(p2.kind, point_kind::turn);
+    EXPECT_TRUE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::take_device);
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 1u) << "one entry per lineage";
+    // Carried over: guard 184 and turn 195 (both <= 195); captured: turn 230.
+    std::vector<int32_t> at;
+    for (auto & c : es[0].checkpoints) {
+        at.push_back(c.first);
+    }
+    EXPECT_EQ(at, (std::vector<int32_t>{184, 195, 230}));
+}
+
+TEST_F(StoreTest, EditedLastMessageLandsOnTurnBoundaryWithoutAbsorbing) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    run(st, k, cat(seq(0, 197), seq(9000, 40)), {-1, 230}, 2.0);
+    // Edit of the last user message: shares up to 210 (inside turn 2's new part).
+    const tokens edit = cat(cat(seq(0, 197), seq(9000, 13)), seq(4000, 30));
+    auto p = st.plan(k, edit, {-1, 235}, 3.0);
+    EXPECT_EQ(p.n_restore, 195);
+    EXPECT_EQ(p.kind, point_kind::turn);
+    EXPECT_FALSE(p.absorbs);
+    EXPECT_EQ(p.op, restore_op::share_device);
+}
+
+TEST_F(StoreTest, RegenerateLandsOnGuard) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 300), {-1, 295});
+    auto p = st.plan(k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p.n_restore, 295) << "history boundary 295 beats guard 284";
+    EXPECT_EQ(p.kind, point_kind::turn);
+    EXPECT_LT(p.n_restore, 300);
+}
+
+TEST_F(StoreTest, ShortTurnHasNoGuard) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    // 20 new tokens after the restore point: below guard_min_suffix (64), no split.
+    auto p = st.plan(k, cat(seq(0, 197), seq(9000, 20)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 195);
+    EXPECT_TRUE(p.captures.empty());
+}
+
+TEST_F(StoreTest, AnchorIsPinnedSeparateAndServesNewSession) {
+    store st(small_config(), true);
+    const key k{"b", "s1"};
+    // System prompt + tools = 120 tokens; anchor at 120 - 2.
+    auto p1 = run(st, k, seq(0, 300), {120, 295});
+    ASSERT_FALSE(p1.captures.empty());
+    EXPECT_EQ(p1.captures[0].n_tokens, 118);
+    EXPECT_EQ(p1.captures[0].kind, point_kind::anchor);
+    EXPECT_EQ(st.get_stats().anchors, 1);
+    // A new session: same system prompt, other conversation.
+    const key k2{"b", "s2"};
+    auto p2 = st.plan(k2, cat(seq(0, 120), seq(50000, 100)), {120, 215}, 2.0);
+    EXPECT_EQ(p2.n_restore, 118);
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+    EXPECT_EQ(p2.op, restore_op::load_ram);
+    EXPECT_FALSE(p2.absorbs) << "anchors are exempt from absorption";
+    EXPECT_EQ(st.get_stats().anchors, 1);
+}
+
+TEST_F(StoreTest, AnchorPinnedEvenAfterGuardPoint) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // A long system block followed by a 7-token question: the anchor falls after the guard.
+    auto p = run(st, k, seq(0, 300), {297, 299});
+    bool anchor = false;
+    for (auto & c : p.captures) {
+        anchor = anchor || (c.kind == point_kind::anchor && c.n_tokens == 295);
+    }
+    EXPECT_TRUE(anchor);
+}
+
+TEST_F(StoreTest, DivergenceCapturedForSibling) {
+    store st(small_config(), true);
+    const key k{"b", "s1"};
+    run(st, k, seq(0, 300), {-1, 295});
+    // A sibling prompt shares 250 tokens; nothing covers 250 (guard 284, turn 295 are later).
+    // No line starts known: the checkpoint goes back by the BPE slack (2), to 248.
+    const tokens sib = cat(seq(0, 250), seq(60000, 60));
+    auto p = st.plan(key{"b", "s2"}, sib, {-1, 305}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+    bool div = false;
+    for (auto & c : p.captures) {
+        div = div || (c.kind == point_kind::divergence && c.n_tokens == 248);
+    }
+    EXPECT_TRUE(div);
+}
+
+// A system text whose last line changes per session (a timestamp) after a tool block that the
+// template renders first (Qwen3.5): tools [0, 300), system text [300, 500) whose tokens from
+// `stamp_at` on are per session, then a user message. The anchor (500 - 2) differs per session;
+// the tools anchor (300 - 2) is what they all share (a new session restores never 0).
+tokens stamped_prompt(int32_t stamp_at, int32_t session, int32_t user) {
+    return cat(cat(seq(0, stamp_at), seq(10000 * (session + 1), 500 - stamp_at)), seq(90000 + 100 * user, 40));
+}
+
+TEST_F(StoreTest, ToolsAnchorServesNewSessionsOfASystemTextThatChangesPerSession) {
+    store st(small_config(), true);
+    const plan_hints h{500, 534, 300};
+    auto p1 = run(st, key{"b", "s1"}, stamped_prompt(490, 0, 0), h);
+    EXPECT_EQ(p1.n_restore, 0);
+    std::vector<std::pair<int32_t, point_kind>> got;
+    for (const auto & c : p1.captures) {
+        got.emplace_back(c.n_tokens, c.kind);
+    }
+    const std::vector<std::pair<int32_t, point_kind>> want1 = {{298, point_kind::anchor}, {498, point_kind::anchor},
+                                                               {524, point_kind::guard}, {534, point_kind::turn}};
+    EXPECT_EQ(got, want1) << "both anchors pinned by the first session";
+    EXPECT_EQ(st.get_stats().anchors, 2);
+
+    // Session 2: its stamp differs from token 490 on. Before the tools anchor: a miss.
+    auto p2 = run(st, key{"b", "s2"}, stamped_prompt(490, 1, 1), h, 2.0);
+    EXPECT_EQ(p2.n_restore, 298);
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+    EXPECT_FALSE(p2.absorbs);
+    got.clear();
+    for (const auto & c : p2.captures) {
+        got.emplace_back(c.n_tokens, c.kind);
+    }
+    // Session 1 diverges from session 0 inside the stamp: a divergence checkpoint at 490 - 2
+    // (the BPE slack; no line starts known; gain 190 >= 32) and its own anchor at 498; the tools
+    // anchor is already pinned.
+    const std::vector<std::pair<int32_t, point_kind>> want2 = {{488, point_kind::divergence},
+                                                               {498, point_kind::anchor},
+                                                               {524, point_kind::guard},
+                                                               {534, point_kind::turn}};
+    EXPECT_EQ(got, want2);
+    EXPECT_EQ(st.get_stats().anchors, 3);
+
+    // Session 3 diverges two tokens earlier in the stamp (the hour changed, not the minute): the
+    // slack put the divergence checkpoint at 488, so it still serves.
+    auto p3 = run(st, key{"b", "s3"}, cat(seq(0, 488), seq(777000, 52)), h, 3.0);
+    EXPECT_EQ(p3.n_restore, 488);
+    EXPECT_EQ(p3.kind, point_kind::divergence);
+    // Earlier still (486): before every checkpoint but the tools anchor's.
+    auto p3b = st.plan(key{"b", "s3b"}, cat(seq(0, 486), seq(778000, 54)), h, 3.5);
+    EXPECT_EQ(p3b.n_restore, 298);
+    EXPECT_EQ(p3b.kind, point_kind::anchor);
+    // Session 4 diverges where session 2 did from session 1: that divergence checkpoint.
+    auto p4 = st.plan(key{"b", "s4"}, stamped_prompt(490, 7, 2), h, 4.0);
+    EXPECT_EQ(p4.n_restore, 488);
+    EXPECT_EQ(p4.kind, point_kind::divergence);
+}
+
+TEST_F(StoreTest, ToolsAnchorOnlyBeforeTheAnchorAndOnlyOnHybrids) {
+    // Tools not before the system text (the tools-only render ends at or after the anchor): one
+    // anchor. A dense model restores any prefix anyway: no tools anchor either.
+    for (const bool hybrid : {true, false}) {
+        store st(small_config(), hybrid);
+        const plan_hints h = hybrid ? plan_hints{500, 534, 500} : plan_hints{500, 534, 300};
+        auto p = st.plan(key{"b", "s"}, stamped_prompt(490, 0, 0), h, 1.0);
+        int32_t anchors = 0;
+        for (const auto & c : p.captures) {
+            anchors += c.kind == point_kind::anchor ? 1 : 0;
+            EXPECT_TRUE(c.kind != point_kind::anchor || c.n_tokens == 498) << c.n_tokens;
+        }
+        EXPECT_EQ(anchors, 1) << (hybrid ? "hybrid" : "dense");
+    }
+}
+
+TEST_F(StoreTest, ThinningDropsOldGuardsThenOldestTurns) {
+    config c = small_config();
+    c.max_checkpoints = 3;
+    store st(c, true);
+    const key k{"b", "s"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 1000);
+    in.seq = 0;
+    in.captured = {{100, point_kind::turn, fake(10)},  {200, point_kind::guard, fake(10)},
+                   {300, point_kind::turn, fake(10)},  {400, point_kind::divergence, fake(10)},
+                   {500, point_kind::guard, fake(10)}, {600, point_kind::turn, fake(10)}};
+    st.commit(std::move(in), 1.0);
+    st.check_invariants();
+    std::vector<std::pair<int32_t, point_kind>> want = {
+        {400, point_kind::divergence}, {500, point_kind::guard}, {600, point_kind::turn}};
+    EXPECT_EQ(st.entries()[0].checkpoints, want);
+}
+
+TEST_F(StoreTest, SessionFirstCrossSessionOnlyWhenStrictlyLonger) {
+    store st(small_config(), false);
+    run(st, key{"b", "alice"}, seq(0, 100));
+    run(st, key{"b", "bob"}, cat(seq(0, 80), seq(3000, 20)));
+    // Alice's prompt shares 100 with her entry, 80 with Bob's: her own wins.
+    auto p = run(st, key{"b", "alice"}, cat(seq(0, 100), seq(1, 5)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 100);
+    EXPECT_EQ(p.reason.find("cross-session"), std::string::npos);
+    // Bob shares 80 with his entry and 100 with Alice's: strictly longer, so cross-session.
+    auto q = st.plan(key{"b", "bob"}, cat(seq(0, 100), seq(2, 5)), {}, 3.0);
+    EXPECT_EQ(q.n_restore, 100);
+    EXPECT_NE(q.reason.find("cross-session"), std::string::npos);
+}
+
+TEST_F(StoreTest, OtherBucketNeverHits) {
+    store st(small_config(), false);
+    run(st, key{"template-a", "s"}, seq(0, 100));
+    auto p = st.plan(key{"template-b", "s"}, cat(seq(0, 100), seq(1, 5)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+}
+
+TEST_F(StoreTest, MinPrefixRejectsShortMatches) {
+    config c = small_config();
+    c.min_prefix = 32;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 100));
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 20), seq(800, 50)), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 0);
+    EXPECT_NE(p.reason.find("min prefix"), std::string::npos);
+}
+
+TEST_F(StoreTest, BudgetEvictsLeastRecentlyUsedFirst) {
+    config c = small_config();
+    c.ram_bytes = 1000;
+    store st(c, true);
+    // Three lineages holding 300 bytes each (their prompt-end recurrent state; prompts
+    // shorter than guard_min_suffix, so no guard checkpoints).
+    run(st, key{"b", "1"}, seq(0, 50), {}, 1.0, 300);
+    run(st, key{"b", "2"}, seq(100, 55), {}, 2.0, 300);
+    run(st, key{"b", "3"}, seq(200, 60), {}, 3.0, 300);
+    EXPECT_EQ(st.ram_bytes(), 900u);
+    // Lineage 1 takes a turn: it now holds 600 bytes (old final state as a turn checkpoint +
+    // new final state), so the least recently used lineage (2) must go.
+    run(st, key{"b", "1"}, cat(seq(0, 50), seq(7, 1)), {}, 4.0, 300);
+    std::vector<int32_t> left;
+    for (auto & e : st.entries()) {
+        left.push_back(e.n_tokens);
+    }
+    EXPECT_EQ(left, (std::vector<int32_t>{51, 60})) << "lineage 2 was the least recently used";
+    EXPECT_EQ(st.get_stats().evictions.at("capacity"), 1);
+    EXPECT_LE(st.ram_bytes(), 1000u);
+}
+
+TEST_F(StoreTest, StateLargerThanBudgetIsRejected) {
+    config c = small_config();
+    c.ram_bytes = 1000;
+    store st(c, true);
+    EXPECT_FALSE(st.reserve(1500));
+    EXPECT_EQ(st.get_stats().rejections.at("too_large"), 1);
+    st.check_invariants();
+}
+
+TEST_F(StoreTest, AnchorCapEvictsLeastRecentlyUsedAnchor) {
+    config c = small_config();
+    c.max_anchors = 2;
+    store st(c, false);
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(st.reserve(100));
+        st.commit_anchor(key{"b", "s"}, seq(i * 1000, 40), fake(100), 100, 1.0 + i);
+        st.check_invariants();
+    }
+    EXPECT_EQ(st.get_stats().anchors, 2);
+    EXPECT_EQ(st.get_stats().evictions.at("anchor_cap"), 1);
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 40), seq(5, 5)), {}, 9.0);
+    EXPECT_EQ(p.n_restore, 0) << "the oldest anchor was evicted";
+}
+
+TEST_F(StoreTest, ZeroMaxAnchorsPlansAndPinsNoAnchor) {
+    // --cache-max-anchors 0 (it used to abort the server at the first system prompt).
+    config c = small_config();
+    c.max_anchors = 0;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        auto p1 = run(st, key{"b", "s1"}, seq(0, 300), {120, 295, 100});
+        for (const auto & cap : p1.captures) {
+            EXPECT_NE(cap.kind, point_kind::anchor) << cap.n_tokens;
+        }
+        ASSERT_TRUE(st.reserve(100));
+        st.commit_anchor(key{"b", "s1"}, seq(0, 118), fake(100), 100, 1.0);  // refused, not a crash
+        st.check_invariants();
+        EXPECT_EQ(st.get_stats().anchors, 0);
+        // The conversation itself is still cached: a resend restores it.
+        auto p2 = st.plan(key{"b", "s1"}, seq(0, 300), {120, 295, 100}, 2.0);
+        EXPECT_GT(p2.n_restore, 0) << (hybrid ? "hybrid" : "dense");
+    }
+}
+
+TEST_F(StoreTest, ColdSplitPointsAreTheCapturesOfAFirstRequest) {
+    // A prefill that bypasses the cache splits where a first cached request captures
+    // (Mamba2's chunked scan depends on the split: docs/prompt-cache.md "What a hit guarantees").
+    config c = small_config();
+    c.resend_checkpoint = true;
+    for (const bool hybrid : {true, false}) {
+        store st(c, hybrid);
+        const plan_hints h{120, 290, 60};
+        const tokens prompt = seq(0, 300);
+        const auto split = st.cold_split_points(prompt, h);
+        EXPECT_EQ(st.get_stats().lookups, 0) << "no side effects";
+        const auto p = st.plan(key{"b", "s"}, prompt, h, 1.0);
+        ASSERT_EQ(split.size(), p.captures.size()) << (hybrid ? "hybrid" : "dense");
+        for (size_t i = 0; i < split.size(); ++i) {
+            EXPECT_EQ(split[i].n_tokens, p.captures[i].n_tokens);
+            EXPECT_EQ(split[i].kind, p.captures[i].kind);
+        }
+        if (hybrid) {
+            // anchor 118, tools anchor 58, turn 290, guard 299
+            std::vector<int32_t> at;
+            for (const auto & cp : split) {
+                at.push_back(cp.n_tokens);
+            }
+            EXPECT_EQ(at, (std::vector<int32_t>{58, 118, 290, 299}));
+        }
+    }
+}
+
+TEST_F(StoreTest, MaxEntriesEvictsOldest) {
+    config c = small_config();
+    c.max_entries = 2;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 50), {}, 1.0);
+    run(st, key{"b", "s"}, seq(100, 50), {}, 2.0);
+    run(st, key{"b", "s"}, seq(200, 50), {}, 3.0);
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 2u);
+    EXPECT_EQ(st.get_stats().evictions.at("lru"), 1);
+    EXPECT_EQ(released_, (std::vector<int32_t>{0})) << "the oldest entry's sequence is released";
+}
+
+TEST_F(StoreTest, TtlExpiresIdleEntries) {
+    config c = small_config();
+    c.ttl_s = 10;
+    store st(c, false);
+    run(st, key{"b", "s"}, seq(0, 50), {}, 1.0);
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 50), seq(9, 3)), {}, 20.0);
+    EXPECT_EQ(p.n_restore, 0);
+    EXPECT_EQ(st.get_stats().evictions.at("ttl"), 1);
+}
+
+TEST_F(StoreTest, ExactModeHasNoCheckpointsAndNoAbsorption) {
+    config c = small_config();
+    c.lineage = false;
+    store st(c, true);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 300), {120, 295});
+    EXPECT_TRUE(p1.captures.empty());
+    auto p2 = run(st, k, cat(seq(0, 300), seq(5000, 10)), {120, 305}, 2.0);
+    EXPECT_EQ(p2.n_restore, 300);
+    EXPECT_FALSE(p2.absorbs);
+    EXPECT_EQ(p2.op, restore_op::share_device);
+    EXPECT_EQ(st.entries().size(), 2u);
+}
+
+TEST_F(StoreTest, DemoteMovesDeviceEntryToRam) {
+    store st(small_config(), false);
+    run(st, key{"b", "s"}, seq(0, 50));
+    auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    ASSERT_TRUE(st.reserve(400, v->id));
+    st.demote(v->id, fake(400), 400);
+    st.check_invariants();
+    EXPECT_EQ(st.take_released_seqs(), (std::vector<int32_t>{v->seq}));
+    auto p = st.plan(key{"b", "s"}, cat(seq(0, 50), seq(1, 2)), {}, 2.0);
+    EXPECT_EQ(p.op, restore_op::load_ram);
+    EXPECT_EQ(p.n_restore, 50);
+}
+
+TEST_F(StoreTest, VerbatimResendSupersedesItsTwin) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 300), {-1, 295});
+    auto p = run(st, k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p.n_restore, 295);
+    EXPECT_TRUE(p.absorbs) << "the history boundary is reached: the resend continues the lineage";
+    auto es = st.entries();
+    ASSERT_EQ(es.size(), 1u);
+    std::vector<int32_t> at;
+    for (auto & c : es[0].checkpoints) {
+        at.push_back(c.first);
+    }
+    EXPECT_EQ(at, (std::vector<int32_t>{284, 295}));
+}
+
+TEST_F(StoreTest, ResendThatDoesNotAbsorbSupersedesItsTwin) {
+    store st(small_config(), false);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 50));
+    auto p = run(st, k, seq(0, 50), {}, 2.0);
+    EXPECT_EQ(p.n_restore, 49);
+    EXPECT_FALSE(p.absorbs);
+    EXPECT_EQ(st.entries().size(), 1u);
+    EXPECT_EQ(st.get_stats().evictions.at("superseded"), 1);
+}
+
+TEST_F(StoreTest, ResendCheckpointServesAllButOneToken) {
+    config c = small_config();
+    c.resend_checkpoint = true;
+    store st(c, true);
+    const key k{"b", "s"};
+    auto p1 = run(st, k, seq(0, 300), {-1, 295});
+    ASSERT_EQ(p1.captures.size(), 2u);
+    EXPECT_EQ(p1.captures[1].n_tokens, 299) << "prompt - 1 replaces the prompt - 16 guard";
+    EXPECT_EQ(p1.captures[1].kind, point_kind::guard);
+    auto p2 = st.plan(k, seq(0, 300), {-1, 295}, 2.0);
+    EXPECT_EQ(p2.n_restore, 299);
+    EXPECT_EQ(p2.kind, point_kind::guard);
+}
+
+TEST_F(StoreTest, UserTurnAfterAgentLoopAbsorbsTheLoop) {
+    store st(small_config(), true);
+    const key k{"b", "s"};
+    // A user turn (history boundary 195), then two loop steps ending with tool results (no
+    // history boundary), then a user turn that diverges right after 197 (re-rendered loop).
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens loop1 = cat(seq(0, 200), seq(10000, 40));
+    auto p1 = run(st, k, loop1, {-1, -1}, 2.0);
+    EXPECT_TRUE(p1.absorbs);
+    const tokens loop2 = cat(loop1, seq(20000, 40));
+    auto p2 = run(st, k, loop2, {-1, -1}, 3.0);
+    EXPECT_TRUE(p2.absorbs);
+    auto p3 = run(st, k, cat(seq(0, 197), seq(30000, 60)), {-1, 250}, 4.0);
+    EXPECT_EQ(p3.n_restore, 195);
+    EXPECT_EQ(p3.kind, point_kind::turn);
+    EXPECT_TRUE(p3.absorbs) << "the loop entry kept the user turn's boundary as its threshold";
+    EXPECT_EQ(st.entries().size(), 1u);
+}
+
+TEST_F(StoreTest, ResetFreesEverything) {
+    store st(small_config(), true);
+    run(st, key{"b", "s"}, seq(0, 300), {120, 295});
+    auto r = st.reset();
+    EXPECT_EQ(r.entries_freed, 2);  // the conversation and its anchor
+    EXPECT_GT(r.bytes_freed, 0u);
+    EXPECT_TRUE(st.entries().empty());
+    st.check_invariants();
+}
+
+// --- the anchor ladder (ladder.h; docs/architecture.md "The anchor ladder") ---
+
+// A system region of 1,000 tokens after a 100-token tool block, lines every 10 tokens; a new
+// session whose system text parts from it in its last lines (a date, a folder).
+struct ladder_case {
+    std::vector<int32_t> lines;
+    plan_hints hints;
+    tokens system = seq(0, 1000);
+    ladder_case() {
+        for (int32_t i = 10; i < 2000; i += 10) {
+            lines.push_back(i);
+        }
+        hints.tools_anchor_tokens = 100;
+        hints.anchor_tokens = 1000;
+        hints.line_starts = lines;
+    }
+    /** The system region with its tokens from `from` on replaced (another folder/date). */
+    tokens varied(int32_t from, int32_t salt) const {
+        tokens t = system;
+        for (size_t i = static_cast<size_t>(from); i < t.size(); ++i) {
+            t[i] = 50000 + salt * 1000 + static_cast<int32_t>(i);
+        }
+        return t;
+    }
+};
+
+TEST_F(StoreTest, LadderRungsGoWithTheAnchorAndServeASystemTextThatPartsLate) {
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    store st(c, /*hybrid=*/true);
+    ladder_case lc;
+    const tokens user = seq(9000, 40);
+    // Session 1: cold; the anchor at 998 carries its rungs (line starts walking back from it).
+    auto p1 = run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+    EXPECT_EQ(p1.n_restore, 0);
+    std::vector<int32_t> planned;
+    std::vector<int32_t> at_pass_end;
+    for (const auto & cp : p1.captures) {
+        if (cp.kind == point_kind::ladder) {
+            planned.push_back(cp.n_tokens);
+        }
+        if (cp.at_pass_end) {
+            at_pass_end.push_back(cp.n_tokens);
+        }
+    }
+    // Near rungs from 460 on (the last 512 tokens before the anchor), and one far point 256
+    // after the tools anchor's 98, taken at a pass end (here, the test captures it there).
+    EXPECT_EQ(planned, (std::vector<int32_t>{354, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    EXPECT_EQ(at_pass_end, (std::vector<int32_t>{354}));
+    bool found = false;
+    for (const auto & e : st.entries()) {
+        if (e.anchor && e.n_tokens == 998) {
+            found = true;
+            ASSERT_EQ(e.checkpoints.size(), planned.size());
+            for (size_t i = 0; i < planned.size(); ++i) {
+                EXPECT_EQ(e.checkpoints[i].first, planned[i]);
+                EXPECT_EQ(e.checkpoints[i].second, point_kind::ladder);
+            }
+        } else if (!e.anchor) {
+            for (const auto & cp : e.checkpoints) {
+                EXPECT_NE(cp.second, point_kind::ladder) << "a rung stayed with the conversation entry";
+            }
+        }
+    }
+    EXPECT_TRUE(found);
+    // Session 2, another folder: the system text parts at 955 (inside the line from 950).
+    auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(955, 1), user), lc.hints);
+    EXPECT_EQ(p2.n_restore, 940);
+    EXPECT_EQ(p2.kind, point_kind::ladder);
+    EXPECT_FALSE(p2.absorbs);
+    // It pins its own anchor, with rungs only after what it restored.
+    for (const auto & cp : p2.captures) {
+        EXPECT_TRUE(cp.kind != point_kind::ladder || cp.n_tokens > 940) << cp.n_tokens;
+    }
+    // Session 3 parts in the middle (at 735): the rung at 700 of the first anchor.
+    auto p3 = run(st, key{"b", "s3"}, cat(lc.varied(735, 2), user), lc.hints);
+    EXPECT_EQ(p3.n_restore, 700);
+    EXPECT_EQ(p3.kind, point_kind::ladder);
+}
+
+TEST_F(StoreTest, VolatileStartsGetSplitRungsBeforeTheNearZoneToolsIncluded) {
+    // Per-session content (an absolute path, a date) at 40 (inside the tool block, before the
+    // tools anchor at 98), at 50 (within a quarter near step of 40: skipped), at 200 and at 300 (the far
+    // zone), and at 900 (the near zone, which has its own rungs): split rungs at 40, 200, 300.
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    const std::vector<int32_t> volatile_at = {40, 50, 200, 300, 900};
+    for (const int32_t cap : {8, 2, 0}) {
+        SCOPED_TRACE(cap);
+        c.ladder_volatile_rungs = cap;
+        store st(c, /*hybrid=*/true);
+        ladder_case lc;
+        lc.hints.volatile_starts = volatile_at;
+        const tokens user = seq(9000, 40);
+        auto p1 = run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+        std::vector<int32_t> split_rungs;
+        for (const auto & cp : p1.captures) {
+            if (cp.kind == point_kind::ladder && !cp.at_pass_end && cp.n_tokens < 460) {
+                split_rungs.push_back(cp.n_tokens);
+            }
+        }
+        const std::vector<int32_t> all = {40, 200, 300};
+        EXPECT_EQ(split_rungs, std::vector<int32_t>(all.begin(), all.begin() + std::min<size_t>(cap, all.size())));
+        // A new session whose tools differ at 45 (another folder in a tool's description) restores
+        // the rung at 40 with the rungs on, the start of nothing without them.
+        auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(45, 1), user), lc.hints);
+        EXPECT_EQ(p2.n_restore, cap > 0 ? 40 : 0);
+        // One parting at 310 restores the rung at 300, or with two rungs the one at 200 (without
+        // any: the far point at 354 is past it, so the tools anchor at 98).
+        auto p3 = run(st, key{"b", "s3"}, cat(lc.varied(310, 2), user), lc.hints);
+        EXPECT_EQ(p3.n_restore, cap >= 3 ? 300 : cap == 2 ? 200 : 98);
+    }
+    // A system region already pinned plans none (the rungs came with its anchor).
+    c.ladder_volatile_rungs = 8;
+    store st2(c, /*hybrid=*/true);
+    ladder_case lc;
+    lc.hints.volatile_starts = volatile_at;
+    run(st2, key{"b", "s1"}, cat(lc.system, seq(9000, 40)), lc.hints);
+    auto again = st2.plan(key{"b", "s4"}, cat(lc.system, seq(9500, 40)), lc.hints, 5.0);
+    EXPECT_EQ(again.n_restore, 998);
+    EXPECT_TRUE(std::none_of(again.captures.begin(), again.captures.end(),
+                             [](const capture_point & cp) { return cp.kind == point_kind::ladder; }));
+}
+
+TEST_F(StoreTest, WithoutTheLadderASystemTextThatPartsLateRestoresOnlyTheToolsAnchor) {
+    store st(small_config(), /*hybrid=*/true);  // ladder_step 0
+    ladder_case lc;
+    const tokens user = seq(9000, 40);
+    run(st, key{"b", "s1"}, cat(lc.system, user), lc.hints);
+    auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(955, 1), user), lc.hints);
+    EXPECT_EQ(p2.n_restore, 98);  // the tools anchor, minus its BPE slack
+    EXPECT_EQ(p2.kind, point_kind::anchor);
+}
+
+TEST_F(StoreTest, DenseFamiliesPlanNoRungs) {
+    config c = small_config();
+    c.ladder_step = 256;
+    store st(c, /*hybrid=*/false);
+    ladder_case lc;
+    auto p1 = st.plan(key{"b", "s"}, cat(lc.system, seq(9000, 40)), lc.hints, 1.0);
+    for (const auto & cp : p1.captures) {
+        EXPECT_NE(cp.kind, point_kind::ladder);
+    }
+}
+
+TEST_F(StoreTest, DivergenceCheckpointMovesBackToItsLineStart) {
+    config c = small_config();
+    c.divergence_min_gain = 32;
+    c.divergence_slack = 64;
+    store st(c, /*hybrid=*/true);
+    std::vector<int32_t> lines;
+    for (int32_t i = 10; i < 1000; i += 10) {
+        lines.push_back(i);
+    }
+    plan_hints h;
+    h.line_starts = lines;
+    run(st, key{"b", "s"}, seq(0, 300), h);
+    // Parts from the stored prompt at 205 (inside the line from 200): the divergence
+    // checkpoint goes to 200, not 205.
+    tokens p = cat(seq(0, 205), seq(7000, 100));
+    auto p2 = run(st, key{"b", "s"}, p, h);
+    bool at_line = false;
+    for (const auto & cp : p2.captures) {
+        EXPECT_FALSE(cp.kind == point_kind::divergence && cp.n_tokens != 200) << cp.n_tokens;
+        at_line = at_line || (cp.kind == point_kind::divergence && cp.n_tokens == 200);
+    }
+    EXPECT_TRUE(at_line);
+    // A third prompt parting at 202 (earlier than 205, same line) still restores 200.
+    auto p3 = run(st, key{"b", "s"}, cat(seq(0, 202), seq(8000, 100)), h);
+    EXPECT_EQ(p3.n_restore, 200);
+    EXPECT_EQ(p3.kind, point_kind::divergence);
+}
+
+// --- misses classified by cause (reasons.h; docs/prompt-cache.md "Why a lookup missed") ---
+
+TEST_F(StoreTest, MissesAndShortHitsAreClassifiedByCause) {
+    config c = small_config();
+    c.max_entries = 1;
+    store st(c, /*hybrid=*/true);
+    auto causes = [&] { return st.get_stats().misses_by_cause; };
+    // A new prompt.
+    auto p1 = run(st, key{"b", "s"}, seq(0, 300));
+    EXPECT_EQ(p1.cause, miss_cause::no_shared_prefix);
+    // Shares 200 tokens with entry 1, whose only checkpoint (the guard at 284) is past that.
+    auto p2 = st.plan(key{"b", "s"}, cat(seq(0, 200), seq(5000, 100)), {}, 2.0);
+    EXPECT_EQ(p2.n_restore, 0);
+    EXPECT_EQ(p2.cause, miss_cause::before_first_restore_point);
+    EXPECT_NE(p2.reason.find("miss cause: before_first_restore_point"), std::string::npos) << p2.reason;
+    // Another bucket: an entry under another key shares more. Its dimensions are recorded.
+    key_dims da;
+    da.model_id = "m";
+    da.template_sig = "t1";
+    da.tools = "x";
+    key_dims db = da;
+    db.template_sig = "t2";
+    db.tools = "y";
+    auto p3 = st.plan(key{"other", "s", db}, seq(0, 300), {}, 3.0);
+    EXPECT_EQ(p3.cause, miss_cause::key_differs);
+    EXPECT_EQ(st.get_stats().key_differs.at("unrecorded"), 1);  // entry 1 has no dimensions
+    // Entry 1 evicted by the entry cap (max_entries 1): a ghost; the same prompt again is a
+    // miss "evicted", not "no_shared_prefix".
+    run(st, key{"b", "s"}, seq(7000, 300), {}, 4.0);
+    EXPECT_EQ(st.get_stats().ghosts, 1);
+    auto p4 = st.plan(key{"b", "s"}, seq(0, 300), {}, 5.0);
+    EXPECT_EQ(p4.n_restore, 0);
+    EXPECT_EQ(p4.cause, miss_cause::evicted);
+    // A short prompt (5 tokens) sharing 3 (< min prefix 4) with the live entry: below the
+    // minimum; a long one sharing the same 3 (a template header at most): nothing reusable.
+    auto p5 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 2)), {}, 6.0);
+    EXPECT_EQ(p5.cause, miss_cause::below_min_prefix);
+    auto p6 = st.plan(key{"b", "s"}, cat(seq(7000, 3), seq(9000, 50)), {}, 6.5);
+    EXPECT_EQ(p6.cause, miss_cause::no_shared_prefix);
+    st.count_bypassed();
+    const auto m = causes();
+    EXPECT_EQ(m.at("no_shared_prefix"), 3);  // p1, the 7000.. prompt and p6
+    EXPECT_EQ(m.at("before_first_restore_point"), 1);
+    EXPECT_EQ(m.at("key_differs"), 1);
+    EXPECT_EQ(m.at("evicted"), 1);
+    EXPECT_EQ(m.at("below_min_prefix"), 1);
+    EXPECT_EQ(m.at("bypassed"), 1);
+    // The causes name every miss (bypassed is not a lookup).
+    int64_t sum = 0;
+    for (const auto & [cause, n] : m) {
+        sum += cause == "bypassed" ? 0 : n;
+    }
+    EXPECT_EQ(sum, st.get_stats().misses);
+    // A reset forgets the ghosts.
+    st.reset();
+    EXPECT_EQ(st.get_stats().ghosts, 0);
+}
+
+TEST_F(StoreTest, AHitThatRestoresWhatIsSharedIsNotShortAndOneFarShortOfItIs) {
+    for (const bool far : {false, true}) {
+        store st(small_config(), /*hybrid=*/true);
+        // Checkpoints: turn at 100 (the history boundary), guard at 284.
+        run(st, key{"b", "s"}, seq(0, 300), {-1, 100});
+        // Shares 290 tokens: the guard at 284 is within 64 of it, a full hit. Shares 250: only
+        // the turn at 100 is in reach, 150 short of what is shared.
+        const int32_t shared = far ? 250 : 290;
+        auto p = st.plan(key{"b", "s"}, cat(seq(0, shared), seq(5000, 100)), {}, 2.0);
+        EXPECT_EQ(p.n_restore, far ? 100 : 284);
+        if (far) {
+            EXPECT_EQ(p.cause, miss_cause::before_first_restore_point);
+            EXPECT_EQ(st.get_stats().short_hits_by_cause.at("before_first_restore_point"), 1);
+        } else {
+            EXPECT_FALSE(p.cause.has_value());
+            EXPECT_TRUE(st.get_stats().short_hits_by_cause.empty());
+        }
+        EXPECT_TRUE(st.get_stats().misses_by_cause.count("before_first_restore_point") == 0);
+    }
+}
+
+TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
+    store st(small_config(), /*hybrid=*/true);
+    const key k{"b", "s"};
+    // Turn 1, then turn 2: the reply and a long tool result (200 tokens) before the next user
+    // message, which starts at 500.
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens head = cat(seq(0, 200), seq(3000, 300));
+    auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    EXPECT_TRUE(std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & c) {
+        return c.n_tokens == 500 && c.kind == point_kind::turn;
+    }));
+    // The user edits that message from its 20th token on: restored up to its start.
+    auto p3 = st.plan(k, cat(cat(head, seq(8000, 20)), seq(9500, 40)), plan_hints{-1, 555, -1, {}, 500}, 3.0);
+    EXPECT_EQ(p3.n_restore, 500);
+    EXPECT_EQ(p3.kind, point_kind::turn);
+    // A request with client cache breakpoints keeps those instead (no last-user turn).
+    store fresh(small_config(), /*hybrid=*/true);
+    auto p4 = fresh.plan(key{"b", "s"}, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 4.0, {300});
+    EXPECT_TRUE(std::none_of(p4.captures.begin(), p4.captures.end(),
+                             [](const capture_point & c) { return c.n_tokens == 500; }));
+    EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(),
+                            [](const capture_point & c) { return c.n_tokens == 298 && c.kind == point_kind::turn; }));
+}
+
+TEST_F(StoreTest, ALastUserStartAFewTokensAfterTheRestorePointIsNotASplit) {
+    // A warm user turn: turn 1's history boundary at 195 is restored, and the new user message
+    // starts 5 tokens later (the end-of-turn markup). With --cache-last-user-min-gain 32 no
+    // checkpoint is planned there (a split costs more than 5 tokens); an edit of the message
+    // then restores the boundary at 195. At 0 the old rule holds: a checkpoint at 200.
+    for (const int32_t min_gain : {32, 0}) {
+        SCOPED_TRACE(min_gain);
+        config c = small_config();
+        c.last_user_min_gain = min_gain;
+        store st(c, /*hybrid=*/true);
+        const key k{"b", "s"};
+        run(st, k, seq(0, 200), {-1, 195});
+        const tokens head = cat(seq(0, 195), seq(3000, 5));
+        auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 255, -1, {}, 200}, 2.0);
+        EXPECT_EQ(p2.n_restore, 195);
+        const bool at_user_start = std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 200 && cp.kind == point_kind::turn;
+        });
+        EXPECT_EQ(at_user_start, min_gain == 0);
+        // The history boundary is planned either way.
+        EXPECT_TRUE(std::any_of(p2.captures.begin(), p2.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 255 && cp.kind == point_kind::turn;
+        }));
+        // An edit of the message from its 20th token: its start (200), or the boundary 5 tokens
+        // before it that the turn restored from and kept.
+        auto p3 = st.plan(k, cat(cat(head, seq(8000, 20)), seq(9500, 40)), plan_hints{-1, 255, -1, {}, 200}, 3.0);
+        EXPECT_EQ(p3.n_restore, min_gain == 0 ? 200 : 195);
+        EXPECT_EQ(p3.kind, point_kind::turn);
+        st.abandon(p3, 0);
+        // A cold request plans it wherever it lies past the gain (here 200 tokens in).
+        store fresh(c, /*hybrid=*/true);
+        auto p4 = fresh.plan(k, cat(head, seq(8000, 60)), plan_hints{-1, 255, -1, {}, 200}, 4.0);
+        EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(), [](const capture_point & cp) {
+            return cp.n_tokens == 200 && cp.kind == point_kind::turn;
+        }));
+    }
+}
+
+TEST_F(StoreTest, PassEndMessageRungsLetANewSessionRestoreALongFirstMessage) {
+    // An agent's first request: a system prompt (300 tokens), then one user message of a
+    // 2,200-token context block (the folder, the environment) and a 20-token question, then
+    // the generation prompt. Its pass-end rungs lie every 512 tokens back from the message's end
+    // (2520), at most 4: 2008, 1496, 984 and 472 (still after the message start at 300).
+    const tokens context = cat(seq(0, 300), seq(5000, 2200));
+    const plan_hints first{-1, 2520, -1, {}, 300};
+    for (const int32_t rungs_on : {4, 0}) {
+        SCOPED_TRACE(rungs_on);
+        config c = small_config();
+        c.message_pass_rungs = rungs_on;
+        store st(c, /*hybrid=*/true);
+        auto p1 = run(st, key{"b", "s1"}, cat(cat(context, seq(9000, 20)), seq(100, 5)), first, 1.0);
+        std::vector<int32_t> pass_end;
+        for (const auto & cp : p1.captures) {
+            if (cp.kind == point_kind::message) {
+                EXPECT_TRUE(cp.at_pass_end) << cp.n_tokens;  // no split of their own
+                pass_end.push_back(cp.n_tokens);
+            }
+        }
+        EXPECT_EQ(pass_end, rungs_on ? (std::vector<int32_t>{472, 984, 1496, 2008}) : std::vector<int32_t>{});
+        // A new session on the same system prompt and context with another question: it restores
+        // the last rung before the question (2008), not the message start (300).
+        auto p2 = st.plan(key{"b", "s2"}, cat(cat(context, seq(9500, 25)), seq(100, 5)),
+                          plan_hints{-1, 2525, -1, {}, 300}, 2.0);
+        EXPECT_EQ(p2.n_restore, rungs_on ? 2008 : 300);
+        EXPECT_EQ(p2.kind, rungs_on ? point_kind::message : point_kind::turn);
+        st.abandon(p2, 0);
+        // A short message (under one step) takes none.
+        store fresh(c, /*hybrid=*/true);
+        auto p3 = fresh.plan(key{"b", "s3"}, cat(cat(seq(0, 300), seq(9000, 400)), seq(100, 5)),
+                             plan_hints{-1, 700, -1, {}, 300}, 3.0);
+        EXPECT_TRUE(std::none_of(p3.captures.begin(), p3.captures.end(),
+                                 [](const capture_point & cp) { return cp.kind == point_kind::message; }));
+    }
+}
+
+TEST_F(StoreTest, MessageRungsLetAnEditRestoreUpToTheRungBeforeIt) {
+    config c = small_config();
+    c.message_rungs = 8;
+    c.message_step = 16;
+    store st(c, /*hybrid=*/true);
+    const key k{"b", "s"};
+    run(st, k, seq(0, 200), {-1, 195});
+    const tokens head = cat(seq(0, 200), seq(3000, 300));
+    // The user message spans [500, 555): rungs at 516, 532, 548 besides the last-user turn at 500.
+    auto p2 = run(st, k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    std::vector<int32_t> rungs;
+    for (const auto & cp : p2.captures) {
+        if (cp.kind == point_kind::message) {
+            rungs.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(rungs, (std::vector<int32_t>{516, 532, 548}));
+    // An edit from the message's 40th token restores the rung at 532 (not the message start).
+    const tokens edited = cat(cat(head, seq(8000, 40)), seq(9500, 30));
+    auto p3 = st.plan(k, edited, plan_hints{-1, 565, -1, {}, 500}, 3.0);
+    EXPECT_EQ(p3.n_restore, 532);
+    EXPECT_EQ(p3.kind, point_kind::message);
+    st.abandon(p3, 0);
+    // An edit inside the first step still restores the message start.
+    auto p4 = st.plan(k, cat(cat(head, seq(8000, 10)), seq(9600, 30)), plan_hints{-1, 535, -1, {}, 500}, 3.5);
+    EXPECT_EQ(p4.n_restore, 500);
+    EXPECT_EQ(p4.kind, point_kind::turn);
+    st.abandon(p4, 0);
+    // The next user turn (its message at [620, 700)) takes its own rungs; the old message's go.
+    const tokens turn3 = cat(cat(cat(head, seq(8000, 60)), seq(4000, 60)), seq(8500, 80));
+    run(st, k, turn3, plan_hints{-1, 700, -1, {}, 620}, 4.0);
+    const auto after_turn3 = st.entries();
+    ASSERT_EQ(after_turn3.size(), 1u);
+    std::vector<int32_t> kept;
+    for (const auto & cp : after_turn3.front().checkpoints) {
+        if (cp.second == point_kind::message) {
+            kept.push_back(cp.first);
+        }
+    }
+    EXPECT_EQ(kept, (std::vector<int32_t>{636, 652, 668, 684}));
+    const stats s3 = st.get_stats();
+    EXPECT_EQ(s3.largest_lineage.message_rungs, 4);
+    EXPECT_EQ(s3.largest_lineage.checkpoints, static_cast<int64_t>(after_turn3.front().checkpoints.size()) - 4);
+    EXPECT_LE(s3.largest_lineage.checkpoints, 4);
+    EXPECT_EQ(s3.largest_lineage.bytes, after_turn3.front().bytes);
+    // Off: only the message start.
+    config off = small_config();
+    store st2(off, true);
+    run(st2, k, seq(0, 200), {-1, 195});
+    auto q = st2.plan(k, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 2.0);
+    EXPECT_TRUE(std::none_of(q.captures.begin(), q.captures.end(),
+                             [](const capture_point & cp) { return cp.kind == point_kind::message; }));
+}
+
+TEST_F(StoreTest, MessageRungsHaveTheirOwnCapBesideMaxCheckpoints) {
+    config c = small_config();
+    c.message_rungs = 3;
+    c.message_step = 16;
+    c.max_checkpoints = 2;
+    store st(c, /*hybrid=*/true);
+    const key k{"b", "s"};
+    // A 400-token message from cold: the step stretches to ceil(399 / 3) = 133.
+    auto p = run(st, k, cat(seq(0, 100), seq(5000, 410)), plan_hints{-1, 500, -1, {}, 100});
+    std::vector<int32_t> rungs;
+    for (const auto & cp : p.captures) {
+        if (cp.kind == point_kind::message) {
+            rungs.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(rungs, (std::vector<int32_t>{233, 366, 499}));
+    const auto entries = st.entries();
+    ASSERT_EQ(entries.size(), 1u);
+    int32_t n_message = 0;
+    int32_t n_other = 0;
+    for (const auto & cp : entries.front().checkpoints) {
+        (cp.second == point_kind::message ? n_message : n_other)++;
+    }
+    EXPECT_EQ(n_message, 3);
+    EXPECT_EQ(n_other, 2) << "max_checkpoints counts the other checkpoints only";
+}
+
+}  // namespace
+}  // namespace lineage::cache

@@ -1,0 +1,512 @@
+// Unit tests of tier 2 (docs/prompt-cache.md "Disk tier") with fake states, no model: the blob file
+// format (round trip, every check on load), the disk tier (index across restarts, crash leftovers,
+// capacity LRU with anchors last, damaged files, another model's files, superseded deletion, lookup
+// rules) and the store's write-behind hooks (idle writes, spills, ancestors, absorption from disk).
+#include "cache/tier/disk/disk_format.h"
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/store/store.h"
+
+#include "disk_fixture.h"
+#include "fake_states.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+namespace lineage::cache {
+namespace {
+
+using fakes::seq;
+using fakes::fake;
+
+namespace fs = std::filesystem;
+
+// --- file format -------------------------------------------------------------------------------
+
+using DiskFormat = TempDir;
+
+TEST_F(DiskFormat, RoundTripKeepsEverySection) {
+    auto r = record(seq(10, 50), 777, {{20, point_kind::turn, fake(64, 1)}, {49, point_kind::guard, fake(32, 2)}});
+    r.anchor = true;
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
+    EXPECT_EQ(fs::file_size(path("a")), disk_file_size(r));
+    auto got = read_disk_file(path("a"), "model-a");
+    ASSERT_EQ(got.error, disk_load_error::none) << got.detail;
+    const disk_record & g = *got.record;
+    EXPECT_EQ(g.toks, r.toks);
+    EXPECT_EQ(g.bucket, "bucket-1");
+    EXPECT_EQ(g.session, "s1");
+    EXPECT_EQ(g.history, 48);
+    EXPECT_TRUE(g.anchor);
+    EXPECT_EQ(*g.full, *r.full);
+    ASSERT_EQ(g.checkpoints.size(), 2u);
+    EXPECT_EQ(g.checkpoints[0].n_tokens, 20);
+    EXPECT_EQ(g.checkpoints[0].kind, point_kind::turn);
+    EXPECT_EQ(*g.checkpoints[0].recurrent, blob(64, 1));
+    EXPECT_EQ(g.checkpoints[1].n_tokens, 49);
+    EXPECT_EQ(*g.checkpoints[1].recurrent, blob(32, 2));
+}
+
+TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
+    auto r = record(seq(0, 8), 16, {{4, point_kind::turn, fake(8)}});
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
+    const auto size = fs::file_size(path("a"));
+    std::ifstream in(path("a"), std::ios::binary);
+    const std::string orig((std::istreambuf_iterator<char>(in)), {});
+    for (size_t i = 0; i < size; ++i) {
+        std::string bad = orig;
+        bad[i] = static_cast<char>(bad[i] ^ 0x10);
+        std::ofstream(path("b"), std::ios::binary | std::ios::trunc) << bad;
+        auto got = read_disk_file(path("b"), "model-a");
+        EXPECT_NE(got.error, disk_load_error::none) << "byte " << i << " flipped went unnoticed";
+        EXPECT_FALSE(got.record.has_value());
+    }
+}
+
+TEST_F(DiskFormat, TruncatedMissingForeignAndOtherFormat) {
+    auto r = record(seq(0, 20), 200);
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
+    fs::resize_file(path("a"), fs::file_size(path("a")) - 9);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
+    fs::resize_file(path("a"), 10);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
+    EXPECT_EQ(read_disk_file(path("nope"), "model-a").error, disk_load_error::missing);
+    ASSERT_TRUE(write_disk_file(path("c"), r).is_ok());
+    EXPECT_EQ(read_disk_file(path("c"), "model-b").error, disk_load_error::other_model);
+    // Version field (bytes 8-11) of a later format.
+    std::fstream f(path("c"), std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8);
+    const uint32_t v = disk_format_version + 1;
+    f.write(reinterpret_cast<const char *>(&v), sizeof v);
+    f.close();
+    EXPECT_EQ(read_disk_file(path("c"), "model-a").error, disk_load_error::other_format);
+    std::ofstream(path("d"), std::ios::binary) << "definitely not a cache file at all";
+    EXPECT_EQ(read_disk_file(path("d"), "model-a").error, disk_load_error::bad_magic);
+}
+
+TEST_F(DiskFormat, ModelFingerprintDependsOnContent) {
+    std::ofstream(path("m1"), std::ios::binary) << std::string(1000, 'x');
+    std::ofstream(path("m2"), std::ios::binary) << std::string(999, 'x') << 'y';
+    const std::string a = model_fingerprint(path("m1"));
+    EXPECT_EQ(a.size(), 32u);
+    EXPECT_EQ(a, model_fingerprint(path("m1")));
+    EXPECT_NE(a, model_fingerprint(path("m2")));
+    EXPECT_THROW(model_fingerprint(path("absent")), std::runtime_error);
+}
+
+// --- disk tier ---------------------------------------------------------------------------------
+
+using DiskTier = TempDir;
+
+TEST_F(DiskTier, SurvivesRestartAndLoads) {
+    file_id id = 0;
+    {
+        disk_tier t(cfg());
+        id = put(t, record(seq(0, 40), 500, {{30, point_kind::turn, fake(50)}}));
+        ASSERT_NE(id, 0u);
+        EXPECT_EQ(t.get_stats().files, 1);
+        EXPECT_EQ(t.get_stats().writes, 1);
+    }
+    disk_tier t(cfg());
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.bytes, fs::file_size(path(std::to_string(id) + ".lcache")));
+    // Whole file is a prefix of the prompt: full restore at 40.
+    auto c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, id);
+    EXPECT_EQ(c->n, 40);
+    EXPECT_EQ(c->kind, point_kind::full);
+    auto r = t.load(id).get();
+    ASSERT_EQ(r.error, disk_load_error::none);
+    EXPECT_EQ(r.record->toks, seq(0, 40));
+    EXPECT_EQ(t.get_stats().loads, 1);
+}
+
+TEST_F(DiskTier, LookupRules) {
+    disk_tier t(cfg(1 << 20, /*hybrid=*/true));
+    const file_id a = put(t, record(seq(0, 40), 100, {{10, point_kind::turn, fake(8)}, {30, point_kind::turn, fake(8)}}));
+    tokens diverged = seq(0, 35);
+    diverged.push_back(-5);
+    diverged.push_back(-6);
+    // Hybrid: a prompt that leaves the file at 35 restores the checkpoint at 30, not 35.
+    auto c = t.best("bucket-1", "s1", diverged, 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);
+    EXPECT_EQ(c->n, 30);
+    EXPECT_EQ(c->kind, point_kind::turn);
+    // Only something longer than what memory offers.
+    EXPECT_FALSE(t.best("bucket-1", "s1", diverged, 30));
+    // Another bucket never matches.
+    EXPECT_FALSE(t.best("bucket-2", "s1", diverged, 0));
+    // A verbatim resend: at most |prompt| - 1, so the checkpoint at 30.
+    c = t.best("bucket-1", "s1", seq(0, 40), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->n, 30);
+    // Session precedence: another session's file only when strictly longer.
+    auto other = record(seq(0, 45), 100);
+    other.session = "s2";
+    const file_id b = put(t, other);
+    c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, b);  // 45 > 40
+    EXPECT_FALSE(c->same_session);
+    auto shorter = record(seq(0, 40), 100);
+    shorter.session = "s3";
+    put(t, shorter);
+    c = t.best("bucket-1", "s1", seq(0, 42), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);  // equal length: in-session wins over s3's file
+}
+
+TEST_F(DiskTier, DenseRestoresAnyPrefix) {
+    disk_tier t(cfg(1 << 20, /*hybrid=*/false));
+    put(t, record(seq(0, 40), 100));
+    tokens p = seq(0, 25);
+    p.push_back(-1);
+    auto c = t.best("bucket-1", "s1", p, 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->n, 25);
+    EXPECT_EQ(c->kind, point_kind::prefix);
+}
+
+TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
+    const uint64_t one = disk_file_size(record(seq(0, 10), 1000));
+    disk_tier t(cfg(3 * one));
+    auto anchor = record(seq(0, 10), 1000);
+    anchor.anchor = true;
+    const file_id f_anchor = put(t, anchor, {}, /*last_use=*/1);
+    const file_id f2 = put(t, record(seq(100, 10), 1000), {}, 2);
+    const file_id f3 = put(t, record(seq(200, 10), 1000), {}, 3);
+    EXPECT_EQ(t.get_stats().bytes, 3 * one);
+    // A fourth file: the oldest non-anchor goes (f2), not the older anchor.
+    const file_id f4 = put(t, record(seq(300, 10), 1000), {}, 4);
+    ASSERT_NE(f4, 0u);
+    auto st = t.get_stats();
+    EXPECT_EQ(st.files, 3);
+    EXPECT_EQ(st.evictions, 1);
+    EXPECT_LE(st.bytes, 3 * one);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f2) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    // Two more: f3, then f4 go; then only the anchor is left to evict (last, not exempt).
+    put(t, record(seq(400, 10), 1000), {}, 5);
+    put(t, record(seq(500, 10), 1000), {}, 6);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f3) + ".lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(f4) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    // A file that needs the whole cap: the two newer non-anchors go first, the anchor last.
+    const file_id big = put(t, record(seq(600, 10), 1000 + 2 * one - 50), {}, 7);
+    ASSERT_NE(big, 0u);
+    EXPECT_FALSE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
+    st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.evictions, 6);
+    EXPECT_EQ(st.anchor_files, 0);
+    EXPECT_EQ(st.bytes, 3 * one - 50);
+    // Larger than the whole cap: not written, nothing evicted for it.
+    EXPECT_EQ(put(t, record(seq(0, 10), 4 * one)), 0u);
+    EXPECT_EQ(t.get_stats().files, 1);
+    EXPECT_EQ(t.get_stats().write_failures, 1);
+}
+
+TEST_F(DiskTier, SupersededFilesGoOnlyAfterTheSuccessorIsWritten) {
+    disk_tier t(cfg());
+    const file_id old1 = put(t, record(seq(0, 20), 100));
+    const file_id old2 = put(t, record(seq(0, 30), 100));
+    const file_id next = put(t, record(seq(0, 40), 100), {old1, old2});
+    ASSERT_NE(next, 0u);
+    EXPECT_FALSE(fs::exists(path(std::to_string(old1) + ".lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(old2) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(next) + ".lcache")));
+    EXPECT_EQ(t.get_stats().superseded, 2);
+    // A successor that cannot be written keeps its ancestors.
+    const file_id keep = put(t, record(seq(0, 50), 100));
+    EXPECT_EQ(put(t, record(seq(0, 60), 10 << 20), {keep}), 0u);
+    EXPECT_TRUE(fs::exists(path(std::to_string(keep) + ".lcache")));
+}
+
+TEST_F(DiskTier, DamagedFileIsAMissDeletedOnce) {
+    disk_tier t(cfg());
+    const file_id id = put(t, record(seq(0, 40), 500));
+    {
+        std::fstream f(path(std::to_string(id) + ".lcache"), std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(200);
+        f.put('\x5a');
+    }
+    auto r = t.load(id).get();
+    EXPECT_EQ(r.error, disk_load_error::corrupt);
+    EXPECT_FALSE(r.record);
+    EXPECT_FALSE(fs::exists(path(std::to_string(id) + ".lcache")));
+    EXPECT_EQ(t.get_stats().damaged, 1);
+    EXPECT_EQ(t.get_stats().files, 0);
+    EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
+    // Loading it again: gone, not damaged twice.
+    EXPECT_EQ(t.load(id).get().error, disk_load_error::missing);
+    EXPECT_EQ(t.get_stats().damaged, 1);
+}
+
+TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
+    file_id kept = 0, cut = 0;
+    {
+        disk_tier t(cfg());
+        kept = put(t, record(seq(0, 40), 500));
+        cut = put(t, record(seq(100, 40), 500));
+    }
+    {
+        disk_config other = cfg();
+        other.model = "model-b";
+        disk_tier t(other);
+        EXPECT_EQ(t.get_stats().ignored_other_model, 2);
+        EXPECT_EQ(t.get_stats().files, 0);
+        EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
+        put(t, record(seq(0, 40), 500));  // model-b's own file
+    }
+    // Crash leftovers: a write cut short, an unindexed file, an indexed file cut short.
+    std::ofstream(path("99.tmp")) << "half a file";
+    std::ofstream(path("98.lcache")) << "renamed but never indexed";
+    fs::resize_file(path(std::to_string(cut) + ".lcache"), 100);
+    disk_tier t(cfg());
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.files, 1);
+    EXPECT_EQ(st.ignored_other_model, 1);
+    EXPECT_EQ(st.removed_at_startup, 2);
+    EXPECT_EQ(st.damage.at("truncated"), 1);  // indexed, so fsync'd whole: damage, not a crash
+    EXPECT_EQ(st.damaged, 1);
+    EXPECT_FALSE(fs::exists(path("99.tmp")));
+    EXPECT_FALSE(fs::exists(path("98.lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(cut) + ".lcache")));
+    EXPECT_TRUE(fs::exists(path(std::to_string(kept) + ".lcache")));
+    // Ids come from the index (one past the largest, model-b's file 3 included), never from names.
+    EXPECT_EQ(put(t, record(seq(0, 50), 10)), 4u);
+}
+
+TEST_F(DiskTier, DamagedIndexIsMovedAsideAndTheTierStillWorks) {
+    file_id a = 0;
+    {
+        disk_tier t(cfg());
+        a = put(t, record(seq(0, 40), 500));
+    }
+    std::ofstream(path("index.sqlite"), std::ios::binary | std::ios::trunc) << "not a database, not at all";
+    fs::remove(path("index.sqlite-wal"));
+    disk_tier t(cfg());
+    EXPECT_TRUE(fs::exists(path("index.sqlite.damaged")));
+    const auto st = t.get_stats();
+    EXPECT_EQ(st.damage.at("index"), 1);
+    EXPECT_EQ(st.files, 1);  // the file the damaged index listed, indexed again from its header
+    EXPECT_EQ(st.reindexed, 1);
+    EXPECT_EQ(st.removed_at_startup, 0);
+    auto c = t.best("bucket-1", "s1", seq(0, 60), 0);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->id, a);
+    EXPECT_EQ(put(t, record(seq(100, 40), 500)), a + 1);
+}
+
+TEST_F(DiskTier, OneServerPerDirectory) {
+    disk_tier t(cfg());
+    EXPECT_THROW(disk_tier second(cfg()), std::runtime_error);
+}
+
+TEST_F(DiskTier, ResetDeletesThisModelsFiles) {
+    disk_tier t(cfg());
+    put(t, record(seq(0, 40), 500));
+    put(t, record(seq(50, 40), 500));
+    const uint64_t bytes = t.get_stats().bytes;
+    const auto [files, freed] = t.reset();
+    EXPECT_EQ(files, 2);
+    EXPECT_EQ(freed, bytes);
+    EXPECT_EQ(t.get_stats().files, 0);
+    EXPECT_EQ(t.get_stats().bytes, 0u);
+}
+
+TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
+    auto of = [](const std::string & tenant, tokens toks) {
+        disk_record r = record(std::move(toks), 500);
+        r.tenant = tenant;
+        r.bucket = "bucket-" + tenant;  // the tenant is a dimension of the bucket digest
+        return r;
+    };
+    const uint64_t alice_bytes = disk_file_size(of("alice", seq(0, 40))) + disk_file_size(of("alice", seq(50, 40)));
+    {
+        disk_tier t(cfg());
+        put(t, of("alice", seq(0, 40)));
+        put(t, of("bob", seq(0, 40)));
+        put(t, of("alice", seq(50, 40)));
+        put(t, of("", seq(100, 40)));
+        EXPECT_EQ(t.get_stats().files, 4);
+    }
+    {
+        // After a restart the tenant comes from the index rows.
+        disk_tier t(cfg());
+        EXPECT_EQ(t.get_stats().files, 4);
+        const auto [files, freed] = t.reset("alice");
+        EXPECT_EQ(files, 2);
+        EXPECT_EQ(freed, alice_bytes);
+        t.check_invariants();
+        EXPECT_EQ(t.get_stats().files, 2);
+        EXPECT_EQ(blob_files().size(), 2u);
+        EXPECT_FALSE(t.best("bucket-alice", "s1", seq(0, 60), 0));
+        // Positive: the other tenants' files are untouched and load.
+        auto c = t.best("bucket-bob", "s1", seq(0, 60), 0);
+        ASSERT_TRUE(c);
+        EXPECT_EQ(t.load(c->id, {"bucket-bob", seq(0, c->n)}).get().error, disk_load_error::none);
+        EXPECT_TRUE(t.best("bucket-", "s1", seq(100, 60), 0));
+        EXPECT_EQ(t.reset("alice").first, 0);
+    }
+    // And after a second restart the reset holds (the rows went with the files).
+    disk_tier t(cfg());
+    EXPECT_EQ(t.get_stats().files, 2);
+    EXPECT_EQ(t.get_stats().removed_at_startup, 0);
+    EXPECT_EQ(t.reset("bob").first, 1);
+}
+
+// --- store hooks -------------------------------------------------------------------------------
+
+TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 3, 10.0);
+    EXPECT_TRUE(st.take_idle_writes(15.0, 30).empty());  // used 5 s ago
+    auto jobs = st.take_idle_writes(41.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(jobs[0].seq, 3);  // parked: the scheduler reads the sequence
+    EXPECT_EQ(jobs[0].toks, seq(0, 40));
+    EXPECT_TRUE(st.take_idle_writes(100.0, 30).empty());  // being written
+    st.disk_written(jobs[0].entry_id, 11);
+    EXPECT_EQ(st.entries()[0].disk_file, 11u);
+    EXPECT_TRUE(st.take_idle_writes(100.0, -1).empty());  // has its copy
+    // The next turn absorbs it: the new entry supersedes file 11.
+    auto p = st.plan(k, seq(0, 50), {}, 101.0);
+    EXPECT_TRUE(p.absorbs);
+    EXPECT_EQ(p.disk_ancestors, std::vector<file_id>{11});
+    park(st, k, seq(0, 50), 3, 101.0, p);
+    auto shut = st.take_idle_writes(102.0, -1);
+    ASSERT_EQ(shut.size(), 1u);
+    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{11});
+    st.check_invariants();
+}
+
+TEST(StoreDisk, UnderLoadAnEntryUnwrittenTooLongIsWrittenOnePerCall) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 10.0);
+    park(st, k, seq(1000, 40), 2, 12.0);
+    EXPECT_FALSE(st.take_overdue_write(19.0, 10));  // 9 s < 10 s
+    EXPECT_FALSE(st.take_overdue_write(100.0, 0));   // 0 = off
+    // Both overdue: one per call, the longest unwritten first.
+    auto j = st.take_overdue_write(22.5, 10);
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->toks, seq(0, 40));
+    EXPECT_EQ(j->seq, 1);
+    auto j2 = st.take_overdue_write(22.5, 10);
+    ASSERT_TRUE(j2);
+    EXPECT_EQ(j2->toks, seq(1000, 40));
+    EXPECT_FALSE(st.take_overdue_write(22.5, 10));  // both in flight
+    st.check_invariants();
+}
+
+TEST(StoreDisk, AConversationExtendedFasterThanTheBoundIsStillWritten) {
+    // Each turn absorbs the last before the bound: the unwritten time carries over.
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 0.0);
+    double now = 0;
+    int32_t n = 40;
+    for (; now < 9; now += 3) {
+        EXPECT_FALSE(st.take_overdue_write(now, 10)) << "at " << now;
+        auto p = st.plan(k, seq(0, n + 10), {}, now);
+        ASSERT_TRUE(p.absorbs);
+        EXPECT_EQ(p.unwritten_since, 0.0);
+        n += 10;
+        park(st, k, seq(0, n), 1, now, p);
+    }
+    auto j = st.take_overdue_write(10.0, 10);
+    ASSERT_TRUE(j);
+    EXPECT_EQ(j->toks, seq(0, n));
+    // Once it has a copy, the next turn's clock starts at its own commit.
+    st.disk_written(j->entry_id, 9);
+    auto p = st.plan(k, seq(0, n + 10), {}, 11.0);
+    ASSERT_TRUE(p.absorbs);
+    EXPECT_EQ(p.unwritten_since, -1.0);
+    park(st, k, seq(0, n + 10), 1, 11.0, p);
+    EXPECT_FALSE(st.take_overdue_write(20.0, 10));
+    EXPECT_TRUE(st.take_overdue_write(21.0, 10));
+}
+
+TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 1.0);
+    auto jobs = st.take_idle_writes(100.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    auto p = st.plan(k, seq(0, 50), {}, 101.0);
+    ASSERT_TRUE(p.absorbs);
+    EXPECT_EQ(p.pending_write_of, jobs[0].entry_id);
+    park(st, k, seq(0, 50), 1, 101.0, p);
+    st.disk_written(jobs[0].entry_id, 21);  // the old entry's write lands after it was absorbed
+    auto shut = st.take_idle_writes(102.0, -1);
+    ASSERT_EQ(shut.size(), 1u);
+    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{21});
+}
+
+TEST(StoreDisk, LeavingRamSpillsToDisk) {
+    config c = hybrid_config();
+    c.max_entries = 1;
+    store st(c, true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 1.0);
+    park(st, k, seq(100, 40), 2, 2.0);  // entry cap 1: the first leaves (lru)
+    auto spills = st.take_spills();
+    ASSERT_EQ(spills.size(), 1u);
+    EXPECT_EQ(spills[0].toks, seq(0, 40));
+    EXPECT_EQ(spills[0].seq, 1);  // read before take_released_seqs() frees it
+    EXPECT_EQ(st.take_released_seqs(), std::vector<int32_t>{1});
+    // Without a disk tier nothing is spilled.
+    store plain(c, true);
+    park(plain, k, seq(0, 40), 1, 1.0);
+    park(plain, k, seq(100, 40), 2, 2.0);
+    EXPECT_TRUE(plain.take_spills().empty());
+}
+
+TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
+    store st(hybrid_config(), true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    park(st, k, seq(0, 40), 1, 1.0);
+    d.offer = disk_candidate{5, 30, point_kind::turn, 60, 55, false, true};
+    auto p = st.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
+    EXPECT_EQ(p.op, restore_op::take_device);
+    EXPECT_EQ(p.n_restore, 40);
+    // A longer file wins: load_disk, absorbing it when it reaches the file's history boundary.
+    store st2(hybrid_config(), true);
+    st2.attach_disk(&d);
+    d.offer = disk_candidate{5, 58, point_kind::turn, 60, 55, false, true};
+    auto q = st2.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(d.asked_longer_than, 3);  // min prefix 4
+    EXPECT_EQ(q.op, restore_op::load_disk);
+    EXPECT_EQ(q.disk_file, 5u);
+    EXPECT_EQ(q.n_restore, 58);
+    EXPECT_TRUE(q.absorbs);
+    EXPECT_EQ(q.disk_ancestors, std::vector<file_id>{5});
+    EXPECT_EQ(st2.get_stats().disk_hits, 1);
+    st2.disk_load_failed(q);
+    EXPECT_EQ(st2.get_stats().disk_hits, 0);
+    EXPECT_EQ(st2.get_stats().misses, 1);
+    EXPECT_EQ(st2.get_stats().rejections.at("disk_damaged"), 1);
+}
+
+}  // namespace
+}  // namespace lineage::cache

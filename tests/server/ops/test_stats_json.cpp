@@ -1,0 +1,71 @@
+// Tests of server::stats_json (GET /v1/cache/stats): every counter map by kind, cause or reason
+// lists exactly the keys /metrics lists, at 0 before the first event, in /metrics' order; a
+// key the cache counts that is not known yet still shows up.
+#include "server/ops/prometheus.h"
+#include "server/ops/stats_json.h"
+
+#include <gtest/gtest.h>
+
+using namespace lineage;
+using namespace lineage::server;
+
+namespace {
+
+std::vector<std::string> keys(const json & j) {
+    std::vector<std::string> out;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        out.push_back(it.key());
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
+    const json j = stats_json(cache::stats{});
+    EXPECT_EQ(dump(j["hits"]),
+              R"({"full":0,"prefix":0,"turn":0,"guard":0,"anchor":0,"divergence":0,"ladder":0,"message":0,"reply":0})");
+    EXPECT_EQ(dump(j["misses_by_cause"]), R"({"no_shared_prefix":0,"below_min_prefix":0,"key_differs":0,)"
+                                          R"("before_first_restore_point":0,"evicted":0,"bypassed":0})");
+    EXPECT_EQ(dump(j["short_hits_by_cause"]), dump(j["misses_by_cause"]));
+    EXPECT_EQ(dump(j["key_differs"]),
+              R"({"tenant":0,"model_id":0,"lora_id":0,"rope_regime":0,"mm_digest":0,"kv_type":0})");
+    EXPECT_EQ(dump(j["evictions"]), R"({"lru":0,"ttl":0,"capacity":0,"superseded":0,"anchor_cap":0})");
+    EXPECT_EQ(dump(j["rejections"]), R"({"too_large":0,"budget":0,"min_prefix":0,"disabled":0,)"
+                                     R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0})");
+    EXPECT_EQ(dump(j["disk"]["damage"]),
+              R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"not_regular":0,"index_row":0,"index":0})");
+    EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0})");
+    EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0})");
+}
+
+TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
+    cache::stats s;
+    s.hits = {{"turn", 2}, {"anchor", 1}};
+    s.evictions = {{"ttl", 1}, {"brand_new", 7}};
+    s.warmup.skipped = {{"replaced", 3}};
+    const json j = stats_json(s);
+    EXPECT_EQ(j["hits"]["turn"], 2);
+    EXPECT_EQ(j["hits"]["anchor"], 1);
+    EXPECT_EQ(j["hits"]["full"], 0);
+    EXPECT_EQ(keys(j["evictions"]),
+              (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "brand_new"}));
+    EXPECT_EQ(j["evictions"]["brand_new"], 7);
+    EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0})");
+}
+
+// The stats keys are /metrics' label values (the same lists).
+TEST(StatsJson, KeysAreTheMetricsLabels) {
+    const json j = stats_json(cache::stats{});
+    EXPECT_EQ(keys(j["hits"]), known_keys::restore_kinds);
+    EXPECT_EQ(keys(j["misses_by_cause"]), known_keys::miss_causes);
+    EXPECT_EQ(keys(j["warmup"]["skipped"]), known_keys::warmup_skips);
+    const std::string m = render_metrics(cache::stats{}, scheduler::metrics_snapshot{});
+    for (const auto & k : keys(j["warmup"]["skipped"])) {
+        EXPECT_NE(m.find("lineage_prompt_cache_warmup_skipped_total{cause=\"" + k + "\"} 0"), std::string::npos) << k;
+    }
+    for (const auto & k : keys(j["hits"])) {
+        EXPECT_NE(m.find("lineage_prompt_cache_restore_point_hits_total{kind=\"" + k + "\"} 0"), std::string::npos)
+            << k;
+    }
+}
