@@ -99,6 +99,14 @@ struct config {
      *  state read per engine step (--cache-disk-max-unwritten-s); this bounds what a kill -9 under
      *  continuous load loses. 0 = off (written only when idle, leaving RAM or at shutdown). */
     double disk_max_unwritten_s = 10;
+    /** RAM release (docs/prompt-cache.md "Disk tier"): an entry in RAM whose state has a tier-2
+     *  file and that has been unused this many seconds gives its RAM back; its next hit loads the
+     *  file (from the kernel's page cache while it keeps it: a read and a checksum, ~10-20 ms for
+     *  50 MB, where the page cache is memory the kernel reclaims under pressure and the process's
+     *  RSS is not). Anchors stay pinned; device-parked entries are not RAM. Needs the disk tier
+     *  (--cache-dir); --cache-ram-release-s, 0 = off (the RAM tier keeps every entry within its
+     *  budget). */
+    double ram_release_s = 30;
 
     // --- tier 3 (docs/prompt-cache.md "Tier 3: Redis shared by replicas") ---
     /** redis://host[:port][/db]; "" = no tier 3 (--cache-redis, env LINEAGE_CACHE_REDIS). Its

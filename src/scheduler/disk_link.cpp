@@ -99,6 +99,15 @@ void disk_link::housekeeping(bool idle, double now_s) {
             store_.disk_written(c.entry_id, c.file);
         }
     }
+    // RAM release: idle entries whose file has landed give their RAM back (cache::config
+    // ram_release_s); one pass a second is enough for a threshold in seconds.
+    if (tier_ && now_s - last_release_s_ >= 1.0) {
+        last_release_s_ = now_s;
+        if (const uint64_t freed = store_.release_written(now_s); freed > 0) {
+            spdlog::debug("cache: released {:.1f} MiB of RAM held by idle entries already on disk",
+                          static_cast<double>(freed) / (1 << 20));
+        }
+    }
     if (idle) {
         for (auto & j : store_.take_idle_writes(now_s, idle_s_)) {
             write(std::move(j));

@@ -63,6 +63,7 @@ private:
     std::string dir_;
     double idle_s_;
     double max_unwritten_s_;
+    double last_release_s_ = -1;  // the last RAM-release pass (housekeeping, at most one a second)
     std::unique_ptr<cache::disk_tier> tier_;
     std::unique_ptr<cache::redis_tier> redis_;
 };

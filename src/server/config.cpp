@@ -729,6 +729,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "(at most one state read per engine step), so a crash under continuous load loses at most this much; "
         "0 = off",
         seconds(cc.disk_max_unwritten_s, true));
+    add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS", fmt_double(dc.ram_release_s),
+        "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
+        "file (from the page cache while the kernel keeps it, ~10-20 ms for 50 MB); anchors stay in RAM; "
+        "0 = off (RAM keeps every entry within its budget)",
+        seconds(cc.ram_release_s, true));
     // --- Redis tier (T3), shared by replicas ---
     add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",
         "share the prompt cache between replicas through Redis at redis://host[:port][/db]: entries written "

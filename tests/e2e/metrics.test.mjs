@@ -115,7 +115,7 @@ for (const arch of ARCHS) {
         misses_by_cause: causes,
         short_hits_by_cause: causes,
         key_differs: zeros('tenant', 'model_id', 'lora_id', 'rope_regime', 'mm_digest', 'kv_type'),
-        evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap'),
+        evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap', 'released'),
         rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
         disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
         redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format'),

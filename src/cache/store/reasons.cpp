@@ -10,6 +10,7 @@ std::string_view to_string(eviction_reason r) {
         case eviction_reason::capacity: return "capacity";
         case eviction_reason::superseded: return "superseded";
         case eviction_reason::anchor_cap: return "anchor_cap";
+        case eviction_reason::released: return "released";
     }
     return "?";
 }

@@ -15,6 +15,8 @@ enum class eviction_reason {
     capacity,    ///< over the RAM budget, or no RAM for a demoted device entry
     superseded,  ///< a resend replaced its twin (same tokens)
     anchor_cap,  ///< over the anchor caps (count or bytes)
+    released,    ///< idle in RAM with its state on disk: the RAM copy goes, the disk tier serves the next hit
+                 ///< (--cache-ram-release-s; not a loss: no ghost, no wasted warm-up)
 };
 std::string_view to_string(eviction_reason r);
 

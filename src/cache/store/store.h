@@ -326,6 +326,13 @@ public:
     /** Expires entries whose last hit is older than the TTL. */
     void expire(double now_s);
 
+    /** RAM release (config::ram_release_s): erases the RAM entries (not anchors, not on the
+     *  device, none being written) that have a tier-2 file from the disk tier (attach_disk) and
+     *  whose last use is at least ram_release_s seconds before `now_s`. Counted as evictions
+     *  "released"; no ghost (the file still answers a lookup). Returns the bytes freed. No-op
+     *  when ram_release_s <= 0 or no disk tier is attached. */
+    uint64_t release_written(double now_s);
+
     /** True when a conversation entry of k's bucket holds `prefix` (REQUIRES: non-empty) as a
      *  prefix of its tokens: a warm-up of `prefix` has nothing to add (src/cache/store/store_warmup.cpp).
      *  No side effects. */

@@ -81,10 +81,11 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
     if (it->where == tier::device) {
         released_.push_back(it->seq);
     }
-    if (reason && it->warmed > 0) {
+    const bool lost = reason && *reason != eviction_reason::superseded && *reason != eviction_reason::released;
+    if (lost && it->warmed > 0) {
         stats_.warmup.wasted++;  // warmed, never hit
     }
-    if (reason && *reason != eviction_reason::superseded) {
+    if (lost) {
         ghosts_.add(it->k.bucket, it->toks);  // a later miss on it is then "evicted"
     }
     if (reason) {
@@ -218,6 +219,27 @@ void store::expire(double now_s) {
         }
         it = next;
     }
+}
+
+uint64_t store::release_written(double now_s) {
+    if (cfg_.ram_release_s <= 0 || disk_ == nullptr) {
+        return 0;
+    }
+    uint64_t freed = 0;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        auto next = std::next(it);
+        if (it->where == tier::ram && !it->anchor && it->disk_file != 0 && !it->writing &&
+            now_s - it->last_use >= cfg_.ram_release_s) {
+            freed += it->ram_bytes();
+            erase(it, eviction_reason::released,
+                  trace_.on() ? fmt::format(" (unused for {:.0f} s >= --cache-ram-release-s {:.0f} s; disk file {} "
+                                            "serves its next hit)",
+                                            now_s - it->last_use, cfg_.ram_release_s, it->disk_file)
+                              : std::string());
+        }
+        it = next;
+    }
+    return freed;
 }
 
 reset_result store::reset() {

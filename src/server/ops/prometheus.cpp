@@ -151,7 +151,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               static_cast<double>(cs.prefix_holds));
     x.counter("lineage_prompt_cache_evictions_total",
               "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
-              "device entry), superseded (a resend replaced its twin), anchor_cap.",
+              "device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: RAM given back).",
               "reason", with_known(cs.evictions, known_keys::eviction_reasons));
     x.counter("lineage_prompt_cache_rejections_total",
               "States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the "

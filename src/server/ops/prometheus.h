@@ -59,7 +59,7 @@ inline const std::vector<std::string> miss_causes = {"no_shared_prefix",        
                                                      "before_first_restore_point", "evicted",          "bypassed"};
 inline const std::vector<std::string> key_dimensions = {"tenant",    "model_id",  "lora_id",
                                                         "rope_regime", "mm_digest", "kv_type"};
-inline const std::vector<std::string> eviction_reasons = {"lru", "ttl", "capacity", "superseded", "anchor_cap"};
+inline const std::vector<std::string> eviction_reasons = {"lru", "ttl", "capacity", "superseded", "anchor_cap", "released"};
 inline const std::vector<std::string> rejection_causes = {
     "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged", "redis_failed"};
 inline const std::vector<std::string> disk_damage = {"corrupt",     "truncated", "bad_magic", "identity",

@@ -162,13 +162,14 @@ lineage_prompt_cache_live_hits_total 3
 # HELP lineage_prompt_cache_prefix_holds_total Requests that waited at admission for a running request to compute the prefix they share.
 # TYPE lineage_prompt_cache_prefix_holds_total counter
 lineage_prompt_cache_prefix_holds_total 1
-# HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap.
+# HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: RAM given back).
 # TYPE lineage_prompt_cache_evictions_total counter
 lineage_prompt_cache_evictions_total{reason="lru"} 0
 lineage_prompt_cache_evictions_total{reason="ttl"} 1
 lineage_prompt_cache_evictions_total{reason="capacity"} 0
 lineage_prompt_cache_evictions_total{reason="superseded"} 2
 lineage_prompt_cache_evictions_total{reason="anchor_cap"} 0
+lineage_prompt_cache_evictions_total{reason="released"} 0
 lineage_prompt_cache_evictions_total{reason="brand_new"} 7
 # HELP lineage_prompt_cache_rejections_total States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a request that had taken an entry failed).
 # TYPE lineage_prompt_cache_rejections_total counter

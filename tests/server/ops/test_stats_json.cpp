@@ -30,7 +30,7 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
     EXPECT_EQ(dump(j["short_hits_by_cause"]), dump(j["misses_by_cause"]));
     EXPECT_EQ(dump(j["key_differs"]),
               R"({"tenant":0,"model_id":0,"lora_id":0,"rope_regime":0,"mm_digest":0,"kv_type":0})");
-    EXPECT_EQ(dump(j["evictions"]), R"({"lru":0,"ttl":0,"capacity":0,"superseded":0,"anchor_cap":0})");
+    EXPECT_EQ(dump(j["evictions"]), R"({"lru":0,"ttl":0,"capacity":0,"superseded":0,"anchor_cap":0,"released":0})");
     EXPECT_EQ(dump(j["rejections"]), R"({"too_large":0,"budget":0,"min_prefix":0,"disabled":0,)"
                                      R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0})");
     EXPECT_EQ(dump(j["disk"]["damage"]),
@@ -49,7 +49,7 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
     EXPECT_EQ(j["hits"]["anchor"], 1);
     EXPECT_EQ(j["hits"]["full"], 0);
     EXPECT_EQ(keys(j["evictions"]),
-              (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "brand_new"}));
+              (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "released", "brand_new"}));
     EXPECT_EQ(j["evictions"]["brand_new"], 7);
     EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0})");
 }

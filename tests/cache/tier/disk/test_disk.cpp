@@ -20,6 +20,7 @@ namespace {
 
 using fakes::seq;
 using fakes::fake;
+using fakes::cat;
 
 namespace fs = std::filesystem;
 
@@ -477,6 +478,79 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     park(plain, k, seq(0, 40), 1, 1.0);
     park(plain, k, seq(100, 40), 2, 2.0);
     EXPECT_TRUE(plain.take_spills().empty());
+}
+
+TEST(StoreDisk, AnIdleRamEntryOnDiskGivesItsRamBackAndItsFileServesTheNextHit) {
+    config c = hybrid_config();
+    c.ram_release_s = 30;
+    store st(c, true);
+    fake_disk d;
+    st.attach_disk(&d);
+    const key k{"b", "s"};
+    const key other{"b2", "s"};
+    park(st, k, seq(0, 40), 1, 10.0);
+    auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    ASSERT_TRUE(st.reserve(400, v->id));
+    st.demote(v->id, fake(400), 400);  // in RAM now
+    st.commit_anchor(other, seq(500, 20), fake(100), 100, 10.0);
+    park(st, other, cat(seq(500, 20), seq(900, 20)), 2, 10.0);  // parked on the device
+    EXPECT_EQ(st.release_written(100.0), 0u);  // nothing has a file yet
+    auto jobs = st.take_idle_writes(41.0, 30);
+    ASSERT_EQ(jobs.size(), 3u);
+    EXPECT_EQ(st.release_written(100.0), 0u);  // being written
+    file_id f = 10;
+    for (const auto & j : jobs) {
+        st.disk_written(j.entry_id, ++f);
+    }
+    EXPECT_EQ(st.release_written(39.0), 0u);  // used 29 s ago
+    EXPECT_EQ(st.entries().size(), 3u);
+    EXPECT_EQ(st.release_written(40.0), 400u);  // 30 s: only the RAM entry goes
+    st.check_invariants();
+    const auto left = st.entries();
+    ASSERT_EQ(left.size(), 2u);
+    for (const auto & e : left) {
+        EXPECT_TRUE(e.anchor || e.where == tier::device) << e.id;
+    }
+    EXPECT_EQ(st.ram_bytes(), 100u);  // the anchor's
+    const auto s = st.get_stats();
+    EXPECT_EQ(s.evictions.at("released"), 1);
+    EXPECT_EQ(s.evictions.count("capacity"), 0u);
+    // Its file serves the next turn (the disk tier's lookup), counted as a disk hit.
+    d.offer = disk_candidate{11, 40, point_kind::turn, 40, 40, false, true};
+    auto p = st.plan(k, seq(0, 50), {}, 101.0);
+    EXPECT_EQ(p.op, restore_op::load_disk);
+    EXPECT_EQ(p.n_restore, 40);
+    EXPECT_EQ(st.get_stats().disk_hits, 1);
+    st.disk_load_failed(p);
+    // Released is not lost: a miss on it (the file gone meanwhile) is not counted "evicted".
+    d.offer.reset();
+    auto q = st.plan(k, seq(0, 50), {}, 102.0);
+    EXPECT_EQ(q.n_restore, 0);
+    EXPECT_EQ(st.get_stats().misses_by_cause.count("evicted"), 0u);
+}
+
+TEST(StoreDisk, NoRamReleaseWhenOffOrWithoutADiskTier) {
+    for (const bool with_disk : {false, true}) {
+        config c = hybrid_config();
+        c.ram_release_s = with_disk ? 0 : 30;  // off, or on without a disk tier
+        store st(c, true);
+        fake_disk d;
+        if (with_disk) {
+            st.attach_disk(&d);
+        }
+        const key k{"b", "s"};
+        park(st, k, seq(0, 40), 1, 10.0);
+        auto v = st.device_lru();
+        ASSERT_TRUE(v);
+        ASSERT_TRUE(st.reserve(400, v->id));
+        st.demote(v->id, fake(400), 400);
+        for (const auto & j : st.take_idle_writes(41.0, 30)) {
+            st.disk_written(j.entry_id, 11);
+        }
+        EXPECT_EQ(st.release_written(1000.0), 0u) << with_disk;
+        EXPECT_EQ(st.entries().size(), 1u) << with_disk;
+    }
 }
 
 TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
