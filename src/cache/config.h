@@ -103,7 +103,8 @@ struct config {
      *  file and that has been unused this many seconds gives its RAM back; its next hit loads the
      *  file (from the kernel's page cache while it keeps it: a read and a checksum, ~10-20 ms for
      *  50 MB, where the page cache is memory the kernel reclaims under pressure and the process's
-     *  RSS is not). Anchors stay pinned; device-parked entries are not RAM. Needs the disk tier
+     *  RSS is not). Anchors too: the disk tier deletes anchor files last, and a new session that
+     *  reads one back pins it in RAM again. Device-parked entries are not RAM. Needs the disk tier
      *  (--cache-dir); --cache-ram-release-s, 0 = off (the RAM tier keeps every entry within its
      *  budget). */
     double ram_release_s = 30;

@@ -633,7 +633,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-divergence-slack", "LINEAGE_CACHE_DIVERGENCE_SLACK", "TOKENS", std::to_string(dc.divergence_slack),
         "hybrid models: a divergence checkpoint moves back to the start of its line when that is at most this many "
         "tokens earlier (else back by --cache-anchor-slack), so a variation that parts a little earlier next time "
-        "still restores it; 0 = at the exact divergence token (seed 000)",
+        "still restores it; 0 = at the exact divergence token",
         int_min(cc.divergence_slack, 0));
     add("--cache-last-user-checkpoint", "LINEAGE_CACHE_LAST_USER_CHECKPOINT", "[=BOOL]", "true",
         "hybrid models: a checkpoint at the start of the last user message, so an edit of that message restores up "
@@ -647,8 +647,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         int_min(cc.last_user_min_gain, 0));
     add("--cache-keep-reply", "LINEAGE_CACHE_KEEP_REPLY", "[=BOOL]", "true",
         "hybrid models: an entry keeps the state after the reply (not only the prompt end), so an "
-        "agent-loop step that sends the reply back verbatim prefills only what follows it; false = the prompt end only "
-        "(seed 000)",
+        "agent-loop step that sends the reply back verbatim prefills only what follows it; false = the prompt end only",
         boolean(cc.keep_reply), true);
     add("--cache-message-rungs", "LINEAGE_CACHE_MESSAGE_RUNGS", "N", std::to_string(dc.message_rungs),
         "hybrid models: most checkpoints (message rungs) inside the last user message, so an edit of it restores "
@@ -731,7 +730,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         seconds(cc.disk_max_unwritten_s, true));
     add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS", fmt_double(dc.ram_release_s),
         "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
-        "file (from the page cache while the kernel keeps it, ~10-20 ms for 50 MB); anchors stay in RAM; "
+        "file (from the page cache while the kernel keeps it, ~10-20 ms for 50 MB; an anchor read back is pinned again); "
         "0 = off (RAM keeps every entry within its budget)",
         seconds(cc.ram_release_s, true));
     // --- Redis tier (T3), shared by replicas ---

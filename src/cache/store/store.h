@@ -326,8 +326,8 @@ public:
     /** Expires entries whose last hit is older than the TTL. */
     void expire(double now_s);
 
-    /** RAM release (config::ram_release_s): erases the RAM entries (not anchors, not on the
-     *  device, none being written) that have a tier-2 file from the disk tier (attach_disk) and
+    /** RAM release (config::ram_release_s): erases the RAM entries and anchors (not device
+     *  entries, none being written) that have a tier-2 file from the disk tier (attach_disk) and
      *  whose last use is at least ram_release_s seconds before `now_s`. Counted as evictions
      *  "released"; no ghost (the file still answers a lookup). Returns the bytes freed. No-op
      *  when ram_release_s <= 0 or no disk tier is attached. */

@@ -480,7 +480,7 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     EXPECT_TRUE(plain.take_spills().empty());
 }
 
-TEST(StoreDisk, AnIdleRamEntryOnDiskGivesItsRamBackAndItsFileServesTheNextHit) {
+TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServeTheNextHit) {
     config c = hybrid_config();
     c.ram_release_s = 30;
     store st(c, true);
@@ -505,16 +505,14 @@ TEST(StoreDisk, AnIdleRamEntryOnDiskGivesItsRamBackAndItsFileServesTheNextHit) {
     }
     EXPECT_EQ(st.release_written(39.0), 0u);  // used 29 s ago
     EXPECT_EQ(st.entries().size(), 3u);
-    EXPECT_EQ(st.release_written(40.0), 400u);  // 30 s: only the RAM entry goes
+    EXPECT_EQ(st.release_written(40.0), 500u);  // 30 s: the RAM entry and the anchor go
     st.check_invariants();
     const auto left = st.entries();
-    ASSERT_EQ(left.size(), 2u);
-    for (const auto & e : left) {
-        EXPECT_TRUE(e.anchor || e.where == tier::device) << e.id;
-    }
-    EXPECT_EQ(st.ram_bytes(), 100u);  // the anchor's
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].where, tier::device);  // parked: not RAM
+    EXPECT_EQ(st.ram_bytes(), 0u);
     const auto s = st.get_stats();
-    EXPECT_EQ(s.evictions.at("released"), 1);
+    EXPECT_EQ(s.evictions.at("released"), 2);
     EXPECT_EQ(s.evictions.count("capacity"), 0u);
     // Its file serves the next turn (the disk tier's lookup), counted as a disk hit.
     d.offer = disk_candidate{11, 40, point_kind::turn, 40, 40, false, true};
