@@ -101,9 +101,10 @@ struct config {
     double disk_max_unwritten_s = 10;
     /** RAM release (docs/prompt-cache.md "Disk tier"): an entry in RAM whose state has a tier-2
      *  file and that has been unused this many seconds gives its RAM back; its next hit loads the
-     *  file (from the kernel's page cache while it keeps it: a read and a checksum, ~10-20 ms for
-     *  50 MB, where the page cache is memory the kernel reclaims under pressure and the process's
-     *  RSS is not). Anchors too: the disk tier deletes anchor files last, and a new session that
+     *  file on the disk thread (from the kernel's page cache while it keeps it, memory the kernel
+     *  reclaims under pressure where the process's RSS is not; measured on the small agent trace,
+     *  docs/benchmarks/README.md "Memory": an anchor of 2,177 tokens restored in 222-246 ms from
+     *  its file against 138-180 ms from RAM). Anchors too: the disk tier deletes anchor files last, and a new session that
      *  reads one back pins it in RAM again. Device-parked entries are not RAM. Needs the disk tier
      *  (--cache-dir); --cache-ram-release-s, 0 = off (the RAM tier keeps every entry within its
      *  budget). */

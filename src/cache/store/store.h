@@ -14,6 +14,8 @@
 //   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
+//   RAM|ANCHOR --release (its file has landed, unused --cache-ram-release-s)--> gone from RAM; the
+//          file answers the next lookup (load_disk; an anchor is pinned again).
 // Tier 2 (write-behind), beside the states above:
 //   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
 //          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
