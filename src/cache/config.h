@@ -104,8 +104,9 @@ struct config {
      *  file on the disk thread (from the kernel's page cache while it keeps it, memory the kernel
      *  reclaims under pressure where the process's RSS is not; measured on the small agent trace,
      *  docs/benchmarks/README.md "Memory": an anchor of 2,177 tokens restored in 222-246 ms from
-     *  its file against 138-180 ms from RAM). Anchors too: the disk tier deletes anchor files last, and a new session that
-     *  reads one back pins it in RAM again. Device-parked entries are not RAM. Needs the disk tier
+     *  its file against 138-180 ms from RAM). Anchors too: the disk tier deletes anchor files
+     *  last, and a new session that reads one back pins it in RAM again. Device-parked entries
+     *  are not RAM. Needs the disk tier
      *  (--cache-dir); --cache-ram-release-s, 0 = off (the RAM tier keeps every entry within its
      *  budget). */
     double ram_release_s = 30;

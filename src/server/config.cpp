@@ -730,8 +730,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         seconds(cc.disk_max_unwritten_s, true));
     add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS", fmt_double(dc.ram_release_s),
         "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
-        "file (from the page cache while the kernel keeps it; ~80 ms more than from RAM for a 2k-token anchor on 2 CPU cores; an anchor read back is pinned again); "
-        "0 = off (RAM keeps every entry within its budget)",
+        "file (from the page cache while the kernel keeps it; ~80 ms more than from RAM for a 2k-token anchor on "
+        "2 CPU cores; an anchor read back is pinned again); 0 = off (RAM keeps every entry within its budget)",
         seconds(cc.ram_release_s, true));
     // --- Redis tier (T3), shared by replicas ---
     add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",

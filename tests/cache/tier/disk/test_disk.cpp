@@ -480,6 +480,15 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     EXPECT_TRUE(plain.take_spills().empty());
 }
 
+/** Commits `toks` parked on a sequence, then demotes it to RAM as a whole-state blob of `bytes`. */
+void park_in_ram(store & st, const key & k, tokens toks, uint64_t bytes, double now) {
+    park(st, k, std::move(toks), 1, now);
+    auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    ASSERT_TRUE(st.reserve(bytes, v->id));
+    st.demote(v->id, fake(bytes), bytes);
+}
+
 TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServeTheNextHit) {
     config c = hybrid_config();
     c.ram_release_s = 30;
@@ -488,11 +497,7 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     st.attach_disk(&d);
     const key k{"b", "s"};
     const key other{"b2", "s"};
-    park(st, k, seq(0, 40), 1, 10.0);
-    auto v = st.device_lru();
-    ASSERT_TRUE(v);
-    ASSERT_TRUE(st.reserve(400, v->id));
-    st.demote(v->id, fake(400), 400);  // in RAM now
+    park_in_ram(st, k, seq(0, 40), 400, 10.0);
     st.commit_anchor(other, seq(500, 20), fake(100), 100, 10.0);
     park(st, other, cat(seq(500, 20), seq(900, 20)), 2, 10.0);  // parked on the device
     EXPECT_EQ(st.release_written(100.0), 0u);  // nothing has a file yet
@@ -538,11 +543,7 @@ TEST(StoreDisk, NoRamReleaseWhenOffOrWithoutADiskTier) {
             st.attach_disk(&d);
         }
         const key k{"b", "s"};
-        park(st, k, seq(0, 40), 1, 10.0);
-        auto v = st.device_lru();
-        ASSERT_TRUE(v);
-        ASSERT_TRUE(st.reserve(400, v->id));
-        st.demote(v->id, fake(400), 400);
+        park_in_ram(st, k, seq(0, 40), 400, 10.0);
         for (const auto & j : st.take_idle_writes(41.0, 30)) {
             st.disk_written(j.entry_id, 11);
         }
