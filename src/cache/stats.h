@@ -87,6 +87,10 @@ struct tenant_usage {
  *  evictions). */
 struct warmup_stats {
     int64_t queued = 0;     ///< warm-up jobs received
+    /** Chat-template renders and tokenizer passes the jobs received took to compute their
+     *  prefixes (server::chat_preparer::next_turn_prefix: two of each per job). */
+    int64_t renders = 0;
+    int64_t tokenizations = 0;
     int64_t active = 0;     ///< warm-ups running now (0 or 1: one at a time, on an idle engine)
     int64_t runs = 0;       ///< warm-ups that prefilled their whole prefix and stored it
     int64_t preempted = 0;  ///< runs interrupted by a foreground request (what was done is parked)

@@ -86,6 +86,8 @@ const slot * prefix_hold(const std::vector<slot> & slots, const generation_reque
 
 void warmup_queue::push(std::shared_ptr<generation_request> job) {
     received++;
+    renders += job->prepared.renders;
+    tokenizations += job->prepared.tokenizations;
     // One job per conversation: a newer prefix that extends a queued one replaces it.
     for (auto it = q_.begin(); it != q_.end(); ++it) {
         if ((*it)->cache.bucket == job->cache.bucket && (*it)->cache.session_key == job->cache.session_key &&

@@ -72,6 +72,9 @@ public:
     int64_t received = 0;  ///< jobs pushed (push_front not counted)
     int64_t replaced = 0;  ///< jobs replaced by a newer one of the same conversation
     int64_t dropped = 0;   ///< jobs dropped because the queue was full
+    /** Renders and tokenizations the pushed jobs' prefixes took (generation_request::prepared). */
+    int64_t renders = 0;
+    int64_t tokenizations = 0;
 
 private:
     size_t capacity_;

@@ -75,6 +75,8 @@ void metrics::record(const request_stats & st, finish_reason why, bool used_cach
     for (const auto & [kind, n] : st.prefill_splits_by_kind) {
         m_.prefill_splits[kind] += static_cast<uint64_t>(std::max(0, n));
     }
+    m_.prepare_renders += static_cast<uint64_t>(std::max(0, st.prepared.renders));
+    m_.prepare_tokenizations += static_cast<uint64_t>(std::max(0, st.prepared.tokenizations));
     if (st.ttft_s > 0) {
         observe(phase::ttft, st.ttft_s);
     }

@@ -63,6 +63,10 @@ struct metrics_snapshot {
      *  short at a restore point, by capture kind (request_stats::prefill_splits_by_kind). */
     uint64_t prefill_passes = 0;
     std::map<std::string, uint64_t> prefill_splits;
+    /** Chat-template renders and tokenizer passes the HTTP threads spent preparing the requests
+     *  that ended (request_stats::prepared; warm-ups: cache::warmup_stats). */
+    uint64_t prepare_renders = 0;
+    uint64_t prepare_tokenizations = 0;
     /** Seconds per request, by phase (index: static_cast<size_t>(phase)). Observed for:
      *  ttft: requests that sampled a first token; queue: every request admitted; lookup,
      *  capture, commit: requests that used the cache; restore: requests that restored >= 1

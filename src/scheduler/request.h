@@ -102,6 +102,15 @@ struct cache_hints {
     int32_t last_user_tokens = -1;
 };
 
+/** The work the HTTP thread did to prepare a request's prompt (server::chat_preparer; what
+ *  counts: server::prepared_chat::work): chat-template renders and tokenizer passes over the
+ *  conversation or a prefix of it. Reported in the decision trace and counted in the metrics;
+ *  0 and 0 for a raw prompt (POST /v1/completions). */
+struct prepare_work {
+    int32_t renders = 0;
+    int32_t tokenizations = 0;
+};
+
 /** Why the scheduler could not serve a request (an error event). src/server/http/errors.cpp maps it
  *  to an HTTP status and error shape, in one function, for every API dialect. */
 enum class failure_kind {
@@ -151,6 +160,8 @@ struct request_stats {
     /** Where the restored tokens came from: "device" (a parked sequence), "running_request" (a
      *  running request's sequence), "ram", "disk" or "redis"; "" for a miss. */
     std::string restored_from;
+    /** The renders and tokenizations its preparation took (generation_request::prepared). */
+    prepare_work prepared;
 };
 
 /** One event on a request's channel. A request emits zero or more `token` events, then
@@ -202,6 +213,8 @@ struct generation_request {
     std::vector<media_span> media;
     sampling_params sampling;
     cache_hints cache;
+    /** What preparing `prompt` took on the HTTP thread (a warm-up: its next-turn renders). */
+    prepare_work prepared;
     std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
     std::shared_ptr<event_channel> events = std::make_shared<event_channel>();
     /** LoRA scales in force for this request, one per loaded adapter in id order (the server's

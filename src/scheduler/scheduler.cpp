@@ -334,6 +334,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     s.req = std::move(req);
     s.stats.prompt_tokens = s.prompt_size();
     s.stats.queue_s = seconds_since(s.req->submitted);
+    s.stats.prepared = s.req->prepared;
     if (s.req->prompt.empty() || s.prompt_size() >= max_seq_tokens_) {
         fail(s, {failure_kind::prompt_too_long,
                  "the prompt has " + std::to_string(s.prompt_size()) + " tokens; this server holds at most " +
@@ -345,6 +346,10 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         return;
     }
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
+    if (s.req->preemptions == 0) {  // a resumed warm-up was prepared once, before its first run
+        LINEAGE_TRACE(store_.trace(), "prepared: renders {}, tokenizations {}", s.req->prepared.renders,
+                      s.req->prepared.tokenizations);
+    }
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     s.key.tenant = s.req->cache.tenant;

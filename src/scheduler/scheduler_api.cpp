@@ -16,6 +16,8 @@ void scheduler::submit(std::shared_ptr<generation_request> req) {
 void scheduler::impl::add_warmup_stats(cache::stats & s) {
     util::lock_guard lk(mu_);
     s.warmup.queued = warmups_.received;
+    s.warmup.renders = warmups_.renders;
+    s.warmup.tokenizations = warmups_.tokenizations;
     s.warmup.active = std::count_if(slots_.begin(), slots_.end(),
                                     [](const slot & x) { return x.active() && x.req->warmup; });
     s.warmup.skipped["replaced"] += warmups_.replaced;

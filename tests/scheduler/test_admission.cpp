@@ -172,12 +172,17 @@ TEST(WarmupQueue, ANewerPrefixOfTheSameConversationReplacesTheQueuedOne) {
     auto a1 = request(seq_of(0, 50));
     auto b = request(seq_of(1000, 50));
     auto a2 = request(seq_of(0, 80));  // a's next turn
+    for (auto * j : {&a1, &b, &a2}) {
+        (*j)->prepared = {2, 2};  // next_turn_prefix: two placeholder renders
+    }
     q.push(a1);
     q.push(b);
     q.push(a2);
     EXPECT_EQ(q.size(), 2u);
     EXPECT_EQ(q.replaced, 1);
     EXPECT_EQ(q.received, 3);
+    EXPECT_EQ(q.renders, 6) << "a replaced job's renders were spent all the same";
+    EXPECT_EQ(q.tokenizations, 6);
     EXPECT_EQ(q.pop(), b);
     EXPECT_EQ(q.pop(), a2);
     EXPECT_EQ(q.pop(), nullptr);

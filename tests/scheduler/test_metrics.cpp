@@ -42,10 +42,12 @@ TEST(Metrics, ObservesEachPhaseOnlyForRequestsThatWentThroughIt) {
     hit.ttft_s = 0.02;
     hit.restore_s = 0.003;
     hit.prefill_s = 0.01;
+    hit.prepared = {1, 1};  // a warm user turn
     m.record(hit, finish_reason::stop, /*used_cache=*/true);
     request_stats bypass;  // cache_prompt:false, cancelled before its first token
     bypass.prompt_tokens = 50;
     bypass.prefilled_tokens = 20;
+    bypass.prepared = {5, 3};  // a new system prompt and tools: the anchors rendered
     m.record(bypass, finish_reason::cancelled, /*used_cache=*/false);
     request_stats rejected;  // failed at admission
     rejected.prompt_tokens = 9000;
@@ -57,6 +59,8 @@ TEST(Metrics, ObservesEachPhaseOnlyForRequestsThatWentThroughIt) {
     EXPECT_EQ(s.prompt_tokens, 9150u);
     EXPECT_EQ(s.prompt_tokens_prefilled, 30u);
     EXPECT_EQ(s.completion_tokens, 5u);
+    EXPECT_EQ(s.prepare_renders, 6u);
+    EXPECT_EQ(s.prepare_tokenizations, 4u);
     EXPECT_EQ(s.of(phase::ttft).count(), 1u);
     EXPECT_EQ(s.of(phase::queue).count(), 3u);
     EXPECT_EQ(s.of(phase::lookup).count(), 1u);

@@ -230,6 +230,9 @@ void handle_cache_stats(const httplib::Request & req, httplib::Response & res, s
         splits[kind] = static_cast<uint64_t>(n);
     }
     j["prefill"] = {{"passes", m.prefill_passes}, {"splits", std::move(splits)}};
+    // Renders and tokenizations of the requests that ended (lineage_prepare_renders_total,
+    // lineage_prepare_tokenizations_total; the warm-ups' are in "warmup").
+    j["prepare"] = {{"renders", m.prepare_renders}, {"tokenizations", m.prepare_tokenizations}};
     if (!ctx.access.open()) {
         std::vector<std::string> names = ctx.access.tenants();
         for (const auto & [name, _] : s.tenants) {

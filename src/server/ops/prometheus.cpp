@@ -305,6 +305,19 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.histogram("lineage_request_commit_seconds",
                 "Seconds storing the finished sequence in the cache (requests that used the cache).",
                 ms.of(phase::commit));
+
+    // --- preparation on the HTTP threads (owners: scheduler for requests, its warm-up queue for
+    // warm-ups; the per-request figures come from server::chat_preparer) ---
+    x.counter("lineage_prepare_renders_total",
+              "Chat-template renders of a conversation or a prefix of it on the HTTP threads, by origin: request "
+              "(the requests that ended), warmup (the warm-up jobs received).",
+              "origin", exposition::labelled{{"request", static_cast<double>(ms.prepare_renders)},
+                                            {"warmup", static_cast<double>(cs.warmup.renders)}});
+    x.counter("lineage_prepare_tokenizations_total",
+              "Tokenizer passes over a rendered conversation or a prefix of it on the HTTP threads, by origin: "
+              "request (the requests that ended), warmup (the warm-up jobs received).",
+              "origin", exposition::labelled{{"request", static_cast<double>(ms.prepare_tokenizations)},
+                                            {"warmup", static_cast<double>(cs.warmup.tokenizations)}});
     return x.text();
 }
 

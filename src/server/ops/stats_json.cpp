@@ -111,10 +111,16 @@ json stats_json(const cache::stats & s) {
                   {"index_resets", r.index_resets},
                   {"queued", r.queued}};
     const auto & w = s.warmup;
-    j["warmup"] = {{"queued", w.queued}, {"active", w.active},
-                   {"runs", w.runs},     {"preempted", w.preempted},
-                   {"tokens", w.tokens}, {"hits", w.hits},
-                   {"wasted", w.wasted}, {"skipped", known_json(w.skipped, known_keys::warmup_skips)}};
+    j["warmup"] = {{"queued", w.queued},
+                   {"renders", w.renders},
+                   {"tokenizations", w.tokenizations},
+                   {"active", w.active},
+                   {"runs", w.runs},
+                   {"preempted", w.preempted},
+                   {"tokens", w.tokens},
+                   {"hits", w.hits},
+                   {"wasted", w.wasted},
+                   {"skipped", known_json(w.skipped, known_keys::warmup_skips)}};
     const auto & bp = s.buffer_pool;
     j["buffer_pool"] = {{"reused", bp.reused},
                         {"allocated", bp.allocated},

@@ -91,7 +91,8 @@ chat_preparer::chat_preparer(const engine::model & m, const engine::chat_templat
     : model_(m), tmpl_(t), opt_(std::move(o)) {}
 
 std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const engine::chat_render_inputs & full,
-                                                                         bool with_system) const {
+                                                                         bool with_system,
+                                                                         scheduler::prepare_work & work) const {
     engine::chat_render_inputs in = full;
     in.messages.clear();
     for (const auto & m : full.messages) {
@@ -113,8 +114,15 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
         }
     }
     std::shared_ptr<const std::vector<int32_t>> tokens;
+    // Counted as they are attempted: a render the template refuses has run up to its refusal.
+    auto render_and_tokenize = [&] {
+        work.renders++;
+        const std::string text = tmpl_.render(in).prompt;
+        work.tokenizations++;
+        return std::make_shared<const std::vector<int32_t>>(model_.tokenize(text, true));
+    };
     try {
-        tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(tmpl_.render(in).prompt, true));
+        tokens = render_and_tokenize();
     } catch (const std::exception & e) {
         // Some templates refuse a conversation without a user turn: render one with a
         // placeholder; the common prefix with the real prompt still ends at the user turn.
@@ -124,7 +132,7 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
         placeholder.content = "\x01";
         in.messages.push_back(placeholder);
         try {
-            tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(tmpl_.render(in).prompt, true));
+            tokens = render_and_tokenize();
         } catch (const std::exception & e2) {
             spdlog::debug("anchor render failed: {}", e2.what());
         }
@@ -186,12 +194,16 @@ std::optional<api_error> chat_preparer::render_prompt(const chat_request & r, st
     return std::nullopt;
 }
 
-int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt) const {
+int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt,
+                                     scheduler::prepare_work & work) const {
     engine::chat_render_inputs in = render_inputs(prefix);
     in.add_generation_prompt = false;
     for (int attempt = 0; attempt < 2; ++attempt) {
         try {
-            return anchor_tokens(prompt, model_.tokenize(tmpl_.render(in).prompt, true));
+            work.renders++;
+            const std::string text = tmpl_.render(in).prompt;
+            work.tokenizations++;
+            return anchor_tokens(prompt, model_.tokenize(text, true));
         } catch (const std::exception & e) {
             spdlog::debug("cache breakpoint render failed ({}){}", e.what(), attempt == 0 ? "; retrying with a user turn" : "");
         }
@@ -204,8 +216,10 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
 }
 
 std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,
-                                                    std::vector<scheduler::media_span> & media) const {
+                                                    std::vector<scheduler::media_span> & media,
+                                                    scheduler::prepare_work & work) const {
     media.clear();
+    work = {};
     engine::chat_render_inputs in = render_inputs(r);
     engine::chat_message assistant;
     assistant.role = "assistant";
@@ -234,7 +248,9 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         }
         next.content = text;
         x.messages.push_back(std::move(next));
+        work.renders++;
         const std::string rendered = tmpl_.render(x).prompt;
+        work.tokenizations++;
         if (r.images.empty()) {
             out.prompt = model_.tokenize(rendered, true);
         } else if (auto err = place_images(images, rendered, out)) {
@@ -384,6 +400,8 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     const auto t_render = clock::now();
     const engine::chat_render_inputs in = render_inputs(r);
     engine::chat_render_result rendered;
+    out.work = {};
+    out.work.renders++;
     if (auto err = render(in, rendered)) {
         return err;
     }
@@ -394,6 +412,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     }
 
     out.media.clear();
+    out.work.tokenizations++;
     if (!r.images.empty()) {
         if (auto err = tokenize_with_images(r, rendered.prompt, out)) {
             return err;
@@ -431,7 +450,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         if (model_.family() != engine::memory_family::dense) {
             out.cache.line_starts = model_.line_starts(out.prompt);
         }
-        if (auto anchor = anchor_render(in)) {
+        if (auto anchor = anchor_render(in, /*with_system=*/true, out.work)) {
             out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
         }
         // Per-session content inside the system region (hybrid: a ladder rung before each on a
@@ -456,7 +475,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         // short (--prompt-cache-min-prefix) or one that is the anchor itself.
         const bool has_system = !r.messages.empty() && is_system(r.messages.front());
         if (has_system && !in.tools.empty()) {
-            if (auto tools_only = anchor_render(in, /*with_system=*/false)) {
+            if (auto tools_only = anchor_render(in, /*with_system=*/false, out.work)) {
                 out.cache.tools_anchor_tokens = anchor_tokens(out.prompt, *tools_only);
             }
         }
@@ -481,8 +500,10 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
                 head.messages.back().content = "\x01";
                 head.add_generation_prompt = false;
                 try {
-                    out.cache.last_user_tokens =
-                        anchor_tokens(out.prompt, model_.tokenize(tmpl_.render(head).prompt, true));
+                    out.work.renders++;
+                    const std::string text = tmpl_.render(head).prompt;
+                    out.work.tokenizations++;
+                    out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(text, true));
                 } catch (const std::exception & e) {  // a template that needs a user query: no such point
                     spdlog::debug("last user message start not rendered: {}", e.what());
                 }
@@ -499,8 +520,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     }
 
     spdlog::debug("chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms, cache key and restore-point hints "
-                  "{:.1f} ms",
-                  out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints));
+                  "{:.1f} ms; renders {}, tokenizations {}",
+                  out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints), out.work.renders,
+                  out.work.tokenizations);
     out.stops = r.stop;
     for (const auto & s : rendered.additional_stops) {
         if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {
@@ -652,6 +674,7 @@ std::optional<api_error> chat_preparer::prepare_raw(raw_prompt p, int32_t max_se
                                "prompt", "context_length_exceeded");
     }
     out.prompt = std::move(p.tokens);
+    out.work = {};  // no template, and the caller tokenized any text
     if (auto err = key_request(opt_.default_kwargs, "auto", {}, p.tenant, p.lora, p.cache_prompt, out)) {
         return err;
     }

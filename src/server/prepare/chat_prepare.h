@@ -86,6 +86,20 @@ struct prepared_chat {
     lora_selection lora;                            ///< adapters and scales, lora_id, generation
     /** The prompt's images (their pseudo-tokens are in `prompt`; cache/rule/media.h). */
     std::vector<scheduler::media_span> media;
+    /** What preparing `prompt` took (docs/prompt-cache.md "Work per request"), counted by the
+     *  chat_preparer calls that fill this struct:
+     *  - renders: chat-template calls on this conversation or a part of it: the main render;
+     *    each anchor render on a memo miss (system messages + tools, the tools alone), where a
+     *    render the template refuses counts and so does its retry with a placeholder user turn;
+     *    the conversation with a placeholder in place of the last user message, when that
+     *    message's start is not found in the main render (hybrid families); each cache
+     *    breakpoint's cut (prefix_tokens). A memo hit renders nothing.
+     *  - tokenizations: tokenizer passes over one of those renders: the prompt (the projector's
+     *    pass when it has images) and each other render that succeeded.
+     *  Not counted: pieces of a few tokens tokenized alone (the generation prompt for the history
+     *  hint, preserved tokens, grammar trigger words) and walks over the token table (line
+     *  starts, byte offsets). A user turn on a known system prompt and tools takes 1 and 1. */
+    scheduler::prepare_work work;
 };
 
 /** A raw prompt (POST /v1/completions): tokens as they go to the model, no template. */
@@ -124,8 +138,10 @@ public:
     /** Tokens that `prefix` (a conversation cut at a client's cache breakpoint), rendered
      *  without a generation prompt (with a placeholder user turn when the template refuses it
      *  alone), shares with `prompt`, the tokens of the whole request: the breakpoint's length
-     *  before BPE slack. -1 when the template cannot render it. */
-    int32_t prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt) const;
+     *  before BPE slack. -1 when the template cannot render it. Adds its renders and
+     *  tokenizations to `work` (the request's prepared_chat::work). */
+    int32_t prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt,
+                          scheduler::prepare_work & work) const;
 
     /** The tokens the next request of this conversation will start with, once `reply` (the
      *  parsed assistant message generated for `r`) comes back as a past assistant turn: `r`'s
@@ -135,9 +151,12 @@ public:
      *  included. `r`'s images are placed as prepare() places them: their pseudo-tokens are in
      *  the result and their spans and chunks in `media` (ascending, all before the cut). Empty
      *  (and `media` empty) when the template cannot render it or the images cannot be decoded.
-     *  Used by the warm-up (docs/prompt-cache.md "Warm-up"); same thread rules as prepare(). */
+     *  `work`: the renders and tokenizations it took (2 and 2 when it gives a prefix; counted as
+     *  prepared_chat::work counts them). Used by the warm-up (docs/prompt-cache.md "Warm-up");
+     *  same thread rules as prepare(). */
     std::vector<int32_t> next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,
-                                          std::vector<scheduler::media_span> & media) const;
+                                          std::vector<scheduler::media_span> & media,
+                                          scheduler::prepare_work & work) const;
 
     /** True when the template has an enable_thinking switch. */
     bool supports_thinking() const;
@@ -191,9 +210,10 @@ private:
 
     /** Tokens of the leading system messages + tools rendered without a generation prompt
      *  (memoised by content); nullptr when the template cannot render them alone. With
-     *  `with_system` false, the tools alone (the tools anchor; nullptr without tools). */
+     *  `with_system` false, the tools alone (the tools anchor; nullptr without tools). A memo
+     *  miss adds its renders and tokenizations to `work`. */
     std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full,
-                                                              bool with_system = true) const;
+                                                              bool with_system, scheduler::prepare_work & work) const;
 
     const engine::model & model_;
     const engine::chat_template & tmpl_;

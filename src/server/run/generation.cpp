@@ -319,6 +319,7 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
     }
     gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
     gr->cache = prep.cache;
+    gr->prepared = prep.work;
     gr->lora = prep.lora.scales;
     gr->lora_epoch = prep.lora.epoch;
     spdlog::debug("req {} format={} prompt={} anchor={} history={} tools_anchor={} last_user={} session='{}' bucket={}",

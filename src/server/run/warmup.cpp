@@ -63,7 +63,7 @@ void warmer::run() {
         w->warmup = true;
         // With the conversation's images: their pseudo-tokens in the prefix, their chunks to
         // decode at those positions (the next request restores past them).
-        w->prompt = prep_.next_turn_prefix(*j.conv, j.reply, w->media);
+        w->prompt = prep_.next_turn_prefix(*j.conv, j.reply, w->media, w->prepared);
         if (w->prompt.empty() || static_cast<int32_t>(w->prompt.size()) >= sched_.max_sequence_tokens()) {
             continue;  // not renderable, or the next request cannot fit either
         }

@@ -71,6 +71,8 @@ cache::stats known_cache_stats() {
     s.warmup.hits = 5;
     s.warmup.wasted = 1;
     s.warmup.skipped = {{"not_needed", 3}, {"replaced", 1}};
+    s.warmup.renders = 12;
+    s.warmup.tokenizations = 12;
     s.apc_enabled = true;
     s.total_blocks_stored = 40;
     s.unique_block_hashes = 31;
@@ -90,6 +92,8 @@ scheduler::metrics_snapshot known_metrics() {
     m.prefill_splits["turn"] = 9;
     m.prefill_splits["ladder"] = 12;
     m.prefill_splits["future_kind"] = 1;  // a kind not (yet) in known_keys::split_kinds still shows
+    m.prepare_renders = 14;
+    m.prepare_tokenizations = 12;
     // Two bounds keep the expected text short; the server uses phase_seconds_buckets().
     m.phases.assign(scheduler::all_phases.size(), scheduler::histogram({0.1, 1}));
     auto & ttft = m.phases[static_cast<size_t>(scheduler::phase::ttft)];
@@ -405,6 +409,14 @@ lineage_request_commit_seconds_bucket{le="1"} 0
 lineage_request_commit_seconds_bucket{le="+Inf"} 0
 lineage_request_commit_seconds_sum 0
 lineage_request_commit_seconds_count 0
+# HELP lineage_prepare_renders_total Chat-template renders of a conversation or a prefix of it on the HTTP threads, by origin: request (the requests that ended), warmup (the warm-up jobs received).
+# TYPE lineage_prepare_renders_total counter
+lineage_prepare_renders_total{origin="request"} 14
+lineage_prepare_renders_total{origin="warmup"} 12
+# HELP lineage_prepare_tokenizations_total Tokenizer passes over a rendered conversation or a prefix of it on the HTTP threads, by origin: request (the requests that ended), warmup (the warm-up jobs received).
+# TYPE lineage_prepare_tokenizations_total counter
+lineage_prepare_tokenizations_total{origin="request"} 12
+lineage_prepare_tokenizations_total{origin="warmup"} 12
 )";
 
 }  // namespace

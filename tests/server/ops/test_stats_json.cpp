@@ -44,6 +44,8 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
     s.hits = {{"turn", 2}, {"anchor", 1}};
     s.evictions = {{"ttl", 1}, {"brand_new", 7}};
     s.warmup.skipped = {{"replaced", 3}};
+    s.warmup.renders = 4;
+    s.warmup.tokenizations = 4;
     const json j = stats_json(s);
     EXPECT_EQ(j["hits"]["turn"], 2);
     EXPECT_EQ(j["hits"]["anchor"], 1);
@@ -52,6 +54,8 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
               (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "released", "brand_new"}));
     EXPECT_EQ(j["evictions"]["brand_new"], 7);
     EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0})");
+    EXPECT_EQ(j["warmup"]["renders"], 4);
+    EXPECT_EQ(j["warmup"]["tokenizations"], 4);
 }
 
 // The stats keys are /metrics' label values (the same lists).

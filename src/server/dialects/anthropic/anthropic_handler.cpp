@@ -47,12 +47,12 @@ bool parse(const httplib::Request & req, httplib::Response & res, server_context
 
 // The prompt length at each cache_control mark (docs/prompt-cache.md "cache_control"), in
 // ascending order without duplicates, into `all`; the last client-marked one (not implicit),
-// -1 when none, is returned.
+// -1 when none, is returned. Each mark's render and tokenization are added to `work`.
 int32_t breakpoint_tokens(const server_context & ctx, const anthropic_request & ar, const std::vector<int32_t> & prompt,
-                          std::vector<int32_t> & all) {
+                          std::vector<int32_t> & all, scheduler::prepare_work & work) {
     int32_t last_marked = -1;
     for (const auto & b : ar.breakpoints) {
-        const int32_t n = ctx.preparer.prefix_tokens(breakpoint_conversation(ar, b), prompt);
+        const int32_t n = ctx.preparer.prefix_tokens(breakpoint_conversation(ar, b), prompt, work);
         if (n <= 0) {
             continue;
         }
@@ -83,7 +83,7 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
     }
     int32_t marked = -1;  // the last client mark: cache_creation_input_tokens counts up to it
     if (prep.cache.cache_prompt) {
-        marked = breakpoint_tokens(ctx, ar, prep.prompt, prep.cache.breakpoint_tokens);
+        marked = breakpoint_tokens(ctx, ar, prep.prompt, prep.cache.breakpoint_tokens, prep.work);
     }
 
     auto gr = make_generation_request(ctx, prep, ar.chat.sampling);
