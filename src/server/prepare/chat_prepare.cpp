@@ -345,28 +345,45 @@ int32_t chat_preparer::last_user_start(const engine::chat_message & last, const 
     // after it is short. Found exactly once within that tail, its first token is where an edit
     // of the message parts from this prompt; else -1 (the caller renders again).
     constexpr size_t max_markup = 64;  // bytes between the text and the generation prompt
-    const std::string & text = last.content;
     const std::string & p = rendered.prompt;
     const std::string & gen = rendered.generation_prompt;
-    if (last.content_is_parts || text.empty() || gen.size() > p.size() || p.compare(p.size() - gen.size(), gen.size(), gen) != 0) {
+    if (gen.size() > p.size() || p.compare(p.size() - gen.size(), gen.size(), gen) != 0) {
         return -1;
     }
     const size_t conv_end = p.size() - gen.size();
-    if (text.size() > conv_end) {
-        return -1;
-    }
-    const size_t at = p.rfind(text, conv_end - text.size());
-    if (at == std::string::npos || conv_end - (at + text.size()) > max_markup) {
-        return -1;
-    }
-    const size_t window = conv_end >= text.size() + max_markup ? conv_end - text.size() - max_markup : 0;
-    if (at > 0) {
-        if (const size_t again = p.rfind(text, at - 1); again != std::string::npos && again >= window) {
-            return -1;  // more than once near the end (a short text inside the markup): ambiguous
+    auto start_of = [&](const std::string & text) -> int32_t {
+        if (text.empty() || text.size() > conv_end) {
+            return -1;
         }
+        const size_t at = p.rfind(text, conv_end - text.size());
+        if (at == std::string::npos || conv_end - (at + text.size()) > max_markup) {
+            return -1;
+        }
+        const size_t window = conv_end >= text.size() + max_markup ? conv_end - text.size() - max_markup : 0;
+        if (at > 0) {
+            if (const size_t again = p.rfind(text, at - 1); again != std::string::npos && again >= window) {
+                return -1;  // more than once near the end (a short text inside the markup): ambiguous
+            }
+        }
+        const int32_t n = model_.tokens_before_byte(prompt, at, p.size());
+        return n >= 1 ? n : -1;
+    };
+    if (!last.content_is_parts) {
+        return start_of(last.content);
     }
-    const int32_t n = model_.tokens_before_byte(prompt, at, p.size());
-    return n >= 1 ? n : -1;
+    // Text parts (Responses input_text, several Anthropic text blocks, an OpenAI content array):
+    // templates that take typed content write the parts' texts one after the other (Qwen3.5),
+    // llama.cpp's chat library joins them with '\n' for those that take a string. The message
+    // is the text found as either. An image's part (a marker) puts pseudo-tokens in `prompt`,
+    // which tokens_before_byte refuses: the caller renders again.
+    std::string joined;
+    std::string by_line;
+    for (size_t i = 0; i < last.parts.size(); ++i) {
+        joined += last.parts[i];
+        by_line += (i > 0 ? "\n" : "") + last.parts[i];
+    }
+    const int32_t n = start_of(joined);
+    return n >= 1 || by_line == joined ? n : start_of(by_line);
 }
 
 std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,

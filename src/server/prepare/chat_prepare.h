@@ -166,8 +166,9 @@ private:
      *  with the generation prompt. */
     engine::chat_render_inputs render_inputs(const chat_request & r) const;
     /** Where the last user message `last`'s text starts in `prompt` (the tokens of
-     *  `rendered`), tokens: found in the render once, at its end, without rendering again;
-     *  -1 when it is not (parts, a template that rewrites the text, a text that recurs in the
+     *  `rendered`), tokens: found in the render once, at its end, without rendering again (text
+     *  parts: their texts joined as the templates join them, directly or by '\n'); -1 when it
+     *  is not (an image, a template that rewrites the text, a text that recurs in the
      *  end-of-turn markup), and the caller renders the conversation with a placeholder instead. */
     int32_t last_user_start(const engine::chat_message & last, const engine::chat_render_result & rendered,
                             const std::vector<int32_t> & prompt) const;

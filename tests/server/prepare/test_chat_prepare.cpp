@@ -155,6 +155,22 @@ TEST_F(HybridPrepareWorkTest, ALastUserMessageNotFoundInTheRenderCostsOneMoreRen
     EXPECT_EQ(of(out.work), (counts{2, 2}));
 }
 
+// A last user message sent as text parts (the Responses API's input_text, several Anthropic text
+// blocks) is found in the render as well: 1 and 1.
+TEST_F(HybridPrepareWorkTest, AWarmUserTurnInTextPartsRendersOnce) {
+    const auto prep = preparer();
+    server::prepared_chat first;
+    ASSERT_FALSE(prep.prepare(request(turn1_body()), 4096, first));
+    server::chat_request r = request(turn2_body());
+    r.messages.back().content.clear();
+    r.messages.back().content_is_parts = true;
+    r.messages.back().parts = {"<system-reminder>\nThe date is 2026-12-01.\n</system-reminder>", "Now fix it."};
+    server::prepared_chat out;
+    ASSERT_FALSE(prep.prepare(r, 4096, out));
+    EXPECT_EQ(of(out.work), (counts{1, 1}));
+    EXPECT_GT(out.cache.last_user_tokens, 0);
+}
+
 // The warm-up's next-turn prefix: the conversation + reply rendered and tokenized with two
 // placeholder texts.
 TEST_F(HybridPrepareWorkTest, TheNextTurnPrefixRendersTwice) {

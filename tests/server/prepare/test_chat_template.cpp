@@ -264,6 +264,27 @@ TEST_F(HybridPrepareTest, LastUserStartWithoutASecondRenderEqualsThePlaceholderR
         ASSERT_GT(want, 0) << last;
         EXPECT_EQ(out.cache.last_user_tokens, want) << "last user message " << testing::PrintToString(last);
     }
+    // Content as text parts (Responses input_text, several Anthropic text blocks): the same start,
+    // found in the one render (the anchors are in the memo by now).
+    for (const std::vector<std::string> & parts :
+         {std::vector<std::string>{"Now fix the failing test."},
+          std::vector<std::string>{"<system-reminder>\nThe date is 2026-12-01.\n</system-reminder>", "Now fix it."},
+          std::vector<std::string>{"first line", "\n", "third"}, std::vector<std::string>{"hi", "hi"}}) {
+        server::chat_request req;
+        ASSERT_FALSE(server::parse_chat_request(
+            R"({"messages":[{"role":"system","content":"You are a coding agent."},
+                            {"role":"user","content":"Read the trie."},
+                            {"role":"assistant","content":"Done: it has 3 nodes."},
+                            {"role":"user","content":[{"type":"text","text":"x"}]}]})",
+            req));
+        req.messages.back().parts = parts;
+        server::prepared_chat out;
+        ASSERT_FALSE(prep.prepare(req, 4096, out)) << testing::PrintToString(parts);
+        const int32_t want = by_placeholder_render(req, out.prompt);
+        ASSERT_GT(want, 0) << testing::PrintToString(parts);
+        EXPECT_EQ(out.cache.last_user_tokens, want) << "last user message parts " << testing::PrintToString(parts);
+        EXPECT_EQ(out.work.renders, 1) << "found in the render: " << testing::PrintToString(parts);
+    }
 }
 
 // Per-session content the cache puts ladder rungs before: absolute paths and ISO dates, not
