@@ -9,6 +9,11 @@
 //  - --cache-trace logs "cache-trace:" lines for each decision: the miss, the stored entry, the
 //    restore point of a hit, and "template_sig differs (kwargs)" for a hit whose entry was
 //    rendered under other template inputs (template_sig is not a bucket dimension: it restores);
+//  - the work of preparing a prompt: a first turn on a new system prompt renders the anchor too
+//    (3 renders, 2 tokenizations with the tiny models' template), a warm user turn renders and
+//    tokenizes its conversation once (its content a string or text parts), as the trace's
+//    "prepared:" line, GET /v1/cache/stats `prepare` and lineage_prepare_*_total say (the
+//    warm-up's are counted apart: warmup.test.mjs);
 //  - without --metrics, GET /metrics is a 404 in the OpenAI error shape naming the flag, and
 //    without --cache-trace no "cache-trace:" line is logged.
 //
@@ -71,6 +76,14 @@ function promtool(text) {
 }
 
 const chat = greedyChat(MAX_TOKENS);
+/** The "prepared: renders R, tokenizations T" trace lines of requests (not warm-ups) in `trace`. */
+function preparedOf(trace) {
+  return trace.map((l) => l.match(/cache-trace: request \d+: prepared: renders (\d+), tokenizations (\d+)$/))
+    .filter(Boolean).map((m) => ({ renders: Number(m[1]), tokenizations: Number(m[2]) }));
+}
+
+const PREPARE_SERIES = ['lineage_prepare_renders_total{origin="request"}', 'lineage_prepare_renders_total{origin="warmup"}',
+  'lineage_prepare_tokenizations_total{origin="request"}', 'lineage_prepare_tokenizations_total{origin="warmup"}'];
 
 /** Log lines printed since `mark` (a character offset into the log) that contain "cache-trace:". */
 function traceSince(srv, mark) {
@@ -103,9 +116,10 @@ for (const arch of ARCHS) {
     it('counters move by exactly what the responses report; promtool accepts the output', async () => {
       const hybrid = (await srv.cacheStats()).family === 'hybrid';
       const m0 = await scrape(srv);
-      for (const s of COUNTERS) assert.equal(val(m0, s), 0, `${s} on a fresh server`);
+      for (const s of [...COUNTERS, ...PREPARE_SERIES]) assert.equal(val(m0, s), 0, `${s} on a fresh server`);
       // A fresh server's stats list every kind, cause and reason at 0, as /metrics does.
       const s0 = await srv.cacheStats();
+      assert.deepEqual([s0.prepare, s0.warmup.renders, s0.warmup.tokenizations], [{ renders: 0, tokenizations: 0 }, 0, 0]);
       const zeros = (...keys) => Object.fromEntries(keys.map((k) => [k, 0]));
       const causes = zeros('no_shared_prefix', 'below_min_prefix', 'key_differs', 'before_first_restore_point', 'evicted', 'bypassed');
       assert.deepEqual({ hits: s0.hits, misses_by_cause: s0.misses_by_cause, short_hits_by_cause: s0.short_hits_by_cause,
@@ -240,6 +254,46 @@ for (const arch of ARCHS) {
       const check = promtool(m4.text);
       assert.equal(check.status, 0, `promtool check metrics failed:\n${check.stdout}${check.stderr}\n${m4.text}`);
       assert.equal((check.stdout + check.stderr).trim(), '', `promtool lint:\n${check.stdout}${check.stderr}`);
+    });
+
+    it('a warm user turn renders and tokenizes its conversation once; a first turn on a new system prompt also renders the anchor', async () => {
+      const messages = [{ role: 'system', content: `A third persona.\n\n${words(100, 31)}` }, { role: 'user', content: words(20, 32) }];
+      // One turn: its trace line, and the stats and /metrics counters moved by the same figures.
+      const turn = async (what) => {
+        const s0 = await srv.cacheStats();
+        const m0 = await scrape(srv);
+        const mark = srv.log().length;
+        const res = await chat(srv, messages, {}, what);
+        const lines = preparedOf(traceSince(srv, mark));
+        assert.equal(lines.length, 1, `${what}: one prepared line:\n${traceSince(srv, mark).join('\n')}`);
+        const s1 = await srv.cacheStats();
+        const m1 = await scrape(srv);
+        assert.deepEqual({ renders: s1.prepare.renders - s0.prepare.renders,
+          tokenizations: s1.prepare.tokenizations - s0.prepare.tokenizations }, lines[0], `${what}: stats vs trace`);
+        const d = deltas(m0, m1, PREPARE_SERIES);
+        assert.deepEqual([d[PREPARE_SERIES[0]], d[PREPARE_SERIES[2]]], [lines[0].renders, lines[0].tokenizations],
+          `${what}: /metrics vs trace`);
+        return { res, work: lines[0], before: s0 };
+      };
+
+      // A new system prompt: the main render, and the anchor's memo miss (the template refuses the
+      // system prompt alone, so a refused render and one with a placeholder user turn).
+      const t1 = await turn('turn 1');
+      assert.ok(t1.work.renders > 1, `the first turn renders the anchor: ${JSON.stringify(t1.work)}`);
+      assert.deepEqual(t1.work, { renders: 3, tokenizations: 2 });
+
+      // The next user turn: the anchor is in the memo, the last user message's start is found in
+      // the render (hybrid): once each.
+      messages.push(echo(t1.res.choices[0].message), { role: 'user', content: words(12, 33) });
+      const t2 = await turn('turn 2');
+      assert.deepEqual(t2.work, { renders: 1, tokenizations: 1 });
+      assert.ok(usageOf(t2.res).cached > 0, 'the warm turn restores the conversation');
+      // Its message as text parts (Responses input_text, several Anthropic text blocks): once too.
+      messages.push(echo(t2.res.choices[0].message), { role: 'user', content: [
+        { type: 'text', text: '<system-reminder>\nThe date is 2026-12-01.\n</system-reminder>' },
+        { type: 'text', text: words(9, 34) }] });
+      const t3 = await turn('turn 3');
+      assert.deepEqual(t3.work, { renders: 1, tokenizations: 1 });
     });
 
     it('a request under other template inputs restores the tokens it shares, and the trace says what changed', async () => {

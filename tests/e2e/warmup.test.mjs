@@ -14,7 +14,11 @@
 //    three times in a row, answers as a cold run, and the next turn still prefills only its own;
 //  - Messages and Responses replies are warmed the same way;
 //  - /metrics carries the warm-up counters; GET /v1/cache/stats lists every skip cause;
-//  - the decision trace (--cache-trace) names a warm-up's lines "warm-up N", as the INFO log.
+//  - the decision trace (--cache-trace) names a warm-up's lines "warm-up N", as the INFO log;
+//  - a warm-up job renders and tokenizes the conversation twice (two placeholder texts), counted
+//    in GET /v1/cache/stats warmup.renders/tokenizations and its "prepared:" trace line, apart
+//    from the requests: with warm-ups on, each user turn after the first renders and tokenizes
+//    once.
 //
 //   cd tests/e2e && node --test warmup.test.mjs
 import assert from 'node:assert/strict';
@@ -137,6 +141,15 @@ for (const arch of ARCHS) {
         assert.doesNotMatch(log, new RegExp(`cache-trace: request ${id}:`), `warm-up ${id} traced as a request`);
       }
       assert.match(log, /cache-trace: request \d+: lookup of \d+ tokens/, 'requests are still traced as requests');
+      // What preparing them took: 2 renders and 2 tokenizations per warm-up job; the first turn
+      // renders the new system prompt's anchor as well (3 and 2), each later user turn once.
+      assert.deepEqual([w.renders, w.tokenizations], [2 * w.queued, 2 * w.queued], JSON.stringify(w));
+      for (const id of warmIds) {
+        assert.match(log, new RegExp(`cache-trace: warm-up ${id}: prepared: renders 2, tokenizations 2\n`), `warm-up ${id}`);
+      }
+      const prepared = [...log.matchAll(/cache-trace: request \d+: prepared: renders (\d+), tokenizations (\d+)\n/g)]
+        .map((m) => `${m[1]}/${m[2]}`);
+      assert.deepEqual(prepared, ['3/2', ...USERS.slice(1).map(() => '1/1')], 'renders/tokenizations per user turn');
 
       // Without warm-ups, the same turns re-prefill the reply as re-rendered.
       const off = await conversation(cold, { warm: false, session: 'warm-1' });
