@@ -36,7 +36,7 @@ function commonPrefix(a, b) {
 
 for (const arch of ARCHS) {
   const hybrid = FAMILY[arch] === 'hybrid';
-  describe(`seed 001 keys and lookup [${arch}]`, { timeout: 300_000 }, () => {
+  describe(`keys and lookup [${arch}]`, { timeout: 300_000 }, () => {
     let srv;
     let sc;
     before(async () => {

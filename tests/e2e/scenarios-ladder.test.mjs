@@ -24,7 +24,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { chatTokens, lcp } from './lib/agents.mjs';
 import { echo, words } from './lib/chat.mjs';
-import { BASE_ARGS, SEED000_ARGS, SCENARIO_ARCHS, Scenario, detail, expectSame, sys, user } from './lib/scenario.mjs';
+import { BASE_ARGS, BASE_CAPTURE_ARGS, SCENARIO_ARCHS, Scenario, detail, expectSame, sys, user } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 
 /** A system text of 10 lines of prose, then the per-session lines agents end theirs with. */
@@ -63,7 +63,7 @@ for (const arch of SCENARIO_ARCHS) {
     let scOff;
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `ladder-${arch}`, args: [...BASE_ARGS, '--cache-message-rungs', '8'] });
-      off = await startServer({ model: modelPath(arch), name: `ladder-off-${arch}`, args: [...BASE_ARGS, ...SEED000_ARGS] });
+      off = await startServer({ model: modelPath(arch), name: `ladder-off-${arch}`, args: [...BASE_ARGS, ...BASE_CAPTURE_ARGS] });
       ref = await startServer({ model: modelPath(arch), name: `ladder-ref-${arch}`, args: [...BASE_ARGS, '--no-cache-prompt'] });
       sc = new Scenario(srv, arch, ref);
       scOff = new Scenario(off, arch);
@@ -220,8 +220,8 @@ for (const arch of SCENARIO_ARCHS) {
       // With the entry ending at the prompt end (--cache-keep-reply false) the reply is prefilled
       // again.
       const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 200))];
-      const o1 = await scOff.ask('turn 1 (seed 000)', turn1, { max_tokens: 3 });
-      const o2 = await scOff.ask('agent step (seed 000)', stepOf(turn1, o1.res.choices[0].message), { max_tokens: 3 });
+      const o1 = await scOff.ask('turn 1 (base capture set)', turn1, { max_tokens: 3 });
+      const o2 = await scOff.ask('agent step (base capture set)', stepOf(turn1, o1.res.choices[0].message), { max_tokens: 3 });
       assert.equal(o2.u.cached, o1.u.prompt, detail(o2));
     });
 
@@ -253,7 +253,7 @@ for (const arch of SCENARIO_ARCHS) {
       assert.ok(hits > 0, 'no agent step restored a reply checkpoint in 12 conversations');
       const s = await sc.stats();
       assert.ok(s.largest_lineage.reply_checkpoints <= 4, JSON.stringify(s.largest_lineage));
-      // Off (--cache-reply-step 0 with the base settings, SEED000_ARGS): never a reply checkpoint.
+      // Off (--cache-reply-step 0 with the base settings, BASE_CAPTURE_ARGS): never a reply checkpoint.
       const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400))];
       const o1 = await scOff.ask('turn 1 (off)', turn1, { max_tokens: 40 });
       assert.equal(o1.trace.reply, null, detail(o1));

@@ -124,7 +124,7 @@ for (const arch of SCENARIO_ARCHS) {
     });
     after(async () => { await srv?.stopGracefully(); });
 
-    it('seed 000 guard: prompt - 16 only when >= 256 tokens are prefilled; a short turn is not split; a resend restores the turn boundary', async () => {
+    it('the guard without a resend checkpoint: prompt - 16 only when >= 256 tokens are prefilled; a short turn is not split; a resend restores the turn boundary', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const m1 = [sys(SYSTEM(111)), user(`Question: ${words(20, 112)}`)];

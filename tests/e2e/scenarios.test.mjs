@@ -41,7 +41,7 @@ for (const arch of SCENARIO_ARCHS) {
       await srv?.stopGracefully();
     });
 
-    it('seed 000 traffic: anchor for a new session, turn for an edit, guard for a regenerate or resend, a short turn prefills only its new tokens', async () => {
+    it('chat traffic: anchor for a new session, turn for an edit, guard for a regenerate or resend, a short turn prefills only its new tokens', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const S = SYSTEM(11);
@@ -106,11 +106,11 @@ for (const arch of SCENARIO_ARCHS) {
       expectHit(r3, sc.hybrid ? p2 - GEN : p2 - GEN + RERENDER_SHARED, sc.hybrid ? 'turn' : 'prefix', tally);
       expectCaptures(r3, sc.hybrid ? ownCaptures(r3) : []);
       assert.ok(r3.u.prompt - r3.u.cached < 32, `short turn prefilled ${r3.u.prompt - r3.u.cached} tokens${detail(r3)}`);
-      s = await expectTally(sc, tally, 'seed 000 traffic');
+      s = await expectTally(sc, tally, 'chat traffic');
       assert.equal(s.anchors, 1, 'one anchor for one system prompt');
     });
 
-    it('seed 000 agent loop: each tool turn restores the whole previous prompt; a retried tool result lands on the previous turn; thinning keeps 4 checkpoints', async () => {
+    it('agent loop: each tool turn restores the whole previous prompt; a retried tool result lands on the previous turn; thinning keeps 4 checkpoints', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const call = (id, command) => ({ id, type: 'function', function: { name: 'run_shell', arguments: JSON.stringify({ command }) } });
@@ -152,7 +152,7 @@ for (const arch of SCENARIO_ARCHS) {
       await expectTally(sc, tally, 'agent loop');
     });
 
-    it('seed 000 siblings: a system prompt differing near its end misses and captures the divergence; a third variant restores it', async () => {
+    it('sibling system prompts: a system prompt differing near its end misses and captures the divergence; a third variant restores it', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       // >= 256 tokens before the difference: the divergence checkpoint's minimum gain.

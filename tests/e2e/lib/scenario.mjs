@@ -19,9 +19,9 @@
 //  - exact mode (--lineage=false): whole-prompt snapshots only, no checkpoints, no anchors, no
 //    absorption;
 //  - these suites pin the base capture set (the anchors, turn, guard and divergence points above),
-//    so their servers run with the later additions off (SEED000_ARGS: no anchor ladder, divergence
-//    checkpoints at the exact token, no last-user-message checkpoint, no message rungs, the entry
-//    ends at the prompt end); scenarios-ladder.test.mjs asserts those with the defaults.
+//    so their servers run with the later additions off (BASE_CAPTURE_ARGS: no anchor ladder,
+//    divergence checkpoints at the exact token, no last-user-message checkpoint, no message rungs,
+//    the entry ends at the prompt end); scenarios-ladder.test.mjs asserts those with the defaults.
 //
 // Token facts of the tiny models' tokenizer (the Qwen3.5 vocab) and template (Qwen3.5), checked
 // against the server's own hints where it reports them:
@@ -54,11 +54,11 @@ export const RERENDER_SHARED = 3;
 export const ANCHOR_SLACK = 2;
 export const GUARD_DISTANCE = 16;
 /** The base capture set exactly: the later restore points off (tested in scenarios-ladder). */
-export const SEED000_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
+export const BASE_CAPTURE_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
   '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0', '--cache-keep-reply=false',
   '--cache-reply-step', '0'];
 export const BASE_ARGS = ['--parallel', '2', '--ctx-size', '8192', '--log-level', 'debug'];
-export const SERVER_ARGS = [...BASE_ARGS, ...SEED000_ARGS];
+export const SERVER_ARGS = [...BASE_ARGS, ...BASE_CAPTURE_ARGS];
 
 export const TOOLS = [
   { type: 'function', function: { name: 'read_file', description: 'Read a file of the repository.',
