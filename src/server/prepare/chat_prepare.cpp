@@ -59,6 +59,7 @@ bool is_system(const engine::chat_message & m) {
     return m.role == "system" || m.role == "developer";
 }
 
+// Every field of the messages that the template reads.
 std::string messages_digest(const std::vector<engine::chat_message> & msgs) {
     std::string buf;
     for (const auto & m : msgs) {
@@ -72,6 +73,14 @@ std::string messages_digest(const std::vector<engine::chat_message> & msgs) {
         }
         buf += m.content_is_parts ? '\2' : '\3';
         buf += m.name;
+        buf += '\0';
+        for (const auto & tc : m.tool_calls) {
+            buf += tc.id + '\1' + tc.name + '\1' + tc.arguments + '\1';
+        }
+        buf += '\0';
+        buf += m.reasoning_content;
+        buf += '\0';
+        buf += m.tool_call_id;
         buf += '\0';
     }
     return sha256_hex(buf);
@@ -198,21 +207,45 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
                                      scheduler::prepare_work & work) const {
     engine::chat_render_inputs in = render_inputs(prefix);
     in.add_generation_prompt = false;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        try {
-            work.renders++;
-            const std::string text = tmpl_.render(in).prompt;
-            work.tokenizations++;
-            return anchor_tokens(prompt, model_.tokenize(text, true));
-        } catch (const std::exception & e) {
-            spdlog::debug("cache breakpoint render failed ({}){}", e.what(), attempt == 0 ? "; retrying with a user turn" : "");
+    // A client marks the same cut again on later turns (its system prompt, an earlier message):
+    // its tokens depend only on the template inputs, so they are kept by content.
+    const std::string key = template_sig(tmpl_.source(), in.kwargs, in.tool_choice, in.tools) + ":" +
+                            messages_digest(in.messages) + ":" +
+                            sha256_hex(in.json_schema + '\0' + in.grammar + '\0' +
+                                       (in.parallel_tool_calls ? (*in.parallel_tool_calls ? "1" : "0") : "-"));
+    std::shared_ptr<const std::vector<int32_t>> tokens;
+    {
+        util::lock_guard lock(mu_);
+        if (auto it = breakpoint_memo_.find(key); it != breakpoint_memo_.end()) {
+            tokens = it->second;
         }
-        engine::chat_message placeholder;  // as anchor_render: templates that need a user query
-        placeholder.role = "user";
-        placeholder.content = "\x01";
-        in.messages.push_back(placeholder);
     }
-    return -1;
+    if (!tokens) {
+        for (int attempt = 0; attempt < 2 && !tokens; ++attempt) {
+            try {
+                work.renders++;
+                const std::string text = tmpl_.render(in).prompt;
+                work.tokenizations++;
+                tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(text, true));
+            } catch (const std::exception & e) {
+                spdlog::debug("cache breakpoint render failed ({}){}", e.what(),
+                              attempt == 0 ? "; retrying with a user turn" : "");
+                engine::chat_message placeholder;  // as anchor_render: templates that need a user query
+                placeholder.role = "user";
+                placeholder.content = "\x01";
+                in.messages.push_back(placeholder);
+            }
+        }
+        if (!tokens) {
+            return -1;
+        }
+        util::lock_guard lock(mu_);
+        if (breakpoint_memo_.size() >= max_memo_) {
+            breakpoint_memo_.clear();
+        }
+        breakpoint_memo_.emplace(key, tokens);
+    }
+    return anchor_tokens(prompt, *tokens);
 }
 
 std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,

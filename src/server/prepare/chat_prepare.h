@@ -2,7 +2,7 @@
 // rendered and tokenized prompt, the cache hints (bucket, session key, anchor length;
 // docs/prompt-cache.md "Lookup", "Restore points"), the stop strings and the output parser.
 // Runs on HTTP threads (docs/architecture.md "Layers").
-// Thread safety: prepare() may run on many threads at once (the anchor memo is locked).
+// Thread safety: prepare() may run on many threads at once (the memos are locked).
 // Ownership: borrows the model and the template, which must outlive it.
 #pragma once
 
@@ -93,7 +93,7 @@ struct prepared_chat {
      *    render the template refuses counts and so does its retry with a placeholder user turn;
      *    the conversation with a placeholder in place of the last user message, when that
      *    message's start is not found in the main render (hybrid families); each cache
-     *    breakpoint's cut (prefix_tokens). A memo hit renders nothing.
+     *    breakpoint's cut on a memo miss (prefix_tokens). A memo hit renders nothing.
      *  - tokenizations: tokenizer passes over one of those renders: the prompt (the projector's
      *    pass when it has images) and each other render that succeeded.
      *  Not counted: pieces of a few tokens tokenized alone (the generation prompt for the history
@@ -138,7 +138,8 @@ public:
     /** Tokens that `prefix` (a conversation cut at a client's cache breakpoint), rendered
      *  without a generation prompt (with a placeholder user turn when the template refuses it
      *  alone), shares with `prompt`, the tokens of the whole request: the breakpoint's length
-     *  before BPE slack. -1 when the template cannot render it. Adds its renders and
+     *  before BPE slack. -1 when the template cannot render it. The cut's tokens are memoised by
+     *  content (a cut marked again on a later turn renders nothing); a miss adds its renders and
      *  tokenizations to `work` (the request's prepared_chat::work). */
     int32_t prefix_tokens(const chat_request & prefix, const std::vector<int32_t> & prompt,
                           scheduler::prepare_work & work) const;
@@ -223,6 +224,10 @@ private:
     static constexpr size_t max_memo_ = 64;
     mutable util::mutex mu_;
     mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> memo_ GUARDED_BY(mu_);
+    /** prefix_tokens' renders by content, apart from the anchors: a client marks a new cut every
+     *  turn (its last message), which would crowd the anchors out of one memo. */
+    mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<int32_t>>> breakpoint_memo_
+        GUARDED_BY(mu_);
 };
 
 }  // namespace lineage::server

@@ -184,13 +184,34 @@ TEST_F(HybridPrepareWorkTest, TheNextTurnPrefixRendersTwice) {
     EXPECT_EQ(of(work), (counts{2, 2}));
 }
 
-// A cache breakpoint (Anthropic cache_control) renders and tokenizes its cut of the conversation.
-TEST_F(HybridPrepareWorkTest, ACacheBreakpointAddsItsRender) {
+// A cache breakpoint (Anthropic cache_control) renders and tokenizes its cut of the conversation
+// once: the same cut marked again on a later turn (a system prompt, an earlier message) comes
+// from the memo, with the same length.
+TEST_F(HybridPrepareWorkTest, ACacheBreakpointRendersItsCutOnce) {
     const auto prep = preparer();
     server::prepared_chat out;
     ASSERT_FALSE(prep.prepare(request(turn2_body()), 4096, out));
     const scheduler::prepare_work before = out.work;
-    server::chat_request cut = request(turn1_body());
-    ASSERT_GT(prep.prefix_tokens(cut, out.prompt, out.work), 0);
+    const server::chat_request cut = request(turn1_body());
+    const int32_t n = prep.prefix_tokens(cut, out.prompt, out.work);
+    ASSERT_GT(n, 0);
     EXPECT_EQ(of(out.work), (counts{before.renders + 1, before.tokenizations + 1}));
+    // The system prompt alone: the template refuses it, then renders it with a placeholder.
+    server::chat_request system_only = cut;
+    system_only.messages.resize(1);
+    const int32_t n_system = prep.prefix_tokens(system_only, out.prompt, out.work);
+    ASSERT_GT(n_system, 0);
+    EXPECT_LT(n_system, n);
+    EXPECT_EQ(of(out.work), (counts{before.renders + 3, before.tokenizations + 2}));
+    // The next turn marks both again.
+    server::prepared_chat next;
+    ASSERT_FALSE(prep.prepare(request(turn2_body()), 4096, next));
+    EXPECT_EQ(prep.prefix_tokens(cut, next.prompt, next.work), n);
+    EXPECT_EQ(prep.prefix_tokens(system_only, next.prompt, next.work), n_system);
+    EXPECT_EQ(of(next.work), (counts{1, 1}));
+    // Another cut (other tools: other template inputs) is rendered.
+    server::chat_request other = cut;
+    other.tools.clear();
+    (void) prep.prefix_tokens(other, next.prompt, next.work);
+    EXPECT_EQ(of(next.work), (counts{2, 2}));
 }
