@@ -311,13 +311,15 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.counter("lineage_prepare_renders_total",
               "Chat-template renders of a conversation or a prefix of it on the HTTP threads, by origin: request "
               "(the requests that ended), warmup (the warm-up jobs received).",
-              "origin", exposition::labelled{{"request", static_cast<double>(ms.prepare_renders)},
-                                            {"warmup", static_cast<double>(cs.warmup.renders)}});
+              "origin",
+              exposition::labelled{{"request", static_cast<double>(ms.prepare_renders)},
+                                   {"warmup", static_cast<double>(cs.warmup.renders)}});
     x.counter("lineage_prepare_tokenizations_total",
               "Tokenizer passes over a rendered conversation or a prefix of it on the HTTP threads, by origin: "
               "request (the requests that ended), warmup (the warm-up jobs received).",
-              "origin", exposition::labelled{{"request", static_cast<double>(ms.prepare_tokenizations)},
-                                            {"warmup", static_cast<double>(cs.warmup.tokenizations)}});
+              "origin",
+              exposition::labelled{{"request", static_cast<double>(ms.prepare_tokenizations)},
+                                   {"warmup", static_cast<double>(cs.warmup.tokenizations)}});
     return x.text();
 }
 

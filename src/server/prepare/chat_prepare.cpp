@@ -249,8 +249,8 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
 }
 
 std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, const engine::chat_parsed & reply,
-                                                    std::vector<scheduler::media_span> & media,
-                                                    scheduler::prepare_work & work) const {
+                                                     std::vector<scheduler::media_span> & media,
+                                                     scheduler::prepare_work & work) const {
     media.clear();
     work = {};
     engine::chat_render_inputs in = render_inputs(r);
@@ -569,10 +569,10 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
     }
 
-    spdlog::debug("chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms, cache key and restore-point hints "
-                  "{:.1f} ms; renders {}, tokenizations {}",
-                  out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints), out.work.renders,
-                  out.work.tokenizations);
+    spdlog::debug(
+        "chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms, cache key and restore-point hints "
+        "{:.1f} ms; renders {}, tokenizations {}",
+        out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints), out.work.renders, out.work.tokenizations);
     out.stops = r.stop;
     for (const auto & s : rendered.additional_stops) {
         if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {

@@ -214,8 +214,8 @@ private:
      *  (memoised by content); nullptr when the template cannot render them alone. With
      *  `with_system` false, the tools alone (the tools anchor; nullptr without tools). A memo
      *  miss adds its renders and tokenizations to `work`. */
-    std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full,
-                                                              bool with_system, scheduler::prepare_work & work) const;
+    std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full, bool with_system,
+                                                              scheduler::prepare_work & work) const;
 
     const engine::model & model_;
     const engine::chat_template & tmpl_;
