@@ -154,8 +154,14 @@ struct stats {
     std::map<std::string, int64_t> key_differs;
     int64_t ghosts = 0;               ///< records of evicted entries kept to classify misses
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
-    int64_t disk_hits = 0;            ///< restores served from a tier-2 file
-    int64_t redis_hits = 0;           ///< restores served from tier 3 (Redis)
+    /** Restores served by each tier below RAM, by tier_traits::name ("disk", "redis"); an
+     *  attached tier is listed from the start (0). */
+    std::map<std::string, int64_t> tier_hits;
+    /** tier_hits[name], 0 when that tier is not attached. */
+    int64_t hits_of_tier(const std::string & name) const {
+        const auto it = tier_hits.find(name);
+        return it == tier_hits.end() ? 0 : it->second;
+    }
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
     disk_stats disk;
     redis_stats redis;
@@ -179,6 +185,13 @@ struct reset_result {
     bool redis = false;               ///< tier 3 is on (--cache-redis): the two below are reported
     int64_t redis_entries_freed = 0;  ///< tier-3 entries deleted from Redis (this model's, any replica's)
     uint64_t redis_bytes_freed = 0;   ///< their chunks' payload bytes
+    /** Every tier below RAM by name (tier_traits::name): copies deleted and their bytes (the
+     *  same figures as the named fields above, for every tier, a new one included). */
+    struct freed {
+        int64_t copies = 0;
+        uint64_t bytes = 0;
+    };
+    std::map<std::string, freed> tiers;
 };
 
 }  // namespace lineage::cache

@@ -1,5 +1,8 @@
-// scheduler::disk_link: the scheduler's side of tier 2; see disk_link.h.
+// scheduler::disk_link: the scheduler's side of the tiers below RAM; see disk_link.h.
 #include "scheduler/disk_link.h"
+
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/redis/redis_tier.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,39 +11,48 @@
 
 namespace lineage::scheduler {
 
+namespace {
+
+/** Opens a tier as cache::config sets it; nullptr when the flags do not name it (or it could
+ *  not be opened: the opener WARNs why). `model`: model_fingerprint() of the served model. */
+using tier_opener = std::unique_ptr<cache::lower_tier> (*)(const cache::config & cfg, const std::string & model,
+                                                           bool hybrid);
+
+// The tiers below RAM, in the order the store consults them (each only for a restore point longer
+// than those before it); the entries track the first open one's copies. A new tier: its folder
+// under src/cache/tier/, its flags in cache::config, and one line here.
+constexpr tier_opener tier_table[] = {
+    cache::open_disk_tier,
+    cache::open_redis_tier,
+};
+
+}  // namespace
+
 disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
                      const std::string & model_path, bool hybrid)
-    : store_(store), st_(st), dir_(cfg.disk_dir), idle_s_(cfg.disk_idle_s),
-      max_unwritten_s_(cfg.disk_max_unwritten_s) {
+    : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s) {
     if (!cfg.enabled || (cfg.disk_dir.empty() && cfg.redis_url.empty())) {
-        return;
+        return;  // no tier named: the fingerprint (a read of the model file's header) is not needed
     }
     const std::string model = cache::model_fingerprint(model_path);
-    if (!cfg.disk_dir.empty()) {
-        try {
-            cache::disk_config dc;
-            dc.dir = cfg.disk_dir;
-            dc.capacity_bytes = cfg.disk_capacity_bytes;
-            dc.model = model;
-            dc.rule = cache::restore_settings::from(cfg, hybrid);
-            tier_ = std::make_unique<cache::disk_tier>(dc);
-            store_.attach_disk(tier_.get());
-        } catch (const std::exception & e) {
-            spdlog::warn("disk tier off: {}", e.what());
+    for (const tier_opener open : tier_table) {
+        if (auto t = open(cfg, model, hybrid)) {
+            tiers_.push_back(std::move(t));
         }
     }
-    if (!cfg.redis_url.empty()) {
-        cache::redis_config rc;
-        rc.url = cfg.redis_url;
-        rc.ns = cfg.redis_namespace;
-        rc.timeout_ms = cfg.redis_timeout_ms;
-        rc.chunk_bytes = cfg.redis_chunk_bytes;
-        rc.model = model;
-        rc.rule = cache::restore_settings::from(cfg, hybrid);
-        redis_ = std::make_unique<cache::redis_tier>(rc);  // the URL was checked with the flags
-        store_.attach_remote(redis_.get());
-        spdlog::info("tier 3: Redis at {}, namespace {}, timeout {} ms, chunks of {} bytes", rc.url, rc.ns,
-                     rc.timeout_ms, rc.chunk_bytes);
+    attach();
+}
+
+disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+                     std::vector<std::unique_ptr<cache::lower_tier>> tiers)
+    : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s),
+      tiers_(std::move(tiers)) {
+    attach();
+}
+
+void disk_link::attach() {
+    for (const auto & t : tiers_) {
+        store_.attach_tier(t.get(), t->traits());
     }
 }
 
@@ -49,10 +61,8 @@ disk_link::~disk_link() {
 }
 
 void disk_link::close() {
-    store_.attach_disk(nullptr);
-    store_.attach_remote(nullptr);
-    tier_.reset();
-    redis_.reset();
+    store_.detach_tiers();
+    tiers_.clear();
 }
 
 void disk_link::write(cache::disk_job j) {
@@ -72,36 +82,35 @@ void disk_link::write(cache::disk_job j) {
     w.rec.checkpoints = std::move(j.checkpoints);
     w.ancestors = std::move(j.ancestors);
     w.last_use = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (redis_) {
+    // The ancestors are the first tier's copies (the ones the store tracks), and a shared tier's
+    // copies are not one replica's to supersede.
+    if (tiers_.front()->traits().shared) {
+        w.ancestors.clear();
+    }
+    for (size_t i = tiers_.size(); i-- > 1;) {
         cache::disk_write copy = w;  // the states are shared, not copied
-        copy.ancestors.clear();      // tier-2 file ids
-        redis_->write(std::move(copy));
+        copy.ancestors.clear();
+        tiers_[i]->write(std::move(copy));
     }
-    if (tier_) {
-        tier_->write(std::move(w));
-    }
+    tiers_.front()->write(std::move(w));
 }
 
 void disk_link::housekeeping(bool idle, double now_s) {
     if (!on()) {
         return;
     }
-    // The store tracks one copy per entry: the disk's when there is a disk tier, else Redis's.
-    if (redis_) {
-        for (const auto & c : redis_->take_completions()) {
-            if (!tier_) {
-                store_.disk_written(c.entry_id, c.file);
-            }
-        }
+    // The store tracks one copy per entry: the first tier's. The others' completions are counted
+    // by their tiers only.
+    for (size_t i = 1; i < tiers_.size(); ++i) {
+        tiers_[i]->take_completions();
     }
-    if (tier_) {
-        for (const auto & c : tier_->take_completions()) {
-            store_.disk_written(c.entry_id, c.file);
-        }
+    for (const auto & c : tiers_.front()->take_completions()) {
+        store_.disk_written(c.entry_id, c.file);
     }
-    // RAM release: idle entries whose file has landed give their RAM back (cache::config
-    // ram_release_s); one pass a second is enough for a threshold in seconds.
-    if (tier_ && now_s - last_release_s_ >= 1.0) {
+    // RAM release: idle entries whose copy has landed give their RAM back (cache::config
+    // ram_release_s; the store does it only on a tier of this replica's own); one pass a second
+    // is enough for a threshold in seconds.
+    if (now_s - last_release_s_ >= 1.0) {
         last_release_s_ = now_s;
         if (const uint64_t freed = store_.release_written(now_s); freed > 0) {
             spdlog::debug("cache: released {:.1f} MiB of RAM held by idle entries already on disk",
@@ -118,11 +127,9 @@ void disk_link::housekeeping(bool idle, double now_s) {
         const auto t0 = std::chrono::steady_clock::now();
         write(std::move(*j));
         const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (tier_) {
-            tier_->count_overdue_write(read_s);
-        }
-        spdlog::debug("disk tier: writing an entry unwritten for --cache-disk-max-unwritten-s ({}; state read "
-                      "{:.2f} ms)", idle ? "idle" : "engine busy", read_s * 1e3);
+        tiers_.front()->count_overdue_write(read_s);
+        spdlog::debug("{}: writing an entry unwritten for --cache-disk-max-unwritten-s ({}; state read {:.2f} ms)",
+                      tiers_.front()->name(), idle ? "idle" : "engine busy", read_s * 1e3);
     }
 }
 
@@ -137,39 +144,48 @@ void disk_link::flush(double now_s, const std::function<void()> & drain) {
     for (auto & j : jobs) {
         write(std::move(j));
     }
-    if (redis_) {
-        redis_->drain();
-        const auto rs = redis_->get_stats();
-        spdlog::info("tier 3: {} entries written to Redis this run ({:.1f} MiB), {} failed", rs.writes,
-                     static_cast<double>(rs.bytes_written) / (1 << 20), rs.write_failures);
+    for (size_t i = tiers_.size(); i-- > 0;) {  // the first tier last, as its summary ends the log
+        cache::lower_tier & t = *tiers_[i];
+        if (const int64_t queued = t.queued(); queued > 0) {
+            spdlog::info("{}: writing {} cache entries to {} before exit ({} jobs queued)...", t.name(), n_jobs,
+                         t.location(), queued);
+        }
+        t.drain();
+        if (const std::string summary = t.exit_summary(); !summary.empty()) {
+            spdlog::info("{} ({:.2f} s since shutdown began)", summary,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
     }
-    if (!tier_) {
-        return;
-    }
-    const auto st = tier_->get_stats();
-    if (st.queued > 0) {
-        spdlog::info("disk tier: writing {} cache entries to {} before exit ({} jobs queued)...", n_jobs, dir_,
-                     st.queued);
-    }
-    tier_->drain();
-    const auto done = tier_->get_stats();
-    spdlog::info("disk tier: {} files ({:.1f} MiB) in {} at exit; {} written this run ({:.1f} MiB) in {:.2f} s at "
-                 "shutdown",
-                 done.files, static_cast<double>(done.bytes) / (1 << 20), dir_, done.writes,
-                 static_cast<double>(done.bytes_written) / (1 << 20),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-std::future<cache::disk_load_result> disk_link::load(cache::file_id f, const std::string & bucket,
+std::future<cache::disk_load_result> disk_link::load(int32_t tier, cache::file_id f, const std::string & bucket,
                                                      const cache::tokens & prompt, int32_t n_restore,
-                                                     std::function<void()> on_done, bool remote) {
+                                                     std::function<void()> on_done) {
     cache::disk_expect want;
     want.bucket = bucket;
     want.prefix.assign(prompt.begin(), prompt.begin() + std::clamp<int32_t>(n_restore, 0, static_cast<int32_t>(prompt.size())));
-    if (remote) {
-        return redis_->load(f, std::move(want), std::move(on_done));
+    return tiers_.at(static_cast<size_t>(tier))->load(f, std::move(want), std::move(on_done));
+}
+
+void disk_link::report(cache::stats & s) const {
+    for (const auto & t : tiers_) {
+        t->report(s);
     }
-    return tier_->load(f, std::move(want), std::move(on_done));
+}
+
+void disk_link::reset(cache::reset_result & r, const std::optional<std::string> & tenant) {
+    for (const auto & t : tiers_) {
+        // A tenant's reset runs after the writes queued before it and deletes those too; the
+        // completions of other tenants' writes stay for the housekeeping to hand to the store.
+        const auto freed = t->reset(tenant);
+        auto & f = r.tiers[t->traits().name];
+        f.copies += freed.first;
+        f.bytes += freed.second;
+        t->record_reset(r, freed);
+        if (!tenant) {
+            t->take_completions();  // writes finished before the reset: their copies are gone
+        }
+    }
 }
 
 }  // namespace lineage::scheduler

@@ -1,71 +1,81 @@
-// scheduler::disk_link: the scheduler's side of tiers 2 and 3 (docs/architecture.md "Tier 2 (disk)
-// as implemented", "Tier 3 (Redis) as implemented"): opens the disk tier and the Redis tier
-// (--cache-redis) and attaches them to the store; every write-behind job goes to both, turns the
-// store's disk jobs into writes (reading a parked entry's state from its sequence on the engine
-// thread), feeds the disk thread's completions back to the store, writes idle entries (and, under
-// load, entries unwritten too long, one per step), queues loads, and flushes everything at
-// shutdown. Without --cache-dir (or when the tier cannot be opened) every call
-// is a no-op. Thread safety: engine thread only (the tier's own thread is behind its queue).
-// Ownership: owns the disk tier; borrows the store and the states; detaches the tier from the
-// store before it is destroyed.
+// scheduler::disk_link: the scheduler's side of the tiers below RAM (docs/architecture.md "Tiers
+// below RAM", "Tier 2 (disk) as implemented", "Tier 3 (Redis) as implemented"): opens the tiers
+// the flags name (a table of openers in disk_link.cpp, one line a tier, in the order the store
+// consults them) and attaches them to the store; every write-behind job goes to every tier,
+// turns the store's jobs into writes (reading a parked entry's state from its sequence on the
+// engine thread), feeds the first tier's completions back to the store, writes idle entries
+// (and, under load, entries unwritten too long, one per step), queues loads on the tier a plan
+// names, loops stats and reset over the tiers, and flushes everything at shutdown. With no tier
+// open (no --cache-dir nor --cache-redis, or none could be opened) every call is a no-op.
+// Thread safety: engine thread only (each tier's own thread is behind its queue).
+// Ownership: owns the tiers; borrows the store and the states; detaches the tiers from the
+// store before they are destroyed.
 #pragma once
 
-#include "cache/tier/disk/disk_tier.h"
-#include "cache/tier/redis/redis_tier.h"
 #include "cache/store/store.h"
+#include "cache/tier/lower_tier.h"
 #include "scheduler/sequence_states.h"
 
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace lineage::scheduler {
 
 class disk_link {
 public:
-    /** Opens the tier in cfg.disk_dir when the cache is on and a directory is given (WARNs and
-     *  runs without it when it cannot be opened). `model_path` fingerprints the files. */
+    /** Opens every tier of the table that cfg configures (none when the cache is off; a tier
+     *  that cannot be opened WARNs and is left out). `model_path` fingerprints the copies. */
     disk_link(cache::store & store, sequence_states & st, const cache::config & cfg, const std::string & model_path,
               bool hybrid);
+    /** Attaches `tiers` (in the store's order) instead of those the flags name: unit tests, with
+     *  an in-memory tier. */
+    disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+              std::vector<std::unique_ptr<cache::lower_tier>> tiers);
     ~disk_link();
     disk_link(const disk_link &) = delete;
     disk_link & operator=(const disk_link &) = delete;
 
-    bool on() const { return tier_ != nullptr || redis_ != nullptr; }
-    /** Queues the write of `j` (a parked entry's state is read now, before its id is released). */
+    bool on() const { return !tiers_.empty(); }
+    /** Queues the write of `j` on every tier (a parked entry's state is read now, before its id
+     *  is released); the files it supersedes go to the first tier only (the copies the store
+     *  tracks), and not when that tier is shared. */
     void write(cache::disk_job j);
     /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s;
      *  busy or not, writes at most one entry unwritten for --cache-disk-max-unwritten-s (called
      *  once per engine step: at most one forced state read per step). */
     void housekeeping(bool idle, double now_s);
     /** At shutdown: writes every entry without a copy (`drain` first releases what the store let
-     *  go of) and waits for the disk thread. */
+     *  go of) and waits for every tier's thread. */
     void flush(double now_s, const std::function<void()> & drain);
-    /** Queues the read of file `f` ahead of writes, for a request of `bucket` whose prompt's
-     *  first `n_restore` tokens it restores (the tier checks the file holds them); `on_done`
-     *  runs on the disk thread. `remote`: `f` is a tier-3 mirror entry, read by the Redis thread.
-     *  REQUIRES: on(), n_restore <= |prompt|. */
-    std::future<cache::disk_load_result> load(cache::file_id f, const std::string & bucket,
+    /** Queues the read of copy `f` of tier `tier` (restore_plan::tier) ahead of writes, for a
+     *  request of `bucket` whose prompt's first `n_restore` tokens it restores (the tier checks
+     *  the copy holds them); `on_done` runs on the tier's thread.
+     *  REQUIRES: 0 <= tier < number of tiers, n_restore <= |prompt|. */
+    std::future<cache::disk_load_result> load(int32_t tier, cache::file_id f, const std::string & bucket,
                                               const cache::tokens & prompt, int32_t n_restore,
-                                              std::function<void()> on_done, bool remote = false);
-    /** The tier (nullptr when off), for stats and reset. */
-    cache::disk_tier * tier() { return tier_.get(); }
-    /** Tier 3 (nullptr when off), for stats. */
-    cache::redis_tier * redis() { return redis_.get(); }
-    /** Detaches from the store and stops the disk thread (before the members its callbacks
+                                              std::function<void()> on_done);
+    /** Every tier's stats into `s` (lower_tier::report). */
+    void report(cache::stats & s) const;
+    /** Deletes every tier's copies (`tenant`: only that tenant's) and records what was freed in
+     *  `r`; after a full reset the writes finished before it are dropped (their copies are gone
+     *  and the store forgot their entries). */
+    void reset(cache::reset_result & r, const std::optional<std::string> & tenant);
+    /** Detaches from the store and stops the tiers' threads (before the members their callbacks
      *  touch go). Idempotent. */
     void close();
 
 private:
+    void attach();
+
     cache::store & store_;
     sequence_states & st_;
-    std::string dir_;
     double idle_s_;
     double max_unwritten_s_;
     double last_release_s_ = -1;  // the last RAM-release pass (housekeeping, at most one a second)
-    std::unique_ptr<cache::disk_tier> tier_;
-    std::unique_ptr<cache::redis_tier> redis_;
+    std::vector<std::unique_ptr<cache::lower_tier>> tiers_;  // the store's order
 };
 
 }  // namespace lineage::scheduler

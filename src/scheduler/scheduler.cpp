@@ -424,15 +424,12 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     s.restore_started = clock::now();
     if (s.plan.op == cache::restore_op::load_disk) {
-        // The disk thread reads the file; the other slots keep computing meanwhile.
+        // The tier's thread reads the copy; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
-        s.load = disk_->load(
-            s.plan.disk_file, s.key.bucket, s.req->prompt, s.plan.n_restore,
-            [this] {
-                load_ready_ = true;
-                cv_.notify_one();
-            },
-            s.plan.remote);
+        s.load = disk_->load(s.plan.tier, s.plan.disk_file, s.key.bucket, s.req->prompt, s.plan.n_restore, [this] {
+            load_ready_ = true;
+            cv_.notify_one();
+        });
         return;
     }
     start_prefill(s);

@@ -32,13 +32,7 @@ cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] {
         cache::stats s = impl_->store_.get_stats();
         impl_->add_warmup_stats(s);
-        if (auto * d = impl_->disk_->tier()) {
-            s.disk = d->get_stats();
-            s.bytes["disk"] = s.disk.bytes;
-        }
-        if (auto * r = impl_->disk_->redis()) {
-            s.redis = r->get_stats();
-        }
+        impl_->disk_->report(s);
         return s;
     });
 }
@@ -60,14 +54,7 @@ cache::reset_result scheduler::reset_cache() {
     return impl_->run_on_engine([this] {
         auto r = impl_->store_.reset();
         impl_->pool_->drain_released();
-        if (auto * d = impl_->disk_->tier()) {
-            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset();
-            d->take_completions();  // writes finished before the reset: their files are gone
-        }
-        if (auto * t3 = impl_->disk_->redis()) {
-            r.redis = true;
-            std::tie(r.redis_entries_freed, r.redis_bytes_freed) = t3->reset(std::nullopt);
-        }
+        impl_->disk_->reset(r, std::nullopt);
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
         return r;
     });
@@ -77,15 +64,7 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
     return impl_->run_on_engine([this, &tenant] {
         auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
         impl_->pool_->drain_released();
-        if (auto * d = impl_->disk_->tier()) {
-            // Its writes queued before run first and are deleted with the rest; completions of
-            // other tenants' writes stay for the housekeeping to hand to the store.
-            std::tie(r.disk_files_freed, r.disk_bytes_freed) = d->reset(tenant);
-        }
-        if (auto * t3 = impl_->disk_->redis()) {
-            r.redis = true;
-            std::tie(r.redis_entries_freed, r.redis_bytes_freed) = t3->reset(tenant);
-        }
+        impl_->disk_->reset(r, tenant);
         spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes, {} disk files", tenant, r.entries_freed,
                      r.bytes_freed, r.disk_files_freed);
         return r;

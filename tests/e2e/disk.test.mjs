@@ -62,6 +62,7 @@ for (const arch of ARCHS) {
       expectHit(r2, want.cached, want.kind);
       s = await sc.stats();
       assert.equal(s.disk_hits, 1, `disk hits: ${JSON.stringify(s)}`);
+      assert.deepEqual(s.tier_hits, { disk: 1 }, 'the same hit, by tier name');
       assert.equal(s.disk.loads, 1);
       expectSame(r2, await sc.cold('P + reply + U', msgs), 'restored from disk vs cold');
       // Without the files (reset frees every tier) the same request is a miss: the hit above
@@ -69,6 +70,9 @@ for (const arch of ARCHS) {
       const reset = await srv.post('/v1/cache/reset', {});
       assert.equal(reset.status, 200);
       assert.ok(reset.json.disk_files_freed >= 1, `reset: ${reset.text}`);
+      assert.deepEqual(reset.json.tiers, {
+        disk: { copies_freed: reset.json.disk_files_freed, bytes_freed: reset.json.disk_bytes_freed },
+      });
       const r3 = await sc.ask('P + reply + U after a reset', msgs);
       expectHit(r3, 0, 'miss');
       await srv.stopGracefully();

@@ -119,12 +119,14 @@ for (const arch of ARCHS) {
       assert.equal(s.disk.files, 0);
       const r = await srv.post('/v1/cache/reset', {});
       assert.equal(r.status, 200);
-      assert.deepEqual(r.json, { entries_freed: 3, bytes_freed: bytes, disk_files_freed: 0, disk_bytes_freed: 0 });
+      assert.deepEqual(r.json, { entries_freed: 3, bytes_freed: bytes, disk_files_freed: 0, disk_bytes_freed: 0,
+        tiers: { disk: { copies_freed: 0, bytes_freed: 0 } } });
       const e = await sc.stats();
       assert.deepEqual([e.entries, e.anchors, e.bytes.device, e.bytes.ram, e.total_blocks_stored, e.unique_block_hashes],
         [0, 0, 0, 0, 0, 0]);
       const again = await srv.post('/v1/cache/reset', {});
-      assert.deepEqual(again.json, { entries_freed: 0, bytes_freed: 0, disk_files_freed: 0, disk_bytes_freed: 0 });
+      assert.deepEqual(again.json, { entries_freed: 0, bytes_freed: 0, disk_files_freed: 0, disk_bytes_freed: 0,
+        tiers: { disk: { copies_freed: 0, bytes_freed: 0 } } });
     });
 
     it('A2: a reply that re-tokenizes differently; the next agent turn still restores the whole previous prompt', async () => {

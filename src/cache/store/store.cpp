@@ -20,7 +20,7 @@ std::string_view restored_from(const restore_plan & p) {
         case restore_op::take_device: return "device";
         case restore_op::share_device: return p.live ? "running_request" : "device";
         case restore_op::load_ram: return "ram";
-        case restore_op::load_disk: return p.remote ? "redis" : "disk";
+        case restore_op::load_disk: return p.tier_name;
     }
     return "";
 }
@@ -184,39 +184,42 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     }
     const std::optional<restore_candidate> chosen = search.chosen();
     const int32_t best_short = search.best_short();
-    // Tier 2 only for something longer than the best device/RAM restore point.
+    // Each tier below RAM only for something longer than the best above it.
     std::optional<disk_candidate> on_disk;
-    if (disk_ != nullptr && cfg_.enabled) {
-        on_disk = disk_->best(k.bucket, k.session, prompt, std::max(chosen ? chosen->n : 0, cfg_.min_prefix - 1));
-    }
-    // Tier 3 (Redis) only for something longer than the best above it.
-    if (remote_ != nullptr && cfg_.enabled) {
-        const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
-        if (auto r = remote_->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1))) {
-            on_disk = r;
+    int32_t on_tier = -1;
+    if (cfg_.enabled) {
+        for (size_t i = 0; i < tiers_.size(); ++i) {
+            const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
+            if (auto c = tiers_[i].lookup->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1))) {
+                on_disk = c;
+                on_tier = static_cast<int32_t>(i);
+            }
         }
     }
 
     if (on_disk) {
+        const tier_traits & t = tiers_[static_cast<size_t>(on_tier)].traits;
         p.n_restore = on_disk->n;
         p.kind = on_disk->kind;
         p.op = restore_op::load_disk;
         p.disk_file = on_disk->id;
-        p.remote = on_disk->remote;
+        p.tier = on_tier;
+        p.tier_name = t.name;
         p.source_tokens = on_disk->source_tokens;
         p.source_history = on_disk->history;
         const int32_t len = on_disk->source_tokens;
         p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
-        if (p.absorbs && !p.remote) {  // a shared tier-3 entry is never superseded by one replica
+        // The entries track the first tier's copies; a shared copy is not one replica's to supersede.
+        if (p.absorbs && on_tier == 0 && own_copies()) {
             p.disk_ancestors.push_back(on_disk->id);
         }
         if (counted) {
             stats_.hits[std::string(to_string(p.kind))]++;
-            (p.remote ? stats_.redis_hits : stats_.disk_hits)++;
+            stats_.tier_hits[t.name]++;
             stats_.tokens_reused += p.n_restore;
         }
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
-                   std::to_string(prompt.size()) + (p.remote ? " from tier-3 (Redis) entry " : " from disk file ") +
+                   std::to_string(prompt.size()) + " from " + t.copy_noun + " " +
                    std::to_string(on_disk->id) + " (" +
                    std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
                    (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +

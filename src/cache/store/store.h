@@ -35,7 +35,7 @@
 #pragma once
 
 #include "cache/config.h"
-#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/lower_tier.h"
 #include "cache/store/ghosts.h"
 #include "cache/rule/key.h"
 #include "cache/rule/media.h"
@@ -47,6 +47,7 @@
 #include "cache/types.h"
 #include "util/status.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -147,10 +148,11 @@ struct restore_plan {
      *  the source's restore points up to n_restore, shared blobs, carried over the same way. */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
-    file_id disk_file = 0;                 ///< load_disk: the file to read
-    /** load_disk from tier 3 (Redis): disk_file names an entry of the Redis index mirror
-     *  (redis_tier.h), read by the Redis thread instead of the disk thread. */
-    bool remote = false;
+    file_id disk_file = 0;                 ///< load_disk: the copy to read, in that tier's ids
+    /** load_disk: the tier whose copy disk_file names, as an index into the store's tiers
+     *  (attach_tier order; the scheduler's tier list has the same order), and its name. */
+    int32_t tier = -1;
+    std::string tier_name;
     /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
      *  its unfinished deletions); deleted once the new entry's file is durable. */
     std::vector<file_id> disk_ancestors;
@@ -361,14 +363,16 @@ public:
      *  tier-2 files). Used for a tenant's POST /v1/cache/reset. */
     reset_result reset_if(const std::function<bool(const key &)> & which);
 
-    /** Consults `d` (tier 2) for restore points longer than the best device/RAM one
-     *  (docs/architecture.md "The restore rule: one function, every tier"); nullptr detaches. `d`
-     *  must outlive the store's use of it. */
-    void attach_disk(const disk_lookup * d) { disk_ = d; }
-    /** Attaches tier 3 (Redis; nullptr detaches): consulted after tier 2 for something longer,
-     *  and the write-behind runs for it as for tier 2 (an anchor is also handed over as soon as
-     *  it is pinned: take_spills). */
-    void attach_remote(const disk_lookup * r) { remote_ = r; }
+    /** Appends a tier below RAM (docs/architecture.md "Tiers below RAM"). Tiers are consulted
+     *  in the order attached, each only for a restore point longer than the best device/RAM one
+     *  and than every tier before it (docs/architecture.md "The restore rule: one function, every
+     *  tier"). Once any is attached the write-behind runs (take_idle_writes, take_overdue_write,
+     *  take_spills). The first tier's copies are the ones the entries track (disk_written,
+     *  entry_view::disk_file); a shared tier (tier_traits::shared) also gets an anchor as soon as
+     *  it is pinned (take_spills). `t` must outlive the store's use of it (detach_tiers). */
+    void attach_tier(const disk_lookup * t, tier_traits traits);
+    /** Forgets every tier (before they are destroyed). */
+    void detach_tiers() { tiers_.clear(); }
 
     /** Write-behind: entries without a tier-2 copy whose last use is at least
      *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
@@ -498,10 +502,22 @@ private:
     uint64_t pending_bytes_ = 0;    // reserved for states in flight
     std::vector<int32_t> released_;
     ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
-    const disk_lookup * disk_ = nullptr;
-    const disk_lookup * remote_ = nullptr;  // tier 3 (Redis)
-    /** A lower tier takes write-behind jobs (disk or Redis attached). */
-    bool writes_behind() const { return disk_ != nullptr || remote_ != nullptr; }
+    struct attached_tier {
+        const disk_lookup * lookup = nullptr;
+        tier_traits traits;
+    };
+    std::vector<attached_tier> tiers_;  // attach_tier order
+    /** A lower tier takes write-behind jobs. */
+    bool writes_behind() const { return !tiers_.empty(); }
+    /** The first tier holds copies for this replica alone: the entries' disk_file are its
+     *  copies, which supersession deletes and on whose word RAM is released. */
+    bool own_copies() const { return !tiers_.empty() && !tiers_.front().traits.shared; }
+    /** How the decision log names the copy `p` loads ("disk file"). */
+    std::string copy_noun(const restore_plan & p) const;
+    /** A shared tier is attached: anchors are handed over as soon as they are pinned. */
+    bool shares_anchors() const {
+        return std::any_of(tiers_.begin(), tiers_.end(), [](const attached_tier & t) { return t.traits.shared; });
+    }
     bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
     std::vector<disk_job> spills_;
     std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor

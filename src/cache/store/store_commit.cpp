@@ -317,9 +317,9 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     }
     entries_.push_front(std::move(e));
     index_add(entries_.begin());
-    if (remote_ != nullptr && disk_file == 0) {
-        // Tier 3: an anchor is shared with the other replicas as soon as it is pinned.
-        LINEAGE_TRACE(trace_, "anchor entry {} written behind at once (tier 3)", entries_.front().id);
+    if (shares_anchors() && disk_file == 0) {
+        // A shared tier (Redis): an anchor goes to the other replicas as soon as it is pinned.
+        LINEAGE_TRACE(trace_, "anchor entry {} written behind at once (a shared tier)", entries_.front().id);
         spills_.push_back(job_of(entries_.front()));
     }
     while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, eviction_reason::capacity)) {

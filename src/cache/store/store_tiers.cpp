@@ -120,8 +120,8 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
         }
     }
     if (r.error != disk_load_error::none || !r.record) {
-        const std::string why = fmt::format("{} {} not loaded ({}: {})", p.remote ? "tier-3 (Redis) entry" : "disk file",
-                                            p.disk_file, to_string(r.error), r.detail);
+        const std::string why = fmt::format("{} {} not loaded ({}: {})", copy_noun(p), p.disk_file,
+                                            to_string(r.error), r.detail);
         disk_load_failed(p);
         p = cold_plan(std::move(p));
         return util::status::error(why);
@@ -154,23 +154,34 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
             size += size_of(c.recurrent);
         }
         if (reserve(size)) {
-            commit_anchor(k, rec.toks, rec.full, size, now_s, p.remote ? 0 : p.disk_file, rec.checkpoints);
+            commit_anchor(k, rec.toks, rec.full, size, now_s, p.tier == 0 && own_copies() ? p.disk_file : 0,
+                          rec.checkpoints);
         }
     }
     return util::status::ok();
 }
 
+void store::attach_tier(const disk_lookup * t, tier_traits traits) {
+    stats_.tier_hits.try_emplace(traits.name, 0);
+    tiers_.push_back({t, std::move(traits)});
+}
+
+std::string store::copy_noun(const restore_plan & p) const {
+    const size_t t = static_cast<size_t>(p.tier);
+    return p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.copy_noun : p.tier_name + " copy";
+}
+
 void store::disk_load_failed(const restore_plan & p) {
     auto & h = stats_.hits[std::string(to_string(p.kind))];
     h = std::max<int64_t>(0, h - 1);
-    int64_t & tier_hits = p.remote ? stats_.redis_hits : stats_.disk_hits;
+    int64_t & tier_hits = stats_.tier_hits[p.tier_name];
     tier_hits = std::max<int64_t>(0, tier_hits - 1);
     stats_.tokens_reused -= p.n_restore;
     stats_.tokens_prefilled += p.n_restore;
     stats_.misses++;
-    count(p.remote ? rejection_reason::redis_failed : rejection_reason::disk_damaged);
-    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold",
-                  p.remote ? "tier-3 entry" : "disk file", p.disk_file);
+    const size_t t = static_cast<size_t>(p.tier);
+    stats_.rejections[p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.load_failed : "tier_load_failed"]++;
+    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold", copy_noun(p), p.disk_file);
 }
 
 std::optional<entry_view> store::device_lru() const {
@@ -222,7 +233,7 @@ void store::expire(double now_s) {
 }
 
 uint64_t store::release_written(double now_s) {
-    if (cfg_.ram_release_s <= 0 || disk_ == nullptr) {
+    if (cfg_.ram_release_s <= 0 || !own_copies()) {
         return 0;
     }
     uint64_t freed = 0;

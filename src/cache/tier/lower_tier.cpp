@@ -3,8 +3,8 @@
 
 namespace lineage::cache {
 
-lower_tier::lower_tier(worker_config cfg)
-    : name_(cfg.name), ticks_(cfg.tick_s > 0), worker_(*this, std::move(cfg)) {}
+lower_tier::lower_tier(worker_config cfg, tier_traits traits)
+    : name_(cfg.name), traits_(std::move(traits)), ticks_(cfg.tick_s > 0), worker_(*this, std::move(cfg)) {}
 
 lower_tier::~lower_tier() {
     worker_.stop();  // normally done by the derived destructor already

@@ -5,8 +5,13 @@
 // Threads: the public methods are called from the engine thread (reset also from HTTP
 // threads); the tier_io methods run on the worker thread. A derived tier calls start() at the
 // end of its constructor and stop() first in its destructor (the worker calls into it).
+//
+// A new tier is its folder (a class derived from lower_tier, with an `open_<name>_tier`
+// function that reads its flags from cache::config) and one line in scheduler/disk_link.cpp's
+// table of openers; the store, the scheduler, stats, /metrics and reset loop over the tiers.
 #pragma once
 
+#include "cache/stats.h"
 #include "cache/tier/disk/disk_catalog.h"
 #include "cache/tier/tier_worker.h"
 
@@ -32,6 +37,22 @@ public:
                                                const tokens & prompt, int32_t longer_than) const = 0;
 };
 
+/** What the store knows of a tier below RAM besides its lookups (store::attach_tier). */
+struct tier_traits {
+    /** "disk", "redis": the tier in restored_from() and the `tier` label of
+     *  lineage_prompt_cache_tier_hits_total; GET /v1/cache/stats `tier_hits` is keyed by it. */
+    std::string name;
+    /** Copies shared by every replica (Redis): no replica supersedes one (a copy is never an
+     *  ancestor to delete), an anchor is handed over as soon as it is pinned, and RAM is not
+     *  released on such a copy's word (another replica, or the tier's own eviction, may drop it). */
+    bool shared = false;
+    /** The rejections key (GET /v1/cache/stats `rejections`) of a hit whose copy could not be
+     *  loaded: "disk_damaged", "redis_failed". */
+    std::string load_failed;
+    /** How the decision log names one of its copies: "disk file", "tier-3 (Redis) entry". */
+    std::string copy_noun;
+};
+
 class lower_tier : public disk_lookup, protected tier_io {
 public:
     ~lower_tier() override;
@@ -40,6 +61,8 @@ public:
 
     /** "disk tier", "tier 3": the worker's name, for log lines. */
     const std::string & name() const { return name_; }
+    /** Its name and rules for the store. */
+    const tier_traits & traits() const { return traits_; }
     /** Queues a write (write-behind, or a pinned anchor) behind the jobs before it; a write past
      *  the tier's bound is dropped, counted (write_dropped) and completed as failed. */
     void write(disk_write w);
@@ -58,19 +81,36 @@ public:
      *  copy of this model (`tenant`: only that tenant's); blocks; returns copies and bytes freed. */
     std::pair<int64_t, uint64_t> reset(const std::optional<std::string> & tenant = std::nullopt);
 
+    /** Adds the tier's own counters and gauges to `s` (GET /v1/cache/stats, /metrics). */
+    virtual void report(stats & s) const = 0;
+    /** Records in `r` what reset() freed (`freed`: copies, bytes) under the tier's own named
+     *  fields, if it has any (reset_result::tiers has every tier's by name). Default: none. */
+    virtual void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
+        (void) r;
+        (void) freed;
+    }
+    /** Where the copies go, for log lines: a directory, a URL. */
+    virtual std::string location() const = 0;
+    /** One INFO line for the log at shutdown, after drain() ("" for none). */
+    virtual std::string exit_summary() const { return {}; }
+    /** A write forced by --cache-disk-max-unwritten-s and the engine thread's seconds spent
+     *  reading its state, for a tier that counts them. Default: not counted. */
+    virtual void count_overdue_write(double read_seconds) { (void) read_seconds; }
+    /** Jobs waiting on the tier's worker. */
+    int64_t queued() const { return worker_.queued(); }
+
 protected:
-    explicit lower_tier(worker_config cfg);
+    lower_tier(worker_config cfg, tier_traits traits);
     /** Starts the worker: the end of the derived constructor. */
     void start() { worker_.start(); }
     /** Finishes the queued jobs and joins: first in the derived destructor. */
     void stop() { worker_.stop(); }
-    /** Jobs waiting, for the tier's stats. */
-    int64_t queued() const { return worker_.queued(); }
     /** A write dropped by the bound (worker_config::max_queued_writes), for the tier's stats. */
     virtual void write_dropped() {}
 
 private:
     const std::string name_;
+    const tier_traits traits_;
     const bool ticks_;
     tier_worker worker_;
 };

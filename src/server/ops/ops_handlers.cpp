@@ -283,6 +283,11 @@ void handle_cache_reset(const httplib::Request & req, httplib::Response & res, s
         j["redis_entries_freed"] = r.redis_entries_freed;
         j["redis_bytes_freed"] = r.redis_bytes_freed;
     }
+    json tiers = json::object();
+    for (const auto & [name, f] : r.tiers) {
+        tiers[name] = {{"copies_freed", f.copies}, {"bytes_freed", f.bytes}};
+    }
+    j["tiers"] = std::move(tiers);
     send_json(res, j);
 }
 

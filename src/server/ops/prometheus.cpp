@@ -198,10 +198,19 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
             "Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).",
             static_cast<double>(cs.buffer_pool.idle_bytes));
 
+    // --- every tier below RAM (owner: cache::store; a tier is listed once attached) ---
+    exposition::labelled tier_hits;
+    for (const auto & [name, n] : cs.tier_hits) {
+        tier_hits.emplace_back(name, static_cast<double>(n));
+    }
+    x.counter("lineage_prompt_cache_tier_hits_total",
+              "Restores served from the tiers below RAM, by tier (disk, redis).",
+              "tier", tier_hits);
+
     // --- disk tier (owner: cache::disk_tier) ---
     const auto & d = cs.disk;
     x.counter("lineage_prompt_cache_disk_hits_total", "Restores served from a tier-2 file.",
-              static_cast<double>(cs.disk_hits));
+              static_cast<double>(cs.hits_of_tier("disk")));
     x.gauge("lineage_prompt_cache_disk_files", "Tier-2 files of this model.", static_cast<double>(d.files));
     x.gauge("lineage_prompt_cache_disk_capacity_bytes", "Byte cap of the tier-2 files (--cache-disk-capacity-bytes).",
             static_cast<double>(d.enabled ? d.capacity_bytes : 0));
@@ -228,7 +237,7 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     // --- Redis tier, shared by replicas (owner: cache::redis_tier) ---
     const auto & rt = cs.redis;
     x.counter("lineage_prompt_cache_redis_hits_total", "Restores served from tier 3 (Redis).",
-              static_cast<double>(cs.redis_hits));
+              static_cast<double>(cs.hits_of_tier("redis")));
     x.gauge("lineage_prompt_cache_redis_connected", "1 when the last call reached Redis (--cache-redis).",
             rt.connected ? 1.0 : 0.0);
     x.gauge("lineage_prompt_cache_redis_entries", "Tier-3 index entries of this model mirrored by this replica.",

@@ -60,7 +60,8 @@ json stats_json(const cache::stats & s) {
     j["key_differs"] = known_json(s.key_differs, known_keys::key_dimensions);
     j["ghosts"] = s.ghosts;
     j["evictions"] = known_json(s.evictions, known_keys::eviction_reasons);
-    j["disk_hits"] = s.disk_hits;
+    j["tier_hits"] = s.tier_hits;
+    j["disk_hits"] = s.hits_of_tier("disk");
     j["requests_committed"] = s.requests_committed;
     const auto & d = s.disk;
     json dj = {{"enabled", d.enabled},
@@ -89,7 +90,7 @@ json stats_json(const cache::stats & s) {
                {"overdue_read_seconds", d.overdue_read_seconds},
                {"queued", d.queued}};
     j["disk"] = dj;
-    j["redis_hits"] = s.redis_hits;
+    j["redis_hits"] = s.hits_of_tier("redis");
     const auto & r = s.redis;
     j["redis"] = {{"enabled", r.enabled},
                   {"url", r.url},

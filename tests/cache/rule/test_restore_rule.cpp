@@ -144,7 +144,7 @@ TEST_P(RestoreRule, SameEntriesInRamAndOnDiskGiveTheSamePlan) {
         auto ram = in_ram(hybrid, sp);  // fresh: an absorbing plan takes its entry
         const restore_plan a = ram->plan(k, prompt, {}, 100);
         store on_disk(rule_config(), hybrid);
-        on_disk.attach_disk(&tier);
+        on_disk.attach_tier(&tier, disk_tier::kind());
         const restore_plan b = on_disk.plan(k, prompt, {}, 100);
         SCOPED_TRACE(a.reason + " | " + b.reason);
         EXPECT_EQ(a.n_restore, b.n_restore);

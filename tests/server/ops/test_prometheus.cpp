@@ -39,7 +39,7 @@ cache::stats known_cache_stats() {
     s.short_hits_by_cause = {{"before_first_restore_point", 1}};
     s.key_differs = {{"lora_id", 1}};
     s.ghosts = 3;
-    s.disk_hits = 1;
+    s.tier_hits["disk"] = 1;
     s.disk.enabled = true;
     s.disk.capacity_bytes = 1 << 30;
     s.disk.files = 2;
@@ -52,7 +52,7 @@ cache::stats known_cache_stats() {
     s.disk.overdue_writes = 2;
     s.disk.overdue_read_seconds = 0.25;
     s.disk.superseded = 1;
-    s.redis_hits = 4;
+    s.tier_hits["redis"] = 4;
     s.redis.enabled = true;
     s.redis.connected = true;
     s.redis.entries = 9;
@@ -240,6 +240,10 @@ lineage_prompt_cache_state_buffers_total{source="allocated"} 2
 # HELP lineage_prompt_cache_state_buffer_idle_bytes Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).
 # TYPE lineage_prompt_cache_state_buffer_idle_bytes gauge
 lineage_prompt_cache_state_buffer_idle_bytes 10485760
+# HELP lineage_prompt_cache_tier_hits_total Restores served from the tiers below RAM, by tier (disk, redis).
+# TYPE lineage_prompt_cache_tier_hits_total counter
+lineage_prompt_cache_tier_hits_total{tier="disk"} 1
+lineage_prompt_cache_tier_hits_total{tier="redis"} 4
 # HELP lineage_prompt_cache_disk_hits_total Restores served from a tier-2 file.
 # TYPE lineage_prompt_cache_disk_hits_total counter
 lineage_prompt_cache_disk_hits_total 1

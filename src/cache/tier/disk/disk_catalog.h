@@ -37,8 +37,6 @@ struct disk_candidate {
     int32_t history = -1;                ///< its history boundary
     bool anchor = false;
     bool same_session = false;
-    /** Tier 3 (redis_tier.h): `id` names an entry of the Redis index mirror, not a file. */
-    bool remote = false;
 };
 
 class disk_catalog {

@@ -37,8 +37,14 @@ void fsync_dir(const std::string & dir) {
 
 }  // namespace
 
+tier_traits disk_tier::kind() {
+    return tier_traits{.name = "disk", .shared = false, .load_failed = "disk_damaged", .copy_noun = "disk file"};
+}
+
 disk_tier::disk_tier(disk_config cfg)
-    : lower_tier(worker_config{.name = "disk tier"}), cfg_(std::move(cfg)), catalog_(cfg_.rule) {
+    : lower_tier(worker_config{.name = "disk tier"},
+                 kind()),
+      cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
     const bool created = fs::create_directories(cfg_.dir, ec);
     if (ec) {
@@ -131,6 +137,40 @@ std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const 
                                               const tokens & prompt, int32_t longer_than) const {
     util::lock_guard lk(mu_);
     return catalog_.best(bucket, session, prompt, longer_than);
+}
+
+std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string & model, bool hybrid) {
+    if (!cfg.enabled || cfg.disk_dir.empty()) {
+        return nullptr;
+    }
+    try {
+        disk_config dc;
+        dc.dir = cfg.disk_dir;
+        dc.capacity_bytes = cfg.disk_capacity_bytes;
+        dc.model = model;
+        dc.rule = restore_settings::from(cfg, hybrid);
+        return std::make_unique<disk_tier>(dc);
+    } catch (const std::exception & e) {
+        spdlog::warn("disk tier off: {}", e.what());
+        return nullptr;
+    }
+}
+
+void disk_tier::report(stats & s) const {
+    s.disk = get_stats();
+    s.bytes["disk"] = s.disk.bytes;
+}
+
+void disk_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
+    r.disk_files_freed += freed.first;
+    r.disk_bytes_freed += freed.second;
+}
+
+std::string disk_tier::exit_summary() const {
+    const disk_stats st = get_stats();
+    return fmt::format("disk tier: {} files ({:.1f} MiB) in {} at exit; {} written this run ({:.1f} MiB)", st.files,
+                       static_cast<double>(st.bytes) / (1 << 20), cfg_.dir, st.writes,
+                       static_cast<double>(st.bytes_written) / (1 << 20));
 }
 
 disk_stats disk_tier::get_stats() const {

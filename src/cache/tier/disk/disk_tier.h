@@ -33,6 +33,7 @@
 #include "cache/tier/disk/disk_format.h"
 #include "cache/tier/disk/disk_index.h"
 #include "cache/stats.h"
+#include "cache/config.h"
 #include "cache/tier/lower_tier.h"
 #include "cache/types.h"
 #include "util/thread_annotations.h"
@@ -65,8 +66,17 @@ struct disk_config {
 enum class file_removal { superseded, capacity, damaged, reset };
 std::string_view to_string(file_removal r);
 
+/** The disk tier as cache::config sets it (--cache-dir, --cache-disk-capacity-bytes), for
+ *  scheduler::disk_link's table of tiers: nullptr when the cache is off or no --cache-dir is
+ *  given, and when the directory cannot be opened (a WARN says why; the server runs without it).
+ *  `model`: model_fingerprint() of the served model; `hybrid`: the restore rule's. */
+std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string & model, bool hybrid);
+
 class disk_tier final : public lower_tier {
 public:
+    /** What the store knows of this tier (store::attach_tier): its name, sharing and nouns. */
+    static tier_traits kind();
+
     /** Opens (creating) cfg.dir and its index, cleans up after a crash, loads the catalog of
      *  this model and starts the worker. Throws std::runtime_error with the reason when
      *  the directory or index cannot be opened or another server holds the directory. */
@@ -83,8 +93,15 @@ public:
 
     /** Counts a write forced by --cache-disk-max-unwritten-s and the engine thread's seconds
      *  spent reading its state (disk_stats::overdue_writes). */
-    void count_overdue_write(double read_seconds);
+    void count_overdue_write(double read_seconds) override;
     disk_stats get_stats() const;
+    /** stats::disk, and bytes["disk"] (its files' size). */
+    void report(stats & s) const override;
+    /** reset_result::disk_files_freed, disk_bytes_freed. */
+    void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
+    /** Files and bytes in the directory, and what this run wrote. */
+    std::string location() const override { return cfg_.dir; }
+    std::string exit_summary() const override;
     const disk_config & cfg() const { return cfg_; }
     /** The catalog's invariants (disk_catalog.h), and files/bytes/anchor_files equal to the
      *  catalog's count and sums; throws std::logic_error naming the first broken one. */

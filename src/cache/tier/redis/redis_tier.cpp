@@ -71,9 +71,15 @@ util::expected<redis_url> parse_redis_url(const std::string & url) {
     return u;
 }
 
+tier_traits redis_tier::kind() {
+    return tier_traits{.name = "redis", .shared = true, .load_failed = "redis_failed",
+                       .copy_noun = "tier-3 (Redis) entry"};
+}
+
 redis_tier::redis_tier(redis_config cfg)
     // Redis slower than the write-behind: drop writes past 64 queued rather than hold states.
-    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s}),
+    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s},
+                 kind()),
       cfg_(std::move(cfg)),
       keys_{cfg_.ns},
       mirror_(cfg_.rule) {
@@ -101,16 +107,45 @@ redis_tier::~redis_tier() {
 std::optional<disk_candidate> redis_tier::best(const std::string & bucket, const std::string & session,
                                                const tokens & prompt, int32_t longer_than) const {
     util::lock_guard lk(mu_);
-    auto c = mirror_.best(bucket, session, prompt, longer_than);
-    if (c) {
-        c->remote = true;
-    }
-    return c;
+    return mirror_.best(bucket, session, prompt, longer_than);
 }
 
 void redis_tier::write_dropped() {
     util::lock_guard lk(mu_);
     stats_.write_failures++;
+}
+
+std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::string & model, bool hybrid) {
+    if (!cfg.enabled || cfg.redis_url.empty()) {
+        return nullptr;
+    }
+    redis_config rc;
+    rc.url = cfg.redis_url;
+    rc.ns = cfg.redis_namespace;
+    rc.timeout_ms = cfg.redis_timeout_ms;
+    rc.chunk_bytes = cfg.redis_chunk_bytes;
+    rc.model = model;
+    rc.rule = restore_settings::from(cfg, hybrid);
+    auto t = std::make_unique<redis_tier>(rc);
+    spdlog::info("tier 3: Redis at {}, namespace {}, timeout {} ms, chunks of {} bytes", rc.url, rc.ns, rc.timeout_ms,
+                 rc.chunk_bytes);
+    return t;
+}
+
+void redis_tier::report(stats & s) const {
+    s.redis = get_stats();
+}
+
+void redis_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
+    r.redis = true;
+    r.redis_entries_freed += freed.first;
+    r.redis_bytes_freed += freed.second;
+}
+
+std::string redis_tier::exit_summary() const {
+    const redis_stats rs = get_stats();
+    return fmt::format("tier 3: {} entries written to Redis this run ({:.1f} MiB), {} failed", rs.writes,
+                       static_cast<double>(rs.bytes_written) / (1 << 20), rs.write_failures);
 }
 
 redis_stats redis_tier::get_stats() const {

@@ -18,6 +18,7 @@
 #include "cache/tier/disk/disk_tier.h"
 #include "cache/tier/redis/redis_format.h"
 #include "cache/stats.h"
+#include "cache/config.h"
 #include "cache/tier/lower_tier.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
@@ -58,16 +59,25 @@ struct redis_config {
     double retry_s = 1.0;            ///< how long after a failure the connection is tried again
 };
 
+/** Tier 3 as cache::config sets it (--cache-redis and its options), for scheduler::disk_link's
+ *  table of tiers: nullptr when the cache is off or no URL is given (the URL was checked with
+ *  the flags); an INFO line says where it points. `model`: model_fingerprint() of the served
+ *  model; `hybrid`: the restore rule's. */
+std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::string & model, bool hybrid);
+
 class redis_tier final : public lower_tier {
 public:
+    /** What the store knows of this tier (store::attach_tier): its name, sharing and nouns. */
+    static tier_traits kind();
+
     /** Starts the worker (the Redis thread, which connects; Redis need not be up). Throws
      *  std::invalid_argument when the URL cannot be parsed. */
     explicit redis_tier(redis_config cfg);
     /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
     ~redis_tier() override;
 
-    /** The mirror's best restore point (disk_lookup's contract); candidates carry remote=true
-     *  and a mirror id (not a file id). */
+    /** The mirror's best restore point (disk_lookup's contract); a candidate's id names a
+     *  mirror entry (not a file). */
     std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override;
     // write (dropped, counted, when 64 are queued), load (a vanished entry comes back as error
@@ -78,6 +88,13 @@ public:
     // entries -- and forgets them here even when Redis cannot be reached, so this replica never
     // restores them again; other models' entries in the namespace stay.
     redis_stats get_stats() const;
+    /** stats::redis. */
+    void report(stats & s) const override;
+    /** reset_result::redis (true), redis_entries_freed, redis_bytes_freed. */
+    void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
+    /** Entries written to Redis this run, and failures. */
+    std::string location() const override { return cfg_.url; }
+    std::string exit_summary() const override;
 
 private:
     struct remote_entry {

@@ -367,7 +367,7 @@ TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
 TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     store st(hybrid_config(), true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 3, 10.0);
     EXPECT_TRUE(st.take_idle_writes(15.0, 30).empty());  // used 5 s ago
@@ -393,7 +393,7 @@ TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
 TEST(StoreDisk, UnderLoadAnEntryUnwrittenTooLongIsWrittenOnePerCall) {
     store st(hybrid_config(), true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 10.0);
     park(st, k, seq(1000, 40), 2, 12.0);
@@ -415,7 +415,7 @@ TEST(StoreDisk, AConversationExtendedFasterThanTheBoundIsStillWritten) {
     // Each turn absorbs the last before the bound: the unwritten time carries over.
     store st(hybrid_config(), true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 0.0);
     double now = 0;
@@ -444,7 +444,7 @@ TEST(StoreDisk, AConversationExtendedFasterThanTheBoundIsStillWritten) {
 TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {
     store st(hybrid_config(), true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
     auto jobs = st.take_idle_writes(100.0, 30);
@@ -464,7 +464,7 @@ TEST(StoreDisk, LeavingRamSpillsToDisk) {
     c.max_entries = 1;
     store st(c, true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
     park(st, k, seq(100, 40), 2, 2.0);  // entry cap 1: the first leaves (lru)
@@ -494,7 +494,7 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     c.ram_release_s = 30;
     store st(c, true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     const key other{"b2", "s"};
     park_in_ram(st, k, seq(0, 40), 400, 10.0);
@@ -524,7 +524,7 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
     EXPECT_EQ(p.op, restore_op::load_disk);
     EXPECT_EQ(p.n_restore, 40);
-    EXPECT_EQ(st.get_stats().disk_hits, 1);
+    EXPECT_EQ(st.get_stats().hits_of_tier("disk"), 1);
     st.disk_load_failed(p);
     // Released is not lost: a miss on it (the file gone meanwhile) is not counted "evicted".
     d.offer.reset();
@@ -540,7 +540,7 @@ TEST(StoreDisk, NoRamReleaseWhenOffOrWithoutADiskTier) {
         store st(c, true);
         fake_disk d;
         if (with_disk) {
-            st.attach_disk(&d);
+            st.attach_tier(&d, disk_tier::kind());
         }
         const key k{"b", "s"};
         park_in_ram(st, k, seq(0, 40), 400, 10.0);
@@ -555,7 +555,7 @@ TEST(StoreDisk, NoRamReleaseWhenOffOrWithoutADiskTier) {
 TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     store st(hybrid_config(), true);
     fake_disk d;
-    st.attach_disk(&d);
+    st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
     d.offer = disk_candidate{5, 30, point_kind::turn, 60, 55, false, true};
@@ -565,7 +565,7 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     EXPECT_EQ(p.n_restore, 40);
     // A longer file wins: load_disk, absorbing it when it reaches the file's history boundary.
     store st2(hybrid_config(), true);
-    st2.attach_disk(&d);
+    st2.attach_tier(&d, disk_tier::kind());
     d.offer = disk_candidate{5, 58, point_kind::turn, 60, 55, false, true};
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 3);  // min prefix 4
@@ -574,9 +574,9 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     EXPECT_EQ(q.n_restore, 58);
     EXPECT_TRUE(q.absorbs);
     EXPECT_EQ(q.disk_ancestors, std::vector<file_id>{5});
-    EXPECT_EQ(st2.get_stats().disk_hits, 1);
+    EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 1);
     st2.disk_load_failed(q);
-    EXPECT_EQ(st2.get_stats().disk_hits, 0);
+    EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 0);
     EXPECT_EQ(st2.get_stats().misses, 1);
     EXPECT_EQ(st2.get_stats().rejections.at("disk_damaged"), 1);
 }

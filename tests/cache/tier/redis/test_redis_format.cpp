@@ -2,6 +2,7 @@
 // chunk's header and checksum, the index entry, the in-memory disk format they carry, and a
 // tier whose Redis is down (every call fails fast, counted; nothing throws). No Redis server:
 // the e2e tests (tests/e2e/redis.test.mjs) run one.
+#include "cache/tier/disk/disk_tier.h"
 #include "cache/tier/redis/redis_format.h"
 #include "cache/tier/redis/redis_tier.h"
 
@@ -232,46 +233,48 @@ TEST(RedisTier, DownNeverThrowsAndCounts) {
 TEST(StoreRedis, ConsultedAfterDiskOnlyForSomethingLonger) {
     store st(hybrid_config(), true);
     fake_disk d, r;
-    st.attach_disk(&d);
-    st.attach_remote(&r);
+    st.attach_tier(&d, disk_tier::kind());
+    st.attach_tier(&r, redis_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
     d.offer = disk_candidate{5, 50, point_kind::turn, 60, 55, false, true};
-    r.offer = disk_candidate{7, 58, point_kind::turn, 60, 55, false, true, true};
+    r.offer = disk_candidate{7, 58, point_kind::turn, 60, 55, false, true};
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(r.asked_longer_than, 50);  // the disk's 50
     EXPECT_EQ(p.op, restore_op::load_disk);
-    EXPECT_TRUE(p.remote);
+    EXPECT_EQ(p.tier, 1);
+    EXPECT_EQ(p.tier_name, "redis");
     EXPECT_EQ(p.disk_file, 7u);
     EXPECT_EQ(p.n_restore, 58);
     EXPECT_TRUE(p.absorbs);
     EXPECT_TRUE(p.disk_ancestors.empty());  // a shared entry is not one replica's to supersede
     EXPECT_NE(p.reason.find("from tier-3 (Redis) entry 7"), std::string::npos) << p.reason;
-    EXPECT_EQ(st.get_stats().redis_hits, 1);
-    EXPECT_EQ(st.get_stats().disk_hits, 0);
+    EXPECT_EQ(st.get_stats().hits_of_tier("redis"), 1);
+    EXPECT_EQ(st.get_stats().hits_of_tier("disk"), 0);
     st.disk_load_failed(p);
-    EXPECT_EQ(st.get_stats().redis_hits, 0);
+    EXPECT_EQ(st.get_stats().hits_of_tier("redis"), 0);
     EXPECT_EQ(st.get_stats().misses, 1);
     EXPECT_EQ(st.get_stats().rejections.at("redis_failed"), 1);
     EXPECT_EQ(st.get_stats().rejections.count("disk_damaged"), 0u);
 
     // Redis no longer than the disk: the disk's file.
     store st2(hybrid_config(), true);
-    st2.attach_disk(&d);
-    st2.attach_remote(&r);
+    st2.attach_tier(&d, disk_tier::kind());
+    st2.attach_tier(&r, redis_tier::kind());
     r.offer->n = 50;
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
-    EXPECT_FALSE(q.remote);
+    EXPECT_EQ(q.tier, 0);
+    EXPECT_EQ(q.tier_name, "disk");
     EXPECT_EQ(q.disk_file, 5u);
-    EXPECT_EQ(st2.get_stats().disk_hits, 1);
-    EXPECT_EQ(st2.get_stats().redis_hits, 0);
+    EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 1);
+    EXPECT_EQ(st2.get_stats().hits_of_tier("redis"), 0);
 }
 
 TEST(StoreRedis, WritesBehindWithoutADiskAndAnchorsOnceThePinIsMade) {
     store st(hybrid_config(), true);
     fake_disk r;
-    st.attach_remote(&r);
+    st.attach_tier(&r, redis_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 3, 10.0);
     auto jobs = st.take_idle_writes(41.0, 30);
@@ -291,7 +294,7 @@ TEST(StoreRedis, WritesBehindWithoutADiskAndAnchorsOnceThePinIsMade) {
     // Disk only: an anchor waits for the write-behind's triggers, as before.
     store st2(hybrid_config(), true);
     fake_disk d;
-    st2.attach_disk(&d);
+    st2.attach_tier(&d, disk_tier::kind());
     ASSERT_TRUE(st2.reserve(100));
     st2.commit_anchor(k, seq(0, 20), fake(100), 100, 11.0);
     EXPECT_TRUE(st2.take_spills().empty());
