@@ -1,8 +1,8 @@
 // scheduler::metrics: what the engine thread measures per request, for GET /metrics: requests
 // by finish reason, prompt / prefilled / completion token counters, and histograms of TTFT and
 // of each phase of a request (queue, lookup, restore, prefill, capture, commit), in seconds.
-// Owned by the scheduler, the component that does the work (STYLE.md "Metrics"); the cache's
-// own counters are in cache::stats. Engine-agnostic (no llama.h).
+// Owned by the scheduler, the component that does the work; the cache's own counters are in
+// cache::stats. Engine-agnostic (no llama.h).
 // Thread safety: `metrics` may be used from any thread (one mutex, held for a few dozen
 // additions per finished request); `histogram` and `metrics_snapshot` are plain values.
 #pragma once

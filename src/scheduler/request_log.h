@@ -2,7 +2,7 @@
 // and computed, TTFT, restore point kind, tier, miss cause), and every request's outcome counted
 // in fixed time buckets over a sliding window: what the cache page draws (GET /v1/cache/requests,
 // docs/prompt-cache.md "Cache page"). Owned by the scheduler, which records each request as it
-// ends (the component that does the work, STYLE.md "Metrics"); warm-ups are not requests.
+// ends (the component that does the work measures it); warm-ups are not requests.
 // Thread safety: every method may be called from any thread (one mutex, held for one record or
 // one copy). Memory: at most max_recent records and window_s / bucket_s buckets per tenant.
 #pragma once

@@ -535,7 +535,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "lineage mode (checkpoints at turn, guard, anchor and divergence points); false = exact mode, "
         "whole-prompt snapshots only",
         boolean(cc.lineage), true);
-    s.back()->env_aliases = {"APC_LINEAGE"};  // the name in the design documents
+    s.back()->env_aliases = {"APC_LINEAGE"};  // older name, read when the LINEAGE_* one is unset
     add("--prompt-cache-capacity-bytes,--cache-ram-bytes", "LINEAGE_PROMPT_CACHE_CAPACITY_BYTES", "BYTES", "0",
         "dense models: byte budget of the host-RAM cache tier (anchors, demoted entries); 0 = model-aware: "
         "max(2 GiB, min(6 entries of min(ctx, 8192) tokens, a quarter of the memory left after the model)); "
@@ -590,17 +590,17 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "dense models: Automatic Prefix Caching, block hash chains per entry; a partial match is clamped to whole "
         "agreeing blocks (off by default: lineage restores any prefix of a dense entry); hybrid models never use it",
         boolean(cc.apc_enabled), true);
-    s.back()->env_aliases = {"APC_ENABLED"};  // the name in the design documents
+    s.back()->env_aliases = {"APC_ENABLED"};  // older name, read when the LINEAGE_* one is unset
     add("--apc-block-size", "LINEAGE_APC_BLOCK_SIZE", "TOKENS", std::to_string(dc.apc_block_size), "tokens per APC block",
         int_in(cc.apc_block_size, 1, 1 << 20));
-    s.back()->env_aliases = {"APC_BLOCK_SIZE"};  // the name in the design documents
+    s.back()->env_aliases = {"APC_BLOCK_SIZE"};  // older name, read when the LINEAGE_* one is unset
     add("--apc-num-blocks", "LINEAGE_APC_NUM_BLOCKS", "N", "0",
         "most APC block hashes held over all entries; 0 = --prompt-cache-max-entries x 512",
         int64_min(cc.apc_num_blocks, 0));
-    s.back()->env_aliases = {"APC_NUM_BLOCKS"};  // the name in the design documents
+    s.back()->env_aliases = {"APC_NUM_BLOCKS"};  // older name, read when the LINEAGE_* one is unset
     add("--apc-hash", "LINEAGE_APC_HASH", "ALGO", std::string(cache::to_string(dc.apc_hash)),
         "hash of the APC block chains: sha256 or xxh3", hash_name(cc.apc_hash));
-    s.back()->env_aliases = {"APC_HASH"};  // the name in the design documents
+    s.back()->env_aliases = {"APC_HASH"};  // older name, read when the LINEAGE_* one is unset
     add("--cache-trace", "LINEAGE_CACHE_TRACE", "[=BOOL]", "false",
         "log one INFO line 'cache-trace: ...' per cache decision: the restore point taken, why other entries "
         "were not, captures, absorption, thinning, evictions",

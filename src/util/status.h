@@ -1,5 +1,5 @@
 // util::status and util::expected<T>: the one way a fallible operation reports failure inside
-// the process (STYLE.md "Errors"; LevelDB's Status): ok, or an error with a message that says
+// the process (after LevelDB's Status): ok, or an error with a message that says
 // what was wrong. Exceptions stay for construction failures; reasons a caller branches on are
 // enums (e.g. cache::eviction_reason, scheduler::failure_kind), not strings.
 // Thread safety: value types.

@@ -1,6 +1,6 @@
 // server::errors: errors that reach a client, in OpenAI's shape
 // {"error": {"message", "type", "param", "code"}}. A message says what was wrong and what to
-// do about it (STYLE.md "Errors").
+// do about it.
 // Thread safety: value types and pure functions.
 #pragma once
 

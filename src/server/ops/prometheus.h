@@ -1,8 +1,9 @@
 // server::prometheus: GET /metrics in the Prometheus text exposition format (version 0.0.4).
 // The values come from their owners: the cache's counters and gauges from cache::stats, the
-// per-request counters and histograms from scheduler::metrics_snapshot (STYLE.md "Metrics");
-// this file only names them (lineage_ prefix, base units: _bytes, _seconds, _total), writes
-// their HELP and TYPE lines and formats them. docs/prompt-cache.md "Metrics" lists them.
+// per-request counters and histograms from scheduler::metrics_snapshot (a metric is owned by
+// the component that does the work); this file only names them (lineage_ prefix, base units:
+// _bytes, _seconds, _total), writes their HELP and TYPE lines and formats them.
+// docs/prompt-cache.md "Metrics" lists them.
 // Thread safety: pure functions and a value-type writer.
 #pragma once
 

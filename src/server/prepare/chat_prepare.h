@@ -68,8 +68,8 @@ std::map<std::string, std::string> default_template_kwargs(const std::string & t
  *  text or follows a space, a quote, a bracket, '=', ':', ',' or '`' (a URL's "//" and a path
  *  inside a word do not count), and an ISO date (YYYY-MM-DD, not inside a longer run of digits).
  *  Agents write the working folder, memory paths and the date into their system prompts and tool
- *  descriptions, per session (WORKLOAD.md); the cache puts a ladder rung before each
- *  (cache::plan_hints::volatile_starts). */
+ *  descriptions, per session; the cache puts a ladder rung before each
+ *  (cache::plan_hints::volatile_starts; docs/architecture.md "The anchor ladder"). */
 std::vector<size_t> volatile_text_starts(std::string_view text, size_t max_count);
 
 struct prepared_chat {
