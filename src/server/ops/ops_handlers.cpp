@@ -250,7 +250,8 @@ void handle_cache_stats(const httplib::Request & req, httplib::Response & res, s
     send_json(res, j);
 }
 
-// Prometheus text format (docs/prompt-cache.md "Metrics"); behind the API key like the rest.
+// Prometheus text format (docs/prompt-cache.md "GET /metrics (Prometheus)"); behind the API key
+// like the rest.
 void handle_metrics(const httplib::Request &, httplib::Response & res, server_context & ctx) {
     if (!ctx.cfg.metrics) {
         api_error e;

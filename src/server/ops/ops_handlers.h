@@ -31,7 +31,8 @@ void handle_set_lora_adapters(const httplib::Request & req, httplib::Response & 
 void handle_cache_stats(const httplib::Request & req, httplib::Response & res, server_context & ctx);
 /** POST /v1/cache/reset: the admin key (or no keys) resets everything, a tenant's key its own. */
 void handle_cache_reset(const httplib::Request & req, httplib::Response & res, server_context & ctx);
-/** GET /metrics: Prometheus text (docs/prompt-cache.md "Metrics"); 404 without --metrics. */
+/** GET /metrics: Prometheus text (docs/prompt-cache.md "GET /metrics (Prometheus)"); 404 without
+ *  --metrics. */
 void handle_metrics(const httplib::Request & req, httplib::Response & res, server_context & ctx);
 
 }  // namespace lineage::server

@@ -3,7 +3,7 @@
 // per-request counters and histograms from scheduler::metrics_snapshot (a metric is owned by
 // the component that does the work); this file only names them (lineage_ prefix, base units:
 // _bytes, _seconds, _total), writes their HELP and TYPE lines and formats them.
-// docs/prompt-cache.md "Metrics" lists them.
+// docs/prompt-cache.md "GET /metrics (Prometheus)" lists them.
 // Thread safety: pure functions and a value-type writer.
 #pragma once
 

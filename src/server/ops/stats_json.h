@@ -12,7 +12,8 @@ namespace lineage::server {
 
 /** The stats object: {enabled, mode, family, entries, ..., hits: {full: N, prefix: N, ...},
  *  misses_by_cause: {...}, disk: {...}, redis: {...}, warmup: {..., skipped: {...}}, ...};
- *  byte figures in bytes, counts since the server started. docs/prompt-cache.md "Stats". */
+ *  byte figures in bytes, counts since the server started. docs/prompt-cache.md
+ *  "GET /v1/cache/stats". */
 json stats_json(const cache::stats & s);
 
 }  // namespace lineage::server
