@@ -83,7 +83,7 @@ TEST(Config, FlagsSetEverySetting) {
     EXPECT_EQ(c.n_gpu_layers, 0);
 }
 
-TEST(Config, PromptCacheFlagsOfSeed001) {
+TEST(Config, PromptCacheAndApcFlagsSetTheCacheConfig) {
     auto r = parse({"-m", "m.gguf", "--prompt-cache-enabled=false", "--prompt-cache-capacity-bytes", "3GiB",
                     "--prompt-cache-snapshot-capacity-bytes", "700MiB", "--prompt-cache-snapshot-max-entries", "77",
                     "--prompt-cache-snapshot-ttl", "60", "--prompt-cache-hash", "xxh3", "--apc-enabled",
@@ -138,8 +138,8 @@ TEST(Config, PromptCacheVariablesAndTheirAliases) {
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->sched.cache.kv_capacity_bytes, 1ull << 30);  // then the old one
-    // The design documents' APC_* names are read when the LINEAGE_* ones are unset; the
-    // LINEAGE_* ones win; --help names the alias.
+    // The older APC_* names are read when the LINEAGE_* ones are unset; the LINEAGE_* ones win;
+    // --help names the alias.
     env = {{"LINEAGE_MODEL", "m.gguf"}, {"APC_BLOCK_SIZE", "32"}, {"APC_NUM_BLOCKS", "7"}, {"APC_LINEAGE", "0"}};
     r = parse({}, env);
     ASSERT_TRUE(r.config) << r.output;
@@ -463,7 +463,7 @@ TEST(Config, ByteSizes) {
 }
 
 TEST(Config, EngineLimitsAreRefusedAtStartupWithTheFlagsNamed) {
-    // Issue 12 item 4: values llama.cpp aborts on are refused here, with the flag named.
+    // Values llama.cpp aborts on are refused here, with the flag named.
     auto r = parse({"-m", "m.gguf", "--threads", "513"});
     ASSERT_FALSE(r.config);
     EXPECT_NE(r.output.find("--threads '513': expected an integer in [0, 512]"), std::string::npos) << r.output;

@@ -1,6 +1,6 @@
 // Tests of server::tenants (key file, constant-time lookup, admin rules), of the tenant as a
 // cache-key dimension (cache_key.h, cache::key_difference) and of the tenant and connection
-// flags (config.h). Issue 15 items 2 and 5.
+// flags (config.h): docs/prompt-cache.md "Tenants and access" and "Connections".
 #include "cache/rule/digest.h"
 #include "server/prepare/cache_key.h"
 #include "server/config.h"

@@ -199,7 +199,7 @@ TEST(CacheKey, PreserveThinkingByDefaultWhenTheCacheIsOnAndTheTemplateKnowsIt) {
     EXPECT_NE(template_sig(qwen36, merged, "auto", {}), template_sig(qwen36, overridden, "auto", {}));
 }
 
-// Issue 27: the KV cache types are a bucket dimension (a state restores only into its own types),
+// The KV cache types are a bucket dimension (a state restores only into its own types),
 // absent for f16/f16 so that a default server keeps the digests (and the disk files) it had.
 TEST(CacheKey, KvTypeIsABucketDimensionOnlyWhenNotF16) {
     EXPECT_EQ(kv_type_dimension("f16", "f16"), "");

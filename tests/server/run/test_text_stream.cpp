@@ -91,7 +91,7 @@ TEST(TextStream, StopInsideAnEarlierPieceIsNotSearchedAgain) {
 }
 
 TEST(TextStream, StopAfterALeadingSpaceTakesTheSpaceToo) {
-    // Issue 12: " Hello" with stop "Hello" left content " "; OpenAI's example ("Hello world",
+    // " Hello" with stop "Hello" used to leave content " "; OpenAI's example ("Hello world",
     // stop "world") returns "Hello": the stop's token goes with its leading space.
     text_stream t({"Hello"});
     EXPECT_TRUE(t.append(" Hello there"));

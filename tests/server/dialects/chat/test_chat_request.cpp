@@ -295,7 +295,7 @@ TEST(ChatRequest, ErrorJsonHasOpenAIShape) {
               R"("type":"invalid_request_error","param":"n","code":null}})");
 }
 
-TEST(ChatRequest, SamplingFieldsOfIssue12) {
+TEST(ChatRequest, SamplingFieldsAndLlamaServerExtensionsAreRead) {
     auto r = ok(with(R"("seed":7,"presence_penalty":-1.5,"frequency_penalty":2,"logit_bias":{"15":-100,"3":2.5},)"
                      R"("logprobs":true,"top_logprobs":5,"top_k":4,"min_p":0.25,"repeat_penalty":1.25)"));
     EXPECT_EQ(r.sampling.seed, 7);

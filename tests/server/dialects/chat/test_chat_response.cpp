@@ -136,8 +136,8 @@ TEST(ChatResponse, StreamStartsWithRoleThenContentThenFinishThenUsage) {
 }
 
 TEST(ChatResponse, StreamWithoutIncludeUsageCarriesNoUsage) {
-    // Issue 12: usage on the finish chunk without stream_options.include_usage was a bug (the
-    // API sends usage only when asked, in its own last chunk).
+    // Usage on the finish chunk without stream_options.include_usage was a bug (the API sends
+    // usage only when asked, in its own last chunk).
     chat_output out(meta(), {}, {}, false, 10);
     out.add("x");
     std::vector<json> all = out.take_chunks();
