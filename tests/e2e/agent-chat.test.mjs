@@ -1,10 +1,9 @@
-// Real chat-completions coding agents against lineage-server (issues 11 and 25 "Done when"): pi
-// (@mariozechner/pi-coding-agent), opencode (opencode-ai), qwen-code (@qwen-code/qwen-code) and
-// continue's CLI (@continuedev/cli), installed from npm at pinned versions
-// (tests/e2e/lib/agents.mjs), driven non-interactively on loopback (no traffic leaves
-// 127.0.0.1: a recording proxy sits between the agent and the server), on the tiny hybrid and
-// dense models. Per agent: two sessions in one project folder, then a resumed turn of the
-// second session, then a new session in another folder. Asserted:
+// Real chat-completions coding agents against lineage-server: pi (@mariozechner/pi-coding-agent),
+// opencode (opencode-ai), qwen-code (@qwen-code/qwen-code) and continue's CLI (@continuedev/cli),
+// installed from npm at pinned versions (tests/e2e/lib/agents.mjs), driven non-interactively on
+// loopback (no traffic leaves 127.0.0.1: a recording proxy sits between the agent and the
+// server), on the tiny hybrid and dense models. Per agent: two sessions in one project folder,
+// then a resumed turn of the second session, then a new session in another folder. Asserted:
 //  - every agent run exits 0 (the weights are random: the replies are noise the agents print);
 //  - every request the agent made got HTTP 200 (no 4xx/5xx);
 //  - the second session's first agent request (the first with tools; opencode sends a short
@@ -21,9 +20,9 @@
 //    into their prompts: qwen-code into its system prompt's memory paths and first user message,
 //    continue into its system prompt and its Bash tool's description) restores the prefix its
 //    first agent request shares with the first folder's: all of it on the dense model, all but
-//    at most 64 tokens on the hybrid model (issues 14 and 25: the anchor's ladder, whose rungs sit
-//    right before each absolute path and date of the system prompt and tools as well:
-//    --cache-ladder-volatile-rungs).
+//    at most 64 tokens on the hybrid model (the anchor's ladder, whose rungs sit right before each
+//    absolute path and date of the system prompt and tools as well: --cache-ladder-volatile-rungs;
+//    docs/architecture.md "The anchor ladder").
 //
 //   cd tests/e2e && node --test agent-chat.test.mjs
 import assert from 'node:assert/strict';
@@ -291,8 +290,8 @@ for (const agent of [piAgent, opencodeAgent, qwenCodeAgent, continueAgent]) {
         } else {
           assert.ok(shared > 0.5 * b.length, `the other folder's prompt shares only ${shared} of ${b.length}`);
         }
-        // Issue 25: the dense model restores the whole shared prefix, the hybrid model the restore
-        // point at most 64 tokens before it (the anchor's ladder).
+        // The dense model restores the whole shared prefix, the hybrid model the restore point at
+        // most 64 tokens before it (the anchor's ladder).
         const want = family === 'dense' ? Math.min(shared, b.length - 1) : shared - 64;
         assert.ok(line.cached >= want,
           `another folder: cached ${line.cached}, shared prefix ${shared}, want >= ${want} (${family})`);

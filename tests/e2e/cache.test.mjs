@@ -3,8 +3,8 @@
 //    messages + the reply exactly as returned + a new user message) has
 //    cached_tokens >= turn k's prompt_tokens - GEN_PROMPT_MAX (see below why not all of it;
 //    tools.test.mjs asserts all of it for an agent-loop turn, where the template allows it);
-//  - a verbatim resend has cached_tokens == prompt_tokens - 1 (SCENARIOS B3: a restore
-//    leaves one token to prefill), and its greedy output equals the first one (C2);
+//  - a verbatim resend has cached_tokens == prompt_tokens - 1 (a restore leaves one token to
+//    prefill), and its greedy output equals the first one;
 //  - greedy (temperature 0) output through the cache equals the output with
 //    cache_prompt:false, turn by turn, for a conversation of several turns;
 //  - cache_prompt:false (at the root or inside extra_body) reports cached_tokens 0 even on
@@ -77,7 +77,7 @@ for (const arch of ARCHS) {
     it('a verbatim resend restores all but one token, with the same greedy output', async () => {
       const messages = [{ role: 'system', content: SYSTEM(2) }, { role: 'user', content: USERS[4] }];
       const first = await chat(srv, messages, { max_tokens: 1 }, 'first');
-      // max_tokens 1 (SCENARIOS B3), then the same prompt with a normal budget.
+      // max_tokens 1 first, then the same prompt with a normal budget.
       const a = await chat(srv, messages, {}, 'resend 1');
       const b = await chat(srv, messages, {}, 'resend 2');
       const cold = await chat(srv, messages, { cache_prompt: false }, 'cold');

@@ -153,7 +153,9 @@ describe('deploy/: Grafana dashboard and Prometheus alert rules', { timeout: 120
         }
       }
     }
-    // The dashboard covers what the issue of operators asks for.
+    // The dashboard covers what an operator watches: hits, misses by cause, TTFT, completion
+    // tokens, tier bytes against the RAM budget, evictions, damaged disk files, Redis write
+    // failures, warm-ups.
     for (const name of ['lineage_prompt_cache_hits_total', 'lineage_prompt_cache_misses_by_cause_total',
       'lineage_time_to_first_token_seconds', 'lineage_completion_tokens_total', 'lineage_prompt_cache_tier_bytes',
       'lineage_prompt_cache_ram_budget_bytes', 'lineage_prompt_cache_evictions_total',

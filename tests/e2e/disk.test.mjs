@@ -20,7 +20,7 @@ import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** A first conversation turn P and its follow-up P + reply + U (the D1 pair). */
+/** A first conversation turn P and its follow-up P + reply + U (the restart test's pair). */
 function conversation(seed) {
   const P = [sys(SYSTEM(seed)), user(`Summarise the build failure below.\n\n${words(60, seed + 1)}`)];
   const followUp = (r1) => [...P, echo(r1.res.choices[0].message), user('And the root cause?')];
@@ -33,7 +33,7 @@ for (const arch of ARCHS) {
     const suite = diskSuite({ arch, tag: 'disk' });
     const { dir, startOn } = suite;
 
-    it('D1: after a graceful restart the follow-up restores from disk, == cold; nothing is written while the conversation runs', async () => {
+    it('after a graceful restart the follow-up restores from disk, == cold; nothing is written while the conversation runs', async () => {
       const d = dir('d1');
       const { P, followUp } = conversation(41);
       let srv = await startOn(arch, d, `disk-d1a-${arch}`);
@@ -78,7 +78,7 @@ for (const arch of ARCHS) {
       await srv.stopGracefully();
     });
 
-    it('D2: damaged, truncated and foreign files are never restored from; the request succeeds cold and is counted', async () => {
+    it('damaged, truncated and foreign files are never restored from; the request succeeds cold and is counted', async () => {
       const d = dir('d2');
       const { P, followUp } = conversation(51);
       let srv = await startOn(arch, d, `disk-d2a-${arch}`);
@@ -204,7 +204,7 @@ for (const arch of ARCHS) {
   });
 }
 
-// Issue 27: the KV cache types are a bucket dimension; the disk tier holds states in their types.
+// The KV cache types are a bucket dimension; the disk tier holds states in their types.
 const Q8 = ['-ctk', 'q8_0', '-ctv', 'q8_0'];
 for (const arch of ARCHS) {
   const hybrid = FAMILY[arch] === 'hybrid';

@@ -1,7 +1,9 @@
 // docs/api-fields.md walked: every request field of /v1/chat/completions that
 // the table says is honoured changes the output as documented, every field it says is refused
 // gets a 400 naming it, and the documented no-ops leave the output as it was. Also the stop and
-// usage rules (item 3) and logprobs (OpenAI's shape with bytes, consistent with the tokens).
+// usage rules (a stop right after a leading space takes the space too; a stream carries usage
+// only with stream_options.include_usage) and logprobs (OpenAI's shape with bytes, consistent
+// with the tokens).
 // Thinking is off (enable_thinking false) so that the reply is all content.
 //
 //   cd tests/e2e && node --test fields.test.mjs

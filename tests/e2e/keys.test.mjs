@@ -1,11 +1,10 @@
 // The cache key and lookup structure (docs/prompt-cache.md "Lookup") over real HTTP with the openai
-// client, for the tiny hybrid (qwen35) and tiny dense (qwen3) models: the XXH3 key digest keeps G1
-// (other kwargs that render the same tokens share the bucket and hit, as equal keys do), APC block
+// client, for the tiny hybrid (qwen35) and tiny dense (qwen3) models: with the XXH3 key digest,
+// other kwargs that render the same tokens share the bucket and hit, as equal keys do; APC block
 // chains clamp a dense partial match to whole blocks and are off (with one log line) on a hybrid
-// model, POST /v1/cache/reset reports exactly the entries and bytes it freed, and SCENARIOS A2 (a
-// reply whose tokens re-tokenize differently: the next turn still restores at least the previous
-// prompt). Exact values throughout (lib/scenario.mjs gives the cache rules and token facts relied
-// on).
+// model; POST /v1/cache/reset reports exactly the entries and bytes it freed; a reply whose
+// tokens re-tokenize differently still lets the next turn restore at least the previous prompt.
+// Exact values throughout (lib/scenario.mjs gives the cache rules and token facts relied on).
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test keys.test.mjs
 import assert from 'node:assert/strict';
@@ -48,7 +47,7 @@ for (const arch of ARCHS) {
     });
     after(async () => { await srv?.stopGracefully(); });
 
-    it('--prompt-cache-hash xxh3: other kwargs with the same tokens and equal keys hit, in one bucket (G1)', async () => {
+    it('--prompt-cache-hash xxh3: other kwargs with the same tokens and equal keys hit, in one bucket', async () => {
       await sc.reset();
       const P = [sys(SYSTEM(51)), user(`Key test: ${words(20, 52)}`)];
       const r1 = await sc.ask('tools [read_file]', P, { tools: [TOOLS[0]] });
@@ -99,7 +98,8 @@ for (const arch of ARCHS) {
       // Without APC this restores lcp tokens; with it, the whole blocks inside them.
       expectHit(b, Math.floor(lcp / APC_BLOCK) * APC_BLOCK, 'prefix');
       // A verbatim resend of A is a partial match of A's entry (prompt + reply) too: clamped, so it
-      // restores less than SCENARIOS B3's |P| - 1. This is why --apc-enabled is off by default.
+      // restores less than the |P| - 1 a verbatim resend restores without APC. This is why
+      // --apc-enabled is off by default.
       assert.notEqual((a.u.prompt - 1) % APC_BLOCK, 0, 'premise: the resend does not end on a block edge');
       const a2 = await sc.ask('A again', A, { prompt_cache_key: 'apc' });
       expectHit(a2, Math.floor((a.u.prompt - 1) / APC_BLOCK) * APC_BLOCK, 'prefix');
@@ -129,7 +129,7 @@ for (const arch of ARCHS) {
         tiers: { disk: { copies_freed: 0, bytes_freed: 0 } } });
     });
 
-    it('A2: a reply that re-tokenizes differently; the next agent turn still restores the whole previous prompt', async () => {
+    it('a reply that re-tokenizes differently; the next agent turn still restores the whole previous prompt', async () => {
       // Premise: the random-weight model's 24 tokens do not come back as 24 tokens. Which reply
       // does that depends on the CPU's rounding (the greedy picks of a random model are near
       // ties), so the first of a few user messages whose reply does.

@@ -1,7 +1,7 @@
 // Tier 3 (docs/prompt-cache.md "Tier 3: Redis shared by replicas"): two replicas share the prompt
 // cache through a real redis-server (started here on a free loopback port, no persistence, stopped
 // by PID). A conversation served by replica A continues on replica B restoring what A stored (the
-// same cached_tokens a single server gives after a restart from disk: tests/e2e/disk.test.mjs D1),
+// same cached_tokens a single server gives after a restart from disk: tests/e2e/disk.test.mjs),
 // and the reply equals a never-cached server's; a new session on B restores A's anchor; a restarted
 // B keeps serving from Redis; a corrupted chunk is rejected and counted; FLUSHALL makes misses,
 // never errors; a reset of one replica deletes this model's entries from Redis, so that it restores

@@ -1,5 +1,5 @@
-// Issue 14's restore points with the server's defaults, over real HTTP with the openai client,
-// on every tiny model (three hybrid families and the dense one):
+// The restore points beyond the base capture set, with the server's defaults, over real HTTP
+// with the openai client, on every tiny model (three hybrid families and the dense one):
 //  - the anchor ladder: a new session whose system text parts from a known one in its last lines
 //    (another working folder and date, as agents write them) restores the last rung before the
 //    parting point (>= the shared prefix minus 64 tokens) on hybrids; a server with the ladder
@@ -55,7 +55,7 @@ const stepOf = (turn1, reply) => [...turn1, echo(reply), { role: 'assistant', co
   { role: 'tool', tool_call_id: 'call_1', content: words(40, 8) }];
 
 for (const arch of SCENARIO_ARCHS) {
-  describe(`scenarios, issue 14 restore points [${arch}]`, { timeout: 300_000 }, () => {
+  describe(`scenarios, restore points beyond the base set [${arch}]`, { timeout: 300_000 }, () => {
     let srv;
     let off;
     let ref;

@@ -12,7 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import { echo, words } from './lib/chat.mjs';
 import {
   ROLLBACK, SCENARIO_ARCHS, GEN, RERENDER_SHARED, GUARD_DISTANCE, SERVER_ARGS, TOOLS, SYSTEM, sys, user,
-  Scenario, detail, expectHit, expectCaptures, expectSame, expectTally, ownCaptures, scenarioB3,
+  Scenario, detail, expectHit, expectCaptures, expectSame, expectTally, ownCaptures,
+  resendAndFollowUp,
 } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 import { HitTally } from './lib/trace.mjs';
@@ -27,8 +28,8 @@ for (const arch of SCENARIO_ARCHS) {
     });
     after(async () => { await srv?.stopGracefully(); });
 
-    it('B3: P (max_tokens 1), P, P + reply + user message (batch and ubatch 16)', async () => {
-      await scenarioB3(sc, 'B3 batch 16');
+    it('P (max_tokens 1), P, P + reply + user message (batch and ubatch 16)', async () => {
+      await resendAndFollowUp(sc, 'resend, batch 16');
     });
   });
 
@@ -109,8 +110,8 @@ for (const arch of SCENARIO_ARCHS) {
       await expectTally(sc, tally, 'guard by rollback');
     });
 
-    it('B3: P (max_tokens 1) ends before its last token is decoded again; the resend continues its entry', async () => {
-      await scenarioB3(sc, 'B3 rollback');
+    it('P (max_tokens 1) ends before its last token is decoded again; the resend continues its entry', async () => {
+      await resendAndFollowUp(sc, 'resend, rollback');
     });
   });
 

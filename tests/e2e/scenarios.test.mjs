@@ -1,12 +1,15 @@
-// The scenarios' traffic in lineage mode (the default), over real HTTP with the openai
-// client, for each tiny model: qwen35 (Gated DeltaNet hybrid), kimi-linear (KDA hybrid),
-// granite-hybrid (Mamba2 hybrid) and qwen3 (dense). Every cached_tokens value the cache rules
-// make exact is asserted exactly, with the restore kind (timings.cache_hit), the checkpoints
-// captured (server log at debug level) and the hits by kind in GET /v1/cache/stats; every test
-// also has a positive hit, so none passes with the cache off. "== cold" compares greedy replies
-// with a second server of the same model started with --no-cache-prompt ("a server that never
-// cached anything"); C2 also compares with cache_prompt:false on the server under test, as
-// SCENARIOS C2 states it. The rules and token facts relied on: lib/scenario.mjs.
+// Short request sequences of the kinds that break prompt caches (a trailing part that changes, a
+// timestamp in the system prompt, an insertion mid-prompt, a verbatim resend, repeated restores,
+// a strict prefix of a cached prompt, other template kwargs or tools) in lineage mode (the
+// default), over real HTTP with the openai client, for each tiny model: qwen35 (Gated DeltaNet
+// hybrid), kimi-linear (KDA hybrid), granite-hybrid (Mamba2 hybrid) and qwen3 (dense). Every
+// cached_tokens value the cache rules make exact is asserted exactly, with the restore kind
+// (timings.cache_hit), the checkpoints captured (server log at debug level) and the hits by kind
+// in GET /v1/cache/stats; every test also has a positive hit, so none passes with the cache off.
+// "== cold" compares greedy replies with a second server of the same model started with
+// --no-cache-prompt ("a server that never cached anything"); the cache_prompt:false test also
+// compares with cache_prompt:false on the server under test, the comparison a user makes. The
+// rules and token facts relied on: lib/scenario.mjs.
 // The other server modes (--batch-size 16, exact mode, no resend checkpoint): scenarios-modes.test.mjs.
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 scenarios*.test.mjs
@@ -18,7 +21,7 @@ import { echo, words } from './lib/chat.mjs';
 import {
   FAMILY, SCENARIO_ARCHS, GEN, RERENDER_SHARED, ANCHOR_SLACK, SERVER_ARGS, TOOLS, SYSTEM, sys, replyOf,
   user, Scenario, detail, expectHit, expectCaptures, ownCaptures, loopStepCaptures, expectSame, expectTally,
-  scenarioB3,
+  resendAndFollowUp,
 } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 import { HitTally } from './lib/trace.mjs';
@@ -100,7 +103,8 @@ for (const arch of SCENARIO_ARCHS) {
 
       // A short turn on the conversation: restores turn 2's boundary and prefills only its new
       // tokens; the only capture points are its own history boundary and the resend checkpoint
-      // (no seed-000 guard at prompt - 16, which would split a short suffix once more).
+      // (no guard at prompt - 16, the one --cache-resend-checkpoint=false takes instead, which
+      // would split a short suffix once more).
       const m3 = [...m2, echo(resend.res.choices[0].message), user('Why?')];
       const r3 = await sc.ask('short turn', m3, { prompt_cache_key: 'conv-1' });
       expectHit(r3, sc.hybrid ? p2 - GEN : p2 - GEN + RERENDER_SHARED, sc.hybrid ? 'turn' : 'prefix', tally);
@@ -184,7 +188,7 @@ for (const arch of SCENARIO_ARCHS) {
       if (sc.hybrid) assert.equal(s.checkpoints.divergence, 1, `one divergence checkpoint: ${JSON.stringify(s)}`);
     });
 
-    it('B1: Q + t1 then Q + t2 restores the restore point nearest |Q| (never 0); a third t restores the divergence', async () => {
+    it('Q + t1 then Q + t2 restores the restore point nearest |Q| (never 0); a third t restores the divergence', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const S = `You are a careful software engineer. ${words(40, 3)}`;
@@ -206,10 +210,10 @@ for (const arch of SCENARIO_ARCHS) {
       }
       const r3 = await sc.ask('Q + t3', at('10:37:45'), { prompt_cache_key: 'b1' });
       expectHit(r3, L, sc.hybrid ? 'divergence' : 'prefix', tally);
-      await expectTally(sc, tally, 'B1');
+      await expectTally(sc, tally, 'Q + t');
     });
 
-    it('B1 in the system prompt: a timestamp ending the system text after the tool block; a new session restores the tools anchor (never 0), later ones the divergence', async () => {
+    it('Q + t in the system prompt: a timestamp ending the system text after the tool block; a new session restores the tools anchor (never 0), later ones the divergence', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       // The bench's carmen persona in small: the Qwen3.5 template renders the tools first, then
@@ -236,7 +240,7 @@ for (const arch of SCENARIO_ARCHS) {
       expectHit(r1, 0, 'miss', tally);
       const A1 = r1.trace.hints.anchor - ANCHOR_SLACK;
       const r2 = await sc.ask('session 2 (08:49)', at('08:49'), { tools: TOOLS, prompt_cache_key: 'ts-2' });
-      assert.ok(r2.u.cached > 0, `session 2: never 0 (SCENARIOS B1)${detail(r2)}`);
+      assert.ok(r2.u.cached > 0, `session 2: never 0${detail(r2)}`);
       const T = r1.trace.toolsAnchor - ANCHOR_SLACK;
       assert.ok(T >= 32 && H - T >= 256 && A1 > M, `tools anchor ${T}, stamps at ${H}/${M}, anchor ${A1}`);
       expectCaptures(r1, sc.hybrid ? ownCaptures(r1) : [], sc.hybrid ? [T, A1] : [A1]);
@@ -261,12 +265,12 @@ for (const arch of SCENARIO_ARCHS) {
       const r4 = await sc.ask('session 4 (09:03)', at('09:03'), { tools: TOOLS, prompt_cache_key: 'ts-4' });
       expectHit(r4, sc.hybrid ? H : M, sc.hybrid ? 'divergence' : 'prefix', tally);
       expectSame(r4, await sc.cold('session 4 cold', at('09:03'), { tools: TOOLS }), 'session 4 vs cold');
-      const s = await expectTally(sc, tally, 'B1 in the system prompt');
+      const s = await expectTally(sc, tally, 'Q + t in the system prompt');
       // Pinned: the tools anchor (hybrid) and one anchor per distinct system text.
       assert.equal(s.anchors, sc.hybrid ? 5 : 4, `anchors: ${JSON.stringify(s)}`);
     });
 
-    it('B2: AAAA.BBBB then AAAA.C.BBBB restores at or before |AAAA| and equals cold', async () => {
+    it('AAAA.BBBB then AAAA.C.BBBB restores at or before |AAAA| and equals cold', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const S = `You are a careful software engineer reviewing a patch. ${words(40, 4)}`;
@@ -295,34 +299,34 @@ for (const arch of SCENARIO_ARCHS) {
       const r3 = await sc.ask('AAAA.D.BBBB', msgs(`Another insertion: ${words(20, 24)}`), { prompt_cache_key: 'b2' });
       expectHit(r3, L, sc.hybrid ? 'divergence' : 'prefix', tally);
       expectSame(r3, await sc.cold('AAAA.D.BBBB cold', r3.body.messages), 'AAAA.D.BBBB vs cold');
-      await expectTally(sc, tally, 'B2');
+      await expectTally(sc, tally, 'AAAA.C.BBBB');
     });
 
-    it('B3: P (max_tokens 1), P, P + reply + user message (batch 512)', async () => {
-      await scenarioB3(sc, 'B3 batch 512');
+    it('P (max_tokens 1), P, P + reply + user message (batch 512)', async () => {
+      await resendAndFollowUp(sc, 'resend, batch 512');
     });
 
-    it('C1: 30 restores of the same checkpoint give the first greedy output and cold, without drift', async () => {
+    it('30 restores of the same checkpoint give the first greedy output and cold, without drift', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const P = [sys(SYSTEM(51)), user(`Explain this stack trace.\n\n${words(40, 52)}`)];
-      const first = await sc.ask('G1', P);
+      const first = await sc.ask('greedy 1', P);
       expectHit(first, 0, 'miss', tally);
       const p = first.u.prompt;
       const want = { entries: 1, anchors: 1, checkpoints: sc.hybrid ? { turn: 1, guard: 1 } : {} };
       const held = (s) => ({ entries: s.entries, anchors: s.anchors, checkpoints: s.checkpoints });
       for (let k = 2; k <= 31; k++) {
-        const r = await sc.ask(`G${k}`, P);
+        const r = await sc.ask(`greedy ${k}`, P);
         expectHit(r, p - 1, sc.hybrid ? 'guard' : 'prefix', tally);
         expectSame(r, first, `restore ${k - 1}`);
         if (k % 10 === 1) assert.deepEqual(held(await sc.stats()), want, `after restore ${k - 1}: what the cache holds`);
       }
-      expectSame(await sc.cold('cold', P), first, 'cold vs G1');
-      const s = await expectTally(sc, tally, 'C1');
+      expectSame(await sc.cold('cold', P), first, 'cold vs greedy 1');
+      const s = await expectTally(sc, tally, '30 restores');
       assert.deepEqual(held(s), want, 'after 30 restores');
     });
 
-    it('C2: P greedy, P greedy, P with cache_prompt:false give the same output', async () => {
+    it('P greedy, P greedy, P with cache_prompt:false give the same output', async () => {
       await sc.reset();
       const P = [sys(SYSTEM(61)), user(words(30, 62))];
       const a = await sc.ask('P', P);
@@ -338,10 +342,11 @@ for (const arch of SCENARIO_ARCHS) {
       expectSame(c, a, 'cache_prompt:false vs first');
     });
 
-    it('C: a miss gives the same greedy output whatever unrelated conversation is parked on the device', async () => {
+    it('a miss gives the same greedy output whatever unrelated conversation is parked on the device', async () => {
       // A hit is only as good as cold if a request does not depend on other sequences: P shares
       // nothing with the parked conversation (another first message), so P is a miss each time.
-      // (P is C2's prompt, whose greedy reply has a near tie within 4 tokens on some models.)
+      // (P is the cache_prompt:false test's prompt, whose greedy reply has a near tie within 4
+      // tokens on some models.)
       const P = [sys(SYSTEM(61)), user(words(30, 62))];
       const want = await sc.cold('P cold', P);
       const differ = [];
@@ -358,7 +363,7 @@ for (const arch of SCENARIO_ARCHS) {
         `with an unrelated conversation parked it differs:\n  ${differ.join('\n  ')}${detail(want)}`);
     });
 
-    it('C3: P + Q, then P alone (a strict prefix), then P again: no crash, outputs == cold P', async () => {
+    it('P + Q, then P alone (a strict prefix), then P again: no crash, outputs == cold P', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const P = [sys(SYSTEM(71)), user(`Prefix test: ${words(30, 72)}`)];
@@ -380,7 +385,7 @@ for (const arch of SCENARIO_ARCHS) {
       const cold = await sc.cold('P cold', P);
       expectSame(r2, cold, 'P after P + Q vs cold');
       expectSame(r3, cold, 'P again vs cold');
-      await expectTally(sc, tally, 'C3');
+      await expectTally(sc, tally, 'strict prefix');
     });
 
     it('restores from the RAM tier (an entry demoted off the device) are as exact and as good as cold', async () => {
@@ -411,7 +416,7 @@ for (const arch of SCENARIO_ARCHS) {
       await expectTally(sc, tally, 'RAM tier');
     });
 
-    it('G1: other chat_template_kwargs or tools restore the tokens they share (template_sig is not a bucket dimension)', async () => {
+    it('other chat_template_kwargs or tools restore the tokens they share (template_sig is not a bucket dimension)', async () => {
       await sc.reset();
       const tally = new HitTally(await sc.stats());
       const P = [sys(SYSTEM(81)), user(`Key test: ${words(20, 82)}`)];
@@ -451,7 +456,7 @@ for (const arch of SCENARIO_ARCHS) {
       assert.ok(r2.u.cached < p - GEN, `another tool list cannot restore past the tool block: ${r2.u.cached}${detail(r2)}`);
       if (!sc.hybrid) assert.ok(r2.u.cached > 0, `dense: the shared head of the tool block is a prefix${detail(r2)}`);
       tally.add(r2.hit);
-      await expectTally(sc, tally, 'G1');
+      await expectTally(sc, tally, 'kwargs and tools');
     });
 
     it('prompts shorter than --prompt-cache-min-prefix (32) are not stored; longer ones are', async () => {

@@ -7,7 +7,7 @@
 //    the matching tool result messages (one or two calls) renders and returns 200;
 //  - streamed and non-streamed replies to a tool history agree;
 //  - an agent-loop turn (the previous prompt + an assistant tool call as a client replays it
-//    + its tool result) reuses at least the whole previous prompt (SCENARIOS A1).
+//    + its tool result) reuses at least the whole previous prompt.
 //
 //   cd tests/e2e && node --test tools.test.mjs
 import assert from 'node:assert/strict';

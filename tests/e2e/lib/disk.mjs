@@ -26,8 +26,8 @@ export const blobBytes = (dir) => blobFiles(dir).reduce((n, f) => {
 }, 0);
 
 /** {cached, kind} of the follow-up P + reply + U when the entry of P (`p` prompt tokens) is
- *  restored (scenario.mjs B3 rule): a hybrid restores its turn checkpoint, a dense model the
- *  prefix shared with the re-rendered reply. */
+ *  restored (as in scenario.mjs resendAndFollowUp): a hybrid restores its turn checkpoint, a
+ *  dense model the prefix shared with the re-rendered reply. */
 export const followUpHit = (hybrid, p) => (hybrid ? { cached: p - GEN, kind: 'turn' } : { cached: p - GEN + RERENDER_SHARED, kind: 'prefix' });
 
 /** Registers the current describe's hooks for a disk suite of `arch` and returns the fixture:

@@ -1,4 +1,4 @@
-// Shared by scenarios.test.mjs and scenarios-modes.test.mjs: the scenarios' traffic
+// Shared by scenarios.test.mjs and scenarios-modes.test.mjs: their request sequences
 // against lineage-server, with exact expectations derived from the cache rules below.
 //
 // The rules relied on (lineage mode, defaults; src/cache/store/store.cpp, src/scheduler/scheduler.cpp):
@@ -119,7 +119,7 @@ export class Scenario {
     return askOn(this.srv, where, messages, extra);
   }
 
-  /** The request on the never-cached reference server (SCENARIOS "== cold"). */
+  /** The request on the never-cached reference server, what "== cold" compares with. */
   async cold(where, messages, extra = {}) {
     assert.ok(this.ref, 'no reference server');
     const r = await askOn(this.ref, `${where} (never-cached server)`, messages, extra);
@@ -185,8 +185,9 @@ export async function expectTally(sc, tally, where) {
   return s;
 }
 
-/** B3 on one server: P with max_tokens 1; P again; P + reply + a new user message. */
-export async function scenarioB3(sc, label) {
+/** The verbatim resend and its follow-up on one server: P with max_tokens 1; P again (all but
+ *  one token restored); P + reply + a new user message (at least the history of P restored). */
+export async function resendAndFollowUp(sc, label) {
   await sc.reset();
   const tally = new HitTally(await sc.stats());
   const P = [sys(SYSTEM(31)), user(`Summarise the build failure below.\n\n${words(60, 32)}`)];
