@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// The raw-engine part of the benchmark (WORKLOAD.md "What is reported"): how fast the server's
-// engine loop decodes and prefills, with the cache out of the picture, so that lineage-server and
-// llama-server are compared on the same model, threads and parallelism.
+// The raw-engine part of the benchmark (docs/benchmarks/README.md "Raw engine and time"): how fast
+// the server's engine loop decodes and prefills, with the cache out of the picture, so that
+// lineage-server and llama-server are compared on the same model, threads and parallelism.
 //
 //   node tools/bench/engine.mjs --name NAME --out DIR [flags] -- SERVER ARGV... ({port} is replaced)
 //

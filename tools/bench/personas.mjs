@@ -1,14 +1,15 @@
-// The benchmark's personas and scripted content (WORKLOAD.md "Traffic"): three system prompts of
-// system text + tool schemas, ~2,000-4,000 tokens each as the Qwen3.5 template renders them:
+// The benchmark's personas and scripted content (docs/benchmarks/README.md "What the trace is"):
+// three system prompts of system text + tool schemas, ~2,000-4,000 tokens each as the Qwen3.5
+// template renders them:
 //   forge   a coding agent: the demo's persona (tools/demo/persona.mjs, imported; the digest
 //           check in tests/e2e/personas.test.mjs fails when a demo change would move the
 //           benchmark): system text + nine tools;
 //   forge2  its sibling: the same text but for a few tokens near the end (repository name and
 //           word budget), as two variants of one coding tool's prompt differ;
 //   carmen  a personal assistant whose system text carries a timestamp line that changes per
-//           session (the seeds' scheduled agents), near its end.
+//           session (as scheduled agents stamp the time they run), near its end.
 // `scale` (>= 1) appends project-notes sections to every system text, to scale the personas
-// back up towards the seeds' 9-12k tokens on faster hardware.
+// up towards the 9-12k tokens of a real coding agent's system prompt + tools on faster hardware.
 // Everything here is deterministic: the same arguments give the same text on every run.
 
 import { CODE, TOOLS, bool, fn, int, rng, str, systemText } from '../demo/persona.mjs';

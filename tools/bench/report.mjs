@@ -57,8 +57,8 @@ if (t) {
     `Model: \`${runs[0].summary.model}\`.`, '');
 }
 
-// Time first (WORKLOAD.md "What is reported"): a cache that computes fewer tokens but finishes
-// later has lost. Ratios are to the reference configuration (llama-server when it ran).
+// Time first: a cache that computes fewer tokens but finishes later has lost. Ratios are to the
+// reference configuration (llama-server when it ran).
 const ref = runs.find((r) => r.name === 'llama-server');
 const ratio = (a, b, d = 2) => (a && b ? (a / b).toFixed(d) : '-');
 const generated = (r) => r.records.reduce((a, x) => a + (x.completion_tokens ?? 0), 0);

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// The agent-workload benchmark driver (WORKLOAD.md): starts a server, replays the trace of
-// tools/bench/trace.mjs against its OpenAI API in closed loop with concurrent conversations,
-// restarts the server once (two thirds of the way through), and records every request.
+// The agent-workload benchmark driver (docs/benchmarks/README.md): starts a server, replays the
+// trace of tools/bench/trace.mjs against its OpenAI API in closed loop with concurrent
+// conversations, restarts the server once (two thirds of the way through), and records every
+// request.
 //
 //   node tools/bench/run.mjs --name NAME --out DIR [trace flags] -- SERVER ARGV... ({port} is replaced)
 //   node tools/bench/run.mjs --dry-run [trace flags]      # print the plan only

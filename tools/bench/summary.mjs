@@ -2,7 +2,8 @@
 // efficiency (computed prefill tokens / oracle tokens; 1.0 is the limit) and TTFT percentiles,
 // overall and per request kind, and the requests that computed far more than the oracle.
 
-/** Request kinds in report order, with their labels (WORKLOAD.md "What is reported"). */
+/** Request kinds in report order, with their labels; docs/benchmarks/README.md "What the trace is"
+ *  describes them. */
 export const KINDS = [
   ['warm', 'warm next turn'],
   ['new_session', 'new session, known persona'],

@@ -1,6 +1,6 @@
-// The benchmark's trace (WORKLOAD.md "Traffic"): one seed and the flags make the whole plan of
-// conversations, turns, scripted tool results and events; only the assistant replies come from
-// the server at run time (they are echoed back exactly as returned).
+// The benchmark's trace (docs/benchmarks/README.md "What the trace is"): one seed and the flags
+// make the whole plan of conversations, turns, scripted tool results and events; only the
+// assistant replies come from the server at run time (they are echoed back exactly as returned).
 //
 // A conversation is a persona session: the persona's system prompt + tools, then 6-10 steps.
 // A step is a user message (5-200 tokens) or an agent-loop step (a scripted assistant tool call
