@@ -52,6 +52,9 @@ endforeach()
 install(CODE "
   foreach(_n ${_real_libs})
     set(_p \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${_libdir}/\${_n}\")
+    # READ_ELF leaves the variable alone for a file without a RUNPATH (libggml-base): cleared
+    # first, or such a file would get the RPATH_SET of the file before it, which fails.
+    unset(_runpath)
     file(READ_ELF \"\${_p}\" RUNPATH _runpath)
     if(_runpath)
       file(RPATH_SET FILE \"\${_p}\" NEW_RPATH \"\\\$ORIGIN\")
@@ -82,6 +85,22 @@ set(CPACK_DEBIAN_PACKAGE_SECTION "net")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The engine's libraries are in the package itself.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${LINEAGE_ENGINE_BIN}")
+if(EXISTS "${LINEAGE_ENGINE_BIN}/libggml-cuda.so")
+  # The CUDA build (README.md "GPUs"): its CUDA backend module needs the CUDA runtime (libcudart,
+  # libcublas, libnccl) and the NVIDIA driver (libcuda.so.1), which are not Debian packages. The
+  # package does not depend on them: the module loads where they are installed and, where they
+  # are not, the server runs on the CPU backend and says why in one INFO line. dpkg-shlibdeps
+  # is shown the toolkit's libraries and the driver's stub as private, so it asks for neither.
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(_stub_dir "${CMAKE_BINARY_DIR}/package-cuda-driver-stub")
+    file(MAKE_DIRECTORY "${_stub_dir}")
+    if(EXISTS "${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so")
+      file(CREATE_LINK "${CUDAToolkit_LIBRARY_DIR}/stubs/libcuda.so" "${_stub_dir}/libcuda.so.1" SYMBOLIC)
+    endif()
+    list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${CUDAToolkit_LIBRARY_DIR}" "${_stub_dir}")
+  endif()
+endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "adduser")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     "${_pkg}/deb/postinst;${_pkg}/deb/prerm;${_pkg}/deb/postrm;${_pkg}/deb/conffiles")
