@@ -74,7 +74,8 @@ TEST(DiskLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     t.shared->drain();
     ASSERT_EQ(t.own->held().size(), 1u);
     ASSERT_EQ(t.shared->held().size(), 1u);
-    const cache::disk_record & rec = t.own->held().begin()->second;
+    const auto held = t.own->held();  // a copy: held() returns the map by value
+    const cache::disk_record & rec = held.begin()->second;
     EXPECT_EQ(rec.toks, seq_tokens(40));
     ASSERT_TRUE(rec.full);
     EXPECT_EQ(rec.full->size(), states.state_size(1, false));
