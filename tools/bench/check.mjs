@@ -46,6 +46,7 @@ for (const n of NAMES) {
     parse_errors_kept: s.parse_errors_kept ?? 0 };
   if (s.requests !== s.trace?.total_requests) problems.push(`${n}: ${s.requests} of ${s.trace?.total_requests} planned requests recorded`);
   if (s.failures !== 0) problems.push(`${n}: ${s.failures} failed requests (see ${n}.driver.log)`);
+  if (s.oracle_errors) problems.push(`${n}: ${s.oracle_errors} prompts it would not render or tokenize for the oracle (see ${n}.driver.log)`);
 }
 
 const div = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? a / b : null);

@@ -30,10 +30,24 @@ async function getJson(url) {
   } catch { return null; }
 }
 
-/** POST `body` as JSON to `base + pathname`; the parsed answer, or an Error naming the status. */
+/** POST `body` as JSON to `base + pathname`; the parsed answer, or an Error naming the status.
+ *  Only for idempotent endpoints (/tokenize, /apply-template): a request that fails before any
+ *  answer (fetch's "fetch failed": e.g. a kept-alive connection the server closed as it was
+ *  reused, which undici does not retry for a POST) is sent again, up to 2 more times. */
 export async function postJson(base, pathname, body, timeoutMs) {
-  const r = await fetch(base + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+  let r;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      r = await fetch(base + pathname, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+      break;
+    } catch (e) {
+      const why = e.cause ? `${e.message}: ${e.cause.code ?? ''} ${e.cause.message ?? e.cause}` : e.message;
+      if (attempt >= 3 || e.name === 'TimeoutError') throw new Error(`POST ${pathname}: ${why} (attempt ${attempt})`);
+      process.stderr.write(`[bench] POST ${pathname}: ${why}; sending it again\n`);
+      await sleep(200);
+    }
+  }
   const text = await r.text();
   if (r.status !== 200) throw new Error(`POST ${pathname} -> ${r.status}: ${text.slice(0, 300)}`);
   return JSON.parse(text);

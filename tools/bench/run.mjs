@@ -248,6 +248,7 @@ let restarted = false;
 let restartPromise = null;
 let restartInfo = null;
 let failures = 0;
+let oracleErrors = 0;                // records whose prompt the server would not render or tokenize
 let parseErrors = 0;                  // streams that ended in a parse error after the reply (kept)
 const running = new Set();            // conversations started and not finished
 
@@ -427,31 +428,46 @@ async function tokenizeAll() {
     return t;
   };
   for (const rec of records) {
-    const conv = trace.conversations[rec.conv];
-    const { prompt } = await postJson('/apply-template', { model: MODEL, messages: rec._messages, tools: conv.tools });
-    rec._tokens = await tokenize(prompt);
-    if (opt['dump-prompts']) rec._prompt = prompt;
-    rec.prompt_tokens_local = rec._tokens.length;
-    // A warm user turn's own tokens: where its prompt leaves the same conversation whose last
-    // (user) message says something else, to the end (the message and the generation prompt).
-    if (rec.kind === 'warm' && rec.turn === 'user' && rec._messages.at(-1)?.role === 'user') {
-      const other = [...rec._messages.slice(0, -1), { role: 'user', content: '\u0001' }];
-      const p2 = (await postJson('/apply-template', { model: MODEL, messages: other, tools: conv.tools })).prompt;
-      rec.own_tokens = rec._tokens.length - lcp(rec._tokens, await tokenize(p2));
-      // The prefill time of those tokens at this request's own prefill rate (its timing line).
-      if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
-        rec.own_prefill_ms = (rec.own_tokens * rec.server_prompt_ms) / rec.computed;
-        rec.ttft_over_own_prefill = rec.ttft_ms / rec.own_prefill_ms;
-        // The same from the server's timing line: no HTTP, no streaming, no
-        // wait for a first token that the chat parser shows (a random-weight model often starts
-        // its reasoning with whitespace, which the parser holds back).
-        if (rec.server_ttft_ms !== null) rec.server_ttft_over_own_prefill = rec.server_ttft_ms / rec.own_prefill_ms;
-      }
+    try {
+      await tokenizeOne(rec, tokenize);
+    } catch (e) {
+      // One prompt the server would not render or tokenize: that request has no oracle figure
+      // (counted in the summary's oracle_errors); the others still do.
+      oracleErrors++;
+      rec._tokens = null;
+      rec._continuation = null;
+      rec.oracle_error = e.message;
+      log(`oracle: request ${rec.i}: ${e.message}`);
     }
-    if (!rec.dropped && !rec.error && rec._reply) {
-      const gen = generatedText(rec._reply, prompt);
-      rec._continuation = gen ? rec._tokens.concat(await tokenize(gen)) : null;
+  }
+}
+
+/** Renders and tokenizes `rec`'s prompt (and its continuation) with the server under test. */
+async function tokenizeOne(rec, tokenize) {
+  const conv = trace.conversations[rec.conv];
+  const { prompt } = await postJson('/apply-template', { model: MODEL, messages: rec._messages, tools: conv.tools });
+  rec._tokens = await tokenize(prompt);
+  if (opt['dump-prompts']) rec._prompt = prompt;
+  rec.prompt_tokens_local = rec._tokens.length;
+  // A warm user turn's own tokens: where its prompt leaves the same conversation whose last
+  // (user) message says something else, to the end (the message and the generation prompt).
+  if (rec.kind === 'warm' && rec.turn === 'user' && rec._messages.at(-1)?.role === 'user') {
+    const other = [...rec._messages.slice(0, -1), { role: 'user', content: '\u0001' }];
+    const p2 = (await postJson('/apply-template', { model: MODEL, messages: other, tools: conv.tools })).prompt;
+    rec.own_tokens = rec._tokens.length - lcp(rec._tokens, await tokenize(p2));
+    // The prefill time of those tokens at this request's own prefill rate (its timing line).
+    if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
+      rec.own_prefill_ms = (rec.own_tokens * rec.server_prompt_ms) / rec.computed;
+      rec.ttft_over_own_prefill = rec.ttft_ms / rec.own_prefill_ms;
+      // The same from the server's timing line: no HTTP, no streaming, no
+      // wait for a first token that the chat parser shows (a random-weight model often starts
+      // its reasoning with whitespace, which the parser holds back).
+      if (rec.server_ttft_ms !== null) rec.server_ttft_over_own_prefill = rec.server_ttft_ms / rec.own_prefill_ms;
     }
+  }
+  if (!rec.dropped && !rec.error && rec._reply) {
+    const gen = generatedText(rec._reply, prompt);
+    rec._continuation = gen ? rec._tokens.concat(await tokenize(gen)) : null;
   }
 }
 
@@ -459,11 +475,13 @@ function computeOracle() {
   // Events in time order: a prompt is seen when it is sent, its continuation when it is done.
   const seen = [];  // {t, tokens, i}
   for (const rec of records) {
+    if (!rec._tokens) continue;
     seen.push({ t: rec.t_send_ms, tokens: rec._tokens, i: rec.i, what: 'prompt' });
     if (rec._continuation) seen.push({ t: rec.t_done_ms, tokens: rec._continuation, i: rec.i, what: 'reply' });
   }
   seen.sort((a, b) => a.t - b.t);
   for (const rec of records) {
+    if (!rec._tokens) { rec.oracle = null; continue; }
     let best = 0;
     let from = null;
     for (const s of seen) {
@@ -503,6 +521,7 @@ async function main() {
     }
   }
   log(`trace done in ${runS.toFixed(0)} s; tokenizing ${records.length} prompts for the oracle`);
+  if (server.exit) log(`the server had exited during the trace: ${JSON.stringify(server.exit)} (log ${server.logPath})`);
   await tokenizeAll();
   computeOracle();
   await server.stop();
@@ -514,7 +533,8 @@ async function main() {
     fs.writeFileSync(path.join(opt.out, `${opt.name}.prompts.jsonl`), records.map((r) => JSON.stringify({ i: r.i,
       prompt: r._prompt, reply: r._reply ? { content: r._reply.content, reasoning: r._reply.reasoning } : null })).join('\n') + '\n');
   }
-  const mismatched = records.filter((r) => r.prompt_tokens !== null && r.prompt_tokens !== r.prompt_tokens_local);
+  const mismatched = records.filter((r) => r.prompt_tokens !== null && !r.oracle_error &&
+    r.prompt_tokens !== r.prompt_tokens_local);
   const summary = {
     name: opt.name,
     server_argv: server.argv,
@@ -530,6 +550,7 @@ async function main() {
     requests: records.length,
     failures,
     parse_errors_kept: parseErrors,
+    oracle_errors: oracleErrors,
     prompt_token_mismatches: mismatched.length,
     restart: restartInfo,
     after_run: after,
@@ -537,7 +558,7 @@ async function main() {
   };
   fs.writeFileSync(path.join(opt.out, `${opt.name}.summary.json`), JSON.stringify(summary, null, 2) + '\n');
   log(`wrote ${file} and ${opt.name}.summary.json: efficiency ${summary.efficiency.all?.ratio?.toFixed(3)}, ` +
-    `${failures} failures, ${mismatched.length} prompt-token mismatches`);
+    `${failures} failures, ${mismatched.length} prompt-token mismatches${oracleErrors ? `, ${oracleErrors} prompts without an oracle` : ''}`);
   return failures ? 1 : 0;
 }
 

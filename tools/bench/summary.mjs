@@ -51,7 +51,8 @@ export function summarize(records, { excessMin = 64 } = {}) {
   const byKind = (f) => Object.fromEntries(KINDS.map(([k]) => [k, f(records.filter((r) => r.kind === k))])
     .filter(([, v]) => v.n > 0));
   const excess = records
-    .filter((r) => !r.dropped && r.computed !== null && r.computed !== undefined && r.computed - r.oracle >= excessMin)
+    .filter((r) => !r.dropped && r.computed !== null && r.computed !== undefined && Number.isFinite(r.oracle) &&
+      r.computed - r.oracle >= excessMin)
     .map((r) => ({ i: r.i, kind: r.kind, base: r.base, conv: r.conv, persona: r.persona, step: r.step, turn: r.turn,
       prompt: r.prompt_tokens, cached: r.cached_tokens, computed: r.computed, oracle: r.oracle,
       excess: r.computed - r.oracle, oracle_from: r.oracle_from, hit: r.server_hit, ttft_ms: r.ttft_ms }))
