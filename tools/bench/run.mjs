@@ -508,7 +508,21 @@ async function main() {
   const models = await getJson('/v1/models');
   MODEL = models?.data?.[0]?.id ?? 'default';
   const tRun = performance.now();
-  await runAll();
+  // The server's RSS over the trace, every 500 ms, to NAME.rss.tsv (ms since the driver started,
+  // MiB; a cluster: each replica's): where the peak RSS falls against the request log.
+  const rssLog = fs.openSync(path.join(opt.out, `${opt.name}.rss.tsv`), 'w');
+  fs.writeSync(rssLog, 'ms\trss_mib\n');
+  const procs = replicas > 1 ? server.replicas : [server];
+  const sampler = setInterval(() => {
+    const mib = procs.map((p) => ((p.procStats().rss_bytes ?? 0) / 1048576).toFixed(1));
+    fs.writeSync(rssLog, `${now().toFixed(0)}\t${mib.join('\t')}\n`);
+  }, 500);
+  try {
+    await runAll();
+  } finally {
+    clearInterval(sampler);
+    fs.closeSync(rssLog);
+  }
   const runS = (performance.now() - tRun) / 1000;
   const after = { ...server.procStats(), cache: await cacheBytes() };
   const memory = replicas > 1 ? await server.replicaReport() : [{ replica: 1, ...server.memory() }];
