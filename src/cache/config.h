@@ -53,9 +53,9 @@ struct config {
     /** Sequences kept parked on the device after they finish (T0), in addition to the
      *  --parallel active slots (--cache-device-slots). -1 (the default) is resolved by the
      *  scheduler: auto_device_slots_gpu when the model runs on a GPU, auto_device_slots_cpu on
-     *  the CPU alone (a parked sequence is a KV buffer of the whole --ctx-size in host RAM,
-     *  allocated and zeroed at startup whether used or not, where the RAM tier holds the same
-     *  state at its used size; measured: docs/benchmarks/README.md "Raw engine and time"). */
+     *  the CPU alone (a parked sequence is a KV buffer in host RAM, resident as far as tokens
+     *  were written to it: docs/architecture.md "KV pages resident as used"; the RAM tier holds
+     *  the same state; measured: docs/benchmarks/README.md "Raw engine and time"). */
     int32_t device_slots = -1;
     /** --cache-device-slots' value when a GPU holds the model (auto). */
     static constexpr int32_t auto_device_slots_gpu = 4;

@@ -1,5 +1,7 @@
 #include "engine/context.h"
 
+#include "engine/resident.h"
+
 #include "common.h"
 #include "llama.h"
 
@@ -69,7 +71,14 @@ context::context(const model & m, const context_params & p)
     cp.no_perf = true;
     cp.abort_callback = abort_callback;
     cp.abort_callback_data = nullptr;
+    // The mappings before, to tell which ones llama.cpp makes for this context (engine/resident.h).
+    const std::vector<mapping> before = p.release_zero_pages ? anonymous_mappings() : std::vector<mapping>{};
     ctx_ = llama_init_from_model(m.raw(), cp);
+    if (ctx_ != nullptr && p.release_zero_pages) {
+        for (const mapping & nm : new_mappings(before, anonymous_mappings(), size_t{1} << 20)) {
+            released_zero_bytes_ += release_zero_pages(nm.start, nm.end);
+        }
+    }
     if (ctx_ == nullptr) {
         throw std::runtime_error("llama.cpp could not create a context with n_ctx=" + std::to_string(p.n_ctx) +
                                  " and " + std::to_string(p.n_seq) + " sequences (KV cache types K " + p.type_k +

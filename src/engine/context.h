@@ -55,6 +55,11 @@ struct context_params {
      *  its worst-case prefill graph for this many output rows, and at n_batch = 512 rows of a
      *  152k vocabulary that graph's compute buffer was 300 MiB against 28 MiB (bench-qwen35). */
     int32_t n_outputs_max = 0;
+    /** Give the all-zero pages of the buffers llama.cpp allocates for this context (KV cache,
+     *  recurrent state, compute) back to the kernel right after it creates them (engine/resident.h):
+     *  RSS then counts a sequence's KV cache as far as tokens are written, not its whole n_ctx.
+     *  For buffers in host memory only (the model on the CPU alone). */
+    bool release_zero_pages = false;
 };
 
 /** The KV cache data types llama.cpp accepts (llama-server's -ctk/-ctv list, common/arg.cpp):
@@ -134,6 +139,9 @@ public:
     int32_t graphs_reused() const;
     /** llama_decode calls so far (this wrapper's count). */
     int64_t decode_calls() const { return decode_calls_; }
+    /** Bytes of all-zero pages given back after the context was created (context_params::
+     *  release_zero_pages; 0 when off). */
+    uint64_t released_zero_bytes() const { return released_zero_bytes_; }
     int32_t n_seq() const { return n_seq_; }
     int32_t n_batch() const { return n_batch_; }
     const model & get_model() const { return model_; }
@@ -147,6 +155,7 @@ private:
     bool unified_ = false;
     std::atomic<bool> * abort_ = nullptr;
     int64_t decode_calls_ = 0;
+    uint64_t released_zero_bytes_ = 0;
 };
 
 }  // namespace lineage::engine

@@ -27,9 +27,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", p_.cache.device_slots,
                      p_.cache.device_slots == 1 ? "" : "s",
                      m.offloaded() ? "the model runs on a GPU"
-                                   : "the model runs on the CPU: a parked sequence holds a KV buffer of the whole "
-                                     "--ctx-size in host RAM, so one spare is kept for restores that copy a parked "
-                                     "entry; the RAM tier keeps finished states at their used size");
+                                   : "the model runs on the CPU: a parked sequence holds a KV buffer in host RAM, "
+                                     "so one spare is kept for restores that copy a parked entry; the RAM tier keeps "
+                                     "finished states too");
     }
     cp.n_seq = p_.n_parallel + p_.cache.device_slots;
     // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
@@ -69,7 +69,15 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     } else {
         spdlog::warn("memory plan: the state sizes could not be measured; no plan checked");
     }
+    // On the CPU alone the KV cache is host memory that llama.cpp clears at its whole size: its
+    // zero pages go back to the kernel, and RSS grows as tokens are written (engine/resident.h).
+    cp.release_zero_pages = !m.offloaded();
     ctx_ = std::make_unique<engine::context>(m, cp);
+    if (ctx_->released_zero_bytes() > 0) {
+        spdlog::info("engine: {:.1f} MiB of the context's buffers (KV cache, recurrent state) were still zero and went "
+                     "back to the kernel: RSS counts them as tokens are written",
+                     static_cast<double>(ctx_->released_zero_bytes()) / (1 << 20));
+    }
     guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
     if (guard_rollback_) {
         spdlog::info("scheduler: the resend guard (prompt - 1) is taken by rolling the recurrent state back after "

@@ -570,8 +570,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         seconds(cc.snapshot_ttl_s));
     add("--cache-device-slots", "LINEAGE_CACHE_DEVICE_SLOTS", "N", std::to_string(dc.device_slots),
         "finished sequences kept parked on the device, besides the --parallel slots; -1 = auto: 4 when the model "
-        "runs on a GPU, 1 on the CPU alone (there a parked sequence is a KV buffer of the whole --ctx-size in host "
-        "RAM, allocated at startup, and the RAM tier keeps the same state at its used size: one spare sequence for a "
+        "runs on a GPU, 1 on the CPU alone (there a parked sequence is a KV buffer in host RAM, resident as far as "
+        "tokens were written to it, and the RAM tier keeps the same state: one spare sequence for a "
         "restore that copies a parked entry); --parallel + "
         "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ)",
         int_in(cc.device_slots, -1, max_sequences - 1));

@@ -1,0 +1,111 @@
+#include "engine/resident.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace lineage::engine {
+
+namespace {
+
+bool all_zero(const unsigned char * p, size_t n) {
+    // 8 bytes at a time; page-aligned p and n a multiple of the page size.
+    const auto * w = reinterpret_cast<const uint64_t *>(p);
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n / sizeof(uint64_t); ++i) {
+        acc |= w[i];
+        if ((i & 63) == 63 && acc != 0) {
+            return false;
+        }
+    }
+    return acc == 0;
+}
+
+}  // namespace
+
+std::vector<mapping> anonymous_mappings() {
+    std::vector<mapping> out;
+    std::ifstream in("/proc/self/maps");
+    std::string line;
+    while (std::getline(in, line)) {
+        // start-end perms offset dev inode [name]
+        std::istringstream ls(line);
+        std::string range, perms, offset, dev, inode, name;
+        if (!(ls >> range >> perms >> offset >> dev >> inode)) {
+            continue;
+        }
+        ls >> name;
+        if (perms != "rw-p" || inode != "0" || !name.empty()) {
+            continue;
+        }
+        const size_t dash = range.find('-');
+        if (dash == std::string::npos) {
+            continue;
+        }
+        mapping m;
+        m.start = static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16));
+        m.end = static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16));
+        out.push_back(m);
+    }
+    return out;
+}
+
+std::vector<mapping> new_mappings(const std::vector<mapping> & before, const std::vector<mapping> & after,
+                                  size_t min_bytes) {
+    std::vector<mapping> out;
+    for (const auto & m : after) {
+        if (m.end - m.start < min_bytes) {
+            continue;
+        }
+        bool seen = false;
+        for (const auto & b : before) {
+            seen = seen || b == m;
+        }
+        if (!seen) {
+            out.push_back(m);
+        }
+    }
+    return out;
+}
+
+uint64_t release_zero_pages(uintptr_t start, uintptr_t end) {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    start = (start + page - 1) / page * page;
+    end = end / page * page;
+    if (end <= start) {
+        return 0;
+    }
+    // Which pages are resident, before the scan reads them (reading an untouched page maps the
+    // kernel's zero page, which mincore would then report as resident).
+    std::vector<unsigned char> in_core((end - start) / page);
+    if (mincore(reinterpret_cast<void *>(start), end - start, in_core.data()) != 0) {
+        return 0;
+    }
+    uint64_t released = 0;
+    uintptr_t run = 0;  // start of the current run of zero pages; 0 = none
+    const auto flush = [&](uintptr_t upto) {
+        if (run != 0 && upto > run && madvise(reinterpret_cast<void *>(run), upto - run, MADV_DONTNEED) == 0) {
+            for (uintptr_t q = run; q < upto; q += page) {
+                released += (in_core[(q - start) / page] & 1) != 0 ? page : 0;
+            }
+        }
+        run = 0;
+    };
+    for (uintptr_t p = start; p < end; p += page) {
+        if (all_zero(reinterpret_cast<const unsigned char *>(p), page)) {
+            if (run == 0) {
+                run = p;
+            }
+        } else {
+            flush(p);
+        }
+    }
+    flush(end);
+    return released;
+}
+
+}  // namespace lineage::engine

@@ -1,0 +1,48 @@
+// engine::resident: gives the all-zero pages of freshly allocated engine buffers back to the
+// kernel, so that the KV cache and recurrent-state buffers count in RSS only as far as tokens are
+// written into them.
+// Why: llama.cpp allocates the KV buffer of every sequence at its whole context (--ctx-size
+// tokens) and clears it with memset, which makes every page resident at startup: on bench-qwen35
+// three sequences of 16,384 tokens are ~300 MiB of RSS before the first request, though an agent
+// conversation of 4k tokens writes a quarter of its sequence's cells. A private anonymous page
+// given back with madvise(MADV_DONTNEED) reads as zero again (madvise(2)), so giving back a page
+// that is all zero changes no byte the program can read; the page is faulted in (zero-filled)
+// when a token is first written to it.
+// Only the CPU's own buffers: on a GPU the KV cache is device memory, and host buffers there may
+// be pinned (mlock'd pages cannot be given back).
+// Thread safety: release_zero_pages() must not race with writers of the mappings it scans (a
+// write between the zero check of a page and its madvise would be lost): call it right after the
+// buffers are allocated, before any other thread has their addresses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lineage::engine {
+
+/** One mapping of this process's address space: [start, end), bytes. */
+struct mapping {
+    uintptr_t start = 0;
+    uintptr_t end = 0;
+    bool operator==(const mapping & o) const { return start == o.start && end == o.end; }
+};
+
+/** The private anonymous read-write mappings of this process now (/proc/self/maps lines with
+ *  "rw-p", inode 0 and no name: malloc's large blocks, mmap(MAP_PRIVATE|MAP_ANONYMOUS)); empty
+ *  where /proc is not readable. The main heap ("[heap]") and thread stacks are named or
+ *  excluded. */
+std::vector<mapping> anonymous_mappings();
+
+/** Of `after`, the mappings not in `before` (by start and end) of at least `min_bytes`. */
+std::vector<mapping> new_mappings(const std::vector<mapping> & before, const std::vector<mapping> & after,
+                                  size_t min_bytes);
+
+/** Gives back (madvise MADV_DONTNEED) every page of [start, end) whose bytes are all zero; the
+ *  range is shrunk to whole pages. Returns the bytes of those pages that were resident (mincore),
+ *  i.e. what RSS fell by: a multiple of the page size; pages never touched count 0, and so do
+ *  pages where madvise fails (e.g. locked ones). The range must be private anonymous memory (a
+ *  shared or file mapping would not read as zero afterwards). */
+uint64_t release_zero_pages(uintptr_t start, uintptr_t end);
+
+}  // namespace lineage::engine

@@ -1,0 +1,171 @@
+// engine::resident: all-zero pages of private anonymous memory go back to the kernel (mincore
+// says they are no longer resident), pages with data stay and keep it, and a context whose
+// buffers were released computes the same logits as one whose were not.
+#include "engine/context.h"
+#include "engine/model.h"
+#include "engine/resident.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lineage::engine {
+namespace {
+
+const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+// Which of the n pages at p are resident (mincore).
+std::vector<bool> resident(void * p, size_t n) {
+    std::vector<unsigned char> v(n);
+    EXPECT_EQ(mincore(p, n * page, v.data()), 0);
+    std::vector<bool> out(n);
+    for (size_t i = 0; i < n; ++i) {
+        out[i] = (v[i] & 1) != 0;
+    }
+    return out;
+}
+
+class Mapped : public ::testing::Test {
+protected:
+    void SetUp() override {
+        base_ = static_cast<unsigned char *>(mmap(nullptr, n_ * page, PROT_READ | PROT_WRITE,
+                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        ASSERT_NE(base_, MAP_FAILED);
+        std::memset(base_, 0, n_ * page);  // every page resident, as llama.cpp's buffer clear leaves them
+    }
+    void TearDown() override { munmap(base_, n_ * page); }
+    uintptr_t at(size_t i) const { return reinterpret_cast<uintptr_t>(base_) + i * page; }
+
+    const size_t n_ = 16;
+    unsigned char * base_ = nullptr;
+};
+
+TEST_F(Mapped, ZeroPagesGoBackAndPagesWithDataStay) {
+    base_[3 * page + 17] = 0x5a;             // one byte in page 3
+    base_[10 * page + page - 1] = 0x01;     // the last byte of page 10
+    ASSERT_EQ(resident(base_, n_), std::vector<bool>(n_, true));
+
+    EXPECT_EQ(release_zero_pages(at(0), at(n_)), (n_ - 2) * page);
+
+    const auto r = resident(base_, n_);
+    for (size_t i = 0; i < n_; ++i) {
+        EXPECT_EQ(r[i], i == 3 || i == 10) << "page " << i;
+    }
+    EXPECT_EQ(base_[3 * page + 17], 0x5a);
+    EXPECT_EQ(base_[10 * page + page - 1], 0x01);
+    for (size_t i = 0; i < n_ * page; ++i) {
+        if (i != 3 * page + 17 && i != 10 * page + page - 1) {
+            ASSERT_EQ(base_[i], 0) << "byte " << i << " reads as zero after the release";
+        }
+    }
+    // A released page comes back (zero-filled) when written.
+    base_[5 * page] = 7;
+    EXPECT_TRUE(resident(base_, n_)[5]);
+    EXPECT_EQ(base_[5 * page], 7);
+}
+
+TEST_F(Mapped, RangeIsShrunkToWholePages) {
+    // [page 2 + 1 byte, page 6 - 1 byte): only pages 3 and 4 lie wholly inside it.
+    EXPECT_EQ(release_zero_pages(at(2) + 1, at(6) - 1), 2 * page);
+    const auto r = resident(base_, n_);
+    for (size_t i = 0; i < n_; ++i) {
+        EXPECT_EQ(r[i], !(i == 3 || i == 4)) << "page " << i;
+    }
+}
+
+TEST_F(Mapped, NothingToReleaseWhereEveryPageHasData) {
+    for (size_t i = 0; i < n_; ++i) {
+        base_[i * page + i] = 1;
+    }
+    EXPECT_EQ(release_zero_pages(at(0), at(n_)), 0u);
+    EXPECT_EQ(resident(base_, n_), std::vector<bool>(n_, true));
+}
+
+TEST(Untouched, PagesNeverWrittenCountNothing) {
+    const size_t n = 8;
+    auto * p = static_cast<unsigned char *>(mmap(nullptr, n * page, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    p[2 * page] = 0;  // page 2 resident (written, still zero); the others never touched
+    const auto start = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(release_zero_pages(start, start + n * page), page) << "only page 2 was resident";
+    EXPECT_EQ(resident(p, n), std::vector<bool>(n, false));
+    munmap(p, n * page);
+}
+
+TEST(Mappings, AnonymousMappingsListANewMappingAndNewMappingsFindsIt) {
+    const auto before = anonymous_mappings();
+    ASSERT_FALSE(before.empty()) << "/proc/self/maps lists the heap's and malloc's anonymous mappings";
+    const size_t n = 64 * page;
+    void * p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    const auto after = anonymous_mappings();
+    const auto fresh = new_mappings(before, after, n);
+    const auto start = reinterpret_cast<uintptr_t>(p);
+    bool found = false;
+    for (const auto & m : fresh) {
+        found = found || (m.start <= start && start + n <= m.end);
+    }
+    EXPECT_TRUE(found) << "the new mapping is among the new ones";
+    EXPECT_TRUE(new_mappings(after, after, 0).empty()) << "nothing is new against itself";
+    munmap(p, n);
+}
+
+class ReleasedContext : public ::testing::TestWithParam<std::string> {
+protected:
+    ReleasedContext() : m_(model_params{std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + GetParam() + ".gguf", 0}) {}
+    std::unique_ptr<context> make(bool release) {
+        context_params cp;
+        cp.n_ctx = 4096;
+        cp.n_seq = 2;
+        cp.n_batch = 512;
+        cp.n_threads = 2;
+        cp.release_zero_pages = release;
+        return std::make_unique<context>(m_, cp);
+    }
+    model m_;
+};
+
+// The same prompt on a context with its zero pages released and on one without: bit-identical
+// logits, and a state taken from the first restores into the second.
+TEST_P(ReleasedContext, ComputesAsAContextWithoutTheRelease) {
+    auto plain = make(false);
+    auto released = make(true);
+    EXPECT_EQ(plain->released_zero_bytes(), 0u);
+    // The KV cache of 4096 cells is mostly unwritten: at least a MiB of it went back.
+    EXPECT_GT(released->released_zero_bytes(), uint64_t{1} << 20);
+
+    std::string text = "<|im_start|>system\nYou are a careful coding assistant.<|im_end|>\n";
+    while (m_.tokenize(text).size() < 400) {
+        text += "Every error names the file, line and column of its cause. ";
+    }
+    auto t = m_.tokenize(text);
+    t.resize(400);
+    const auto run = [&](context & ctx, seq_id s) {
+        std::vector<batch_token> b;
+        for (int32_t p = 0; p < 400; ++p) {
+            b.push_back({t[static_cast<size_t>(p)], p, s, p == 399});
+        }
+        EXPECT_EQ(ctx.decode(b), decode_result::ok);
+        const float * l = ctx.logits(399);
+        return std::vector<float>(l, l + m_.n_vocab());
+    };
+    const auto a = run(*plain, 1);
+    const auto b = run(*released, 1);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+
+    const bytes st = released->get_state(1, false);
+    ASSERT_TRUE(plain->set_state(0, st, false));
+    EXPECT_EQ(plain->seq_pos_max(0), 399);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ReleasedContext, ::testing::Values("qwen3", "qwen35"));
+
+}  // namespace
+}  // namespace lineage::engine
