@@ -20,10 +20,9 @@ import { blobFiles, diskSuite, followUpHit } from './lib/disk.mjs';
 import { FAMILY, GEN, MAX_TOKENS, SYSTEM, sys, user, Scenario, askOn, expectHit, expectSame } from './lib/scenario.mjs';
 import { ARCHS } from './lib/server.mjs';
 
-/** Sends requests from `clients` concurrent loops of distinct conversations until `ms` have
- *  passed, so that the engine never idles; returns how many completed. */
-// Back-to-back requests from `clients` clients for at least `ms` and until `min` have ended
-// (a slow or shared machine takes longer for them, up to 60 s); returns how many ended.
+/** Sends requests from `clients` concurrent loops of distinct conversations, so that the engine
+ *  never idles, for at least `ms` and until `min` have completed (a slow or shared machine takes
+ *  longer for them; 60 s at most); returns how many completed. */
 async function load(srv, ms, clients = 2, min = 10) {
   const t0 = Date.now();
   let n = 0;
