@@ -10,6 +10,8 @@
 // when a token is first written to it.
 // Only the CPU's own buffers: on a GPU the KV cache is device memory, and host buffers there may
 // be pinned (mlock'd pages cannot be given back).
+// Under ThreadSanitizer nothing is given back (its runtime's own thread writes to mappings that
+// may be new).
 // Thread safety: release_zero_pages() must not race with writers of the mappings it scans (a
 // write between the zero check of a page and its madvise would be lost): call it right after the
 // buffers are allocated, before any other thread has their addresses.
