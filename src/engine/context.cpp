@@ -48,7 +48,11 @@ bool kv_type_is_quantized(const std::string & name) {
 }
 
 context::context(const model & m, const context_params & p)
-    : model_(m), n_seq_(p.n_seq), n_batch_(p.n_batch), unified_(p.kv_unified) {
+    : model_(m),
+      n_seq_(p.n_seq),
+      n_batch_(p.n_batch),
+      unified_(p.kv_unified),
+      share_by_state_copy_(p.share_by_state_copy && !p.kv_unified) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = static_cast<uint32_t>(p.n_ctx);
     cp.n_batch = static_cast<uint32_t>(p.n_batch);
@@ -160,12 +164,27 @@ bool context::seq_rm(seq_id s, int32_t p0, int32_t p1) {
     return llama_memory_seq_rm(llama_get_memory(ctx_), s, p0, p1);
 }
 
-void context::seq_cp(seq_id src, seq_id dst, int32_t p1) {
+bool context::seq_cp(seq_id src, seq_id dst, int32_t p1, bytes * through) {
     if (unified_) {
         llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, 0, p1);
-    } else {
-        llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
+        return true;
     }
+    if (!share_by_state_copy_) {
+        llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, -1, -1);
+        return true;
+    }
+    // dst holds src's cells and nothing else, as after the whole-buffer copy: llama.cpp reads a
+    // state of no cells into a dense KV cache without clearing the sequence.
+    llama_memory_seq_rm(llama_get_memory(ctx_), dst, -1, -1);
+    bytes temporary;
+    bytes & buf = through != nullptr ? *through : temporary;
+    try {
+        get_state_into(src, false, buf);
+    } catch (const std::exception &) {
+        llama_memory_seq_rm(llama_get_memory(ctx_), dst, -1, -1);
+        return false;
+    }
+    return set_state(dst, buf, false);
 }
 
 int32_t context::graphs_reused() const {

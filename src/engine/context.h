@@ -60,6 +60,16 @@ struct context_params {
      *  RSS then counts a sequence's KV cache as far as tokens are written, not its whole n_ctx.
      *  For buffers in host memory only (the model on the CPU alone). */
     bool release_zero_pages = false;
+    /** With per-sequence buffers, seq_cp copies the source sequence's state at its used length
+     *  (llama_state_seq_get_data_ext, then llama_state_seq_set_data_ext) instead of llama.cpp's
+     *  cross-stream copy, which copies the source's whole buffer of n_ctx cells
+     *  (llama-kv-cache.cpp llama_kv_cache::update, "cross-stream sequence copies require to copy
+     *  the actual buffer data"). In host memory the whole copy writes, and so makes resident
+     *  again, every page of the destination's KV buffer whatever the prompt's length, and costs
+     *  a memcpy of n_ctx cells per restore. For buffers in host memory (the model on the CPU
+     *  alone); on a GPU the device-to-device copy of the whole stream is faster than two trips
+     *  through host memory. */
+    bool share_by_state_copy = false;
 };
 
 /** The KV cache data types llama.cpp accepts (llama-server's -ctk/-ctv list, common/arg.cpp):
@@ -117,11 +127,16 @@ public:
      *  (recurrent memory cannot drop a partial range it has already absorbed, except the last
      *  k <= rollback_depth() tokens of the last decode, once between decodes). */
     bool seq_rm(seq_id s, int32_t p0, int32_t p1 = -1);
-    /** Gives `dst` src's KV for positions [0, p1) and src's recurrent state. Unified pool:
-     *  shares the cells (metadata only). Per-sequence buffers: copies src's whole buffer on
-     *  the device (llama.cpp copies only whole streams); the caller trims [p1, end) after
-     *  putting the recurrent state of p1 in place. */
-    void seq_cp(seq_id src, seq_id dst, int32_t p1);
+    /** Gives `dst` src's KV for positions [0, p1) and src's recurrent state, replacing what
+     *  `dst` held. Unified pool: shares the cells (metadata only). Per-sequence buffers: copies
+     *  src's whole buffer on the device (llama.cpp copies only whole streams), or, with
+     *  context_params::share_by_state_copy, src's state at its used length through `through`
+     *  (resized to the state's size: no allocation when its capacity holds it; a temporary when
+     *  null). The caller trims [p1, end) after putting the recurrent state of p1 in place.
+     *  False when the state copy fails (dst is then cleared). */
+    bool seq_cp(seq_id src, seq_id dst, int32_t p1, bytes * through = nullptr);
+    /** True when seq_cp copies states (context_params::share_by_state_copy, per-sequence buffers). */
+    bool shares_by_state_copy() const { return share_by_state_copy_; }
     /** Last position held by `s`, -1 when empty. */
     int32_t seq_pos_max(seq_id s) const;
     void clear();
@@ -153,6 +168,7 @@ private:
     int32_t n_seq_ = 1;
     int32_t n_batch_ = 512;
     bool unified_ = false;
+    bool share_by_state_copy_ = false;
     std::atomic<bool> * abort_ = nullptr;
     int64_t decode_calls_ = 0;
     uint64_t released_zero_bytes_ = 0;

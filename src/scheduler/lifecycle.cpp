@@ -16,7 +16,9 @@ bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t 
         case cache::restore_op::share_device:
             // The parked entry's KV [0, n) (shared cells in a unified pool, a device copy with
             // per-sequence buffers), then the restore point's recurrent state, then the trim.
-            st.seq_cp(p.device_seq, seq, p.n_restore);
+            if (!st.seq_cp(p.device_seq, seq, p.n_restore)) {
+                return false;
+            }
             break;
         case cache::restore_op::load_ram:
         case cache::restore_op::load_disk:
@@ -50,6 +52,7 @@ void lifecycle::restore(slot & s, double now_s) {
     s.stats.cached_tokens = s.plan.n_restore;
     s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));
     s.stats.restored_from = std::string(cache::restored_from(s.plan));
+    s.stats.restore_op = s.plan.op == cache::restore_op::none ? "" : std::string(cache::to_string(s.plan.op));
     if (!s.use_cache) {
         s.stats.miss_cause = std::string(cache::to_string(cache::miss_cause::bypassed));
     } else if (s.plan.cause) {

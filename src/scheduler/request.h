@@ -160,6 +160,9 @@ struct request_stats {
     /** Where the restored tokens came from: "device" (a parked sequence), "running_request" (a
      *  running request's sequence), "ram", "disk" or "redis"; "" for a miss. */
     std::string restored_from;
+    /** How the restore point was put in place, for the log: cache::to_string(restore_op)
+     *  ("take_device", "share_device", "load_ram", "load_disk"); "" for a miss. */
+    std::string restore_op;
     /** The renders and tokenizations its preparation took (generation_request::prepared). */
     prepare_work prepared;
 };

@@ -72,6 +72,10 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     // On the CPU alone the KV cache is host memory that llama.cpp clears at its whole size: its
     // zero pages go back to the kernel, and RSS grows as tokens are written (engine/resident.h).
     cp.release_zero_pages = !m.offloaded();
+    // A parked sequence shared into another is then copied at its used length, not as its whole
+    // buffer, which would make the destination's whole --ctx-size of KV resident again
+    // (engine::context_params::share_by_state_copy).
+    cp.share_by_state_copy = !m.offloaded();
     ctx_ = std::make_unique<engine::context>(m, cp);
     if (ctx_->released_zero_bytes() > 0) {
         spdlog::info("engine: {:.1f} MiB of the context's buffers (KV cache, recurrent state) were still zero and went "

@@ -27,8 +27,9 @@ public:
     /** Removes positions [p0, p1) of `seq` (p0 < 0: all; p1 < 0: to the end). False when refused
      *  (a recurrent state past p0 cannot be cut back). */
     virtual bool seq_rm(int32_t seq, int32_t p0, int32_t p1) = 0;
-    /** Gives `dst` the KV of `src` for [0, p1) and src's recurrent state. */
-    virtual void seq_cp(int32_t src, int32_t dst, int32_t p1) = 0;
+    /** Gives `dst` the KV of `src` for [0, p1) and src's recurrent state. False on failure
+     *  (`dst` is then cleared). */
+    virtual bool seq_cp(int32_t src, int32_t dst, int32_t p1) = 0;
     /** Last position held by `seq`, -1 when empty. */
     virtual int32_t seq_pos_max(int32_t seq) const = 0;
 };
@@ -48,7 +49,17 @@ public:
         return ctx_.set_state(seq, b, recurrent_only);
     }
     bool seq_rm(int32_t seq, int32_t p0, int32_t p1) override { return ctx_.seq_rm(seq, p0, p1); }
-    void seq_cp(int32_t src, int32_t dst, int32_t p1) override { ctx_.seq_cp(src, dst, p1); }
+    /** On the CPU alone the copy goes through a recycled buffer of the state's size, which
+     *  then returns to the pool for a later capture or copy (cache/blob_pool.h). */
+    bool seq_cp(int32_t src, int32_t dst, int32_t p1) override {
+        if (!ctx_.shares_by_state_copy()) {
+            return ctx_.seq_cp(src, dst, p1);
+        }
+        cache::blob through = cache::take_blob(ctx_.state_size(src, false));
+        const bool ok = ctx_.seq_cp(src, dst, p1, &through);
+        cache::blob_pool::instance().give(std::move(through));
+        return ok;
+    }
     int32_t seq_pos_max(int32_t seq) const override { return ctx_.seq_pos_max(seq); }
 
 private:

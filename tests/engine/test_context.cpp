@@ -45,9 +45,10 @@ class ContextTest : public ::testing::TestWithParam<std::string> {
 protected:
     ContextTest() : m_(model_params{model_path(GetParam()), 0}) {}
 
-    std::unique_ptr<context> make_context(int32_t n_seq, bool unified = false) {
+    std::unique_ptr<context> make_context(int32_t n_seq, bool unified = false, bool share_by_state_copy = false) {
         context_params cp;
         cp.kv_unified = unified;
+        cp.share_by_state_copy = share_by_state_copy;
         cp.n_ctx = 1024;
         cp.n_seq = n_seq;
         cp.n_batch = 512;
@@ -97,7 +98,7 @@ float shared_prefix_diff(context & ctx, const model & m, bool hybrid, int32_t c)
     prefill(ctx, t, 1, 0, c);
     const bytes ckpt = ctx.get_state(1, true);
     prefill(ctx, t, 1, c, 300);
-    ctx.seq_cp(1, 2, c);
+    EXPECT_TRUE(ctx.seq_cp(1, 2, c));
     if (hybrid) {
         EXPECT_TRUE(ctx.set_state(2, ckpt, true));
     }
@@ -116,6 +117,32 @@ TEST_P(ContextTest, SharedPrefixViaSeqCpEqualsColdRun) {
     // Per-sequence KV buffers (the default): bit for bit.
     auto owned = make_context(3);
     EXPECT_EQ(shared_prefix_diff(*owned, m_, hybrid(), 160), 0.0f);
+}
+
+TEST_P(ContextTest, SharedPrefixViaStateCopyEqualsColdRun) {
+    // Per-sequence buffers in host memory (share_by_state_copy): src's state at its used length
+    // instead of the whole buffer, bit for bit as a cold run.
+    auto owned = make_context(3, false, true);
+    ASSERT_TRUE(owned->shares_by_state_copy());
+    EXPECT_EQ(shared_prefix_diff(*owned, m_, hybrid(), 160), 0.0f);
+    // Through a buffer of the caller's: sized to the state, and reused by a copy of the same size.
+    bytes through;
+    ASSERT_TRUE(owned->seq_cp(1, 0, 300, &through));
+    EXPECT_EQ(owned->seq_pos_max(0), 299);
+    EXPECT_EQ(through.size(), owned->state_size(1, false));
+    const uint8_t * data = through.data();
+    ASSERT_TRUE(owned->seq_cp(1, 2, 300, &through));
+    EXPECT_EQ(through.data(), data);
+    EXPECT_EQ(owned->seq_pos_max(2), 299);
+    EXPECT_FALSE(make_context(3, true, true)->shares_by_state_copy()) << "a unified pool shares cells";
+}
+
+TEST_P(ContextTest, StateCopyOfAnEmptySequenceLeavesTheDestinationEmpty) {
+    auto owned = make_context(3, false, true);
+    const auto t = prompt_tokens(m_, 50);
+    prefill(*owned, t, 2, 0, 50);
+    EXPECT_TRUE(owned->seq_cp(1, 2, 0));
+    EXPECT_EQ(owned->seq_pos_max(2), -1);
 }
 
 TEST_P(ContextTest, SharedCellsInUnifiedPoolStayWithinTolerance) {

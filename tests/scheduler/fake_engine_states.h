@@ -85,13 +85,19 @@ public:
         s.n_kv = std::min(s.n_kv, p0);
         return true;
     }
-    void seq_cp(int32_t src, int32_t dst, int32_t) override {
+    bool seq_cp(int32_t src, int32_t dst, int32_t) override {
         n_seq_cp++;
+        if (refuse_seq_cp) {
+            seqs_.erase(dst);
+            return false;
+        }
         seqs_[dst] = at(src);
+        return true;
     }
     int32_t seq_pos_max(int32_t seq) const override { return at(seq).n_kv - 1; }
 
     bool refuse_set_state = false;
+    bool refuse_seq_cp = false;  ///< seq_cp fails (a state copy the engine refuses)
     int32_t rollback_depth = 0;  ///< the engine's n_rs_seq
     int n_decodes = 0;
     int n_set_state = 0;

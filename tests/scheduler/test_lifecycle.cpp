@@ -172,6 +172,30 @@ TEST_F(Lifecycle, EditOfAnEarlierTurnRestoresACheckpointThroughSeqCp) {
     EXPECT_EQ(store_->entries().size(), 2u);
 }
 
+TEST_F(Lifecycle, RefusedSeqCpFallsBackToAColdPrefillAndLeavesTheParkedEntry) {
+    make(true);
+    auto t1 = admit(seq_of(0, 200), 190);
+    finish(*t1);
+    auto t2 = admit(cat(seq_of(0, 200), seq_of(5000, 100)), 290);
+    const int32_t parked = t2->seq;
+    finish(*t2);
+    // As the edit above, but the engine's copy of the parked sequence fails (a state copy
+    // llama.cpp refuses, engine::context::seq_cp with share_by_state_copy).
+    st_->refuse_seq_cp = true;
+    auto t3 = admit(cat(cat(seq_of(0, 200), seq_of(5000, 50)), seq_of(7000, 40)), 280);
+    st_->refuse_seq_cp = false;
+    EXPECT_EQ(st_->n_seq_cp, 1);
+    EXPECT_EQ(t3->n_past, 0);
+    EXPECT_EQ(t3->stats.hit_kind, "miss");
+    EXPECT_EQ(st_->at(t3->seq).n_kv, 0);
+    EXPECT_EQ(st_->at(parked).n_kv, 300);  // the parked entry is untouched, and still indexed
+    const auto es = store_->entries();
+    EXPECT_EQ(std::count_if(es.begin(), es.end(),
+                            [](const cache::entry_view & e) { return e.n_tokens == 300 && e.where == cache::tier::device; }),
+              1);
+    finish(*t3);
+}
+
 TEST_F(Lifecycle, DemotionFreesASequenceAndTheDemotedEntryRestoresFromRam) {
     make(true, 2);
     auto a = admit(seq_of(0, 100), 90, "a");

@@ -25,6 +25,17 @@ std::string_view restored_from(const restore_plan & p) {
     return "";
 }
 
+std::string_view to_string(restore_op op) {
+    switch (op) {
+        case restore_op::none: return "none";
+        case restore_op::take_device: return "take_device";
+        case restore_op::share_device: return "share_device";
+        case restore_op::load_ram: return "load_ram";
+        case restore_op::load_disk: return "load_disk";
+    }
+    return "";
+}
+
 std::string_view to_string(point_kind k) {
     switch (k) {
         case point_kind::none: return "miss";

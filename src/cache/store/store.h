@@ -191,6 +191,10 @@ struct restore_plan {
  *  "running_request" (plan.live), "ram", "disk", "redis"; "" for a miss. */
 std::string_view restored_from(const restore_plan & p);
 
+/** restore_op by its enumerator's name ("none", "take_device", "share_device", "load_ram",
+ *  "load_disk"), for logs. */
+std::string_view to_string(restore_op op);
+
 /** What the scheduler hands back when a request's sequence is done. */
 struct commit_input {
     key k;
