@@ -14,8 +14,9 @@ bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t 
             // of it puts that checkpoint's recurrent state in place and trims the KV.
             break;
         case cache::restore_op::share_device:
-            // The parked entry's KV [0, n) (shared cells in a unified pool, a device copy with
-            // per-sequence buffers), then the restore point's recurrent state, then the trim.
+            // The parked entry's KV [0, n) (shared cells in a unified pool; with per-sequence
+            // buffers a device copy on a GPU, its state at the used length on the CPU alone),
+            // then the restore point's recurrent state, then the trim.
             if (!st.seq_cp(p.device_seq, seq, p.n_restore)) {
                 return false;
             }
