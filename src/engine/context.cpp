@@ -181,8 +181,7 @@ bool context::seq_cp(seq_id src, seq_id dst, int32_t p1, bytes * through) {
     try {
         get_state_into(src, false, buf);
     } catch (const std::exception &) {
-        llama_memory_seq_rm(llama_get_memory(ctx_), dst, -1, -1);
-        return false;
+        return false;  // dst was cleared above
     }
     return set_state(dst, buf, false);
 }

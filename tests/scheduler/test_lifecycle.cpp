@@ -53,6 +53,18 @@ protected:
         return s;
     }
 
+    /** A hybrid conversation of two turns (200 tokens, then 300 with its history boundary at
+     *  290), its entry parked on the device; returns the parked sequence. */
+    int32_t two_turns_parked() {
+        make(true);
+        auto t1 = admit(seq_of(0, 200), 190);
+        finish(*t1);
+        auto t2 = admit(cat(seq_of(0, 200), seq_of(5000, 100)), 290);
+        const int32_t parked = t2->seq;
+        finish(*t2);
+        return parked;
+    }
+
     /** Prefills the rest of the prompt in chunks that stop at the capture points, then
      *  decodes `n_gen` tokens, then commits. */
     void finish(slot & s, int32_t n_gen = 3) {
@@ -151,12 +163,7 @@ TEST_F(Lifecycle, NextTurnContinuesTheParkedSequenceWithoutACopy) {
 }
 
 TEST_F(Lifecycle, EditOfAnEarlierTurnRestoresACheckpointThroughSeqCp) {
-    make(true);
-    auto t1 = admit(seq_of(0, 200), 190);
-    finish(*t1);
-    auto t2 = admit(cat(seq_of(0, 200), seq_of(5000, 100)), 290);
-    const int32_t parked = t2->seq;
-    finish(*t2);
+    const int32_t parked = two_turns_parked();
     // The second turn's user message edited: the prompt leaves the entry at 250, before its
     // history boundary (290); the turn boundary at 200 serves, from the parked sequence.
     auto t3 = admit(cat(cat(seq_of(0, 200), seq_of(5000, 50)), seq_of(7000, 40)), 280);
@@ -173,12 +180,7 @@ TEST_F(Lifecycle, EditOfAnEarlierTurnRestoresACheckpointThroughSeqCp) {
 }
 
 TEST_F(Lifecycle, RefusedSeqCpFallsBackToAColdPrefillAndLeavesTheParkedEntry) {
-    make(true);
-    auto t1 = admit(seq_of(0, 200), 190);
-    finish(*t1);
-    auto t2 = admit(cat(seq_of(0, 200), seq_of(5000, 100)), 290);
-    const int32_t parked = t2->seq;
-    finish(*t2);
+    const int32_t parked = two_turns_parked();
     // As the edit above, but the engine's copy of the parked sequence fails (a state copy
     // llama.cpp refuses, engine::context::seq_cp with share_by_state_copy).
     st_->refuse_seq_cp = true;
