@@ -14,6 +14,9 @@
 //   LINEAGE_E2E_ARCHS     comma list of model archs to test (default "qwen35,qwen3")
 //   LINEAGE_E2E_ARGS      extra server arguments appended to every server (split on spaces)
 //   LINEAGE_E2E_VERBOSE=1 copy every server's log to stderr as it comes
+//   LINEAGE_E2E_READY_TIMEOUT_S  how long a server may take to serve (default 60 s; scripts/test
+//                         gives the sanitizer builds' servers 180 s). A server not ready by then
+//                         is reported with its log tail and every thread's stack (gdb), then killed.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -31,7 +34,7 @@ export const MODELS_DIR = process.env.LINEAGE_MODELS_DIR || path.join(REPO_ROOT,
 export const LOG_DIR = path.join(REPO_ROOT, 'build/e2e-logs');
 
 const READY_RE = /listening on http:\/\/\S+/;
-const READY_TIMEOUT_MS = 60_000;
+const READY_TIMEOUT_MS = 1000 * Number(process.env.LINEAGE_E2E_READY_TIMEOUT_S || 60);
 const STOP_GRACE_MS = 15_000;
 
 /** The model families every e2e file runs against: the tiny hybrid and the tiny dense model. */
@@ -206,7 +209,8 @@ async function readResponse(res) {
 /**
  * Starts lineage-server with `-m model --host 127.0.0.1 --port P` plus `args`, and resolves
  * once it has printed "listening on http://..." or answered GET /health with 200.
- * Rejects (with the log tail) if it exits first or is not ready within 60 s.
+ * Rejects (with the log tail) if it exits first or is not ready within 60 s
+ * (LINEAGE_E2E_READY_TIMEOUT_S); a server that is not ready is reported with its threads' stacks.
  *   name: label for the log file, e.g. "cache-qwen35"
  * The background warm-up of the next turn (--cache-warmup, on by default in the server) is
  * turned off unless `args`, LINEAGE_E2E_ARGS or the environment name it: whether a warm-up
@@ -229,10 +233,20 @@ export async function startServer({ model, args = [], name = 'server', env = {} 
     } catch (e) {
       lastErr = e;
       // Another process took the port between freePort() and bind(): try another one.
-      if (!/address already in use|EADDRINUSE|bind/i.test(e.message)) throw e;
+      if (!/exited before it was ready[\s\S]*cannot listen on/.test(e.message)) throw e;
     }
   }
   throw lastErr;
+}
+
+/** Every thread's stack of process `pid` (gdb -batch, 30 s at most), or why there are none: what a
+ *  server that is not ready is doing (a hang or a slow step). */
+function stacksOf(pid) {
+  const r = spawnSync('gdb', ['-batch', '-nx', '-p', String(pid), '-ex', 'thread apply all bt 30'],
+    { encoding: 'utf8', timeout: 30_000, maxBuffer: 16 << 20 });
+  if (r.error) return `(no stacks: gdb: ${r.error.message})`;
+  const out = (r.stdout || '').split('\n').filter((l) => /^(Thread|#)/.test(l)).join('\n');
+  return out ? `threads of pid ${pid}:\n${out}` : `(no stacks: gdb said ${(r.stderr || '').trim().slice(0, 500)})`;
 }
 
 async function launch({ model, args, name, env, port }) {
@@ -289,8 +303,12 @@ async function launch({ model, args, name, env, port }) {
   });
   let timer;
   const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${name}: lineage-server not ready after ${READY_TIMEOUT_MS / 1000} s; ` +
-      `log ${logPath}:\n${srv.logTail()}`)), READY_TIMEOUT_MS);
+    timer = setTimeout(() => {
+      const stacks = stacksOf(proc.pid);
+      logFile.write(`# not ready after ${READY_TIMEOUT_MS / 1000} s\n${stacks}\n`);
+      reject(new Error(`${name}: lineage-server not ready after ${READY_TIMEOUT_MS / 1000} s; ` +
+        `log ${logPath}:\n${srv.logTail()}\n${stacks}`));
+    }, READY_TIMEOUT_MS);
   });
   try {
     await Promise.race([readyLine, health, exited, timeout, spawnError]);
