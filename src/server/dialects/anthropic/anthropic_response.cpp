@@ -73,10 +73,10 @@ json anthropic_usage_json(const scheduler::request_stats & s, int32_t prompt_tok
 
 messages_writer::messages_writer(messages_meta meta, engine::chat_parse_params parser, std::vector<std::string> stops,
                                  const thinking_signer & signer)
-    : meta_(std::move(meta)), parser_(std::move(parser)), text_(std::move(stops)), signer_(signer) {}
+    : meta_(std::move(meta)), pump_(std::move(stops), std::move(parser)), signer_(signer) {}
 
 bool messages_writer::add(const scheduler::generation_event &, std::string_view piece) {
-    return text_.append(piece);
+    return pump_.add(piece);
 }
 
 json messages_writer::usage(const scheduler::generation_event & done) const {
@@ -204,12 +204,7 @@ std::string messages_writer::take_stream() {
     if (!started_) {
         out += start_events();
     }
-    const size_t len = text_.stable_length();
-    if (len > parsed_len_) {
-        parsed_len_ = len;
-        out += delta_events(
-            parser_.update(utf8_sanitize(std::string_view(text_.text()).substr(0, len)), /*is_partial=*/true));
-    }
+    out += delta_events(pump_.take());
     return out;
 }
 
@@ -218,12 +213,12 @@ std::string messages_writer::end_stream(const scheduler::generation_event & done
     if (!started_) {
         out += start_events();
     }
-    out += delta_events(parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false));
+    out += delta_events(pump_.finish());
     out += close_block();
     const std::string reason = finish_reason(done);
     json d = json::object();
     d["stop_reason"] = reason;
-    d["stop_sequence"] = reason == "stop_sequence" ? json(text_.matched_stop()) : json(nullptr);
+    d["stop_sequence"] = reason == "stop_sequence" ? json(pump_.text().matched_stop()) : json(nullptr);
     json md = json::object();
     md["type"] = "message_delta";
     md["delta"] = std::move(d);
@@ -240,8 +235,8 @@ std::string messages_writer::stream_error(const api_error & e) {
 }
 
 json messages_writer::body(const scheduler::generation_event & done) {
-    (void) parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false);
-    const engine::chat_parsed & m = parser_.message();
+    (void) pump_.finish();
+    const engine::chat_parsed & m = pump_.message();
     json content = json::array();
     if (!m.reasoning_content.empty()) {
         json b = json::object();
@@ -272,21 +267,21 @@ json messages_writer::body(const scheduler::generation_event & done) {
     r["model"] = meta_.model;
     r["content"] = std::move(content);
     r["stop_reason"] = reason;
-    r["stop_sequence"] = reason == "stop_sequence" ? json(text_.matched_stop()) : json(nullptr);
+    r["stop_sequence"] = reason == "stop_sequence" ? json(pump_.text().matched_stop()) : json(nullptr);
     r["usage"] = usage(done);
     return r;
 }
 
 std::string messages_writer::finish_reason(const scheduler::generation_event & done) const {
-    if (text_.stopped()) {
+    if (pump_.text().stopped()) {
         const auto & s = meta_.stop_sequences;
-        if (std::find(s.begin(), s.end(), text_.matched_stop()) != s.end()) {
+        if (std::find(s.begin(), s.end(), pump_.text().matched_stop()) != s.end()) {
             return "stop_sequence";
         }
     } else if (done.finish == scheduler::finish_reason::length) {
         return "max_tokens";
     }
-    if (!parser_.message().tool_calls.empty()) {
+    if (!pump_.message().tool_calls.empty()) {
         return "tool_use";
     }
     return "end_turn";

@@ -11,7 +11,7 @@
 #include "scheduler/request.h"
 #include "server/http/errors.h"
 #include "server/run/generation.h"
-#include "server/run/text_stream.h"
+#include "server/run/delta_pump.h"
 #include "server/dialects/anthropic/thinking_signature.h"
 
 #include <cstdint>
@@ -62,7 +62,7 @@ public:
     json error_body(const api_error & e) const override { return anthropic_error_json(e); }
     /** end_turn, max_tokens, stop_sequence or tool_use. */
     std::string finish_reason(const scheduler::generation_event & done) const override;
-    const engine::chat_parsed * reply() const override { return &parser_.message(); }
+    const engine::chat_parsed * reply() const override { return &pump_.message(); }
 
 private:
     enum class block { none, thinking, text, tool };
@@ -75,11 +75,9 @@ private:
     json usage(const scheduler::generation_event & done) const;
 
     messages_meta meta_;
-    engine::chat_output_parser parser_;
-    text_stream text_;
+    delta_pump pump_;  ///< the text, its stop strings and the parser's deltas
     const thinking_signer & signer_;
     bool started_ = false;
-    size_t parsed_len_ = 0;
     block open_ = block::none;
     int index_ = -1;               ///< index of the open (or last) content block
     size_t tool_index_ = 0;        ///< parser index of the open tool call

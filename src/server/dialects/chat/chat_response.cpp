@@ -143,16 +143,15 @@ json logprob_entry_json(std::string_view piece, const scheduler::generation_even
 chat_output::chat_output(completion_meta meta, engine::chat_parse_params parser, std::vector<std::string> stops,
                          bool include_usage, int32_t prompt_tokens, token_text_fn token_text)
     : meta_(std::move(meta)),
-      parser_(std::move(parser)),
-      text_(std::move(stops)),
+      pump_(std::move(stops), std::move(parser)),
       include_usage_(include_usage),
       prompt_tokens_(prompt_tokens),
       token_text_(std::move(token_text)) {}
 
 bool chat_output::add(std::string_view piece, const scheduler::generation_event * ev) {
-    const size_t start = text_.text().size();
-    const bool stopped_before = text_.stopped();
-    const bool stop = text_.append(piece);
+    const size_t start = pump_.text().text().size();
+    const bool stopped_before = pump_.text().stopped();
+    const bool stop = pump_.add(piece);
     if (token_text_ && ev != nullptr && ev->logprob && !stopped_before) {
         lp_entries_.push_back(logprob_entry_json(piece, *ev, token_text_));
         lp_starts_.push_back(start);
@@ -160,7 +159,7 @@ bool chat_output::add(std::string_view piece, const scheduler::generation_event 
     }
     if (stop) {
         // Tokens whose text the stop string cut away entirely are not part of the reply.
-        const size_t cut = text_.text().size();
+        const size_t cut = pump_.text().text().size();
         while (lp_entries_.size() > lp_sent_ && lp_starts_.back() >= cut) {
             lp_entries_.pop_back();
             lp_starts_.pop_back();
@@ -223,22 +222,21 @@ std::vector<json> chat_output::take_chunks() {
         out.push_back(chunk(std::move(role), nullptr));
         role_sent_ = true;
     }
-    const size_t len = text_.stable_length();
-    if (len > parsed_len_) {
-        parsed_len_ = len;
-        const size_t first = out.size();
-        push_deltas(out, parser_.update(utf8_sanitize(std::string_view(text_.text()).substr(0, len)), /*is_partial=*/true));
-        attach_logprobs(out, first, len, /*force=*/false);
+    const size_t before = pump_.parsed();
+    const size_t first = out.size();
+    push_deltas(out, pump_.take());
+    if (pump_.parsed() > before) {
+        attach_logprobs(out, first, pump_.parsed(), /*force=*/false);
     }
     return out;
 }
 
 std::string chat_output::finish_reason(const scheduler::generation_event & done) const {
     std::string r = "stop";
-    if (!text_.stopped() && done.finish == scheduler::finish_reason::length) {
+    if (!pump_.text().stopped() && done.finish == scheduler::finish_reason::length) {
         r = "length";
     }
-    if (r == "stop" && !parser_.message().tool_calls.empty()) {
+    if (r == "stop" && !pump_.message().tool_calls.empty()) {
         r = "tool_calls";
     }
     return r;
@@ -250,7 +248,7 @@ std::vector<json> chat_output::final_chunks(const scheduler::generation_event & 
         out = take_chunks();  // role chunk (and any stable text, parsed as partial)
     }
     const size_t first = out.size();
-    push_deltas(out, parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false));
+    push_deltas(out, pump_.finish());
     const std::string reason = finish_reason(done);
     json fin = chunk(json::object(), reason.c_str());
     fin["timings"] = timings_json(done.stats, prompt_tokens_);
@@ -270,10 +268,10 @@ std::vector<json> chat_output::final_chunks(const scheduler::generation_event & 
 }
 
 json chat_output::final_response(const scheduler::generation_event & done) {
-    (void) parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false);
+    (void) pump_.finish();
     json choice = json::object();
     choice["index"] = 0;
-    choice["message"] = message_json(parser_.message());
+    choice["message"] = message_json(pump_.message());
     choice["logprobs"] = nullptr;
     if (token_text_) {
         json lp = json::object();

@@ -8,7 +8,7 @@
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
 #include "server/http/errors.h"
-#include "server/run/text_stream.h"
+#include "server/run/delta_pump.h"
 
 #include <cstdint>
 #include <functional>
@@ -80,8 +80,8 @@ public:
     /** OpenAI finish_reason for a done event: stop, length or tool_calls. */
     std::string finish_reason(const scheduler::generation_event & done) const;
 
-    const text_stream & text() const { return text_; }
-    const engine::chat_parsed & message() const { return parser_.message(); }
+    const text_stream & text() const { return pump_.text(); }
+    const engine::chat_parsed & message() const { return pump_.message(); }
 
 private:
     void push_deltas(std::vector<json> & out, const std::vector<engine::chat_delta> & deltas);
@@ -92,11 +92,9 @@ private:
     void attach_logprobs(std::vector<json> & out, size_t from, size_t upto, bool force);
 
     completion_meta meta_;
-    engine::chat_output_parser parser_;
-    text_stream text_;
+    delta_pump pump_;  ///< the text, its stop strings and the parser's deltas
     bool include_usage_;
     int32_t prompt_tokens_;
-    size_t parsed_len_ = 0;   ///< bytes of text already given to the partial parser
     bool role_sent_ = false;
     token_text_fn token_text_;            ///< set: logprobs requested
     std::vector<json> lp_entries_;        ///< one per token kept in the text

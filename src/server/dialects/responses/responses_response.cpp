@@ -31,10 +31,10 @@ std::string sse_named_event(const json & ev) {
 
 responses_output::responses_output(responses_meta meta, engine::chat_parse_params parser,
                                    std::vector<std::string> stops, int32_t prompt_tokens)
-    : meta_(std::move(meta)), parser_(std::move(parser)), text_(std::move(stops)), prompt_tokens_(prompt_tokens) {}
+    : meta_(std::move(meta)), pump_(std::move(stops), std::move(parser)), prompt_tokens_(prompt_tokens) {}
 
 bool responses_output::add(std::string_view piece) {
-    return text_.append(piece);
+    return pump_.add(piece);
 }
 
 json responses_output::event(const char * type) {
@@ -293,26 +293,22 @@ void responses_output::apply(const std::vector<engine::chat_delta> & deltas) {
 
 std::vector<json> responses_output::take_events() {
     start();
-    const size_t len = text_.stable_length();
-    if (len > parsed_len_) {
-        parsed_len_ = len;
-        apply(parser_.update(utf8_sanitize(std::string_view(text_.text()).substr(0, len)), /*is_partial=*/true));
-    }
+    apply(pump_.take());
     std::vector<json> out;
     out.swap(events_);
     return out;
 }
 
 std::string responses_output::finish_reason(const scheduler::generation_event & done) const {
-    if (!text_.stopped() && done.finish == scheduler::finish_reason::length) {
+    if (!pump_.text().stopped() && done.finish == scheduler::finish_reason::length) {
         return "length";
     }
-    return parser_.message().tool_calls.empty() ? "stop" : "tool_calls";
+    return pump_.message().tool_calls.empty() ? "stop" : "tool_calls";
 }
 
 void responses_output::finish(const scheduler::generation_event & done) {
     start();
-    apply(parser_.update(utf8_sanitize(text_.text()), /*is_partial=*/false));
+    apply(pump_.finish());
     length_ = finish_reason(done) == "length";
     if (items_.empty()) {
         open_item(open_kind::message, 0, nullptr);  // an empty answer is still a message

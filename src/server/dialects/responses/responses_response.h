@@ -17,7 +17,7 @@
 #include "scheduler/request.h"
 #include "server/http/errors.h"
 #include "server/dialects/responses/responses_request.h"
-#include "server/run/text_stream.h"
+#include "server/run/delta_pump.h"
 
 #include <cstdint>
 #include <functional>
@@ -75,7 +75,7 @@ public:
     std::string finish_reason(const scheduler::generation_event & done) const;
 
     /** The reply as parsed (the warm-up's past assistant turn); final after final_*(). */
-    const engine::chat_parsed & message() const { return parser_.message(); }
+    const engine::chat_parsed & message() const { return pump_.message(); }
 
     /** The output items of the finished response (for the store); valid after final_*(). */
     const std::vector<response_item> & output_items() const { return items_; }
@@ -97,10 +97,8 @@ private:
     void finish(const scheduler::generation_event & done);
 
     responses_meta meta_;
-    engine::chat_output_parser parser_;
-    text_stream text_;
+    delta_pump pump_;  ///< the text, its stop strings and the parser's deltas
     int32_t prompt_tokens_;
-    size_t parsed_len_ = 0;
     int64_t seq_ = 0;
     bool started_ = false;
     std::vector<json> events_;
