@@ -11,13 +11,13 @@
 //   BM_NextTurn/N/L         plan() + commit() of a conversation's next turn (32 new tokens:
 //                           absorbs its entry, stores the longer one), round robin over entries;
 //   BM_Resend/N/L           plan() + commit() of a verbatim resend (regenerate) of an entry;
-//   BM_DiskLookup/F         the disk catalog's lookup (disk_catalog::best, what disk_tier::best
+//   BM_DiskLookup/F         the disk catalog's lookup (tier_catalog::best, what disk_tier::best
 //                           runs under its mutex) of a next turn in a bucket of 16 files of 1024
 //                           tokens, with F files of other buckets beside them: the cost must not
 //                           grow with F (the catalog is indexed by bucket, like the store).
 //
 //   build/bin/bench_cache [--benchmark_filter=NextTurn] [--benchmark_format=json]
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/store/store.h"
 
 #include <benchmark/benchmark.h>
@@ -172,11 +172,11 @@ void BM_DiskLookup(benchmark::State & state) {
     const auto others = static_cast<int32_t>(state.range(0));
     constexpr int32_t len = 1024;
     constexpr int32_t own = 16;
-    disk_catalog cat(restore_settings::from(config{}, true));
+    tier_catalog cat(restore_settings::from(config{}, true));
     const tokens system = iota_tokens(1, len / 2);
-    file_id id = 1;
+    copy_id id = 1;
     auto add = [&](const std::string & bucket, int32_t i) {
-        disk_catalog::file f;
+        tier_catalog::file f;
         f.id = id++;
         f.bucket = bucket;
         f.session = "s" + std::to_string(i);

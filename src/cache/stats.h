@@ -7,70 +7,66 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 namespace lineage::cache {
 
-/** Tier 2 (disk) counters and gauges (docs/prompt-cache.md "`GET /v1/cache/stats`"). */
-struct disk_stats {
-    bool enabled = false;
-    std::string dir;                  ///< --cache-dir
-    uint64_t capacity_bytes = 0;      ///< --cache-disk-capacity-bytes
-    int64_t files = 0;                ///< files of this model in the index
-    uint64_t bytes = 0;               ///< their size on disk, bytes (<= capacity_bytes)
-    int64_t anchor_files = 0;
-    int64_t writes = 0;               ///< files written
-    uint64_t bytes_written = 0;       ///< bytes written since start
-    int64_t write_failures = 0;       ///< writes that failed (I/O error, or larger than the cap)
-    int64_t loads = 0;                ///< files read for a restore
-    uint64_t bytes_read = 0;
-    /** Damaged files and index rows found (each deleted; the request, if any, prefilled cold):
-     *  the sum of `damage`. */
-    int64_t damaged = 0;
-    /** By kind: a file's check (checksum "corrupt", "truncated", "bad_magic", "identity": not the
-     *  file its row or the prompt names, "not_regular", "other_model", "io"), "index_row" (a row
-     *  with a NULL, wrong type or out-of-range column), "index" (the index failed its integrity
-     *  check or a read; moved aside). */
-    std::map<std::string, int64_t> damage;
-    int64_t superseded = 0;           ///< files deleted once their successor was durable
-    int64_t evictions = 0;            ///< files deleted to stay under the cap (LRU)
-    int64_t ignored_other_model = 0;  ///< files of another model found at startup (left alone)
-    int64_t ignored_other_format = 0; ///< files of a newer format version found at startup (left alone)
-    int64_t discarded_old_format = 0; ///< files of an older format version found at startup (deleted)
-    int64_t removed_at_startup = 0;   ///< temporary, unreadable unindexed or missing files cleaned up at startup
-    int64_t reindexed = 0;            ///< sound files missing from the index, indexed again at startup
-    /** Writes forced by --cache-disk-max-unwritten-s (the engine busy or not) and the engine
-     *  thread's seconds spent handing them over (reading a parked sequence's state). */
-    int64_t overdue_writes = 0;
-    double overdue_read_seconds = 0;
-    int64_t queued = 0;               ///< jobs waiting for the disk thread
+/** One figure of a tier below RAM, described once, by the tier, for both readers (docs/prompt-cache.md
+ *  "`GET /v1/cache/stats`", "GET /metrics (Prometheus)"): GET /v1/cache/stats shows every figure
+ *  under `key` in the tier's object, in order; GET /metrics shows those with a `metric`. */
+struct tier_figure {
+    using value_type = std::variant<bool, int64_t, uint64_t, double, std::string, std::map<std::string, int64_t>>;
+    std::string key;
+    value_type value;
+    /** "" for JSON only; else the metric lineage_prompt_cache_<tier>_<metric> (a counter when it ends
+     *  in "_total", else a gauge; a bool reads 1 or 0). Figures of one metric are its series, listed
+     *  in the order they come, the family where its first one comes. */
+    std::string metric;
+    std::string help;                ///< the metric's HELP text (its first figure's)
+    /** A map: the label its keys go under. A scalar that is one series of a labelled metric: that
+     *  label, and `series` its value. */
+    std::string label;
+    std::string series;
+    /** A map: the keys always listed first, 0 before their first event; then any other key. */
+    std::vector<std::string> known;
 };
 
-/** Tier 3 (Redis, shared by replicas) counters and gauges (docs/prompt-cache.md "Tier 3: Redis
- *  shared by replicas"). */
-struct redis_stats {
-    bool enabled = false;
-    std::string url;                  ///< --cache-redis
-    std::string ns;                   ///< --cache-redis-namespace
-    bool connected = false;           ///< the last call reached Redis
-    int64_t entries = 0;              ///< index entries mirrored (this model's, every replica's)
-    int64_t writes = 0;               ///< entries written (chunks + index entry)
-    uint64_t bytes_written = 0;       ///< chunk bytes written
-    int64_t chunks_written = 0;
-    int64_t write_failures = 0;       ///< writes not done: Redis down or slow, or queue full
-    int64_t loads = 0;                ///< entries read for a restore
-    uint64_t bytes_read = 0;
-    /** Calls that failed (timeout, connection refused or lost, an error reply): the connection
-     *  is dropped and tried again after a second; the request goes on without tier 3. */
-    int64_t errors = 0;
-    int64_t timeouts = 0;             ///< of which timeouts (--cache-redis-timeout-ms)
-    int64_t connects = 0;             ///< connections opened
-    int64_t vanished = 0;             ///< hits whose chunks were gone (evicted, FLUSHALL): misses
-    /** Damaged or foreign chunks and index entries found (never served; deleted from Redis):
-     *  the sum of `damage`, by kind (corrupt, truncated, bad_magic, identity, other_format). */
-    int64_t damaged = 0;
-    std::map<std::string, int64_t> damage;
-    int64_t index_resets = 0;         ///< the index vanished or restarted (FLUSHALL): mirror cleared
-    int64_t queued = 0;               ///< jobs waiting for the Redis thread
+/** A figure with `key` and value `v`; with `metric` (and its `help`), also on /metrics. */
+inline tier_figure figure(std::string key, tier_figure::value_type v, std::string metric = {}, std::string help = {}) {
+    tier_figure f;
+    f.key = std::move(key);
+    f.value = std::move(v);
+    f.metric = std::move(metric);
+    f.help = std::move(help);
+    return f;
+}
+
+/** A map figure, on /metrics one series per key under `label`, the `known` keys always listed. */
+inline tier_figure figure_map(std::string key, std::map<std::string, int64_t> v, std::string metric, std::string help,
+                              std::string label, std::vector<std::string> known) {
+    tier_figure f = figure(std::move(key), std::move(v), std::move(metric), std::move(help));
+    f.label = std::move(label);
+    f.known = std::move(known);
+    return f;
+}
+
+/** A scalar figure that is the series `label`="`series`" of `metric` (its other series are the
+ *  figures of the same metric after it). */
+inline tier_figure figure_series(std::string key, tier_figure::value_type v, std::string metric, std::string help,
+                                 std::string label, std::string series) {
+    tier_figure f = figure(std::move(key), std::move(v), std::move(metric), std::move(help));
+    f.label = std::move(label);
+    f.series = std::move(series);
+    return f;
+}
+
+/** What a tier below RAM reports of itself (lower_tier::report): its name and its figures. */
+struct tier_report {
+    std::string name;       ///< tier_traits::name: the tier's key in the JSON and its metrics' infix
+    std::string hits_help;  ///< HELP of lineage_prompt_cache_<name>_hits_total (stats::tier_hits[name])
+    std::vector<tier_figure> figures;
 };
 
 /** One tenant's share of the store (docs/prompt-cache.md "Tenants and access"): its entries in the
@@ -163,8 +159,9 @@ struct stats {
         return it == tier_hits.end() ? 0 : it->second;
     }
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
-    disk_stats disk;
-    redis_stats redis;
+    /** Every tier below RAM the server knows, in the store's order: an open tier's figures, and a
+     *  tier that is off reports its zeros (scheduler::tier_link::report). */
+    std::vector<tier_report> tiers;
     warmup_stats warmup;
     // APC (docs/prompt-cache.md "Automatic Prefix Caching (APC)")
     bool apc_enabled = false;         ///< APC active for the running model (dense family, --apc-enabled)

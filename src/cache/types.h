@@ -57,8 +57,9 @@ struct checkpoint {
     blob_ptr recurrent;
 };
 
-/** Tier-2 file id (a row of the disk index); 0 = none. */
-using file_id = uint64_t;
+/** The id of a copy in a tier below RAM, in that tier's ids (the disk tier: a row of its index and
+ *  the file's name; Redis: the shared index's id); 0 = none. */
+using copy_id = uint64_t;
 
 /** Shares `b` as an immutable blob; when its last reference goes, its buffer returns to the
  *  process's blob_pool (blob_pool.h) for a later capture of the same size. */

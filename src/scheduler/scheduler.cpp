@@ -1,6 +1,6 @@
 // scheduler: the engine thread: its loop, admission, the batched step and finishing. The
 // rest sits behind narrow seams: settings.h (parameters in effect), sequence_pool.h (sequence
-// ids, demotion), lifecycle.h (restore, capture, commit over sequence_states), disk_link.h
+// ids, demotion), lifecycle.h (restore, capture, commit over sequence_states), tier_link.h
 // (tier 2). See scheduler.h for the contract, docs/architecture.md for the map.
 #include "scheduler/scheduler_impl.h"
 
@@ -117,9 +117,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     if (p_.cache.trace) {
         store_.trace().set_sink(cache::tracer::log_sink());
     }
-    disk_ = std::make_unique<disk_link>(store_, *states_, p_.cache, m.path(), hybrid_);
+    tiers_ = std::make_unique<tier_link>(store_, *states_, p_.cache, m.path(), hybrid_);
     pool_ = std::make_unique<sequence_pool>(*states_, store_, cp.n_seq,
-                                            [this](cache::disk_job j) { disk_->write(std::move(j)); });
+                                            [this](cache::tier_job j) { tiers_->write(std::move(j)); });
     // A reply comes back as text: how much of it tokenizes back to the decoded tokens (none
     // when the tokenizer fails: no reply checkpoint is kept then).
     life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_, [this](const cache::tokens & generated) {
@@ -145,7 +145,7 @@ scheduler::impl::impl(const engine::model & m, const params & p)
 scheduler::impl::~impl() {
     stop();
     // The disk thread goes before the members its load callbacks touch (cv_, load_ready_).
-    disk_->close();
+    tiers_->close();
 }
 
 void scheduler::impl::stop() {
@@ -294,7 +294,7 @@ void scheduler::impl::loop() {
             pool_->drain_released();
             cache::blob_pool::instance().trim();
         }
-        disk_->housekeeping(!busy, now_s());
+        tiers_->housekeeping(!busy, now_s());
         if (check_invariants_) {
             verify();
         }
@@ -326,7 +326,7 @@ void scheduler::impl::loop() {
         t();
     }
     idle_tasks_.clear();
-    disk_->flush(now_s(), [this] { pool_->drain_released(); });
+    tiers_->flush(now_s(), [this] { pool_->drain_released(); });
 }
 
 void scheduler::impl::verify() const {
@@ -438,7 +438,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (s.plan.op == cache::restore_op::load_disk) {
         // The tier's thread reads the copy; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
-        s.load = disk_->load(s.plan.tier, s.plan.disk_file, s.key.bucket, s.req->prompt, s.plan.n_restore, [this] {
+        s.load = tiers_->load(s.plan.tier, s.plan.tier_copy, s.key.bucket, s.req->prompt, s.plan.n_restore, [this] {
             load_ready_ = true;
             cv_.notify_one();
         });
@@ -490,7 +490,7 @@ void scheduler::impl::poll_loads() {
 
 void scheduler::impl::complete_load(slot & s) {
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
-    if (auto st = store_.disk_loaded(s.key, s.plan, s.load.get(), now_s()); !st) {
+    if (auto st = store_.tier_loaded(s.key, s.plan, s.load.get(), now_s()); !st) {
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
     }
     pool_->drain_released();

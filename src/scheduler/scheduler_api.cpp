@@ -32,7 +32,7 @@ cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] {
         cache::stats s = impl_->store_.get_stats();
         impl_->add_warmup_stats(s);
-        impl_->disk_->report(s);
+        impl_->tiers_->report(s);
         return s;
     });
 }
@@ -54,7 +54,7 @@ cache::reset_result scheduler::reset_cache() {
     return impl_->run_on_engine([this] {
         auto r = impl_->store_.reset();
         impl_->pool_->drain_released();
-        impl_->disk_->reset(r, std::nullopt);
+        impl_->tiers_->reset(r, std::nullopt);
         spdlog::info("cache: reset freed {} entries, {} bytes", r.entries_freed, r.bytes_freed);
         return r;
     });
@@ -64,7 +64,7 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
     return impl_->run_on_engine([this, &tenant] {
         auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
         impl_->pool_->drain_released();
-        impl_->disk_->reset(r, tenant);
+        impl_->tiers_->reset(r, tenant);
         spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes, {} disk files", tenant, r.entries_freed,
                      r.bytes_freed, r.disk_files_freed);
         return r;

@@ -12,7 +12,7 @@
 #include "engine/lora.h"
 #include "engine/model.h"
 #include "scheduler/admission.h"
-#include "scheduler/disk_link.h"
+#include "scheduler/tier_link.h"
 #include "scheduler/lifecycle.h"
 #include "scheduler/lora_turns.h"
 #include "scheduler/metrics.h"
@@ -104,7 +104,7 @@ struct scheduler::impl {
     std::unique_ptr<engine::context> ctx_;
     std::unique_ptr<engine_states> states_;   // ctx_ as the lifecycle sees it
     cache::store store_;
-    std::unique_ptr<disk_link> disk_;
+    std::unique_ptr<tier_link> tiers_;
     std::unique_ptr<sequence_pool> pool_;
     std::unique_ptr<lifecycle> life_;
     std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished

@@ -8,7 +8,7 @@
 namespace lineage::scheduler {
 
 sequence_pool::sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
-                             std::function<void(cache::disk_job)> spill)
+                             std::function<void(cache::tier_job)> spill)
     : st_(st), store_(store), spill_(std::move(spill)) {
     for (int32_t s = n_seq - 1; s >= 0; --s) {
         free_.push_back(s);

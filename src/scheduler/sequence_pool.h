@@ -22,7 +22,7 @@ public:
     /** `n_seq` ids [0, n_seq) start free. `spill` receives the entries the store pushed out
      *  (write-behind); empty: dropped. */
     sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
-                  std::function<void(cache::disk_job)> spill = {});
+                  std::function<void(cache::tier_job)> spill = {});
 
     /** A free sequence id, emptied; demotes parked entries (never entry `protect`, the one the
      *  request restores from) until one is free. nullopt when every id is busy. Of the free
@@ -44,7 +44,7 @@ public:
 private:
     sequence_states & st_;
     cache::store & store_;
-    std::function<void(cache::disk_job)> spill_;
+    std::function<void(cache::tier_job)> spill_;
     std::vector<int32_t> free_;  // back = next handed out
 };
 

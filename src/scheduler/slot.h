@@ -25,7 +25,7 @@ inline double seconds_since(clock::time_point t) {
 struct slot {
     /** Phases (the engine thread moves a slot through them):
      *    idle --admit, plan load_disk--> loading (the disk thread reads the tier-2 file)
-     *    loading --read done (store::disk_loaded)--> prefill
+     *    loading --read done (store::tier_loaded)--> prefill
      *    idle --admit--> prefill --the whole prompt in--> decode
      *    prefill|decode --EOG, max_tokens, stop string, cancel--> idle (lifecycle::commit)
      *    any --failure (engine, no sequence, shutdown)--> idle (lifecycle::abandon) */
@@ -45,7 +45,7 @@ struct slot {
     int32_t replay = 0;
     cache::key key;
     cache::restore_plan plan;
-    std::future<cache::disk_load_result> load;  ///< phase loading: the tier-2 read in flight
+    std::future<cache::tier_load_result> load;  ///< phase loading: the tier-2 read in flight
     std::chrono::steady_clock::time_point restore_started;
     size_t next_capture = 0;          ///< index into plan.captures
     std::vector<cache::checkpoint> captured;

@@ -1,5 +1,5 @@
-// scheduler::disk_link: the scheduler's side of the tiers below RAM; see disk_link.h.
-#include "scheduler/disk_link.h"
+// scheduler::tier_link: the scheduler's side of the tiers below RAM; see tier_link.h.
+#include "scheduler/tier_link.h"
 
 #include "cache/tier/disk/disk_tier.h"
 #include "cache/tier/redis/redis_tier.h"
@@ -18,58 +18,68 @@ namespace {
 using tier_opener = std::unique_ptr<cache::lower_tier> (*)(const cache::config & cfg, const std::string & model,
                                                            bool hybrid);
 
+/** A tier's figures while it is off (its stats at zero), so that GET /v1/cache/stats and /metrics
+ *  list every tier the server knows. */
+using tier_off_report = cache::tier_report (*)();
+
+struct tier_row {
+    const char * name;  ///< tier_traits::name
+    tier_opener open;
+    tier_off_report off;
+};
+
 // The tiers below RAM, in the order the store consults them (each only for a restore point longer
 // than those before it); the entries track the first open one's copies. A new tier: its folder
 // under src/cache/tier/, its flags in cache::config, and one line here.
-constexpr tier_opener tier_table[] = {
-    cache::open_disk_tier,
-    cache::open_redis_tier,
+constexpr tier_row tier_table[] = {
+    {"disk", cache::open_disk_tier, [] { return cache::describe(cache::disk_stats{}, 0); }},
+    {"redis", cache::open_redis_tier, [] { return cache::describe(cache::redis_stats{}); }},
 };
 
 }  // namespace
 
-disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+tier_link::tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
                      const std::string & model_path, bool hybrid)
     : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s) {
     if (!cfg.enabled || (cfg.disk_dir.empty() && cfg.redis_url.empty())) {
         return;  // no tier named: the fingerprint (a read of the model file's header) is not needed
     }
     const std::string model = cache::model_fingerprint(model_path);
-    for (const tier_opener open : tier_table) {
-        if (auto t = open(cfg, model, hybrid)) {
+    for (const tier_row & row : tier_table) {
+        if (auto t = row.open(cfg, model, hybrid)) {
             tiers_.push_back(std::move(t));
         }
     }
     attach();
 }
 
-disk_link::disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+tier_link::tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
                      std::vector<std::unique_ptr<cache::lower_tier>> tiers)
     : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s),
       tiers_(std::move(tiers)) {
     attach();
 }
 
-void disk_link::attach() {
+void tier_link::attach() {
     for (const auto & t : tiers_) {
         store_.attach_tier(t.get(), t->traits());
     }
 }
 
-disk_link::~disk_link() {
+tier_link::~tier_link() {
     close();
 }
 
-void disk_link::close() {
+void tier_link::close() {
     store_.detach_tiers();
     tiers_.clear();
 }
 
-void disk_link::write(cache::disk_job j) {
+void tier_link::write(cache::tier_job j) {
     if (!on()) {
         return;
     }
-    cache::disk_write w;
+    cache::tier_write w;
     w.entry_id = j.entry_id;
     w.rec.bucket = j.k.bucket;
     w.rec.session = j.k.session;
@@ -88,14 +98,14 @@ void disk_link::write(cache::disk_job j) {
         w.ancestors.clear();
     }
     for (size_t i = tiers_.size(); i-- > 1;) {
-        cache::disk_write copy = w;  // the states are shared, not copied
+        cache::tier_write copy = w;  // the states are shared, not copied
         copy.ancestors.clear();
         tiers_[i]->write(std::move(copy));
     }
     tiers_.front()->write(std::move(w));
 }
 
-void disk_link::housekeeping(bool idle, double now_s) {
+void tier_link::housekeeping(bool idle, double now_s) {
     if (!on()) {
         return;
     }
@@ -105,7 +115,7 @@ void disk_link::housekeeping(bool idle, double now_s) {
         tiers_[i]->take_completions();
     }
     for (const auto & c : tiers_.front()->take_completions()) {
-        store_.disk_written(c.entry_id, c.file);
+        store_.tier_written(c.entry_id, c.file);
     }
     // RAM release: idle entries whose copy has landed give their RAM back (cache::config
     // ram_release_s; the store does it only on a tier of this replica's own); one pass a second
@@ -133,7 +143,7 @@ void disk_link::housekeeping(bool idle, double now_s) {
     }
 }
 
-void disk_link::flush(double now_s, const std::function<void()> & drain) {
+void tier_link::flush(double now_s, const std::function<void()> & drain) {
     if (!on()) {
         return;
     }
@@ -158,22 +168,41 @@ void disk_link::flush(double now_s, const std::function<void()> & drain) {
     }
 }
 
-std::future<cache::disk_load_result> disk_link::load(int32_t tier, cache::file_id f, const std::string & bucket,
+std::future<cache::tier_load_result> tier_link::load(int32_t tier, cache::copy_id f, const std::string & bucket,
                                                      const cache::tokens & prompt, int32_t n_restore,
                                                      std::function<void()> on_done) {
-    cache::disk_expect want;
+    cache::tier_expect want;
     want.bucket = bucket;
     want.prefix.assign(prompt.begin(), prompt.begin() + std::clamp<int32_t>(n_restore, 0, static_cast<int32_t>(prompt.size())));
     return tiers_.at(static_cast<size_t>(tier))->load(f, std::move(want), std::move(on_done));
 }
 
-void disk_link::report(cache::stats & s) const {
-    for (const auto & t : tiers_) {
-        t->report(s);
+void tier_link::report(cache::stats & s) const {
+    const auto open = [this](const std::string & name) -> const cache::lower_tier * {
+        for (const auto & t : tiers_) {
+            if (t->traits().name == name) {
+                return t.get();
+            }
+        }
+        return nullptr;
+    };
+    for (const tier_row & row : tier_table) {
+        if (const cache::lower_tier * t = open(row.name)) {
+            t->report(s);
+        } else {
+            s.tiers.push_back(row.off());
+        }
+    }
+    for (const auto & t : tiers_) {  // a tier outside the table (unit tests' in-memory tier)
+        const bool listed = std::any_of(std::begin(tier_table), std::end(tier_table),
+                                        [&](const tier_row & row) { return t->traits().name == row.name; });
+        if (!listed) {
+            t->report(s);
+        }
     }
 }
 
-void disk_link::reset(cache::reset_result & r, const std::optional<std::string> & tenant) {
+void tier_link::reset(cache::reset_result & r, const std::optional<std::string> & tenant) {
     for (const auto & t : tiers_) {
         // A tenant's reset runs after the writes queued before it and deletes those too; the
         // completions of other tenants' writes stay for the housekeeping to hand to the store.

@@ -1,6 +1,6 @@
-// scheduler::disk_link: the scheduler's side of the tiers below RAM (docs/architecture.md "Tiers
+// scheduler::tier_link: the scheduler's side of the tiers below RAM (docs/architecture.md "Tiers
 // below RAM", "Tier 2 (disk) as implemented", "Tier 3 (Redis) as implemented"): opens the tiers
-// the flags name (a table of openers in disk_link.cpp, one line a tier, in the order the store
+// the flags name (a table of openers in tier_link.cpp, one line a tier, in the order the store
 // consults them) and attaches them to the store; every write-behind job goes to every tier,
 // turns the store's jobs into writes (reading a parked entry's state from its sequence on the
 // engine thread), feeds the first tier's completions back to the store, writes idle entries
@@ -24,25 +24,25 @@
 
 namespace lineage::scheduler {
 
-class disk_link {
+class tier_link {
 public:
     /** Opens every tier of the table that cfg configures (none when the cache is off; a tier
      *  that cannot be opened WARNs and is left out). `model_path` fingerprints the copies. */
-    disk_link(cache::store & store, sequence_states & st, const cache::config & cfg, const std::string & model_path,
+    tier_link(cache::store & store, sequence_states & st, const cache::config & cfg, const std::string & model_path,
               bool hybrid);
     /** Attaches `tiers` (in the store's order) instead of those the flags name: unit tests, with
      *  an in-memory tier. */
-    disk_link(cache::store & store, sequence_states & st, const cache::config & cfg,
+    tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
               std::vector<std::unique_ptr<cache::lower_tier>> tiers);
-    ~disk_link();
-    disk_link(const disk_link &) = delete;
-    disk_link & operator=(const disk_link &) = delete;
+    ~tier_link();
+    tier_link(const tier_link &) = delete;
+    tier_link & operator=(const tier_link &) = delete;
 
     bool on() const { return !tiers_.empty(); }
     /** Queues the write of `j` on every tier (a parked entry's state is read now, before its id
      *  is released); the files it supersedes go to the first tier only (the copies the store
      *  tracks), and not when that tier is shared. */
-    void write(cache::disk_job j);
+    void write(cache::tier_job j);
     /** Completions back to the store; when `idle`, writes entries idle for --cache-disk-idle-s;
      *  busy or not, writes at most one entry unwritten for --cache-disk-max-unwritten-s (called
      *  once per engine step: at most one forced state read per step). */
@@ -54,10 +54,11 @@ public:
      *  request of `bucket` whose prompt's first `n_restore` tokens it restores (the tier checks
      *  the copy holds them); `on_done` runs on the tier's thread.
      *  REQUIRES: 0 <= tier < number of tiers, n_restore <= |prompt|. */
-    std::future<cache::disk_load_result> load(int32_t tier, cache::file_id f, const std::string & bucket,
+    std::future<cache::tier_load_result> load(int32_t tier, cache::copy_id f, const std::string & bucket,
                                               const cache::tokens & prompt, int32_t n_restore,
                                               std::function<void()> on_done);
-    /** Every tier's stats into `s` (lower_tier::report). */
+    /** Every tier's figures into `s.tiers`, in the table's order: an open tier's own
+     *  (lower_tier::report), a tier that is off its zeros; then any open tier outside the table. */
     void report(cache::stats & s) const;
     /** Deletes every tier's copies (`tenant`: only that tenant's) and records what was freed in
      *  `r`; after a full reset the writes finished before it are dropped (their copies are gone

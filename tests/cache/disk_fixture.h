@@ -65,8 +65,8 @@ protected:
     }
 
     /** Writes `r` through the tier and waits; returns its file id (0 when not written). */
-    static file_id put(disk_tier & t, disk_record r, std::vector<file_id> ancestors = {}, double last_use = 1) {
-        disk_write w;
+    static copy_id put(disk_tier & t, disk_record r, std::vector<copy_id> ancestors = {}, double last_use = 1) {
+        tier_write w;
         w.entry_id = 7;
         w.rec = std::move(r);
         w.ancestors = std::move(ancestors);
@@ -84,12 +84,12 @@ protected:
 
 // --- the store's tier hooks (test_disk.cpp, test_redis_format.cpp) ---------------------------
 
-/** A disk_lookup that offers one fixed candidate for prompts it covers. */
-class fake_disk : public disk_lookup {
+/** A tier_lookup that offers one fixed candidate for prompts it covers. */
+class fake_disk : public tier_lookup {
 public:
-    std::optional<disk_candidate> offer;
+    std::optional<tier_candidate> offer;
     mutable int32_t asked_longer_than = -1;
-    std::optional<disk_candidate> best(const std::string &, const std::string &, const tokens &,
+    std::optional<tier_candidate> best(const std::string &, const std::string &, const tokens &,
                                        int32_t longer_than) const override {
         asked_longer_than = longer_than;
         if (offer && offer->n > longer_than) {

@@ -1,6 +1,6 @@
 // cache::fakes::mem_tier: a tier below RAM held in memory, in the manner of LevelDB's memenv.
 // It is the fake tier of the store's and the scheduler's unit tests
-// (tests/cache/store/test_store_tiers.cpp, tests/scheduler/test_disk_link.cpp). It also shows
+// (tests/cache/store/test_store_tiers.cpp, tests/scheduler/test_tier_link.cpp). It also shows
 // what a new tier has to supply: a class derived from lower_tier with its I/O (tier_io) and its
 // stats. Everything else (the worker thread, the queue, loads that jump it, the write bound,
 // completions, the restore rule over its catalog) comes from lower_tier.
@@ -8,7 +8,7 @@
 // the same mutex.
 #pragma once
 
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/tier/lower_tier.h"
 
 #include <algorithm>
@@ -32,7 +32,7 @@ public:
     }
     ~mem_tier() override { stop(); }
 
-    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+    std::optional<tier_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override {
         std::lock_guard lk(mu_);
         return catalog_.best(bucket, session, prompt, longer_than);
@@ -40,6 +40,11 @@ public:
     void report(stats & s) const override {
         std::lock_guard lk(mu_);
         s.bytes[traits().name] = bytes_;
+        s.tiers.push_back(tier_report{.name = traits().name,
+                                      .hits_help = "Restores served from the in-memory tier.",
+                                      .figures = {figure("copies", static_cast<int64_t>(records_.size()), "copies",
+                                                         "Copies held."),
+                                                  figure("bytes", bytes_)}});
     }
     std::string location() const override { return "memory"; }
 
@@ -47,12 +52,12 @@ public:
     /** Loads answer "missing" (a copy evicted behind the store's back). */
     std::atomic<bool> fail_loads{false};
     /** Copies held now, by id. */
-    std::map<file_id, disk_record> held() const {
+    std::map<copy_id, disk_record> held() const {
         std::lock_guard lk(mu_);
         return records_;
     }
     /** Copies removed as superseded (remove()), in order. */
-    std::vector<file_id> removed() const {
+    std::vector<copy_id> removed() const {
         std::lock_guard lk(mu_);
         return removed_;
     }
@@ -62,11 +67,11 @@ public:
     }
 
 protected:
-    disk_completion write_now(disk_write & w) override {
+    tier_completion write_now(tier_write & w) override {
         std::lock_guard lk(mu_);
-        const file_id id = ++next_id_;
+        const copy_id id = ++next_id_;
         uint64_t size = w.rec.full ? w.rec.full->size() : 0;
-        disk_catalog::file f;
+        tier_catalog::file f;
         f.id = id;
         f.bucket = w.rec.bucket;
         f.session = w.rec.session;
@@ -84,25 +89,25 @@ protected:
         records_[id] = w.rec;
         records_[id].id = id;
         bytes_ += size;
-        for (const file_id old : w.ancestors) {
+        for (const copy_id old : w.ancestors) {
             drop(old);
         }
-        return disk_completion{.entry_id = w.entry_id, .file = id, .result = {}};
+        return tier_completion{.entry_id = w.entry_id, .file = id, .result = {}};
     }
-    disk_load_result load_now(file_id id, const disk_expect & want) override {
+    tier_load_result load_now(copy_id id, const tier_expect & want) override {
         std::lock_guard lk(mu_);
         loads_++;
-        disk_load_result r;
+        tier_load_result r;
         auto it = records_.find(id);
         if (fail_loads || it == records_.end()) {
-            r.error = disk_load_error::missing;
+            r.error = tier_load_error::missing;
             r.detail = "no copy " + std::to_string(id);
             return r;
         }
         const disk_record & rec = it->second;
         if ((!want.bucket.empty() && want.bucket != rec.bucket) || want.prefix.size() > rec.toks.size() ||
             !std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin())) {
-            r.error = disk_load_error::identity;
+            r.error = tier_load_error::identity;
             r.detail = "copy " + std::to_string(id) + " is not the request's prefix";
             return r;
         }
@@ -110,35 +115,35 @@ protected:
         r.n_tokens = static_cast<int32_t>(rec.toks.size());
         return r;
     }
-    void remove_now(const std::vector<file_id> & ids) override {
+    void remove_now(const std::vector<copy_id> & ids) override {
         std::lock_guard lk(mu_);
-        for (const file_id id : ids) {
+        for (const copy_id id : ids) {
             drop(id);
         }
     }
     std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override {
         std::lock_guard lk(mu_);
-        std::vector<file_id> ids;
+        std::vector<copy_id> ids;
         for (const auto & [id, rec] : records_) {
             if (!tenant || rec.tenant == *tenant) {
                 ids.push_back(id);
             }
         }
         const uint64_t before = bytes_;
-        for (const file_id id : ids) {
+        for (const copy_id id : ids) {
             erase(id);
         }
         return {static_cast<int64_t>(ids.size()), before - bytes_};
     }
 
 private:
-    void drop(file_id id) {
+    void drop(copy_id id) {
         if (records_.count(id) > 0) {
             removed_.push_back(id);
             erase(id);
         }
     }
-    void erase(file_id id) {
+    void erase(copy_id id) {
         if (auto f = catalog_.remove(id)) {
             bytes_ -= f->bytes;
         }
@@ -146,10 +151,10 @@ private:
     }
 
     mutable std::mutex mu_;
-    disk_catalog catalog_;
-    std::map<file_id, disk_record> records_;
-    std::vector<file_id> removed_;
-    file_id next_id_ = 0;
+    tier_catalog catalog_;
+    std::map<copy_id, disk_record> records_;
+    std::vector<copy_id> removed_;
+    copy_id next_id_ = 0;
     uint64_t bytes_ = 0;
     int64_t loads_ = 0;
 };

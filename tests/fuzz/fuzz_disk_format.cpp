@@ -70,10 +70,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         std::ofstream f(in, std::ios::binary | std::ios::trunc);
         f.write(reinterpret_cast<const char *>(data), static_cast<std::streamsize>(size));
     }
-    const disk_load_result h = read_disk_header(in, /*with_tokens=*/true);
-    const disk_load_result r = read_disk_file(in, "model-a");
-    if (r.error == disk_load_error::none) {
-        if (!r.record || h.error != disk_load_error::none || disk_file_size(*r.record) != size) {
+    const tier_load_result h = read_disk_header(in, /*with_tokens=*/true);
+    const tier_load_result r = read_disk_file(in, "model-a");
+    if (r.error == tier_load_error::none) {
+        if (!r.record || h.error != tier_load_error::none || disk_file_size(*r.record) != size) {
             __builtin_trap();
         }
         if (!write_disk_file(out, *r.record) || read_all(out) != std::string(reinterpret_cast<const char *>(data), size)) {

@@ -1,9 +1,9 @@
-// Unit tests of scheduler::disk_link over two in-memory tiers (tests/cache/mem_tier.h), the
+// Unit tests of scheduler::tier_link over two in-memory tiers (tests/cache/mem_tier.h), the
 // second shared: every write goes to every tier, the superseded copies only to the first; the
 // first tier's completions reach the store, the others' do not; a load goes to the tier the plan
 // names; stats and reset loop over every tier by name. No model: the engine's states are
 // fake_engine_states.
-#include "scheduler/disk_link.h"
+#include "scheduler/tier_link.h"
 
 #include "../cache/mem_tier.h"
 #include "fake_engine_states.h"
@@ -58,12 +58,12 @@ void park(cache::store & st, fakes::fake_engine_states & states, const cache::ke
     ASSERT_TRUE(st.commit(std::move(in), now));
 }
 
-TEST(DiskLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
+TEST(TierLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     const cache::config cfg = small_config();
     cache::store st(cfg, /*hybrid=*/true);
     fakes::fake_engine_states states(true);
     two_tiers t;
-    disk_link link(st, states, cfg, std::move(t.list));
+    tier_link link(st, states, cfg, std::move(t.list));
     ASSERT_TRUE(link.on());
     const cache::key k{"b", "s"};
     park(st, states, k, seq_tokens(40), 1, 1.0);
@@ -86,30 +86,39 @@ TEST(DiskLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     link.housekeeping(false, 11.0);
     const auto entries = st.entries();
     ASSERT_EQ(entries.size(), 1u);
-    EXPECT_EQ(entries[0].disk_file, t.own->held().begin()->first);
+    EXPECT_EQ(entries[0].tier_copy, t.own->held().begin()->first);
 
     // A superseding write: its ancestors are deleted from the first tier only, after it lands.
-    cache::disk_job j;
+    cache::tier_job j;
     j.entry_id = 99;
     j.k = k;
     j.toks = seq_tokens(60);
     j.full = cache::make_blob(cache::blob(100, 'F'));
-    j.ancestors = {entries[0].disk_file};
-    const cache::file_id shared_first = t.shared->held().begin()->first;
+    j.ancestors = {entries[0].tier_copy};
+    const cache::copy_id shared_first = t.shared->held().begin()->first;
     link.write(std::move(j));
     t.own->drain();
     t.shared->drain();
-    EXPECT_EQ(t.own->removed(), std::vector<cache::file_id>{entries[0].disk_file});
+    EXPECT_EQ(t.own->removed(), std::vector<cache::copy_id>{entries[0].tier_copy});
     EXPECT_EQ(t.own->held().size(), 1u);
     EXPECT_TRUE(t.shared->removed().empty());
     EXPECT_EQ(t.shared->held().size(), 2u);
     EXPECT_EQ(t.shared->held().count(shared_first), 1u);
 
-    // Stats: each tier reports under its own name.
+    // Stats: each tier reports under its own name; the table's tiers, off here, report their
+    // zeros first (GET /v1/cache/stats and /metrics list every tier the server knows).
     cache::stats s;
     link.report(s);
     EXPECT_GT(s.bytes.at("own"), 0u);
     EXPECT_GT(s.bytes.at("shared"), s.bytes.at("own"));  // two copies against one
+    std::vector<std::string> names;
+    for (const auto & tr : s.tiers) {
+        names.push_back(tr.name);
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"disk", "redis", "own", "shared"}));
+    ASSERT_EQ(s.tiers[3].figures.at(0).key, "copies");
+    EXPECT_EQ(std::get<int64_t>(s.tiers[3].figures.at(0).value), 2);
+    EXPECT_EQ(std::get<bool>(s.tiers[0].figures.at(0).value), false);  // disk "enabled"
 
     // Reset: every tier's copies go, counted by name.
     cache::reset_result r;
@@ -122,12 +131,12 @@ TEST(DiskLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     EXPECT_TRUE(t.shared->held().empty());
 }
 
-TEST(DiskLink, ALoadGoesToTheTierThePlanNames) {
+TEST(TierLink, ALoadGoesToTheTierThePlanNames) {
     const cache::config cfg = small_config();
     cache::store st(cfg, true);
     fakes::fake_engine_states states(true);
     two_tiers t;
-    disk_link link(st, states, cfg, std::move(t.list));
+    tier_link link(st, states, cfg, std::move(t.list));
     const cache::key k{"b", "s"};
     park(st, states, k, seq_tokens(40), 1, 1.0);
     link.housekeeping(true, 10.0);
@@ -152,7 +161,7 @@ TEST(DiskLink, ALoadGoesToTheTierThePlanNames) {
     EXPECT_EQ(p.tier_name, "own");
 
     // Loads are routed by index: the shared tier's copy is read from the shared tier.
-    const cache::file_id shared_copy = t.shared->held().begin()->first;
+    const cache::copy_id shared_copy = t.shared->held().begin()->first;
     auto r = link.load(1, shared_copy, "b", prompt, 40, [] {}).get();
     ASSERT_TRUE(r.record.has_value()) << r.detail;
     EXPECT_EQ(r.record->toks, seq_tokens(40));
@@ -161,7 +170,7 @@ TEST(DiskLink, ALoadGoesToTheTierThePlanNames) {
     // The tier checks the copy holds the prompt's first n_restore tokens.
     cache::tokens other = prompt;
     other[3] = 1;
-    EXPECT_EQ(link.load(0, p.disk_file, "b", other, 40, [] {}).get().error, cache::disk_load_error::identity);
+    EXPECT_EQ(link.load(0, p.tier_copy, "b", other, 40, [] {}).get().error, cache::tier_load_error::identity);
     EXPECT_EQ(t.own->loads(), 1);
     st2.detach_tiers();
 }

@@ -196,7 +196,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     const std::optional<restore_candidate> chosen = search.chosen();
     const int32_t best_short = search.best_short();
     // Each tier below RAM only for something longer than the best above it.
-    std::optional<disk_candidate> on_disk;
+    std::optional<tier_candidate> on_disk;
     int32_t on_tier = -1;
     if (cfg_.enabled) {
         for (size_t i = 0; i < tiers_.size(); ++i) {
@@ -213,7 +213,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.n_restore = on_disk->n;
         p.kind = on_disk->kind;
         p.op = restore_op::load_disk;
-        p.disk_file = on_disk->id;
+        p.tier_copy = on_disk->id;
         p.tier = on_tier;
         p.tier_name = t.name;
         p.source_tokens = on_disk->source_tokens;
@@ -222,7 +222,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
         // The entries track the first tier's copies; a shared copy is not one replica's to supersede.
         if (p.absorbs && on_tier == 0 && own_copies()) {
-            p.disk_ancestors.push_back(on_disk->id);
+            p.tier_ancestors.push_back(on_disk->id);
         }
         if (counted) {
             stats_.hits[std::string(to_string(p.kind))]++;
@@ -326,19 +326,19 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             }
             p.inflight_bytes = e.ram_bytes();
             pending_bytes_ += p.inflight_bytes;
-            p.disk_ancestors = std::move(e.ancestors);
-            if (e.disk_file != 0) {
-                p.disk_ancestors.push_back(e.disk_file);
+            p.tier_ancestors = std::move(e.ancestors);
+            if (e.tier_copy != 0) {
+                p.tier_ancestors.push_back(e.tier_copy);
             }
             p.pending_write_of = e.writing ? e.id : 0;
-            p.unwritten_since = e.disk_file == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
+            p.unwritten_since = e.tier_copy == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
             index_remove(chosen_it);
             entries_.erase(chosen_it);
             if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
                 const iter twin = t->second;
-                p.disk_ancestors.insert(p.disk_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
-                if (twin->disk_file != 0) {
-                    p.disk_ancestors.push_back(twin->disk_file);
+                p.tier_ancestors.insert(p.tier_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
+                if (twin->tier_copy != 0) {
+                    p.tier_ancestors.push_back(twin->tier_copy);
                 }
                 erase(twin, eviction_reason::superseded, " (the resend twin of the turn this request continues)");
             }
@@ -574,8 +574,8 @@ void store::check_invariants() const {
         } else if (!e.full) {
             fail("3: RAM entry " + std::to_string(e.id) + " without a state");
         }
-        if (e.disk_file != 0 && (e.writing || e.write_failed)) {
-            fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.disk_file) +
+        if (e.tier_copy != 0 && (e.writing || e.write_failed)) {
+            fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.tier_copy) +
                  " and a write in flight or failed");
         }
         if (e.unwritten_since > e.last_use) {

@@ -19,9 +19,9 @@
 // Tier 2 (write-behind), beside the states above:
 //   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
 //          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
-//   WRITING --disk_written(f)--> has file f | --disk_written(0)--> write_failed (not offered again)
+//   WRITING --tier_written(f)--> has file f | --tier_written(0)--> write_failed (not offered again)
 //   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
-//   (file only) --plan: longer than memory's best--> load_disk --disk_loaded()--> TAKEN, or an
+//   (file only) --plan: longer than memory's best--> load_disk --tier_loaded()--> TAKEN, or an
 //          anchor pinned in RAM again, or a counted miss (damaged)
 //
 // Lookup (docs/prompt-cache.md "Lookup"): one radix trie per bucket over the entries'
@@ -29,7 +29,7 @@
 // stops as soon as no remaining entry can change the decision, so a lookup costs the prompt
 // length plus the candidates that could win, not every entry times its length. The choice of
 // restore point, the tie order, the session rule and absorption are restore_rule.h's, shared
-// with the disk tier; a disk hit is completed here (disk_loaded). Dense families
+// with the disk tier; a disk hit is completed here (tier_loaded). Dense families
 // with APC on (--apc-enabled) also keep a block hash chain per entry; a partial match is then
 // clamped to the whole blocks on which the prompt's chain and the entry's agree.
 #pragma once
@@ -126,7 +126,7 @@ enum class restore_op {
     take_device,   ///< continue the parked sequence `device_seq` itself (zero copies)
     share_device,  ///< seq_cp(device_seq -> new, [0, n)) then load `recurrent` if set
     load_ram,      ///< load `full` (whole state), then `recurrent` if set, then trim to n
-    load_disk,     ///< read tier-2 file `disk_file` (disk thread), then as load_ram with its blobs
+    load_disk,     ///< read copy `tier_copy` of tier `tier` (its worker thread), then as load_ram with its blobs
 };
 
 /** What cache.plan() decided for one request. */
@@ -148,14 +148,14 @@ struct restore_plan {
      *  the source's restore points up to n_restore, shared blobs, carried over the same way. */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
-    file_id disk_file = 0;                 ///< load_disk: the copy to read, in that tier's ids
-    /** load_disk: the tier whose copy disk_file names, as an index into the store's tiers
+    copy_id tier_copy = 0;                 ///< load_disk: the copy to read, in that tier's ids
+    /** load_disk: the tier whose copy tier_copy names, as an index into the store's tiers
      *  (attach_tier order; the scheduler's tier list has the same order), and its name. */
     int32_t tier = -1;
     std::string tier_name;
     /** absorbs: tier-2 files the request's entry supersedes (the taken entry's own file and
      *  its unfinished deletions); deleted once the new entry's file is durable. */
-    std::vector<file_id> disk_ancestors;
+    std::vector<copy_id> tier_ancestors;
     /** absorbs: since when (monotonic seconds) the taken entry's content has had no tier-2 copy
      *  and none in flight; -1 when it had one. The request's entry inherits it, so that a
      *  conversation extended faster than --cache-disk-max-unwritten-s is still written. */
@@ -221,7 +221,7 @@ struct commit_input {
 /** An entry to write to tier 2 (write-behind: docs/architecture.md "Tier 2 (disk) as implemented"):
  *  what the scheduler hands to the disk tier once it has the whole state (RAM entries carry it;
  *  device entries name their sequence, read before the sequence is released). */
-struct disk_job {
+struct tier_job {
     uint64_t entry_id = 0;
     key k;
     tokens toks;
@@ -230,7 +230,7 @@ struct disk_job {
     blob_ptr full;                      ///< RAM entries
     int32_t seq = -1;                   ///< device entries
     std::vector<checkpoint> checkpoints;
-    std::vector<file_id> ancestors;     ///< files to delete once this one is durable
+    std::vector<copy_id> ancestors;     ///< files to delete once this one is durable
 };
 
 /** Summary of an entry, for tests and the decision log. */
@@ -245,8 +245,8 @@ struct entry_view {
     uint64_t bytes = 0;         ///< device_bytes + ram_bytes
     uint64_t device_bytes = 0;  ///< its parked sequence's state, bytes (in stats::bytes["device"])
     uint64_t ram_bytes = 0;     ///< its whole-state blob and checkpoints, bytes (in stats::bytes["ram"])
-    file_id disk_file = 0;     ///< its tier-2 copy (0: none yet)
-    std::vector<file_id> disk_ancestors;
+    copy_id tier_copy = 0;     ///< its copy in the first tier below RAM (0: none yet)
+    std::vector<copy_id> tier_ancestors;
     int32_t warmed = 0;        ///< length a warm-up stored it at, not hit yet (0: none)
 };
 
@@ -303,7 +303,7 @@ public:
      *  [1, toks.size()) or past ladder_max_rungs are dropped). `reserved`: the bytes reserve()d
      *  for `full` and the rungs. With max_anchors 0, stores nothing. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
-                       file_id disk_file = 0, std::vector<checkpoint> rungs = {});
+                       copy_id tier_copy = 0, std::vector<checkpoint> rungs = {});
 
     /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
      *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
@@ -313,7 +313,7 @@ public:
      *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
      *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
      *  plan with the same captures; the status says which file and why. */
-    util::status disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s);
+    util::status tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s);
 
     /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
      *  (rejections["disk_damaged"]); the request prefills cold. */
@@ -371,32 +371,32 @@ public:
      *  in the order attached, each only for a restore point longer than the best device/RAM one
      *  and than every tier before it (docs/architecture.md "The restore rule: one function, every
      *  tier"). Once any is attached the write-behind runs (take_idle_writes, take_overdue_write,
-     *  take_spills). The first tier's copies are the ones the entries track (disk_written,
-     *  entry_view::disk_file); a shared tier (tier_traits::shared) also gets an anchor as soon as
+     *  take_spills). The first tier's copies are the ones the entries track (tier_written,
+     *  entry_view::tier_copy); a shared tier (tier_traits::shared) also gets an anchor as soon as
      *  it is pinned (take_spills). `t` must outlive the store's use of it (detach_tiers). */
-    void attach_tier(const disk_lookup * t, tier_traits traits);
+    void attach_tier(const tier_lookup * t, tier_traits traits);
     /** Forgets every tier (before they are destroyed). */
     void detach_tiers() { tiers_.clear(); }
 
     /** Write-behind: entries without a tier-2 copy whose last use is at least
      *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
      *  is marked as being written. */
-    std::vector<disk_job> take_idle_writes(double now_s, double idle_s);
+    std::vector<tier_job> take_idle_writes(double now_s, double idle_s);
     /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed)
      *  whose content has gone unwritten longest, when that is at least `max_unwritten_s`
      *  seconds (inherited across absorption); nullopt otherwise. At most one per call: the
      *  scheduler calls it once per engine step, so the cost (one state read) is bounded. */
-    std::optional<disk_job> take_overdue_write(double now_s, double max_unwritten_s);
+    std::optional<tier_job> take_overdue_write(double now_s, double max_unwritten_s);
 
     /** Entries without a tier-2 copy that left the store for lack of room or by TTL since the
      *  last call (write-behind "when it leaves RAM"). Device ones name their sequence: the
      *  scheduler must read it before releasing the sequences of take_released_seqs(). */
-    std::vector<disk_job> take_spills();
+    std::vector<tier_job> take_spills();
 
     /** A write finished: entry `entry_id` now has tier-2 copy `f` (0: the write failed; the
      *  entry is not offered again). When the entry was absorbed meanwhile, `f` becomes an
      *  ancestor of its successor. */
-    void disk_written(uint64_t entry_id, file_id f);
+    void tier_written(uint64_t entry_id, copy_id f);
 
     /** Device sequences the store let go of since the last call (the scheduler seq_rm's them). */
     std::vector<int32_t> take_released_seqs();
@@ -448,10 +448,10 @@ private:
         int32_t history = -1;  // history boundary of the prompt that made it (-1: unknown)
         double last_use = 0;
         double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
-        file_id disk_file = 0;             // its tier-2 copy (0: none)
+        copy_id tier_copy = 0;             // its copy in the first tier below RAM (0: none)
         bool writing = false;              // a write of it is in flight
         bool write_failed = false;         // not offered to the disk tier again
-        std::vector<file_id> ancestors;    // tier-2 files it supersedes
+        std::vector<copy_id> ancestors;    // tier-2 files it supersedes
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
         int32_t warmed = 0;              // a warm-up stored it at this length, not hit yet (0: none)
@@ -507,13 +507,13 @@ private:
     std::vector<int32_t> released_;
     ghost_set ghosts_{1024};  // evicted entries, to classify misses (1,024 x ~1 KB at most)
     struct attached_tier {
-        const disk_lookup * lookup = nullptr;
+        const tier_lookup * lookup = nullptr;
         tier_traits traits;
     };
     std::vector<attached_tier> tiers_;  // attach_tier order
     /** A lower tier takes write-behind jobs. */
     bool writes_behind() const { return !tiers_.empty(); }
-    /** The first tier holds copies for this replica alone: the entries' disk_file are its
+    /** The first tier holds copies for this replica alone: the entries' tier_copy are its
      *  copies, which supersession deletes and on whose word RAM is released. */
     bool own_copies() const { return !tiers_.empty() && !tiers_.front().traits.shared; }
     /** How the decision log names the copy `p` loads ("disk file"). */
@@ -523,9 +523,9 @@ private:
         return std::any_of(tiers_.begin(), tiers_.end(), [](const attached_tier & t) { return t.traits.shared; });
     }
     bool warmup_lookup_ = false;  // plan() runs for plan_warmup()
-    std::vector<disk_job> spills_;
+    std::vector<tier_job> spills_;
     std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor
-    disk_job job_of(entry & e);
+    tier_job job_of(entry & e);
     bool warned_too_large_ = false;
     stats stats_;
     tracer trace_;

@@ -114,7 +114,7 @@ bool store::commit(commit_input in, double now_s) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }
     if (in.absorbed) {
-        e.ancestors = std::move(in.absorbed->disk_ancestors);
+        e.ancestors = std::move(in.absorbed->tier_ancestors);
         if (in.absorbed->pending_write_of != 0) {
             successor_[in.absorbed->pending_write_of] = e.id;
         }
@@ -179,11 +179,11 @@ bool store::commit(commit_input in, double now_s) {
             }
         }
         it->checkpoints.clear();
-        for (file_id f : it->ancestors) {
+        for (copy_id f : it->ancestors) {
             e.ancestors.push_back(f);
         }
-        if (it->disk_file != 0) {
-            e.ancestors.push_back(it->disk_file);
+        if (it->tier_copy != 0) {
+            e.ancestors.push_back(it->tier_copy);
         }
         if (it->writing) {
             successor_[it->id] = e.id;
@@ -240,7 +240,7 @@ bool store::commit(commit_input in, double now_s) {
 }
 
 void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
-                          file_id disk_file, std::vector<checkpoint> rungs) {
+                          copy_id tier_copy, std::vector<checkpoint> rungs) {
     release_pending(reserved);
     const auto n = static_cast<int32_t>(toks.size());
     std::erase_if(rungs, [&](const checkpoint & c) {
@@ -304,7 +304,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     e.anchor = true;
     e.last_use = now_s;
     e.unwritten_since = now_s;
-    e.disk_file = disk_file;
+    e.tier_copy = tier_copy;
     if (e.checkpoints.empty()) {
         LINEAGE_TRACE(trace_, "pinned anchor entry {} at {} tokens ({})", e.id, e.toks.size(), human_bytes(size));
     } else {
@@ -317,7 +317,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     }
     entries_.push_front(std::move(e));
     index_add(entries_.begin());
-    if (shares_anchors() && disk_file == 0) {
+    if (shares_anchors() && tier_copy == 0) {
         // A shared tier (Redis): an anchor goes to the other replicas as soon as it is pinned.
         LINEAGE_TRACE(trace_, "anchor entry {} written behind at once (a shared tier)", entries_.front().id);
         spills_.push_back(job_of(entries_.front()));

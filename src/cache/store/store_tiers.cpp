@@ -53,8 +53,8 @@ bool store::evict_one_lru(uint64_t protect_id, eviction_reason reason) {
     return false;
 }
 
-disk_job store::job_of(entry & e) {
-    disk_job j;
+tier_job store::job_of(entry & e) {
+    tier_job j;
     j.entry_id = e.id;
     j.k = e.k;
     j.toks = e.toks;
@@ -71,7 +71,7 @@ disk_job store::job_of(entry & e) {
 
 void store::erase(iter it, std::optional<eviction_reason> reason, std::string_view detail) {
     // Write-behind "when it leaves RAM": an entry pushed out for room or by TTL goes to disk.
-    const bool spill = writes_behind() && reason && *reason != eviction_reason::superseded && it->disk_file == 0 &&
+    const bool spill = writes_behind() && reason && *reason != eviction_reason::superseded && it->tier_copy == 0 &&
                        !it->writing && !it->write_failed;
     if (spill) {
         LINEAGE_TRACE(trace_, "entry {} ({} tokens) leaves memory ({}): written to disk", it->id, it->toks.size(),
@@ -107,20 +107,20 @@ restore_plan cold_plan(restore_plan p) {
     return cold;
 }
 
-util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_result r, double now_s) {
-    if (r.error == disk_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
+util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s) {
+    if (r.error == tier_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
         // A hybrid restore short of the file's length needs the checkpoint the index named.
         const auto & cps = r.record->checkpoints;
         const bool has = std::any_of(cps.begin(), cps.end(),
                                      [&](const checkpoint & c) { return c.n_tokens == p.n_restore && c.recurrent; });
         if (!has) {
-            r.error = disk_load_error::corrupt;
+            r.error = tier_load_error::corrupt;
             r.detail = "the file has no checkpoint at " + std::to_string(p.n_restore) + " as its index says";
             r.record.reset();
         }
     }
-    if (r.error != disk_load_error::none || !r.record) {
-        const std::string why = fmt::format("{} {} not loaded ({}: {})", copy_noun(p), p.disk_file,
+    if (r.error != tier_load_error::none || !r.record) {
+        const std::string why = fmt::format("{} {} not loaded ({}: {})", copy_noun(p), p.tier_copy,
                                             to_string(r.error), r.detail);
         disk_load_failed(p);
         p = cold_plan(std::move(p));
@@ -154,14 +154,14 @@ util::status store::disk_loaded(const key & k, restore_plan & p, disk_load_resul
             size += size_of(c.recurrent);
         }
         if (reserve(size)) {
-            commit_anchor(k, rec.toks, rec.full, size, now_s, p.tier == 0 && own_copies() ? p.disk_file : 0,
+            commit_anchor(k, rec.toks, rec.full, size, now_s, p.tier == 0 && own_copies() ? p.tier_copy : 0,
                           rec.checkpoints);
         }
     }
     return util::status::ok();
 }
 
-void store::attach_tier(const disk_lookup * t, tier_traits traits) {
+void store::attach_tier(const tier_lookup * t, tier_traits traits) {
     stats_.tier_hits.try_emplace(traits.name, 0);
     tiers_.push_back({t, std::move(traits)});
 }
@@ -181,7 +181,7 @@ void store::disk_load_failed(const restore_plan & p) {
     stats_.misses++;
     const size_t t = static_cast<size_t>(p.tier);
     stats_.rejections[p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.load_failed : "tier_load_failed"]++;
-    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold", copy_noun(p), p.disk_file);
+    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold", copy_noun(p), p.tier_copy);
 }
 
 std::optional<entry_view> store::device_lru() const {
@@ -239,13 +239,13 @@ uint64_t store::release_written(double now_s) {
     uint64_t freed = 0;
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
-        if (it->where == tier::ram && it->disk_file != 0 && !it->writing &&
+        if (it->where == tier::ram && it->tier_copy != 0 && !it->writing &&
             now_s - it->last_use >= cfg_.ram_release_s) {
             freed += it->ram_bytes();
             erase(it, eviction_reason::released,
                   trace_.on() ? fmt::format(" (unused for {:.0f} s >= --cache-ram-release-s {:.0f} s; disk file {} "
                                             "serves its next hit)",
-                                            now_s - it->last_use, cfg_.ram_release_s, it->disk_file)
+                                            now_s - it->last_use, cfg_.ram_release_s, it->tier_copy)
                               : std::string());
         }
         it = next;
@@ -288,13 +288,13 @@ reset_result store::reset_if(const std::function<bool(const key &)> & which) {
     return r;
 }
 
-std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
-    std::vector<disk_job> out;
+std::vector<tier_job> store::take_idle_writes(double now_s, double idle_s) {
+    std::vector<tier_job> out;
     if (!writes_behind()) {
         return out;
     }
     for (auto & e : entries_) {
-        if (e.disk_file == 0 && !e.writing && !e.write_failed && (idle_s < 0 || now_s - e.last_use >= idle_s)) {
+        if (e.tier_copy == 0 && !e.writing && !e.write_failed && (idle_s < 0 || now_s - e.last_use >= idle_s)) {
             LINEAGE_TRACE(trace_, "entry {} ({} tokens) {}: written to disk", e.id, e.toks.size(),
                           idle_s < 0 ? "at shutdown" : fmt::format("idle for {:.0f} s", now_s - e.last_use));
             out.push_back(job_of(e));
@@ -303,13 +303,13 @@ std::vector<disk_job> store::take_idle_writes(double now_s, double idle_s) {
     return out;
 }
 
-std::optional<disk_job> store::take_overdue_write(double now_s, double max_unwritten_s) {
+std::optional<tier_job> store::take_overdue_write(double now_s, double max_unwritten_s) {
     if (!writes_behind() || max_unwritten_s <= 0) {
         return std::nullopt;
     }
     entry * due = nullptr;
     for (auto & e : entries_) {
-        if (e.disk_file == 0 && !e.writing && !e.write_failed && now_s - e.unwritten_since >= max_unwritten_s &&
+        if (e.tier_copy == 0 && !e.writing && !e.write_failed && now_s - e.unwritten_since >= max_unwritten_s &&
             (due == nullptr || e.unwritten_since < due->unwritten_since)) {
             due = &e;
         }
@@ -322,20 +322,20 @@ std::optional<disk_job> store::take_overdue_write(double now_s, double max_unwri
     return job_of(*due);
 }
 
-std::vector<disk_job> store::take_spills() {
-    std::vector<disk_job> out;
+std::vector<tier_job> store::take_spills() {
+    std::vector<tier_job> out;
     out.swap(spills_);
     return out;
 }
 
-void store::disk_written(uint64_t entry_id, file_id f) {
+void store::tier_written(uint64_t entry_id, copy_id f) {
     uint64_t id = entry_id;
     for (int hops = 0; hops < 1 << 16; ++hops) {
         if (auto found = by_id_.find(id); found != by_id_.end()) {
             const iter it = found->second;
             if (id == entry_id) {
                 it->writing = false;
-                it->disk_file = f;
+                it->tier_copy = f;
                 it->write_failed = f == 0;
             } else if (f != 0) {
                 it->ancestors.push_back(f);  // absorbed while written: its successor supersedes the file
@@ -371,8 +371,8 @@ entry_view store::view(const entry & e) const {
     v.device_bytes = e.device_bytes;
     v.ram_bytes = e.ram_bytes();
     v.bytes = v.ram_bytes + v.device_bytes;
-    v.disk_file = e.disk_file;
-    v.disk_ancestors = e.ancestors;
+    v.tier_copy = e.tier_copy;
+    v.tier_ancestors = e.ancestors;
     v.warmed = e.warmed;
     return v;
 }

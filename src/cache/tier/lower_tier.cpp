@@ -10,21 +10,21 @@ lower_tier::~lower_tier() {
     worker_.stop();  // normally done by the derived destructor already
 }
 
-void lower_tier::write(disk_write w) {
+void lower_tier::write(tier_write w) {
     if (!worker_.write(std::move(w))) {
         write_dropped();
     }
 }
 
-std::future<disk_load_result> lower_tier::load(file_id id, disk_expect want, std::function<void()> on_done) {
+std::future<tier_load_result> lower_tier::load(copy_id id, tier_expect want, std::function<void()> on_done) {
     return worker_.load(id, std::move(want), std::move(on_done));
 }
 
-void lower_tier::remove(std::vector<file_id> ids) {
+void lower_tier::remove(std::vector<copy_id> ids) {
     worker_.remove(std::move(ids));
 }
 
-std::vector<disk_completion> lower_tier::take_completions() {
+std::vector<tier_completion> lower_tier::take_completions() {
     return worker_.take_completions();
 }
 

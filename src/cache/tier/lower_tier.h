@@ -1,18 +1,18 @@
 // cache::lower_tier: what every tier below RAM is to the rest of the cache (disk, Redis;
 // docs/architecture.md "Tiers below RAM"). It answers `best` through the one restore rule over
-// its catalog (disk_lookup), and queues writes, loads, removals and resets on its own
+// its catalog (tier_lookup), and queues writes, loads, removals and resets on its own
 // tier_worker; the derived tier supplies only its I/O (tier_io) and its stats.
 // Threads: the public methods are called from the engine thread (reset also from HTTP
 // threads); the tier_io methods run on the worker thread. A derived tier calls start() at the
 // end of its constructor and stop() first in its destructor (the worker calls into it).
 //
 // A new tier is its folder (a class derived from lower_tier, with an `open_<name>_tier`
-// function that reads its flags from cache::config) and one line in scheduler/disk_link.cpp's
+// function that reads its flags from cache::config) and one line in scheduler/tier_link.cpp's
 // table of openers; the store, the scheduler, stats, /metrics and reset loop over the tiers.
 #pragma once
 
 #include "cache/stats.h"
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/tier/tier_worker.h"
 
 #include <cstdint>
@@ -26,14 +26,14 @@
 namespace lineage::cache {
 
 /** What the store consults for something longer than its best device/RAM restore point. */
-class disk_lookup {
+class tier_lookup {
 public:
-    virtual ~disk_lookup() = default;
+    virtual ~tier_lookup() = default;
     /** Longest restore point of a copy in `bucket` for `prompt`, strictly longer than
      *  `longer_than` tokens and at most |prompt| - 1, chosen by the rule memory uses
      *  (restore_rule.h: in-session first, another session's only when strictly longer, the same
      *  tie order and APC clamp). */
-    virtual std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+    virtual std::optional<tier_candidate> best(const std::string & bucket, const std::string & session,
                                                const tokens & prompt, int32_t longer_than) const = 0;
 };
 
@@ -53,7 +53,7 @@ struct tier_traits {
     std::string copy_noun;
 };
 
-class lower_tier : public disk_lookup, protected tier_io {
+class lower_tier : public tier_lookup, protected tier_io {
 public:
     ~lower_tier() override;
     lower_tier(const lower_tier &) = delete;
@@ -65,15 +65,15 @@ public:
     const tier_traits & traits() const { return traits_; }
     /** Queues a write (write-behind, or a pinned anchor) behind the jobs before it; a write past
      *  the tier's bound is dropped, counted (write_dropped) and completed as failed. */
-    void write(disk_write w);
+    void write(tier_write w);
     /** Queues the read of copy `id` ahead of every write; `on_done` runs on the worker thread
      *  once the future is ready (to wake the engine thread). A damaged, missing or foreign copy
      *  comes back as an error (counted by the tier); the request then prefills cold. */
-    std::future<disk_load_result> load(file_id id, disk_expect want = {}, std::function<void()> on_done = {});
+    std::future<tier_load_result> load(copy_id id, tier_expect want = {}, std::function<void()> on_done = {});
     /** Queues the deletion of copies the store superseded. */
-    void remove(std::vector<file_id> ids);
+    void remove(std::vector<copy_id> ids);
     /** Writes done, failed or dropped since the last call. */
-    std::vector<disk_completion> take_completions();
+    std::vector<tier_completion> take_completions();
     /** Blocks until every job queued before it is done (after a tick, for a tier that ticks:
      *  Redis reads its index first). */
     void drain();
@@ -81,7 +81,9 @@ public:
      *  copy of this model (`tenant`: only that tenant's); blocks; returns copies and bytes freed. */
     std::pair<int64_t, uint64_t> reset(const std::optional<std::string> & tenant = std::nullopt);
 
-    /** Adds the tier's own counters and gauges to `s` (GET /v1/cache/stats, /metrics). */
+    /** Appends the tier's figures to `s.tiers`, as a tier_report named traits().name (each figure
+     *  described once for GET /v1/cache/stats and /metrics: stats.h tier_figure), and may set
+     *  s.bytes[name] (the bytes its copies take). */
     virtual void report(stats & s) const = 0;
     /** Records in `r` what reset() freed (`freed`: copies, bytes) under the tier's own named
      *  fields, if it has any (reset_result::tiers has every tier's by name). Default: none. */

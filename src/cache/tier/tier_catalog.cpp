@@ -1,5 +1,5 @@
-// cache::disk_catalog: per-bucket index of the tier-2 files; see disk_catalog.h.
-#include "cache/tier/disk/disk_catalog.h"
+// cache::tier_catalog: per-bucket index of the tier-2 files; see tier_catalog.h.
+#include "cache/tier/tier_catalog.h"
 
 #include "cache/rule/block_chain.h"
 
@@ -8,16 +8,16 @@
 
 namespace lineage::cache {
 
-void disk_catalog::add(file f) {
+void tier_catalog::add(file f) {
     if (rule_.apc_on()) {
         f.chain = block_chain(f.bucket, f.toks, rule_.apc_block_size, static_cast<size_t>(-1), rule_.apc_hash);
     }
     by_bucket_[f.bucket].insert(f.toks, f.id);
-    const file_id id = f.id;
+    const copy_id id = f.id;
     files_.insert_or_assign(id, std::move(f));
 }
 
-std::optional<disk_catalog::file> disk_catalog::remove(file_id id) {
+std::optional<tier_catalog::file> tier_catalog::remove(copy_id id) {
     auto it = files_.find(id);
     if (it == files_.end()) {
         return std::nullopt;
@@ -33,17 +33,17 @@ std::optional<disk_catalog::file> disk_catalog::remove(file_id id) {
     return out;
 }
 
-disk_catalog::file * disk_catalog::find(file_id id) {
+tier_catalog::file * tier_catalog::find(copy_id id) {
     auto it = files_.find(id);
     return it == files_.end() ? nullptr : &it->second;
 }
 
-void disk_catalog::clear() {
+void tier_catalog::clear() {
     files_.clear();
     by_bucket_.clear();
 }
 
-std::optional<disk_candidate> disk_catalog::best(const std::string & bucket, const std::string & session,
+std::optional<tier_candidate> tier_catalog::best(const std::string & bucket, const std::string & session,
                                                  const tokens & prompt, int32_t longer_than) const {
     auto t = by_bucket_.find(bucket);
     if (t == by_bucket_.end() || prompt.empty()) {
@@ -67,7 +67,7 @@ std::optional<disk_candidate> disk_catalog::best(const std::string & bucket, con
         return std::nullopt;
     }
     const file & f = files_.at(c->id);
-    disk_candidate d;
+    tier_candidate d;
     d.id = f.id;
     d.n = c->n;
     d.kind = c->kind;
@@ -78,7 +78,7 @@ std::optional<disk_candidate> disk_catalog::best(const std::string & bucket, con
     return d;
 }
 
-void disk_catalog::check_invariants() const {
+void tier_catalog::check_invariants() const {
     size_t in_tries = 0;
     for (const auto & [bucket, t] : by_bucket_) {
         t.check_invariants();
@@ -96,7 +96,7 @@ void disk_catalog::check_invariants() const {
                                    " is not indexed under its tokens");
         }
         const auto n = static_cast<int32_t>(f.toks.size());
-        bool sound = id == f.id && id >= 1 && id <= max_file_id && n >= 1 && f.history >= -1 && f.history <= n &&
+        bool sound = id == f.id && id >= 1 && id <= max_copy_id && n >= 1 && f.history >= -1 && f.history <= n &&
                      f.bytes > 0;
         for (size_t i = 0; sound && i < f.checkpoints.size(); ++i) {
             const int32_t c = f.checkpoints[i].n_tokens;

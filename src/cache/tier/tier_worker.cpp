@@ -47,12 +47,12 @@ void tier_worker::push(job j, bool front) {
     cv_.notify_one();
 }
 
-void tier_worker::complete(disk_completion c) {
+void tier_worker::complete(tier_completion c) {
     util::lock_guard lk(mu_);
     completions_.push_back(std::move(c));
 }
 
-bool tier_worker::write(disk_write w) {
+bool tier_worker::write(tier_write w) {
     {
         util::lock_guard lk(mu_);
         if (cfg_.max_queued_writes > 0 && queued_writes_ >= cfg_.max_queued_writes) {
@@ -67,19 +67,19 @@ bool tier_worker::write(disk_write w) {
     return true;
 }
 
-std::future<disk_load_result> tier_worker::load(file_id id, disk_expect want, std::function<void()> on_done) {
+std::future<tier_load_result> tier_worker::load(copy_id id, tier_expect want, std::function<void()> on_done) {
     job j;
     j.k = job::kind::load;
     j.id = id;
     j.want = std::move(want);
-    j.load_done = std::make_shared<std::promise<disk_load_result>>();
+    j.load_done = std::make_shared<std::promise<tier_load_result>>();
     j.on_done = std::move(on_done);
     auto fut = j.load_done->get_future();
     push(std::move(j), true);
     return fut;
 }
 
-void tier_worker::remove(std::vector<file_id> ids) {
+void tier_worker::remove(std::vector<copy_id> ids) {
     if (ids.empty()) {
         return;
     }
@@ -119,9 +119,9 @@ void tier_worker::request_tick() {
     cv_.notify_one();
 }
 
-std::vector<disk_completion> tier_worker::take_completions() {
+std::vector<tier_completion> tier_worker::take_completions() {
     util::lock_guard lk(mu_);
-    std::vector<disk_completion> out;
+    std::vector<tier_completion> out;
     out.swap(completions_);
     return out;
 }
@@ -135,7 +135,7 @@ void tier_worker::execute(job & j) {
     switch (j.k) {
         case job::kind::write: complete(io_.write_now(j.w)); break;
         case job::kind::load: {
-            disk_load_result r = io_.load_now(j.id, j.want);
+            tier_load_result r = io_.load_now(j.id, j.want);
             j.load_done->set_value(std::move(r));
             j.load_done.reset();
             if (j.on_done) {
@@ -156,8 +156,8 @@ void tier_worker::execute(job & j) {
 void tier_worker::fail(job & j, const std::string & what) {
     spdlog::error("{}: {}", cfg_.name, what);
     if (j.load_done) {
-        disk_load_result r;
-        r.error = disk_load_error::io;
+        tier_load_result r;
+        r.error = tier_load_error::io;
         r.detail = what;
         j.load_done->set_value(std::move(r));
         if (j.on_done) {

@@ -31,24 +31,24 @@
 namespace lineage::cache {
 
 /** A write the engine thread hands over: the entry's record and the files it supersedes. */
-struct disk_write {
+struct tier_write {
     uint64_t entry_id = 0;            ///< store entry id (for the completion)
     disk_record rec;                  ///< rec.model is filled by the tier
-    std::vector<file_id> ancestors;   ///< deleted once rec is durable
+    std::vector<copy_id> ancestors;   ///< deleted once rec is durable
     double last_use = 0;              ///< wall-clock seconds (LRU order across restarts)
 };
 
 /** What a load must find besides the file its row describes: the request's bucket and the
  *  prompt's first n_restore tokens (the restored prefix must equal them). Empty: not checked. */
-struct disk_expect {
+struct tier_expect {
     std::string bucket;
     tokens prefix;
 };
 
 /** The outcome of a write, collected by the engine thread (take_completions). */
-struct disk_completion {
+struct tier_completion {
     uint64_t entry_id = 0;
-    file_id file = 0;                 ///< 0: not written (see result); else the tier's id of the copy
+    copy_id file = 0;                 ///< 0: not written (see result); else the tier's id of the copy
     util::status result;              ///< why it was not written
 };
 
@@ -57,11 +57,11 @@ class tier_io {
 public:
     virtual ~tier_io() = default;
     /** Writes `w` (rec.model is the tier's to fill); the completion says where or why not. */
-    virtual disk_completion write_now(disk_write & w) = 0;
+    virtual tier_completion write_now(tier_write & w) = 0;
     /** Reads copy `id` and checks it against `want`; damage and absence come back as errors. */
-    virtual disk_load_result load_now(file_id id, const disk_expect & want) = 0;
+    virtual tier_load_result load_now(copy_id id, const tier_expect & want) = 0;
     /** Deletes copies the store no longer needs (superseded). Default: nothing to do. */
-    virtual void remove_now(const std::vector<file_id> & ids) { (void) ids; }
+    virtual void remove_now(const std::vector<copy_id> & ids) { (void) ids; }
     /** Deletes every copy of this model (`tenant`: only that tenant's); returns copies and
      *  bytes freed. */
     virtual std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) = 0;
@@ -94,12 +94,12 @@ public:
 
     /** Queues a write behind the jobs before it; false when dropped by the bound (its failed
      *  completion is recorded). */
-    bool write(disk_write w);
+    bool write(tier_write w);
     /** Queues a load ahead of every write (behind earlier loads); `on_done` runs on the worker
      *  thread once the future is ready (to wake the engine thread). */
-    std::future<disk_load_result> load(file_id id, disk_expect want, std::function<void()> on_done = {});
+    std::future<tier_load_result> load(copy_id id, tier_expect want, std::function<void()> on_done = {});
     /** Queues the deletion of copies (no-op for an empty list). */
-    void remove(std::vector<file_id> ids);
+    void remove(std::vector<copy_id> ids);
     /** After the jobs queued before it, runs tier_io::reset_now; blocks until done. */
     std::pair<int64_t, uint64_t> reset(std::optional<std::string> tenant);
     /** Blocks until every job queued before it is done; `tick_first`: run a tick before that. */
@@ -107,18 +107,18 @@ public:
     /** Asks for a tick before the next job that is not a load. */
     void request_tick();
     /** Writes done, failed or dropped since the last call. */
-    std::vector<disk_completion> take_completions();
+    std::vector<tier_completion> take_completions();
     /** Jobs waiting (not the one running). */
     int64_t queued() const;
 
 private:
     struct job {
         enum class kind { write, load, remove, reset, barrier } k = kind::barrier;
-        disk_write w;
-        file_id id = 0;
-        disk_expect want;
-        std::vector<file_id> ids;
-        std::shared_ptr<std::promise<disk_load_result>> load_done;
+        tier_write w;
+        copy_id id = 0;
+        tier_expect want;
+        std::vector<copy_id> ids;
+        std::shared_ptr<std::promise<tier_load_result>> load_done;
         std::function<void()> on_done;
         std::shared_ptr<std::promise<std::pair<int64_t, uint64_t>>> reset_done;
         std::optional<std::string> tenant;
@@ -129,7 +129,7 @@ private:
     void execute(job & j);
     void fail(job & j, const std::string & what);
     void push(job j, bool front);
-    void complete(disk_completion c);
+    void complete(tier_completion c);
 
     tier_io & io_;
     const worker_config cfg_;
@@ -140,7 +140,7 @@ private:
     size_t queued_writes_ GUARDED_BY(mu_) = 0;
     bool stopping_ GUARDED_BY(mu_) = false;
     bool tick_now_ GUARDED_BY(mu_) = false;
-    std::vector<disk_completion> completions_ GUARDED_BY(mu_);
+    std::vector<tier_completion> completions_ GUARDED_BY(mu_);
     std::thread thread_;
 };
 

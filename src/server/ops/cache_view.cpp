@@ -60,7 +60,7 @@ json entries_json(const std::vector<cache::entry_view> & v, const std::string * 
         row["id"] = e.id;
         row["anchor"] = e.anchor;
         row["tier"] = std::string(cache::to_string(e.where));
-        row["on_disk"] = e.disk_file != 0;
+        row["on_disk"] = e.tier_copy != 0;
         row["tokens"] = e.n_tokens;
         row["session"] = e.k.session;
         if (!tenant && !e.k.tenant.empty()) {

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <variant>
 
 namespace lineage::server {
 
@@ -28,6 +31,59 @@ std::string escape(const std::string & s, bool quote) {
 
 std::string label(const std::string & name, const std::string & value) {
     return name + "=\"" + escape(value, true) + "\"";
+}
+
+/** One tier's figures as metric families lineage_prompt_cache_<tier>_<metric> (stats.h
+ *  tier_figure): its hits first, then each metric where its first figure comes, its series in order. */
+void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
+    const std::string prefix = "lineage_prompt_cache_" + t.name + "_";
+    x.counter(prefix + "hits_total", t.hits_help, static_cast<double>(hits));
+    const auto number = [](const cache::tier_figure::value_type & v) {
+        return std::visit(
+            [](const auto & a) -> double {
+                using V = std::decay_t<decltype(a)>;
+                if constexpr (std::is_same_v<V, bool>) {
+                    return a ? 1.0 : 0.0;
+                } else if constexpr (std::is_arithmetic_v<V>) {
+                    return static_cast<double>(a);
+                } else {
+                    return 0.0;  // strings and maps are not one number (maps are handled below)
+                }
+            },
+            v);
+    };
+    std::vector<std::string> done;
+    for (size_t i = 0; i < t.figures.size(); ++i) {
+        const cache::tier_figure & f = t.figures[i];
+        if (f.metric.empty() || std::find(done.begin(), done.end(), f.metric) != done.end()) {
+            continue;
+        }
+        done.push_back(f.metric);
+        const std::string name = prefix + f.metric;
+        const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+        exposition::labelled series;
+        if (const auto * m = std::get_if<std::map<std::string, int64_t>>(&f.value)) {
+            series = with_known(*m, f.known);
+        } else if (!f.label.empty()) {
+            for (size_t k = i; k < t.figures.size(); ++k) {
+                if (t.figures[k].metric == f.metric) {
+                    series.emplace_back(t.figures[k].series, number(t.figures[k].value));
+                }
+            }
+        } else {
+            if (counter) {
+                x.counter(name, f.help, number(f.value));
+            } else {
+                x.gauge(name, f.help, number(f.value));
+            }
+            continue;
+        }
+        if (counter) {
+            x.counter(name, f.help, f.label, series);
+        } else {
+            x.gauge(name, f.help, f.label, series);
+        }
+    }
 }
 
 }  // namespace
@@ -207,58 +263,10 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "Restores served from the tiers below RAM, by tier (disk, redis).",
               "tier", tier_hits);
 
-    // --- disk tier (owner: cache::disk_tier) ---
-    const auto & d = cs.disk;
-    x.counter("lineage_prompt_cache_disk_hits_total", "Restores served from a tier-2 file.",
-              static_cast<double>(cs.hits_of_tier("disk")));
-    x.gauge("lineage_prompt_cache_disk_files", "Tier-2 files of this model.", static_cast<double>(d.files));
-    x.gauge("lineage_prompt_cache_disk_capacity_bytes", "Byte cap of the tier-2 files (--cache-disk-capacity-bytes).",
-            static_cast<double>(d.enabled ? d.capacity_bytes : 0));
-    x.counter("lineage_prompt_cache_disk_writes_total", "Tier-2 files written.", static_cast<double>(d.writes));
-    x.counter("lineage_prompt_cache_disk_written_bytes_total", "Bytes written to tier-2 files.",
-              static_cast<double>(d.bytes_written));
-    x.counter("lineage_prompt_cache_disk_loads_total", "Tier-2 files read for a restore.", static_cast<double>(d.loads));
-    x.counter("lineage_prompt_cache_disk_damaged_total",
-              "Damaged tier-2 files and index rows found (deleted; never served), by kind: corrupt, truncated, "
-              "bad_magic, identity, not_regular, other_model, missing, io, index_row, index.",
-              "kind", with_known(d.damage, known_keys::disk_damage));
-    x.counter("lineage_prompt_cache_disk_overdue_writes_total",
-              "Tier-2 writes forced by --cache-disk-max-unwritten-s (the engine busy or not).",
-              static_cast<double>(d.overdue_writes));
-    x.counter("lineage_prompt_cache_disk_overdue_read_seconds_total",
-              "Engine-thread seconds spent reading the states of the forced writes.",
-              d.overdue_read_seconds);
-    x.counter("lineage_prompt_cache_disk_evictions_total",
-              "Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was written).",
-              "reason",
-              exposition::labelled{{"capacity", static_cast<double>(d.evictions)},
-                                   {"superseded", static_cast<double>(d.superseded)}});
-
-    // --- Redis tier, shared by replicas (owner: cache::redis_tier) ---
-    const auto & rt = cs.redis;
-    x.counter("lineage_prompt_cache_redis_hits_total", "Restores served from tier 3 (Redis).",
-              static_cast<double>(cs.hits_of_tier("redis")));
-    x.gauge("lineage_prompt_cache_redis_connected", "1 when the last call reached Redis (--cache-redis).",
-            rt.connected ? 1.0 : 0.0);
-    x.gauge("lineage_prompt_cache_redis_entries", "Tier-3 index entries of this model mirrored by this replica.",
-            static_cast<double>(rt.entries));
-    x.counter("lineage_prompt_cache_redis_writes_total", "Entries written to Redis.", static_cast<double>(rt.writes));
-    x.counter("lineage_prompt_cache_redis_written_bytes_total", "Chunk bytes written to Redis.",
-              static_cast<double>(rt.bytes_written));
-    x.counter("lineage_prompt_cache_redis_write_failures_total",
-              "Writes to Redis not done (Redis down or slow, or the queue full).",
-              static_cast<double>(rt.write_failures));
-    x.counter("lineage_prompt_cache_redis_loads_total", "Entries read from Redis for a restore.",
-              static_cast<double>(rt.loads));
-    x.counter("lineage_prompt_cache_redis_errors_total",
-              "Redis calls that failed (timeouts included); the request went on without tier 3.",
-              static_cast<double>(rt.errors));
-    x.counter("lineage_prompt_cache_redis_vanished_total",
-              "Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses.",
-              static_cast<double>(rt.vanished));
-    x.counter("lineage_prompt_cache_redis_damaged_total",
-              "Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.", "kind",
-              with_known(rt.damage, known_keys::redis_damage));
+    // --- each tier below RAM, as it describes itself (owner: the tier; cache::tier_report) ---
+    for (const auto & t : cs.tiers) {
+        tier_metrics(x, t, cs.hits_of_tier(t.name));
+    }
 
     // --- warm-ups of the next turn (owners: scheduler for runs, cache::store for hits) ---
     const auto & w = cs.warmup;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace lineage::server {
@@ -61,56 +63,26 @@ json stats_json(const cache::stats & s) {
     j["ghosts"] = s.ghosts;
     j["evictions"] = known_json(s.evictions, known_keys::eviction_reasons);
     j["tier_hits"] = s.tier_hits;
-    j["disk_hits"] = s.hits_of_tier("disk");
     j["requests_committed"] = s.requests_committed;
-    const auto & d = s.disk;
-    json dj = {{"enabled", d.enabled},
-               {"dir", d.dir},
-               {"capacity_bytes", d.capacity_bytes},
-               {"files", d.files},
-               {"bytes", d.bytes},
-               {"anchor_files", d.anchor_files},
-               {"writes", d.writes},
-               {"bytes_written", d.bytes_written},
-               {"bytes_written_per_request",
-                s.requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(s.requests_committed) : 0},
-               {"write_failures", d.write_failures},
-               {"loads", d.loads},
-               {"bytes_read", d.bytes_read},
-               {"damaged", d.damaged},
-               {"damage", known_json(d.damage, known_keys::disk_damage)},
-               {"superseded", d.superseded},
-               {"evictions", d.evictions},
-               {"ignored_other_model", d.ignored_other_model},
-               {"ignored_other_format", d.ignored_other_format},
-               {"discarded_old_format", d.discarded_old_format},
-               {"removed_at_startup", d.removed_at_startup},
-               {"reindexed", d.reindexed},
-               {"overdue_writes", d.overdue_writes},
-               {"overdue_read_seconds", d.overdue_read_seconds},
-               {"queued", d.queued}};
-    j["disk"] = dj;
-    j["redis_hits"] = s.hits_of_tier("redis");
-    const auto & r = s.redis;
-    j["redis"] = {{"enabled", r.enabled},
-                  {"url", r.url},
-                  {"namespace", r.ns},
-                  {"connected", r.connected},
-                  {"entries", r.entries},
-                  {"writes", r.writes},
-                  {"bytes_written", r.bytes_written},
-                  {"chunks_written", r.chunks_written},
-                  {"write_failures", r.write_failures},
-                  {"loads", r.loads},
-                  {"bytes_read", r.bytes_read},
-                  {"errors", r.errors},
-                  {"timeouts", r.timeouts},
-                  {"connects", r.connects},
-                  {"vanished", r.vanished},
-                  {"damaged", r.damaged},
-                  {"damage", known_json(r.damage, known_keys::redis_damage)},
-                  {"index_resets", r.index_resets},
-                  {"queued", r.queued}};
+    // Every tier below RAM, as it describes itself (cache::tier_report): "<name>_hits", then
+    // "<name>" with its figures in order.
+    for (const auto & t : s.tiers) {
+        j[t.name + "_hits"] = s.hits_of_tier(t.name);
+        json tj = json::object();
+        for (const auto & f : t.figures) {
+            std::visit(
+                [&](const auto & v) {
+                    using V = std::decay_t<decltype(v)>;
+                    if constexpr (std::is_same_v<V, std::map<std::string, int64_t>>) {
+                        tj[f.key] = known_json(v, f.known);
+                    } else {
+                        tj[f.key] = v;
+                    }
+                },
+                f.value);
+        }
+        j[t.name] = std::move(tj);
+    }
     const auto & w = s.warmup;
     j["warmup"] = {{"queued", w.queued},
                    {"renders", w.renders},

@@ -122,7 +122,7 @@ TEST_P(RestoreRule, SameEntriesInRamAndOnDiskGiveTheSamePlan) {
     disk_tier tier(dc);
     double now = 1;
     for (const auto & s : sp) {
-        disk_write w;
+        tier_write w;
         w.rec.bucket = s.k.bucket;
         w.rec.session = s.k.session;
         w.rec.toks = s.toks;
@@ -204,8 +204,8 @@ TEST(RestoreRuleOrder, ApcClampsTheDiskCatalogLikeMemory) {
     c.apc_enabled = true;
     c.apc_block_size = 16;
     const auto rule = restore_settings::from(c, false);
-    disk_catalog cat(rule);
-    disk_catalog::file f;
+    tier_catalog cat(rule);
+    tier_catalog::file f;
     f.id = 1;
     f.bucket = "b";
     f.session = "s";

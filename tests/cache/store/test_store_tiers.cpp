@@ -27,9 +27,9 @@ TEST(StoreTiers, ConsultedInOrderEachOnlyForSomethingLonger) {
     st.attach_tier(&c, traits_of("c", true));
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
-    a.offer = disk_candidate{5, 50, point_kind::turn, 60, 55, false, true};
-    b.offer = disk_candidate{6, 45, point_kind::turn, 60, 55, false, true};  // shorter than a's
-    c.offer = disk_candidate{7, 58, point_kind::turn, 60, 55, false, true};
+    a.offer = tier_candidate{5, 50, point_kind::turn, 60, 55, false, true};
+    b.offer = tier_candidate{6, 45, point_kind::turn, 60, 55, false, true};  // shorter than a's
+    c.offer = tier_candidate{7, 58, point_kind::turn, 60, 55, false, true};
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(a.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(b.asked_longer_than, 50);  // a's 50
@@ -37,9 +37,9 @@ TEST(StoreTiers, ConsultedInOrderEachOnlyForSomethingLonger) {
     EXPECT_EQ(p.op, restore_op::load_disk);
     EXPECT_EQ(p.tier, 2);
     EXPECT_EQ(p.tier_name, "c");
-    EXPECT_EQ(p.disk_file, 7u);
+    EXPECT_EQ(p.tier_copy, 7u);
     EXPECT_EQ(p.n_restore, 58);
-    EXPECT_TRUE(p.disk_ancestors.empty());  // c is shared: its copies are not ours to supersede
+    EXPECT_TRUE(p.tier_ancestors.empty());  // c is shared: its copies are not ours to supersede
     EXPECT_NE(p.reason.find("from c copy 7"), std::string::npos) << p.reason;
     const stats s = st.get_stats();
     EXPECT_EQ(s.hits_of_tier("c"), 1);
@@ -57,12 +57,12 @@ TEST(StoreTiers, ConsultedInOrderEachOnlyForSomethingLonger) {
     st2.attach_tier(&a, traits_of("a", false));
     st2.attach_tier(&b, traits_of("b", true));
     c.offer.reset();
-    a.offer = disk_candidate{5, 55, point_kind::turn, 60, 55, false, true};  // reaches its history: a continuation
+    a.offer = tier_candidate{5, 55, point_kind::turn, 60, 55, false, true};  // reaches its history: a continuation
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(q.tier, 0);
     EXPECT_EQ(q.tier_name, "a");
     EXPECT_TRUE(q.absorbs);
-    EXPECT_EQ(q.disk_ancestors, std::vector<file_id>{5});
+    EXPECT_EQ(q.tier_ancestors, std::vector<copy_id>{5});
 }
 
 TEST(StoreTiers, NoTierAttachedPlansNoLoadAndWritesNothing) {
@@ -75,7 +75,7 @@ TEST(StoreTiers, NoTierAttachedPlansNoLoadAndWritesNothing) {
     EXPECT_TRUE(st.get_stats().tier_hits.empty());
     // Detached tiers are forgotten: no lookup goes to them.
     fake_disk a;
-    a.offer = disk_candidate{5, 58, point_kind::turn, 60, 55, false, true};
+    a.offer = tier_candidate{5, 58, point_kind::turn, 60, 55, false, true};
     store st2(hybrid_config(), true);
     st2.attach_tier(&a, traits_of("a", false));
     st2.detach_tiers();
@@ -84,10 +84,10 @@ TEST(StoreTiers, NoTierAttachedPlansNoLoadAndWritesNothing) {
 }
 
 // The fake tier through the store's whole hit path: written by its worker, found by the one
-// restore rule over its catalog, read back and completed by disk_loaded as a hit of that tier.
+// restore rule over its catalog, read back and completed by tier_loaded as a hit of that tier.
 TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     fakes::mem_tier mem("mem");
-    disk_write w;
+    tier_write w;
     w.entry_id = 1;
     w.rec = record(seq(0, 40), 1000);
     w.rec.bucket = "b";
@@ -98,7 +98,7 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     const auto done = mem.take_completions();
     ASSERT_EQ(done.size(), 1u);
     ASSERT_TRUE(done[0].result.is_ok());
-    const file_id id = done[0].file;
+    const copy_id id = done[0].file;
 
     store st(hybrid_config(), true);
     st.attach_tier(&mem, mem.traits());
@@ -107,17 +107,17 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
     EXPECT_EQ(p.tier, 0);
     EXPECT_EQ(p.tier_name, "mem");
-    EXPECT_EQ(p.disk_file, id);
+    EXPECT_EQ(p.tier_copy, id);
     EXPECT_EQ(p.n_restore, 40);
     // Another bucket's prompt finds nothing: the rule's bucket match holds in the fake too.
     store other(hybrid_config(), true);
     other.attach_tier(&mem, mem.traits());
     EXPECT_EQ(other.plan(key{"b2", "s"}, seq(0, 50), {}, 2.0).op, restore_op::none);
 
-    disk_expect want{.bucket = "b", .prefix = seq(0, 40)};
-    disk_load_result r = mem.load(p.disk_file, want).get();
+    tier_expect want{.bucket = "b", .prefix = seq(0, 40)};
+    tier_load_result r = mem.load(p.tier_copy, want).get();
     ASSERT_TRUE(r.record.has_value()) << r.detail;
-    ASSERT_TRUE(st.disk_loaded(k, p, std::move(r), 3.0).is_ok());
+    ASSERT_TRUE(st.tier_loaded(k, p, std::move(r), 3.0).is_ok());
     EXPECT_EQ(p.n_restore, 40);
     EXPECT_EQ(st.get_stats().hits_of_tier("mem"), 1);
     EXPECT_EQ(mem.loads(), 1);
@@ -130,9 +130,9 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     auto q = st2.plan(k, seq(0, 50), {}, 4.0);
     ASSERT_EQ(q.op, restore_op::load_disk);
     mem.fail_loads = true;
-    disk_load_result bad = mem.load(q.disk_file, want).get();
+    tier_load_result bad = mem.load(q.tier_copy, want).get();
     EXPECT_FALSE(bad.record.has_value());
-    EXPECT_FALSE(st2.disk_loaded(k, q, std::move(bad), 5.0).is_ok());
+    EXPECT_FALSE(st2.tier_loaded(k, q, std::move(bad), 5.0).is_ok());
     EXPECT_EQ(st2.get_stats().rejections.at("mem_failed"), 1);
     EXPECT_EQ(st2.get_stats().hits_of_tier("mem"), 0);
     EXPECT_EQ(q.n_restore, 0);  // a cold plan now

@@ -22,7 +22,7 @@ namespace {
 // closed, the first job blocks (so that jobs queue up behind it).
 class memory_tier : public tier_io {
 public:
-    disk_completion write_now(disk_write & w) override {
+    tier_completion write_now(tier_write & w) override {
         wait_gate();
         log("write " + std::to_string(w.entry_id));
         if (w.entry_id == throw_on) {
@@ -32,26 +32,26 @@ public:
         copies[next_id] = w.rec;
         return {w.entry_id, next_id++, util::status::ok()};
     }
-    disk_load_result load_now(file_id id, const disk_expect & want) override {
+    tier_load_result load_now(copy_id id, const tier_expect & want) override {
         wait_gate();
         log("load " + std::to_string(id));
         if (id == throw_on) {
             throw std::runtime_error("load failed on purpose");
         }
-        disk_load_result r;
+        tier_load_result r;
         std::lock_guard lk(mu);
         auto it = copies.find(id);
         if (it == copies.end() || (!want.bucket.empty() && it->second.bucket != want.bucket)) {
-            r.error = disk_load_error::missing;
+            r.error = tier_load_error::missing;
             return r;
         }
         r.record = it->second;
         return r;
     }
-    void remove_now(const std::vector<file_id> & ids) override {
+    void remove_now(const std::vector<copy_id> & ids) override {
         log("remove " + std::to_string(ids.size()));
         std::lock_guard lk(mu);
-        for (file_id id : ids) {
+        for (copy_id id : ids) {
             copies.erase(id);
         }
     }
@@ -94,16 +94,16 @@ public:
     std::mutex mu;
     std::condition_variable gate_cv;
     bool open = true;
-    std::map<file_id, disk_record> copies;
-    file_id next_id = 1;
+    std::map<copy_id, disk_record> copies;
+    copy_id next_id = 1;
     std::vector<std::string> calls;
     std::atomic<int> ticks{0};
     int more_ticks = 0;   // tick_now says "more" until this many ticks
     uint64_t throw_on = 0;
 };
 
-disk_write write_of(uint64_t entry, std::string bucket = "b") {
-    disk_write w;
+tier_write write_of(uint64_t entry, std::string bucket = "b") {
+    tier_write w;
     w.entry_id = entry;
     w.rec.bucket = std::move(bucket);
     w.rec.toks = {1, 2, 3};
@@ -125,15 +125,15 @@ TEST(TierWorker, WritesCompleteInOrderAndLoadsJumpTheQueue) {
     auto l2 = w.load(2, {.bucket = "other", .prefix = {}});
     EXPECT_GE(w.queued(), 4);
     io.open_gate();
-    const disk_load_result r1 = l1.get();
-    const disk_load_result r2 = l2.get();
+    const tier_load_result r1 = l1.get();
+    const tier_load_result r2 = l2.get();
     w.drain();
     // Loads ran before the queued writes, in the order they came; the first write was running.
     const std::vector<std::string> want{"write 1", "load 1", "load 2", "write 2", "write 3"};
     EXPECT_EQ(io.log_copy(), want);
-    ASSERT_EQ(r1.error, disk_load_error::none);
+    ASSERT_EQ(r1.error, tier_load_error::none);
     EXPECT_EQ(r1.record->bucket, "b");
-    EXPECT_EQ(r2.error, disk_load_error::missing);  // copy 2 not written yet when it ran
+    EXPECT_EQ(r2.error, tier_load_error::missing);  // copy 2 not written yet when it ran
     const auto done = w.take_completions();
     ASSERT_EQ(done.size(), 3u);
     for (size_t i = 0; i < done.size(); ++i) {
@@ -175,8 +175,8 @@ TEST(TierWorker, AThrowingJobStillAnswersEveryoneWaiting) {
     tier_worker w(io, worker_config{.name = "memory tier"});
     w.start();
     std::promise<void> woken;  // on_done runs after the future is ready: wait for it too
-    const disk_load_result r = w.load(7, {}, [&] { woken.set_value(); }).get();
-    EXPECT_EQ(r.error, disk_load_error::io);
+    const tier_load_result r = w.load(7, {}, [&] { woken.set_value(); }).get();
+    EXPECT_EQ(r.error, tier_load_error::io);
     EXPECT_EQ(r.detail, "load failed on purpose");
     EXPECT_EQ(woken.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
     w.write(write_of(7));

@@ -34,7 +34,7 @@ TEST(CacheView, EntriesListEveryRestorePointInTheTierThatHoldsIt) {
         view(7, "", false, cache::tier::device, 120, 4096, 300, {{40, point_kind::turn}, {119, point_kind::guard}}),
         view(3, "", true, cache::tier::ram, 40, 0, 2000, {{16, point_kind::ladder}}),
     };
-    v[0].disk_file = 12;
+    v[0].tier_copy = 12;
     v[0].warmed = 0;
     const json j = entries_json(v, nullptr, "hybrid");
     EXPECT_EQ(dump(j),

@@ -3,6 +3,9 @@
 // and number formatting.
 #include "server/ops/prometheus.h"
 
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/redis/redis_tier.h"
+
 #include <gtest/gtest.h>
 
 using namespace lineage;
@@ -40,30 +43,34 @@ cache::stats known_cache_stats() {
     s.key_differs = {{"lora_id", 1}};
     s.ghosts = 3;
     s.tier_hits["disk"] = 1;
-    s.disk.enabled = true;
-    s.disk.capacity_bytes = 1 << 30;
-    s.disk.files = 2;
-    s.disk.bytes = 3000;
-    s.disk.writes = 3;
-    s.disk.bytes_written = 4500;
-    s.disk.loads = 2;
-    s.disk.damaged = 1;
-    s.disk.damage = {{"identity", 1}};
-    s.disk.overdue_writes = 2;
-    s.disk.overdue_read_seconds = 0.25;
-    s.disk.superseded = 1;
+    cache::disk_stats d;
+    d.enabled = true;
+    d.capacity_bytes = 1 << 30;
+    d.files = 2;
+    d.bytes = 3000;
+    d.writes = 3;
+    d.bytes_written = 4500;
+    d.loads = 2;
+    d.damaged = 1;
+    d.damage = {{"identity", 1}};
+    d.overdue_writes = 2;
+    d.overdue_read_seconds = 0.25;
+    d.superseded = 1;
+    s.tiers.push_back(cache::describe(d, 0));
     s.tier_hits["redis"] = 4;
-    s.redis.enabled = true;
-    s.redis.connected = true;
-    s.redis.entries = 9;
-    s.redis.writes = 5;
-    s.redis.bytes_written = 7000;
-    s.redis.write_failures = 1;
-    s.redis.loads = 4;
-    s.redis.errors = 3;
-    s.redis.vanished = 2;
-    s.redis.damaged = 1;
-    s.redis.damage = {{"corrupt", 1}};
+    cache::redis_stats r;
+    r.enabled = true;
+    r.connected = true;
+    r.entries = 9;
+    r.writes = 5;
+    r.bytes_written = 7000;
+    r.write_failures = 1;
+    r.loads = 4;
+    r.errors = 3;
+    r.vanished = 2;
+    r.damaged = 1;
+    r.damage = {{"corrupt", 1}};
+    s.tiers.push_back(cache::describe(r));
     s.warmup.active = 1;
     s.warmup.runs = 6;
     s.warmup.preempted = 2;
@@ -427,6 +434,45 @@ lineage_prepare_tokenizations_total{origin="warmup"} 12
 
 TEST(Prometheus, RendersAKnownStateExactly) {
     EXPECT_EQ(render_metrics(known_cache_stats(), known_metrics()), expected_text);
+}
+
+TEST(Prometheus, ATierNoneOfThisFileNamesIsItsOwnFigures) {
+    // What a new tier reports (cache::tier_report) is all /metrics needs: its hits, then each
+    // figure with a metric (a gauge, a bool, a map with its known keys, a metric whose series are
+    // two scalars), in order; JSON-only figures are left out.
+    cache::stats s;
+    s.tier_hits["mem"] = 2;
+    s.tiers.push_back(cache::tier_report{
+        .name = "mem",
+        .hits_help = "Restores served from memory.",
+        .figures = {cache::figure("copies", int64_t{7}, "copies", "Copies held."),
+                    cache::figure("where", std::string("here")),
+                    cache::figure("up", true, "up", "1 when up."),
+                    cache::figure_series("dropped", int64_t{3}, "removed_total", "Copies removed, by why.", "why",
+                                         "dropped"),
+                    cache::figure_map("lost", {{"z", 1}}, "lost_total", "Copies lost, by cause.", "cause", {"a"}),
+                    cache::figure_series("aged", uint64_t{4}, "removed_total", {}, "why", "aged")}});
+    const std::string text = render_metrics(s, known_metrics());
+    const std::string want = R"(# HELP lineage_prompt_cache_mem_hits_total Restores served from memory.
+# TYPE lineage_prompt_cache_mem_hits_total counter
+lineage_prompt_cache_mem_hits_total 2
+# HELP lineage_prompt_cache_mem_copies Copies held.
+# TYPE lineage_prompt_cache_mem_copies gauge
+lineage_prompt_cache_mem_copies 7
+# HELP lineage_prompt_cache_mem_up 1 when up.
+# TYPE lineage_prompt_cache_mem_up gauge
+lineage_prompt_cache_mem_up 1
+# HELP lineage_prompt_cache_mem_removed_total Copies removed, by why.
+# TYPE lineage_prompt_cache_mem_removed_total counter
+lineage_prompt_cache_mem_removed_total{why="dropped"} 3
+lineage_prompt_cache_mem_removed_total{why="aged"} 4
+# HELP lineage_prompt_cache_mem_lost_total Copies lost, by cause.
+# TYPE lineage_prompt_cache_mem_lost_total counter
+lineage_prompt_cache_mem_lost_total{cause="a"} 0
+lineage_prompt_cache_mem_lost_total{cause="z"} 1
+)";
+    EXPECT_NE(text.find(want), std::string::npos) << text;
+    EXPECT_EQ(text.find("where"), std::string::npos);
 }
 
 TEST(Prometheus, EscapesLabelValuesAndHelp) {

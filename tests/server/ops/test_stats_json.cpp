@@ -4,6 +4,9 @@
 #include "server/ops/prometheus.h"
 #include "server/ops/stats_json.h"
 
+#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/redis/redis_tier.h"
+
 #include <gtest/gtest.h>
 
 using namespace lineage;
@@ -19,10 +22,17 @@ std::vector<std::string> keys(const json & j) {
     return out;
 }
 
+/** A fresh cache's stats with both tiers off, as scheduler::tier_link reports them. */
+cache::stats fresh() {
+    cache::stats s;
+    s.tiers = {cache::describe(cache::disk_stats{}, 0), cache::describe(cache::redis_stats{})};
+    return s;
+}
+
 }  // namespace
 
 TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
-    const json j = stats_json(cache::stats{});
+    const json j = stats_json(fresh());
     EXPECT_EQ(dump(j["hits"]),
               R"({"full":0,"prefix":0,"turn":0,"guard":0,"anchor":0,"divergence":0,"ladder":0,"message":0,"reply":0})");
     EXPECT_EQ(dump(j["misses_by_cause"]), R"({"no_shared_prefix":0,"below_min_prefix":0,"key_differs":0,)"
@@ -72,4 +82,41 @@ TEST(StatsJson, KeysAreTheMetricsLabels) {
         EXPECT_NE(m.find("lineage_prompt_cache_restore_point_hits_total{kind=\"" + k + "\"} 0"), std::string::npos)
             << k;
     }
+}
+
+TEST(StatsJson, EachTierIsItsFiguresInOrderUnderItsName) {
+    cache::stats s = fresh();
+    s.requests_committed = 4;
+    s.tier_hits = {{"disk", 2}, {"mem", 5}};
+    cache::disk_stats d;
+    d.enabled = true;
+    d.dir = "/var/cache/x";
+    d.files = 3;
+    d.bytes_written = 1000;
+    d.damage = {{"identity", 1}};
+    s.tiers[0] = cache::describe(d, s.requests_committed);
+    // A tier none of this file names: a key, a map with its known keys, a JSON-only string.
+    s.tiers.push_back(cache::tier_report{
+        .name = "mem",
+        .hits_help = "Restores served from memory.",
+        .figures = {cache::figure("copies", int64_t{7}, "copies", "Copies held."),
+                    cache::figure("where", std::string("here")),
+                    cache::figure_map("lost", {{"z", 1}}, "lost_total", "Copies lost, by cause.", "cause", {"a", "b"})}});
+    const json j = stats_json(s);
+    EXPECT_EQ(j["disk_hits"], 2);
+    EXPECT_EQ(j["redis_hits"], 0);
+    EXPECT_EQ(j["mem_hits"], 5);
+    EXPECT_EQ(j["disk"]["enabled"], true);
+    EXPECT_EQ(j["disk"]["dir"], "/var/cache/x");
+    EXPECT_EQ(j["disk"]["files"], 3);
+    EXPECT_EQ(j["disk"]["bytes_written_per_request"], 250);
+    EXPECT_EQ(j["disk"]["damage"]["identity"], 1);
+    EXPECT_EQ(j["disk"]["damaged"], 0);
+    EXPECT_EQ(j["redis"]["enabled"], false);
+    EXPECT_EQ(dump(j["mem"]), R"({"copies":7,"where":"here","lost":{"a":0,"b":0,"z":1}})");
+    EXPECT_EQ(keys(j["redis"]), (std::vector<std::string>{"enabled", "url", "namespace", "connected", "entries",
+                                                          "writes", "bytes_written", "chunks_written",
+                                                          "write_failures", "loads", "bytes_read", "errors",
+                                                          "timeouts", "connects", "vanished", "damaged", "damage",
+                                                          "index_resets", "queued"}));
 }

@@ -21,7 +21,7 @@ namespace lineage::cache {
 namespace {
 
 // Layout (little-endian, as the engine's state blobs on the platforms we build for):
-//   magic[8] u32 version u32 reserved u64 file_id
+//   magic[8] u32 version u32 reserved u64 copy_id
 //   u32 len + model | u32 len + bucket | u32 len + session | u32 len + tenant
 //   i32 n_tokens u64 tokens_digest i32 history u8 anchor u32 n_checkpoints u64 full_bytes
 //   n_checkpoints x (i32 n_tokens u8 kind u64 bytes)
@@ -126,8 +126,8 @@ struct header {
     std::vector<std::pair<checkpoint, uint64_t>> cps;  // (n, kind) and bytes
 };
 
-disk_load_result fail(disk_load_error e, std::string detail) {
-    disk_load_result r;
+tier_load_result fail(tier_load_error e, std::string detail) {
+    tier_load_result r;
     r.error = e;
     r.detail = std::move(detail);
     return r;
@@ -135,24 +135,24 @@ disk_load_result fail(disk_load_error e, std::string detail) {
 
 /** Opens `path` read-only as a regular file: O_NOFOLLOW (a symlink is refused), O_NONBLOCK (a
  *  FIFO cannot block the disk thread), then fstat: anything but a regular file is refused. */
-disk_load_result open_regular(const std::string & path, file_ptr & f, uint64_t & size) {
+tier_load_result open_regular(const std::string & path, file_ptr & f, uint64_t & size) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         const int e = errno;
         if (e == ENOENT) {
-            return fail(disk_load_error::missing, std::strerror(e));
+            return fail(tier_load_error::missing, std::strerror(e));
         }
-        return fail(e == ELOOP ? disk_load_error::not_regular : disk_load_error::io, std::strerror(e));
+        return fail(e == ELOOP ? tier_load_error::not_regular : tier_load_error::io, std::strerror(e));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int e = errno;
         ::close(fd);
-        return fail(disk_load_error::io, std::strerror(e));
+        return fail(tier_load_error::io, std::strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        return fail(disk_load_error::not_regular, "not a regular file");
+        return fail(tier_load_error::not_regular, "not a regular file");
     }
     // Regular files never block; reads go back to blocking mode for plain fread semantics.
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -160,7 +160,7 @@ disk_load_result open_regular(const std::string & path, file_ptr & f, uint64_t &
     if (!f) {
         const int e = errno;
         ::close(fd);
-        return fail(disk_load_error::io, std::strerror(e));
+        return fail(tier_load_error::io, std::strerror(e));
     }
     size = static_cast<uint64_t>(st.st_size);
     return {};
@@ -168,43 +168,43 @@ disk_load_result open_regular(const std::string & path, file_ptr & f, uint64_t &
 
 /** Opens `path` and parses its header; every declared size is checked against what the file
  *  holds (overflow-safe) before anything is allocated for it. */
-disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h);
+tier_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h);
 
-disk_load_result open_and_parse(const std::string & path, file_ptr & f, std::unique_ptr<reader> & rd, header & h) {
+tier_load_result open_and_parse(const std::string & path, file_ptr & f, std::unique_ptr<reader> & rd, header & h) {
     uint64_t size = 0;
-    if (disk_load_result r = open_regular(path, f, size); r.error != disk_load_error::none) {
+    if (tier_load_result r = open_regular(path, f, size); r.error != tier_load_error::none) {
         return r;
     }
     return parse_header(f.get(), size, rd, h);
 }
 
 /** Parses the header of the `size` bytes readable from `f`; see open_and_parse. */
-disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h) {
+tier_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> & rd, header & h) {
     if (size < 8 + 4 + 4 + 8) {
-        return fail(disk_load_error::truncated, "file of " + std::to_string(size) + " bytes is shorter than a header");
+        return fail(tier_load_error::truncated, "file of " + std::to_string(size) + " bytes is shorter than a header");
     }
     rd = std::make_unique<reader>(f, size - 8);
     char magic[8];
     uint32_t reserved = 0;
     if (!rd->bytes(magic, sizeof magic) || std::memcmp(magic, disk_magic, sizeof magic) != 0) {
-        return fail(disk_load_error::bad_magic, "not a lineage cache file");
+        return fail(tier_load_error::bad_magic, "not a lineage cache file");
     }
     if (!rd->pod(h.version) || !rd->pod(reserved)) {
-        return fail(disk_load_error::truncated, "header cut short");
+        return fail(tier_load_error::truncated, "header cut short");
     }
     if (h.version != disk_format_version) {
-        return fail(disk_load_error::other_format,
+        return fail(tier_load_error::other_format,
                     "format version " + std::to_string(h.version) + " (this build reads " +
                         std::to_string(disk_format_version) + ")");
     }
     if (!rd->pod(h.id) || !rd->str(h.model) || !rd->str(h.bucket) || !rd->str(h.session) || !rd->str(h.tenant) ||
         !rd->pod(h.n_tokens) || !rd->pod(h.digest) || !rd->pod(h.history) || !rd->pod(h.anchor) ||
         !rd->pod(h.n_checkpoints) || !rd->pod(h.full_bytes)) {
-        return fail(disk_load_error::truncated, "header cut short");
+        return fail(tier_load_error::truncated, "header cut short");
     }
     if (h.n_tokens < 1 || h.n_checkpoints > max_checkpoints || h.history < -1 || h.history > h.n_tokens ||
         h.anchor > 1 || h.id == 0) {
-        return fail(disk_load_error::corrupt, "header out of range");
+        return fail(tier_load_error::corrupt, "header out of range");
     }
     // Sizes: each against what is left, so that no sum can wrap.
     const uint64_t left = rd->left();
@@ -222,22 +222,22 @@ disk_load_result parse_header(FILE * f, uint64_t size, std::unique_ptr<reader> &
         uint8_t kind = 0;
         uint64_t bytes = 0;
         if (!rd->pod(c.n_tokens) || !rd->pod(kind) || !rd->pod(bytes)) {
-            return fail(disk_load_error::truncated, "checkpoint table cut short");
+            return fail(tier_load_error::truncated, "checkpoint table cut short");
         }
         if (kind > static_cast<uint8_t>(last_point_kind) || c.n_tokens < 1 || c.n_tokens >= h.n_tokens ||
             (!h.cps.empty() && c.n_tokens <= h.cps.back().first.n_tokens)) {
-            return fail(disk_load_error::corrupt, "checkpoint table out of range");
+            return fail(tier_load_error::corrupt, "checkpoint table out of range");
         }
         c.kind = static_cast<point_kind>(kind);
         fits = fits && add(bytes);
         h.cps.emplace_back(std::move(c), bytes);
     }
     if (!fits) {
-        return fail(disk_load_error::truncated,
+        return fail(tier_load_error::truncated,
                     "the header declares sections larger than the " + std::to_string(rd->left()) + " bytes left");
     }
     if (body != rd->left()) {
-        return fail(disk_load_error::corrupt,
+        return fail(tier_load_error::corrupt,
                     "sections of " + std::to_string(body) + " bytes, file holds " + std::to_string(rd->left()));
     }
     return {};
@@ -258,18 +258,18 @@ disk_record record_of(header & h) {
 
 }  // namespace
 
-const char * to_string(disk_load_error e) {
+const char * to_string(tier_load_error e) {
     switch (e) {
-        case disk_load_error::none: return "ok";
-        case disk_load_error::missing: return "missing";
-        case disk_load_error::truncated: return "truncated";
-        case disk_load_error::bad_magic: return "bad_magic";
-        case disk_load_error::other_format: return "other_format";
-        case disk_load_error::other_model: return "other_model";
-        case disk_load_error::corrupt: return "corrupt";
-        case disk_load_error::io: return "io";
-        case disk_load_error::identity: return "identity";
-        case disk_load_error::not_regular: return "not_regular";
+        case tier_load_error::none: return "ok";
+        case tier_load_error::missing: return "missing";
+        case tier_load_error::truncated: return "truncated";
+        case tier_load_error::bad_magic: return "bad_magic";
+        case tier_load_error::other_format: return "other_format";
+        case tier_load_error::other_model: return "other_model";
+        case tier_load_error::corrupt: return "corrupt";
+        case tier_load_error::io: return "io";
+        case tier_load_error::identity: return "identity";
+        case tier_load_error::not_regular: return "not_regular";
     }
     return "?";
 }
@@ -345,12 +345,12 @@ util::status write_disk_file(const std::string & path, const disk_record & r) {
     return util::status::ok();
 }
 
-disk_load_result read_disk_header(const std::string & path, bool with_tokens) {
+tier_load_result read_disk_header(const std::string & path, bool with_tokens) {
     file_ptr f;
     std::unique_ptr<reader> rd;
     header h;
-    disk_load_result r = open_and_parse(path, f, rd, h);
-    if (r.error == disk_load_error::none) {
+    tier_load_result r = open_and_parse(path, f, rd, h);
+    if (r.error == tier_load_error::none) {
         r.version = h.version;
         r.n_tokens = h.n_tokens;
         r.digest = h.digest;
@@ -362,7 +362,7 @@ disk_load_result read_disk_header(const std::string & path, bool with_tokens) {
             r.record->toks.resize(static_cast<size_t>(h.n_tokens));
             if (!rd->bytes(r.record->toks.data(), r.record->toks.size() * sizeof(token)) ||
                 tokens_digest(r.record->toks) != h.digest) {
-                return fail(disk_load_error::corrupt, "the tokens do not match the header's token digest");
+                return fail(tier_load_error::corrupt, "the tokens do not match the header's token digest");
             }
         }
     } else {
@@ -374,20 +374,20 @@ disk_load_result read_disk_header(const std::string & path, bool with_tokens) {
 namespace {
 
 /** The sections and checksum after a parsed header (read_disk_file, decode_disk_record). */
-disk_load_result read_body(FILE * f, reader & rdr, header & h, disk_load_result r, const std::string & model) {
+tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result r, const std::string & model) {
     reader * rd = &rdr;
     r.n_tokens = h.n_tokens;
     r.digest = h.digest;
     if (h.model != model) {
-        return fail(disk_load_error::other_model, "written by model " + h.model + ", this server runs " + model);
+        return fail(tier_load_error::other_model, "written by model " + h.model + ", this server runs " + model);
     }
     disk_record rec = record_of(h);
     rec.toks.resize(static_cast<size_t>(h.n_tokens));
     if (!rd->bytes(rec.toks.data(), rec.toks.size() * sizeof(token))) {
-        return fail(disk_load_error::truncated, "tokens cut short");
+        return fail(tier_load_error::truncated, "tokens cut short");
     }
     if (tokens_digest(rec.toks) != h.digest) {
-        return fail(disk_load_error::corrupt, "the tokens do not match the header's token digest");
+        return fail(tier_load_error::corrupt, "the tokens do not match the header's token digest");
     }
     auto section = [&](uint64_t n) -> blob_ptr {
         blob b = take_blob(n);
@@ -398,21 +398,21 @@ disk_load_result read_body(FILE * f, reader & rdr, header & h, disk_load_result 
     };
     rec.full = section(h.full_bytes);
     if (!rec.full) {
-        return fail(disk_load_error::truncated, "state cut short");
+        return fail(tier_load_error::truncated, "state cut short");
     }
     for (auto & [c, bytes] : h.cps) {
         c.recurrent = section(bytes);
         if (!c.recurrent) {
-            return fail(disk_load_error::truncated, "checkpoint cut short");
+            return fail(tier_load_error::truncated, "checkpoint cut short");
         }
         rec.checkpoints.push_back(std::move(c));
     }
     uint64_t stored = 0;
     if (std::fread(&stored, 1, sizeof stored, f) != sizeof stored) {
-        return fail(disk_load_error::truncated, "checksum missing");
+        return fail(tier_load_error::truncated, "checksum missing");
     }
     if (stored != rd->digest()) {
-        return fail(disk_load_error::corrupt, "checksum mismatch");
+        return fail(tier_load_error::corrupt, "checksum mismatch");
     }
     r.record = std::move(rec);
     return r;
@@ -420,13 +420,13 @@ disk_load_result read_body(FILE * f, reader & rdr, header & h, disk_load_result 
 
 }  // namespace
 
-disk_load_result read_disk_file(const std::string & path, const std::string & model) {
+tier_load_result read_disk_file(const std::string & path, const std::string & model) {
     file_ptr f;
     std::unique_ptr<reader> rd;
     header h;
-    disk_load_result r = open_and_parse(path, f, rd, h);
+    tier_load_result r = open_and_parse(path, f, rd, h);
     r.version = h.version;
-    if (r.error != disk_load_error::none) {
+    if (r.error != tier_load_error::none) {
         return r;
     }
     return read_body(f.get(), *rd, h, std::move(r), model);
@@ -449,19 +449,19 @@ std::string encode_disk_record(const disk_record & r) {
     return out;
 }
 
-disk_load_result decode_disk_record(std::string_view bytes, const std::string & model) {
+tier_load_result decode_disk_record(std::string_view bytes, const std::string & model) {
     if (bytes.empty()) {
-        return fail(disk_load_error::truncated, "no bytes");
+        return fail(tier_load_error::truncated, "no bytes");
     }
     file_ptr f(::fmemopen(const_cast<char *>(bytes.data()), bytes.size(), "rb"));
     if (!f) {
-        return fail(disk_load_error::io, std::strerror(errno));
+        return fail(tier_load_error::io, std::strerror(errno));
     }
     std::unique_ptr<reader> rd;
     header h;
-    disk_load_result r = parse_header(f.get(), bytes.size(), rd, h);
+    tier_load_result r = parse_header(f.get(), bytes.size(), rd, h);
     r.version = h.version;
-    if (r.error != disk_load_error::none) {
+    if (r.error != tier_load_error::none) {
         return r;
     }
     return read_body(f.get(), *rd, h, std::move(r), model);

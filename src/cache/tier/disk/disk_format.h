@@ -29,7 +29,7 @@ inline constexpr uint32_t disk_format_version = 3;
 
 /** One entry as stored on disk. */
 struct disk_record {
-    file_id id = 0;             ///< the file's id in the index (its name is <id>.lcache)
+    copy_id id = 0;             ///< the file's id in the index (its name is <id>.lcache)
     std::string model;          ///< model fingerprint (model_fingerprint())
     std::string bucket;         ///< the key's bucket digest (hex)
     std::string session;        ///< the key's session ("" = anonymous)
@@ -54,14 +54,14 @@ util::status write_disk_file(const std::string & path, const disk_record & r);
 /** Why a file was not loaded. `identity`: a sound file that is not the one its index row or the
  *  request names (another id, bucket, session or tokens: e.g. files swapped); `not_regular`: a
  *  symlink, FIFO, directory or device in place of a file. */
-enum class disk_load_error {
+enum class tier_load_error {
     none, missing, truncated, bad_magic, other_format, other_model, corrupt, io, identity, not_regular
 };
 
-const char * to_string(disk_load_error e);
+const char * to_string(tier_load_error e);
 
-struct disk_load_result {
-    disk_load_error error = disk_load_error::none;
+struct tier_load_result {
+    tier_load_error error = tier_load_error::none;
     std::string detail;              ///< one line for the log
     std::optional<disk_record> record;
     uint32_t version = 0;            ///< the header's format version (0: not read)
@@ -74,13 +74,13 @@ struct disk_load_result {
  *  section sizes adding up to the file's size (checked before any allocation), the token
  *  digest, the checksum. On any failure `record` is empty and `error` says why; never throws
  *  for what the file holds. */
-disk_load_result read_disk_file(const std::string & path, const std::string & model);
+tier_load_result read_disk_file(const std::string & path, const std::string & model);
 
 /** Reads and checks the header only (the checks above up to the sizes; `record` holds the
  *  identity, the header fields and the checkpoints' lengths and kinds, no states; `n_tokens`,
  *  `digest` are set), for the startup scan; `with_tokens` also reads the tokens and checks them
  *  against the digest. */
-disk_load_result read_disk_header(const std::string & path, bool with_tokens = false);
+tier_load_result read_disk_header(const std::string & path, bool with_tokens = false);
 
 /** The bytes write_disk_file() writes for `r` (tier 3 stores them in Redis, chunked:
  *  redis_format.h). Throws std::bad_alloc when memory runs out. */
@@ -88,7 +88,7 @@ std::string encode_disk_record(const disk_record & r);
 
 /** Reads and verifies `bytes` as read_disk_file() reads a file (same checks, same errors; a
  *  record encoded without states, as tier 3's index entries are, reads back with empty ones). */
-disk_load_result decode_disk_record(std::string_view bytes, const std::string & model);
+tier_load_result decode_disk_record(std::string_view bytes, const std::string & model);
 
 /** Fingerprint of a model file: XXH3-128 over its size and its first and last 16 MiB, hex
  *  (32 characters). Cheap on multi-GiB files; a different GGUF (weights, vocab, metadata)

@@ -105,7 +105,7 @@ bool int_in(sqlite3_stmt * s, int col, int64_t lo, int64_t hi, int64_t & out) {
 }
 
 /** Validates the columns of a row of this model and format into `f`; the reason otherwise. */
-std::string parse_row(sqlite3_stmt * s, disk_catalog::file & f) {
+std::string parse_row(sqlite3_stmt * s, tier_catalog::file & f) {
     int64_t v = 0;
     if (!is_text(s, 3) || sqlite3_column_bytes(s, 3) == 0) {
         return "bucket is not a non-empty text";
@@ -236,7 +236,7 @@ index_scan disk_index::scan(const std::string & model) {
         sqlite3_stmt * s = q.get();
         const int64_t rowid = sqlite3_column_int64(s, 0);
         int64_t format = 0;
-        if (rowid < 1 || static_cast<uint64_t>(rowid) > max_file_id) {
+        if (rowid < 1 || static_cast<uint64_t>(rowid) > max_copy_id) {
             out.damaged.emplace_back(rowid, "id out of [1, 2^48]");
             continue;
         }
@@ -244,7 +244,7 @@ index_scan disk_index::scan(const std::string & model) {
             out.damaged.emplace_back(rowid, "model is not a text or format not an integer");
             continue;
         }
-        const auto id = static_cast<file_id>(rowid);
+        const auto id = static_cast<copy_id>(rowid);
         if (format < disk_format_version) {
             out.older_format.push_back(id);
             continue;
@@ -254,7 +254,7 @@ index_scan disk_index::scan(const std::string & model) {
             out.foreign.push_back(id);
             continue;
         }
-        disk_catalog::file f;
+        tier_catalog::file f;
         f.id = id;
         if (std::string why = parse_row(s, f); !why.empty()) {
             out.damaged.emplace_back(rowid, why);
@@ -270,7 +270,7 @@ index_scan disk_index::scan(const std::string & model) {
     return out;
 }
 
-bool disk_index::insert(file_id id, const disk_record & r, uint64_t bytes, double last_use) {
+bool disk_index::insert(copy_id id, const disk_record & r, uint64_t bytes, double last_use) {
     stmt ins(db_, "INSERT INTO files (id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, "
                   "bytes, last_use, created, tokens, tenant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt * s = ins.get();
@@ -297,7 +297,7 @@ void disk_index::erase(int64_t id) {
     d.step();
 }
 
-void disk_index::touch(file_id id, double last_use) {
+void disk_index::touch(copy_id id, double last_use) {
     stmt u(db_, "UPDATE files SET last_use = ? WHERE id = ?");
     sqlite3_bind_double(u.get(), 1, last_use);
     sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(id));

@@ -7,7 +7,7 @@
 // Ownership: owns the SQLite connection.
 #pragma once
 
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/tier/disk/disk_format.h"
 
 #include <cstdint>
@@ -29,12 +29,12 @@ public:
 /** What a scan of the index found. */
 struct index_scan {
     /** Rows of the scanned model in this format version, every column validated. */
-    std::vector<disk_catalog::file> files;
+    std::vector<tier_catalog::file> files;
     /** Valid rows of another model or of a newer format version: left alone, never used. */
-    std::vector<file_id> foreign;
+    std::vector<copy_id> foreign;
     int64_t other_model = 0, newer_format = 0;
     /** Rows of an older format version: their files are discarded. */
-    std::vector<file_id> older_format;
+    std::vector<copy_id> older_format;
     /** Damaged rows: the row id (SQLite rowid) and why (one line). */
     std::vector<std::pair<int64_t, std::string>> damaged;
 };
@@ -49,7 +49,7 @@ public:
     disk_index & operator=(const disk_index &) = delete;
 
     /** Reads every row. A row with a NULL, a wrong type or an out-of-range value in any column
-     *  (ids in [1, max_file_id], tokens a non-empty int32 array of n_tokens, history in
+     *  (ids in [1, max_copy_id], tokens a non-empty int32 array of n_tokens, history in
      *  [-1, n_tokens], checkpoints ascending in [1, n_tokens) of known kinds, bytes > 0, a finite
      *  last use) is listed in `damaged`, never thrown. Throws index_damaged when a read fails
      *  mid-scan (rows after it unknown). */
@@ -57,11 +57,11 @@ public:
 
     /** Inserts the row of file `id` holding `r` (`bytes` its file size). Returns false when the
      *  insert fails (the reason in error()). */
-    bool insert(file_id id, const disk_record & r, uint64_t bytes, double last_use);
+    bool insert(copy_id id, const disk_record & r, uint64_t bytes, double last_use);
     /** Deletes the row with SQLite rowid `id` (a file id, or a damaged row's rowid). */
     void erase(int64_t id);
     /** Sets a file's last use, wall-clock seconds. */
-    void touch(file_id id, double last_use);
+    void touch(copy_id id, double last_use);
     /** The last SQLite error message. */
     std::string error() const;
 

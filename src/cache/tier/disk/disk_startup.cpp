@@ -19,14 +19,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/** True when `stem` is the canonical decimal name of an id in [1, max_file_id]. */
-bool canonical_id(const std::string & stem, file_id & id) {
+/** True when `stem` is the canonical decimal name of an id in [1, max_copy_id]. */
+bool canonical_id(const std::string & stem, copy_id & id) {
     if (stem.empty() || stem.size() > 15 || stem[0] == '0' ||
         !std::all_of(stem.begin(), stem.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         return false;
     }
     id = std::stoull(stem);
-    return id >= 1 && id <= max_file_id;
+    return id >= 1 && id <= max_copy_id;
 }
 
 }  // namespace
@@ -43,8 +43,8 @@ std::string disk_tier::check_indexed(const entry & f) const {
     if (static_cast<uint64_t>(st.st_size) != f.bytes) {
         return "truncated";
     }
-    const disk_load_result h = read_disk_header(path);
-    if (h.error != disk_load_error::none) {
+    const tier_load_result h = read_disk_header(path);
+    if (h.error != tier_load_error::none) {
         return to_string(h.error);
     }
     const disk_record & r = *h.record;
@@ -59,12 +59,12 @@ std::string disk_tier::check_indexed(const entry & f) const {
 }
 
 bool disk_tier::reindex(const std::string & path, const std::string & stem) {
-    file_id id = 0;
+    copy_id id = 0;
     if (!canonical_id(stem, id)) {
         return false;
     }
-    disk_load_result h = read_disk_header(path, /*with_tokens=*/true);
-    if (h.error != disk_load_error::none || h.record->id != id) {
+    tier_load_result h = read_disk_header(path, /*with_tokens=*/true);
+    if (h.error != tier_load_error::none || h.record->id != id) {
         return false;
     }
     struct stat st {};
@@ -104,19 +104,19 @@ void disk_tier::startup_scan() {
     for (const auto & [rowid, why] : sc.damaged) {
         spdlog::warn("disk tier: index row {} is damaged ({}); dropped with its file", rowid, why);
         index_->erase(rowid);
-        if (rowid >= 1 && static_cast<uint64_t>(rowid) <= max_file_id) {
+        if (rowid >= 1 && static_cast<uint64_t>(rowid) <= max_copy_id) {
             std::error_code ec;
-            fs::remove(path_of(static_cast<file_id>(rowid)), ec);
+            fs::remove(path_of(static_cast<copy_id>(rowid)), ec);
         }
         count_damage(std::string("index_row"));
     }
-    for (file_id id : sc.older_format) {
+    for (copy_id id : sc.older_format) {
         index_->erase(static_cast<int64_t>(id));
         std::error_code ec;
         fs::remove(path_of(id), ec);
         stats_.discarded_old_format++;
     }
-    for (file_id id : sc.foreign) {
+    for (copy_id id : sc.foreign) {
         kept.insert(std::to_string(id) + ".lcache");
         next_id_ = std::max(next_id_, id + 1);
     }

@@ -42,9 +42,7 @@ tier_traits disk_tier::kind() {
 }
 
 disk_tier::disk_tier(disk_config cfg)
-    : lower_tier(worker_config{.name = "disk tier"},
-                 kind()),
-      cfg_(std::move(cfg)), catalog_(cfg_.rule) {
+    : lower_tier(worker_config{.name = "disk tier"}, kind()), cfg_(std::move(cfg)), catalog_(cfg_.rule) {
     std::error_code ec;
     const bool created = fs::create_directories(cfg_.dir, ec);
     if (ec) {
@@ -114,7 +112,7 @@ void disk_tier::count_damage(const std::string & kind) {
     stats_.damage[kind]++;
 }
 
-void disk_tier::count_damage(disk_load_error e) {
+void disk_tier::count_damage(tier_load_error e) {
     util::lock_guard lk(mu_);
     count_damage(std::string(to_string(e)));
 }
@@ -129,11 +127,11 @@ std::string_view to_string(file_removal r) {
     return "?";
 }
 
-std::string disk_tier::path_of(file_id id, const char * ext) const {
+std::string disk_tier::path_of(copy_id id, const char * ext) const {
     return cfg_.dir + "/" + std::to_string(id) + ext;
 }
 
-std::optional<disk_candidate> disk_tier::best(const std::string & bucket, const std::string & session,
+std::optional<tier_candidate> disk_tier::best(const std::string & bucket, const std::string & session,
                                               const tokens & prompt, int32_t longer_than) const {
     util::lock_guard lk(mu_);
     return catalog_.best(bucket, session, prompt, longer_than);
@@ -156,9 +154,54 @@ std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string
     }
 }
 
+tier_report describe(const disk_stats & d, int64_t requests_committed) {
+    // The JSON's order; a metric's family comes where its first figure does (stats.h tier_figure).
+    const auto per_request = requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(requests_committed) : 0;
+    return tier_report{
+        .name = "disk",
+        .hits_help = "Restores served from a tier-2 file.",
+        .figures = {
+            figure("enabled", d.enabled),
+            figure("dir", d.dir),
+            figure("files", d.files, "files", "Tier-2 files of this model."),
+            figure("capacity_bytes", d.capacity_bytes, "capacity_bytes",
+                   "Byte cap of the tier-2 files (--cache-disk-capacity-bytes)."),
+            figure("bytes", d.bytes),
+            figure("anchor_files", d.anchor_files),
+            figure("writes", d.writes, "writes_total", "Tier-2 files written."),
+            figure("bytes_written", d.bytes_written, "written_bytes_total", "Bytes written to tier-2 files."),
+            figure("bytes_written_per_request", per_request),
+            figure("write_failures", d.write_failures),
+            figure("loads", d.loads, "loads_total", "Tier-2 files read for a restore."),
+            figure("bytes_read", d.bytes_read),
+            figure("damaged", d.damaged),
+            figure_map(
+                "damage", d.damage, "damaged_total",
+                "Damaged tier-2 files and index rows found (deleted; never served), by kind: corrupt, truncated, "
+                "bad_magic, identity, not_regular, other_model, missing, io, index_row, index.",
+                "kind", {"corrupt", "truncated", "bad_magic", "identity", "not_regular", "index_row", "index"}),
+            figure("ignored_other_model", d.ignored_other_model),
+            figure("ignored_other_format", d.ignored_other_format),
+            figure("discarded_old_format", d.discarded_old_format),
+            figure("removed_at_startup", d.removed_at_startup),
+            figure("reindexed", d.reindexed),
+            figure("overdue_writes", d.overdue_writes, "overdue_writes_total",
+                   "Tier-2 writes forced by --cache-disk-max-unwritten-s (the engine busy or not)."),
+            figure("overdue_read_seconds", d.overdue_read_seconds, "overdue_read_seconds_total",
+                   "Engine-thread seconds spent reading the states of the forced writes."),
+            figure_series("evictions", d.evictions, "evictions_total",
+                          "Tier-2 files deleted, by reason: capacity (LRU under the cap), superseded (a successor was "
+                          "written).",
+                          "reason", "capacity"),
+            figure_series("superseded", d.superseded, "evictions_total", {}, "reason", "superseded"),
+            figure("queued", d.queued),
+        }};
+}
+
 void disk_tier::report(stats & s) const {
-    s.disk = get_stats();
-    s.bytes["disk"] = s.disk.bytes;
+    const disk_stats d = get_stats();
+    s.tiers.push_back(describe(d, s.requests_committed));
+    s.bytes["disk"] = d.bytes;
 }
 
 void disk_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
@@ -200,14 +243,14 @@ void disk_tier::check_invariants() const {
     }
 }
 
-void disk_tier::remove_now(const std::vector<file_id> & ids) {
-    for (file_id id : ids) {
+void disk_tier::remove_now(const std::vector<copy_id> & ids) {
+    for (copy_id id : ids) {
         delete_file(id, file_removal::superseded);
     }
 }
 
 std::pair<int64_t, uint64_t> disk_tier::reset_now(const std::optional<std::string> & tenant) {
-    std::vector<file_id> ids;
+    std::vector<copy_id> ids;
     uint64_t bytes = 0;
     {
         util::lock_guard lk(mu_);
@@ -218,13 +261,13 @@ std::pair<int64_t, uint64_t> disk_tier::reset_now(const std::optional<std::strin
             }
         }
     }
-    for (file_id id : ids) {
+    for (copy_id id : ids) {
         delete_file(id, file_removal::reset);
     }
     return {static_cast<int64_t>(ids.size()), bytes};
 }
 
-void disk_tier::delete_file(file_id id, file_removal why) {
+void disk_tier::delete_file(copy_id id, file_removal why) {
     uint64_t bytes = 0;
     bool anchor = false;
     {
@@ -259,7 +302,7 @@ bool disk_tier::make_room(uint64_t bytes) {
         return false;
     }
     for (;;) {
-        file_id victim = 0;
+        copy_id victim = 0;
         {
             util::lock_guard lk(mu_);
             if (stats_.bytes + bytes <= cfg_.capacity_bytes) {
@@ -282,31 +325,32 @@ bool disk_tier::make_room(uint64_t bytes) {
     }
 }
 
-disk_completion disk_tier::write_failed(disk_completion done, std::string why) {
+tier_completion disk_tier::write_failed(tier_completion done, std::string why) {
     done.result = util::status::error(std::move(why));
     util::lock_guard lk(mu_);
     stats_.write_failures++;
     return done;
 }
 
-disk_completion disk_tier::write_now(disk_write & w) {
+tier_completion disk_tier::write_now(tier_write & w) {
     w.rec.model = cfg_.model;
-    disk_completion done;
+    tier_completion done;
     done.entry_id = w.entry_id;
     const uint64_t size = disk_file_size(w.rec);
     if (!make_room(size)) {
         if (!warned_too_large_) {
             warned_too_large_ = true;
-            spdlog::warn("disk tier: an entry of {} bytes is larger than the disk capacity of {} bytes and is not "
-                         "written; raise --cache-disk-capacity-bytes (this warning is printed once)",
-                         size, cfg_.capacity_bytes);
+            spdlog::warn(
+                "disk tier: an entry of {} bytes is larger than the disk capacity of {} bytes and is not "
+                "written; raise --cache-disk-capacity-bytes (this warning is printed once)",
+                size, cfg_.capacity_bytes);
         }
         return write_failed(std::move(done), "larger than the disk capacity");
     }
-    if (next_id_ > max_file_id) {
+    if (next_id_ > max_copy_id) {
         return write_failed(std::move(done), "no file id left");
     }
-    const file_id id = next_id_++;
+    const copy_id id = next_id_++;
     w.rec.id = id;
     const std::string tmp = path_of(id, ".tmp");
     util::status written = write_disk_file(tmp, w.rec);
@@ -354,7 +398,7 @@ disk_completion disk_tier::write_now(disk_write & w) {
     spdlog::debug("disk tier: wrote file {} ({} tokens, {} checkpoints, {} bytes{})", id, w.rec.toks.size(),
                   w.rec.checkpoints.size(), size, w.rec.anchor ? ", anchor" : "");
     // The successor is durable (file fsync'd, row committed): the files it supersedes go.
-    for (file_id old : w.ancestors) {
+    for (copy_id old : w.ancestors) {
         delete_file(old, file_removal::superseded);
     }
     done.file = id;
@@ -370,7 +414,7 @@ void disk_tier::count_overdue_write(double read_seconds) {
 namespace {
 
 /** Why the sound file `r` is not the one its row `f` and the request `want` name ("" when it is). */
-std::string identity_mismatch(const disk_record & r, const disk_catalog::file & f, const disk_expect & want) {
+std::string identity_mismatch(const disk_record & r, const tier_catalog::file & f, const tier_expect & want) {
     if (r.id != f.id) {
         return "its header names file " + std::to_string(r.id);
     }
@@ -389,7 +433,7 @@ std::string identity_mismatch(const disk_record & r, const disk_catalog::file & 
 
 }  // namespace
 
-disk_load_result disk_tier::load_now(file_id id, const disk_expect & want) {
+tier_load_result disk_tier::load_now(copy_id id, const tier_expect & want) {
     std::optional<entry> row;
     {
         util::lock_guard lk(mu_);
@@ -398,26 +442,26 @@ disk_load_result disk_tier::load_now(file_id id, const disk_expect & want) {
             row = *f;
         }
     }
-    disk_load_result r;
+    tier_load_result r;
     if (!row) {
-        r.error = disk_load_error::missing;
+        r.error = tier_load_error::missing;
         r.detail = "file " + std::to_string(id) + " was deleted before it could be loaded";
     } else {
         try {
             r = read_disk_file(path_of(id), cfg_.model);
         } catch (const std::exception & e) {  // e.g. bad_alloc for a section the size of the disk
-            r = disk_load_result{};
-            r.error = disk_load_error::io;
+            r = tier_load_result{};
+            r.error = tier_load_error::io;
             r.detail = e.what();
         }
-        if (r.error == disk_load_error::none) {
+        if (r.error == tier_load_error::none) {
             if (std::string why = identity_mismatch(*r.record, *row, want); !why.empty()) {
-                r.error = disk_load_error::identity;
+                r.error = tier_load_error::identity;
                 r.detail = std::move(why);
                 r.record.reset();
             }
         }
-        if (r.error == disk_load_error::none) {
+        if (r.error == tier_load_error::none) {
             index_->touch(id, wall_s());
             util::lock_guard lk(mu_);
             stats_.loads++;

@@ -6,7 +6,7 @@
 //
 // Threads: the tier's worker thread (tier_worker.h: the queue, loads first, completions) owns the
 // files and the SQLite connection; the engine thread calls best() (an in-memory catalog indexed
-// by bucket, disk_catalog.h, under a mutex), queues write/load/remove jobs and takes completions
+// by bucket, tier_catalog.h, under a mutex), queues write/load/remove jobs and takes completions
 // (docs/architecture.md "Threads and checked rules": queues between them).
 //
 // Rules:
@@ -29,7 +29,7 @@
 // - one server per directory: an flock on <dir>/lock; a second server fails to open it.
 #pragma once
 
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/tier/disk/disk_format.h"
 #include "cache/tier/disk/disk_index.h"
 #include "cache/stats.h"
@@ -62,12 +62,52 @@ struct disk_config {
     restore_settings rule;
 };
 
+/** Tier 2 (disk) counters and gauges (docs/prompt-cache.md "`GET /v1/cache/stats`"). */
+struct disk_stats {
+    bool enabled = false;
+    std::string dir;                  ///< --cache-dir
+    uint64_t capacity_bytes = 0;      ///< --cache-disk-capacity-bytes
+    int64_t files = 0;                ///< files of this model in the index
+    uint64_t bytes = 0;               ///< their size on disk, bytes (<= capacity_bytes)
+    int64_t anchor_files = 0;
+    int64_t writes = 0;               ///< files written
+    uint64_t bytes_written = 0;       ///< bytes written since start
+    int64_t write_failures = 0;       ///< writes that failed (I/O error, or larger than the cap)
+    int64_t loads = 0;                ///< files read for a restore
+    uint64_t bytes_read = 0;
+    /** Damaged files and index rows found (each deleted; the request, if any, prefilled cold):
+     *  the sum of `damage`. */
+    int64_t damaged = 0;
+    /** By kind: a file's check (checksum "corrupt", "truncated", "bad_magic", "identity": not the
+     *  file its row or the prompt names, "not_regular", "other_model", "io"), "index_row" (a row
+     *  with a NULL, wrong type or out-of-range column), "index" (the index failed its integrity
+     *  check or a read; moved aside). */
+    std::map<std::string, int64_t> damage;
+    int64_t superseded = 0;           ///< files deleted once their successor was durable
+    int64_t evictions = 0;            ///< files deleted to stay under the cap (LRU)
+    int64_t ignored_other_model = 0;  ///< files of another model found at startup (left alone)
+    int64_t ignored_other_format = 0; ///< files of a newer format version found at startup (left alone)
+    int64_t discarded_old_format = 0; ///< files of an older format version found at startup (deleted)
+    int64_t removed_at_startup = 0;   ///< temporary, unreadable unindexed or missing files cleaned up at startup
+    int64_t reindexed = 0;            ///< sound files missing from the index, indexed again at startup
+    /** Writes forced by --cache-disk-max-unwritten-s (the engine busy or not) and the engine
+     *  thread's seconds spent handing them over (reading a parked sequence's state). */
+    int64_t overdue_writes = 0;
+    double overdue_read_seconds = 0;
+    int64_t queued = 0;               ///< jobs waiting for the disk thread
+};
+
+/** `st` as GET /v1/cache/stats ("disk", "disk_hits") and /metrics (lineage_prompt_cache_disk_*)
+ *  show it, described once; default-constructed, a disk tier that is off. `requests_committed`
+ *  (stats::requests_committed) gives bytes_written_per_request. */
+tier_report describe(const disk_stats & st, int64_t requests_committed);
+
 /** Why a tier-2 file is deleted (disk_stats counts superseded and capacity; the log names it). */
 enum class file_removal { superseded, capacity, damaged, reset };
 std::string_view to_string(file_removal r);
 
 /** The disk tier as cache::config sets it (--cache-dir, --cache-disk-capacity-bytes), for
- *  scheduler::disk_link's table of tiers: nullptr when the cache is off or no --cache-dir is
+ *  scheduler::tier_link's table of tiers: nullptr when the cache is off or no --cache-dir is
  *  given, and when the directory cannot be opened (a WARN says why; the server runs without it).
  *  `model`: model_fingerprint() of the served model; `hybrid`: the restore rule's. */
 std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string & model, bool hybrid);
@@ -84,7 +124,7 @@ public:
     /** Finishes the queued jobs (writes included) and joins the worker. */
     ~disk_tier() override;
 
-    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+    std::optional<tier_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override;
     // write, load, remove, take_completions, drain and reset: lower_tier's. A load checks the
     // file against its index row and the request's `want` (a file that fails, or holds another
@@ -95,7 +135,7 @@ public:
      *  spent reading its state (disk_stats::overdue_writes). */
     void count_overdue_write(double read_seconds) override;
     disk_stats get_stats() const;
-    /** stats::disk, and bytes["disk"] (its files' size). */
+    /** Its figures (describe) into stats::tiers, and bytes["disk"] (its files' size). */
     void report(stats & s) const override;
     /** reset_result::disk_files_freed, disk_bytes_freed. */
     void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
@@ -103,12 +143,12 @@ public:
     std::string location() const override { return cfg_.dir; }
     std::string exit_summary() const override;
     const disk_config & cfg() const { return cfg_; }
-    /** The catalog's invariants (disk_catalog.h), and files/bytes/anchor_files equal to the
+    /** The catalog's invariants (tier_catalog.h), and files/bytes/anchor_files equal to the
      *  catalog's count and sums; throws std::logic_error naming the first broken one. */
     void check_invariants() const;
 
 private:
-    using entry = disk_catalog::file;
+    using entry = tier_catalog::file;
 
     /** Constructor only, before the worker starts: nothing else can hold mu_. Throws
      *  index_damaged (the caller moves the index aside and calls it again). */
@@ -118,26 +158,26 @@ private:
     /** Startup: indexes again a sound file of `path` missing from the index; false when it is
      *  not one (the caller deletes it). */
     bool reindex(const std::string & path, const std::string & stem) NO_THREAD_SAFETY_ANALYSIS;
-    void count_damage(disk_load_error e);
+    void count_damage(tier_load_error e);
     void count_damage(const std::string & kind) REQUIRES(mu_);
     // tier_io, on the worker thread:
-    disk_completion write_now(disk_write & w) override;
-    disk_load_result load_now(file_id id, const disk_expect & want) override;
-    void remove_now(const std::vector<file_id> & ids) override;
+    tier_completion write_now(tier_write & w) override;
+    tier_load_result load_now(copy_id id, const tier_expect & want) override;
+    void remove_now(const std::vector<copy_id> & ids) override;
     std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
-    disk_completion write_failed(disk_completion done, std::string why);
-    void delete_file(file_id id, file_removal why);
+    tier_completion write_failed(tier_completion done, std::string why);
+    void delete_file(copy_id id, file_removal why);
     bool make_room(uint64_t bytes);
-    std::string path_of(file_id id, const char * ext = ".lcache") const;
+    std::string path_of(copy_id id, const char * ext = ".lcache") const;
 
     disk_config cfg_;
     int lock_fd_ = -1;
     std::unique_ptr<disk_index> index_;  // worker thread only (and the constructor)
 
     mutable util::mutex mu_;
-    disk_catalog catalog_ GUARDED_BY(mu_);
+    tier_catalog catalog_ GUARDED_BY(mu_);
     disk_stats stats_ GUARDED_BY(mu_);
-    file_id next_id_ = 1;               // worker thread: one past the largest indexed id
+    copy_id next_id_ = 1;               // worker thread: one past the largest indexed id
     bool warned_too_large_ = false;     // worker thread
 };
 

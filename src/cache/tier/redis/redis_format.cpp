@@ -38,8 +38,8 @@ struct cursor {
     }
 };
 
-disk_load_result failed(disk_load_error e, std::string detail) {
-    disk_load_result r;
+tier_load_result failed(tier_load_error e, std::string detail) {
+    tier_load_result r;
     r.error = e;
     r.detail = std::move(detail);
     return r;
@@ -78,24 +78,24 @@ std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const d
     return out;
 }
 
-disk_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out) {
+tier_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out) {
     cursor c{bytes};
     std::string_view magic;
     uint32_t version = 0;
     if (!c.take(magic, sizeof redis_meta_magic) || magic != std::string_view(redis_meta_magic, 8)) {
-        return failed(disk_load_error::bad_magic, "not a lineage tier-3 index entry");
+        return failed(tier_load_error::bad_magic, "not a lineage tier-3 index entry");
     }
     if (!c.get(version) || !c.get(out.payload_bytes) || !c.get(out.n_chunks)) {
-        return failed(disk_load_error::truncated, "index entry cut short");
+        return failed(tier_load_error::truncated, "index entry cut short");
     }
     if (version != redis_format_version) {
-        return failed(disk_load_error::other_format, "tier-3 format version " + std::to_string(version));
+        return failed(tier_load_error::other_format, "tier-3 format version " + std::to_string(version));
     }
     if (out.n_chunks == 0) {
-        return failed(disk_load_error::corrupt, "index entry of 0 chunks");
+        return failed(tier_load_error::corrupt, "index entry of 0 chunks");
     }
-    disk_load_result r = decode_disk_record(c.s, model);
-    if (r.error == disk_load_error::none) {
+    tier_load_result r = decode_disk_record(c.s, model);
+    if (r.error == tier_load_error::none) {
         out.rec = std::move(*r.record);
         r.record.reset();
     }
@@ -125,29 +125,29 @@ std::vector<std::string> split_chunks(std::string_view ek, std::string_view payl
     return out;
 }
 
-disk_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
+tier_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
                              const std::vector<std::optional<std::string>> & chunks, std::string & payload) {
     payload.clear();
     if (chunks.size() != n_chunks) {
-        return failed(disk_load_error::identity, "read " + std::to_string(chunks.size()) + " chunks of " +
+        return failed(tier_load_error::identity, "read " + std::to_string(chunks.size()) + " chunks of " +
                                                      std::to_string(n_chunks));
     }
     for (uint32_t i = 0; i < n_chunks; ++i) {
         const std::string where = "chunk " + std::to_string(i) + " of " + std::to_string(n_chunks);
         if (!chunks[i]) {
-            return failed(disk_load_error::missing, where + " is not in Redis (evicted or flushed)");
+            return failed(tier_load_error::missing, where + " is not in Redis (evicted or flushed)");
         }
         const std::string & raw = *chunks[i];
         if (raw.size() < chunk_fixed) {
-            return failed(disk_load_error::truncated, where + ": " + std::to_string(raw.size()) + " bytes");
+            return failed(tier_load_error::truncated, where + ": " + std::to_string(raw.size()) + " bytes");
         }
         if (std::memcmp(raw.data(), redis_chunk_magic, sizeof redis_chunk_magic) != 0) {
-            return failed(disk_load_error::bad_magic, where + ": not a lineage chunk");
+            return failed(tier_load_error::bad_magic, where + ": not a lineage chunk");
         }
         uint64_t stored = 0;
         std::memcpy(&stored, raw.data() + raw.size() - sizeof stored, sizeof stored);
         if (stored != XXH3_64bits(raw.data(), raw.size() - sizeof stored)) {
-            return failed(disk_load_error::corrupt, where + ": checksum mismatch");
+            return failed(tier_load_error::corrupt, where + ": checksum mismatch");
         }
         cursor c{std::string_view(raw).substr(8, raw.size() - 8 - sizeof stored)};
         uint32_t version = 0, index = 0, count = 0, ek_len = 0, data_len = 0;
@@ -155,19 +155,19 @@ disk_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32
         std::string_view key, data;
         if (!c.get(version) || !c.get(index) || !c.get(count) || !c.get(total) || !c.get(ek_len) ||
             !c.take(key, ek_len) || !c.get(data_len) || !c.take(data, data_len) || !c.s.empty()) {
-            return failed(disk_load_error::corrupt, where + ": sizes do not add up");
+            return failed(tier_load_error::corrupt, where + ": sizes do not add up");
         }
         if (version != redis_format_version) {
-            return failed(disk_load_error::other_format, where + ": format version " + std::to_string(version));
+            return failed(tier_load_error::other_format, where + ": format version " + std::to_string(version));
         }
         if (index != i || count != n_chunks || total != payload_bytes || key != ek) {
-            return failed(disk_load_error::identity, where + ": holds chunk " + std::to_string(index) + " of " +
+            return failed(tier_load_error::identity, where + ": holds chunk " + std::to_string(index) + " of " +
                                                          std::to_string(count) + " of entry " + std::string(key));
         }
         payload.append(data);
     }
     if (payload.size() != payload_bytes) {
-        return failed(disk_load_error::corrupt, "chunks of " + std::to_string(payload.size()) + " bytes, expected " +
+        return failed(tier_load_error::corrupt, "chunks of " + std::to_string(payload.size()) + " bytes, expected " +
                                                     std::to_string(payload_bytes));
     }
     return {};

@@ -56,7 +56,7 @@ struct redis_meta {
 std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec);
 /** Reads a meta; `model` must be the record's (else error other_model). Errors as
  *  decode_disk_record's (bad_magic, other_format, truncated, corrupt). */
-disk_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out);
+tier_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out);
 
 /** Splits `payload` into chunks of at most `chunk_bytes` payload bytes each (REQUIRES:
  *  chunk_bytes > 0; an empty payload gives one empty chunk). Chunk layout (little-endian):
@@ -68,7 +68,7 @@ std::vector<std::string> split_chunks(std::string_view ek, std::string_view payl
  *  chunk's checksum, then that its index, count, total size and entry key are those expected.
  *  Errors: missing (a chunk absent: evicted or flushed), bad_magic / truncated / corrupt (a
  *  chunk's bytes), identity (a sound chunk of another entry, index or size). */
-disk_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
+tier_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
                              const std::vector<std::optional<std::string>> & chunks, std::string & payload);
 
 }  // namespace lineage::cache

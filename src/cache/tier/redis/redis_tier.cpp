@@ -72,14 +72,13 @@ util::expected<redis_url> parse_redis_url(const std::string & url) {
 }
 
 tier_traits redis_tier::kind() {
-    return tier_traits{.name = "redis", .shared = true, .load_failed = "redis_failed",
-                       .copy_noun = "tier-3 (Redis) entry"};
+    return tier_traits{
+        .name = "redis", .shared = true, .load_failed = "redis_failed", .copy_noun = "tier-3 (Redis) entry"};
 }
 
 redis_tier::redis_tier(redis_config cfg)
     // Redis slower than the write-behind: drop writes past 64 queued rather than hold states.
-    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s},
-                 kind()),
+    : lower_tier(worker_config{.name = "tier 3", .max_queued_writes = 64, .tick_s = cfg.poll_s}, kind()),
       cfg_(std::move(cfg)),
       keys_{cfg_.ns},
       mirror_(cfg_.rule) {
@@ -104,7 +103,7 @@ redis_tier::~redis_tier() {
     }
 }
 
-std::optional<disk_candidate> redis_tier::best(const std::string & bucket, const std::string & session,
+std::optional<tier_candidate> redis_tier::best(const std::string & bucket, const std::string & session,
                                                const tokens & prompt, int32_t longer_than) const {
     util::lock_guard lk(mu_);
     return mirror_.best(bucket, session, prompt, longer_than);
@@ -132,8 +131,41 @@ std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::strin
     return t;
 }
 
+tier_report describe(const redis_stats & r) {
+    // The JSON's order; a metric's family comes where its first figure does (stats.h tier_figure).
+    return tier_report{
+        .name = "redis",
+        .hits_help = "Restores served from tier 3 (Redis).",
+        .figures = {
+            figure("enabled", r.enabled),
+            figure("url", r.url),
+            figure("namespace", r.ns),
+            figure("connected", r.connected, "connected", "1 when the last call reached Redis (--cache-redis)."),
+            figure("entries", r.entries, "entries", "Tier-3 index entries of this model mirrored by this replica."),
+            figure("writes", r.writes, "writes_total", "Entries written to Redis."),
+            figure("bytes_written", r.bytes_written, "written_bytes_total", "Chunk bytes written to Redis."),
+            figure("chunks_written", r.chunks_written),
+            figure("write_failures", r.write_failures, "write_failures_total",
+                   "Writes to Redis not done (Redis down or slow, or the queue full)."),
+            figure("loads", r.loads, "loads_total", "Entries read from Redis for a restore."),
+            figure("bytes_read", r.bytes_read),
+            figure("errors", r.errors, "errors_total",
+                   "Redis calls that failed (timeouts included); the request went on without tier 3."),
+            figure("timeouts", r.timeouts),
+            figure("connects", r.connects),
+            figure("vanished", r.vanished, "vanished_total",
+                   "Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses."),
+            figure("damaged", r.damaged),
+            figure_map("damage", r.damage, "damaged_total",
+                       "Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.", "kind",
+                       {"corrupt", "truncated", "bad_magic", "identity", "other_format"}),
+            figure("index_resets", r.index_resets),
+            figure("queued", r.queued),
+        }};
+}
+
 void redis_tier::report(stats & s) const {
-    s.redis = get_stats();
+    s.tiers.push_back(describe(get_stats()));
 }
 
 void redis_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
@@ -159,7 +191,7 @@ redis_stats redis_tier::get_stats() const {
     return s;
 }
 
-void redis_tier::count_damage(disk_load_error e) {
+void redis_tier::count_damage(tier_load_error e) {
     util::lock_guard lk(mu_);
     stats_.damaged++;
     stats_.damage[to_string(e)]++;
@@ -173,8 +205,8 @@ void redis_tier::drop_connection(const std::string & why) {
     {
         util::lock_guard lk(mu_);
         if (stats_.connected) {
-            spdlog::warn("tier 3: Redis at {} failed ({}); requests go on without it, retrying in {:.0f} s",
-                         cfg_.url, why, cfg_.retry_s);
+            spdlog::warn("tier 3: Redis at {} failed ({}); requests go on without it, retrying in {:.0f} s", cfg_.url,
+                         why, cfg_.retry_s);
         }
         stats_.errors++;
         stats_.timeouts += timeout ? 1 : 0;
@@ -255,7 +287,7 @@ bool redis_tier::pipeline(const std::vector<std::vector<std::string>> & cmds, re
     return true;
 }
 
-void redis_tier::forget(file_id id) {
+void redis_tier::forget(copy_id id) {
     util::lock_guard lk(mu_);
     auto it = remote_.find(id);
     if (it == remote_.end()) {
@@ -267,7 +299,7 @@ void redis_tier::forget(file_id id) {
     std::erase(order_, id);
 }
 
-disk_completion redis_tier::write_now(disk_write & w) {
+tier_completion redis_tier::write_now(tier_write & w) {
     disk_record & rec = w.rec;
     rec.model = cfg_.model;
     rec.id = 1;  // the disk format wants an id; tier 3's identity is the entry key
@@ -280,7 +312,8 @@ disk_completion redis_tier::write_now(disk_write & w) {
         cmds.push_back({"SET", keys_.chunk(ek, i), chunks[i]});
         bytes += chunks[i].size();
     }
-    cmds.push_back({"SET", keys_.meta(ek), encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec)});
+    cmds.push_back(
+        {"SET", keys_.meta(ek), encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec)});
     cmds.push_back({"INCR", keys_.seq()});
     reply_set rs;
     bool ok = pipeline(cmds, rs);
@@ -325,8 +358,8 @@ bool redis_tier::tick_now() {
     if (seq == last_seq_) {
         return false;
     }
-    if (!pipeline({{"ZRANGEBYSCORE", keys_.index(), "(" + std::to_string(last_seq_), "+inf", "WITHSCORES", "LIMIT",
-                    "0", "512"}},
+    if (!pipeline({{"ZRANGEBYSCORE", keys_.index(), "(" + std::to_string(last_seq_), "+inf", "WITHSCORES", "LIMIT", "0",
+                    "512"}},
                   rs)) {
         return false;
     }
@@ -357,25 +390,25 @@ bool redis_tier::tick_now() {
             continue;  // evicted since
         }
         redis_meta m;
-        const disk_load_result r = decode_redis_meta(*bytes, cfg_.model, m);
-        if (r.error == disk_load_error::other_model) {
+        const tier_load_result r = decode_redis_meta(*bytes, cfg_.model, m);
+        if (r.error == tier_load_error::other_model) {
             continue;  // another model's replicas share the namespace: not ours
         }
-        if (r.error != disk_load_error::none) {
+        if (r.error != tier_load_error::none) {
             count_damage(r.error);
             spdlog::warn("tier 3: index entry {} ignored ({}: {})", fresh[i].first, to_string(r.error), r.detail);
             continue;
         }
         util::lock_guard lk(mu_);
         if (auto old = by_key_.find(fresh[i].first); old != by_key_.end()) {
-            const file_id id = old->second;
+            const copy_id id = old->second;
             mirror_.remove(id);
             by_key_.erase(old);
             remote_.erase(id);
             std::erase(order_, id);
         }
-        const file_id id = next_id_++;
-        disk_catalog::file f;
+        const copy_id id = next_id_++;
+        tier_catalog::file f;
         f.id = id;
         f.bucket = m.rec.bucket;
         f.session = m.rec.session;
@@ -391,7 +424,7 @@ bool redis_tier::tick_now() {
         by_key_[fresh[i].first] = id;
         order_.push_back(id);
         while (static_cast<int64_t>(order_.size()) > redis_max_index) {
-            const file_id victim = order_.front();
+            const copy_id victim = order_.front();
             order_.pop_front();
             by_key_.erase(remote_[victim].ek);
             remote_.erase(victim);
@@ -401,9 +434,9 @@ bool redis_tier::tick_now() {
     return fresh.size() == 512;  // more to read
 }
 
-disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
+tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
     remote_entry e;
-    disk_catalog::file row;
+    tier_catalog::file row;
     {
         util::lock_guard lk(mu_);
         auto it = remote_.find(id);
@@ -412,9 +445,9 @@ disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
             row = *mirror_.find(id);
         }
     }
-    disk_load_result r;
+    tier_load_result r;
     if (e.ek.empty()) {
-        r.error = disk_load_error::missing;
+        r.error = tier_load_error::missing;
         r.detail = "no longer in the mirror";
         return r;
     }
@@ -424,7 +457,7 @@ disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
     }
     reply_set rs;
     if (!pipeline(gets, rs)) {
-        r.error = disk_load_error::io;
+        r.error = tier_load_error::io;
         r.detail = "Redis unreachable or slow";
         return r;
     }
@@ -436,27 +469,26 @@ disk_load_result redis_tier::load_now(file_id id, const disk_expect & want) {
     }
     std::string payload;
     r = join_chunks(e.ek, e.payload_bytes, e.n_chunks, chunks, payload);
-    if (r.error == disk_load_error::none) {
+    if (r.error == tier_load_error::none) {
         r = decode_disk_record(payload, cfg_.model);
     }
-    if (r.error == disk_load_error::none) {
+    if (r.error == tier_load_error::none) {
         // Its identity: the entry the index names, and the prefix the request restores.
         const disk_record & rec = *r.record;
         const bool same = rec.bucket == row.bucket && rec.session == row.session && rec.toks == row.toks &&
-                          (want.bucket.empty() || rec.bucket == want.bucket) &&
-                          want.prefix.size() <= rec.toks.size() &&
+                          (want.bucket.empty() || rec.bucket == want.bucket) && want.prefix.size() <= rec.toks.size() &&
                           std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin());
         if (!same) {
             r = {};
-            r.error = disk_load_error::identity;
+            r.error = tier_load_error::identity;
             r.detail = "the chunks hold another entry than the index names";
         }
     }
-    if (r.error == disk_load_error::none) {
+    if (r.error == tier_load_error::none) {
         util::lock_guard lk(mu_);
         stats_.loads++;
         stats_.bytes_read += bytes;
-    } else if (r.error == disk_load_error::missing) {
+    } else if (r.error == tier_load_error::missing) {
         {
             util::lock_guard lk(mu_);
             stats_.vanished++;
@@ -482,11 +514,11 @@ std::pair<int64_t, uint64_t> redis_tier::reset_now(const std::optional<std::stri
     // writes queued before the reset): tick_now() reads 512 index entries a call.
     for (int i = 0; i < 256 && tick_now(); ++i) {
     }
-    std::vector<std::pair<file_id, remote_entry>> victims;
+    std::vector<std::pair<copy_id, remote_entry>> victims;
     {
         util::lock_guard lk(mu_);
         for (const auto & [id, e] : remote_) {
-            const disk_catalog::file * f = mirror_.find(id);
+            const tier_catalog::file * f = mirror_.find(id);
             if (!tenant || (f != nullptr && f->tenant == *tenant)) {
                 victims.emplace_back(id, e);
             }

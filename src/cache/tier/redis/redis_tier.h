@@ -2,7 +2,7 @@
 // "Tier 3: Redis shared by replicas"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
 // shutdown, unwritten too long) and anchors as soon as they are pinned are also written here, in
 // the disk format split into checksummed chunks (redis_format.h), with an index entry each;
-// every replica mirrors the index in a disk_catalog (tokens and restore points, no states), so
+// every replica mirrors the index in a tier_catalog (tokens and restore points, no states), so
 // a lookup is in memory and uses the shared restore rule; a hit is read by this thread while
 // the request's slot waits in its loading phase, exactly like a disk hit.
 // Redis is a cache: a missing chunk (evicted, FLUSHALL) or a damaged or foreign one is a
@@ -13,7 +13,7 @@
 // queues jobs. Ownership: owns the worker, the connection and the mirror.
 #pragma once
 
-#include "cache/tier/disk/disk_catalog.h"
+#include "cache/tier/tier_catalog.h"
 #include "cache/tier/disk/disk_format.h"
 #include "cache/tier/disk/disk_tier.h"
 #include "cache/tier/redis/redis_format.h"
@@ -59,7 +59,39 @@ struct redis_config {
     double retry_s = 1.0;            ///< how long after a failure the connection is tried again
 };
 
-/** Tier 3 as cache::config sets it (--cache-redis and its options), for scheduler::disk_link's
+/** Tier 3 (Redis, shared by replicas) counters and gauges (docs/prompt-cache.md "Tier 3: Redis
+ *  shared by replicas"). */
+struct redis_stats {
+    bool enabled = false;
+    std::string url;                  ///< --cache-redis
+    std::string ns;                   ///< --cache-redis-namespace
+    bool connected = false;           ///< the last call reached Redis
+    int64_t entries = 0;              ///< index entries mirrored (this model's, every replica's)
+    int64_t writes = 0;               ///< entries written (chunks + index entry)
+    uint64_t bytes_written = 0;       ///< chunk bytes written
+    int64_t chunks_written = 0;
+    int64_t write_failures = 0;       ///< writes not done: Redis down or slow, or queue full
+    int64_t loads = 0;                ///< entries read for a restore
+    uint64_t bytes_read = 0;
+    /** Calls that failed (timeout, connection refused or lost, an error reply): the connection
+     *  is dropped and tried again after a second; the request goes on without tier 3. */
+    int64_t errors = 0;
+    int64_t timeouts = 0;             ///< of which timeouts (--cache-redis-timeout-ms)
+    int64_t connects = 0;             ///< connections opened
+    int64_t vanished = 0;             ///< hits whose chunks were gone (evicted, FLUSHALL): misses
+    /** Damaged or foreign chunks and index entries found (never served; deleted from Redis):
+     *  the sum of `damage`, by kind (corrupt, truncated, bad_magic, identity, other_format). */
+    int64_t damaged = 0;
+    std::map<std::string, int64_t> damage;
+    int64_t index_resets = 0;         ///< the index vanished or restarted (FLUSHALL): mirror cleared
+    int64_t queued = 0;               ///< jobs waiting for the Redis thread
+};
+
+/** `st` as GET /v1/cache/stats ("redis", "redis_hits") and /metrics (lineage_prompt_cache_redis_*)
+ *  show it, described once; default-constructed, a Redis tier that is off. */
+tier_report describe(const redis_stats & st);
+
+/** Tier 3 as cache::config sets it (--cache-redis and its options), for scheduler::tier_link's
  *  table of tiers: nullptr when the cache is off or no URL is given (the URL was checked with
  *  the flags); an INFO line says where it points. `model`: model_fingerprint() of the served
  *  model; `hybrid`: the restore rule's. */
@@ -76,9 +108,9 @@ public:
     /** Finishes the queued jobs (writes included, each bounded by the timeout) and joins. */
     ~redis_tier() override;
 
-    /** The mirror's best restore point (disk_lookup's contract); a candidate's id names a
+    /** The mirror's best restore point (tier_lookup's contract); a candidate's id names a
      *  mirror entry (not a file). */
-    std::optional<disk_candidate> best(const std::string & bucket, const std::string & session,
+    std::optional<tier_candidate> best(const std::string & bucket, const std::string & session,
                                        const tokens & prompt, int32_t longer_than) const override;
     // write (dropped, counted, when 64 are queued), load (a vanished entry comes back as error
     // missing, a damaged one counted as damage), take_completions (`file`: 1 when written),
@@ -88,7 +120,7 @@ public:
     // entries -- and forgets them here even when Redis cannot be reached, so this replica never
     // restores them again; other models' entries in the namespace stay.
     redis_stats get_stats() const;
-    /** stats::redis. */
+    /** Its figures (describe) into stats::tiers. */
     void report(stats & s) const override;
     /** reset_result::redis (true), redis_entries_freed, redis_bytes_freed. */
     void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
@@ -106,8 +138,8 @@ private:
     struct reply_set;
 
     // tier_io, on the worker thread:
-    disk_completion write_now(disk_write & w) override;
-    disk_load_result load_now(file_id id, const disk_expect & want) override;
+    tier_completion write_now(tier_write & w) override;
+    tier_load_result load_now(copy_id id, const tier_expect & want) override;
     std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
     /** Reads the index for other replicas' entries; true when more is left to read. */
     bool tick_now() override;
@@ -115,8 +147,8 @@ private:
     void drop_connection(const std::string & why);
     /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout. */
     bool pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out);
-    void forget(file_id id);
-    void count_damage(disk_load_error e);
+    void forget(copy_id id);
+    void count_damage(tier_load_error e);
     void write_dropped() override;
 
     redis_config cfg_;
@@ -127,11 +159,11 @@ private:
     int64_t last_seq_ = 0;                // Redis thread: the index read up to this sequence
 
     mutable util::mutex mu_;
-    disk_catalog mirror_ GUARDED_BY(mu_);
-    std::map<file_id, remote_entry> remote_ GUARDED_BY(mu_);
-    std::map<std::string, file_id> by_key_ GUARDED_BY(mu_);
-    std::deque<file_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
-    file_id next_id_ GUARDED_BY(mu_) = 1;
+    tier_catalog mirror_ GUARDED_BY(mu_);
+    std::map<copy_id, remote_entry> remote_ GUARDED_BY(mu_);
+    std::map<std::string, copy_id> by_key_ GUARDED_BY(mu_);
+    std::deque<copy_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
+    copy_id next_id_ GUARDED_BY(mu_) = 1;
     redis_stats stats_ GUARDED_BY(mu_);
 };
 

@@ -34,7 +34,7 @@ TEST_F(DiskFormat, RoundTripKeepsEverySection) {
     ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     EXPECT_EQ(fs::file_size(path("a")), disk_file_size(r));
     auto got = read_disk_file(path("a"), "model-a");
-    ASSERT_EQ(got.error, disk_load_error::none) << got.detail;
+    ASSERT_EQ(got.error, tier_load_error::none) << got.detail;
     const disk_record & g = *got.record;
     EXPECT_EQ(g.toks, r.toks);
     EXPECT_EQ(g.bucket, "bucket-1");
@@ -61,7 +61,7 @@ TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
         bad[i] = static_cast<char>(bad[i] ^ 0x10);
         std::ofstream(path("b"), std::ios::binary | std::ios::trunc) << bad;
         auto got = read_disk_file(path("b"), "model-a");
-        EXPECT_NE(got.error, disk_load_error::none) << "byte " << i << " flipped went unnoticed";
+        EXPECT_NE(got.error, tier_load_error::none) << "byte " << i << " flipped went unnoticed";
         EXPECT_FALSE(got.record.has_value());
     }
 }
@@ -70,21 +70,21 @@ TEST_F(DiskFormat, TruncatedMissingForeignAndOtherFormat) {
     auto r = record(seq(0, 20), 200);
     ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     fs::resize_file(path("a"), fs::file_size(path("a")) - 9);
-    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, tier_load_error::truncated);
     fs::resize_file(path("a"), 10);
-    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, disk_load_error::truncated);
-    EXPECT_EQ(read_disk_file(path("nope"), "model-a").error, disk_load_error::missing);
+    EXPECT_EQ(read_disk_file(path("a"), "model-a").error, tier_load_error::truncated);
+    EXPECT_EQ(read_disk_file(path("nope"), "model-a").error, tier_load_error::missing);
     ASSERT_TRUE(write_disk_file(path("c"), r).is_ok());
-    EXPECT_EQ(read_disk_file(path("c"), "model-b").error, disk_load_error::other_model);
+    EXPECT_EQ(read_disk_file(path("c"), "model-b").error, tier_load_error::other_model);
     // Version field (bytes 8-11) of a later format.
     std::fstream f(path("c"), std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(8);
     const uint32_t v = disk_format_version + 1;
     f.write(reinterpret_cast<const char *>(&v), sizeof v);
     f.close();
-    EXPECT_EQ(read_disk_file(path("c"), "model-a").error, disk_load_error::other_format);
+    EXPECT_EQ(read_disk_file(path("c"), "model-a").error, tier_load_error::other_format);
     std::ofstream(path("d"), std::ios::binary) << "definitely not a cache file at all";
-    EXPECT_EQ(read_disk_file(path("d"), "model-a").error, disk_load_error::bad_magic);
+    EXPECT_EQ(read_disk_file(path("d"), "model-a").error, tier_load_error::bad_magic);
 }
 
 TEST_F(DiskFormat, ModelFingerprintDependsOnContent) {
@@ -102,7 +102,7 @@ TEST_F(DiskFormat, ModelFingerprintDependsOnContent) {
 using DiskTier = TempDir;
 
 TEST_F(DiskTier, SurvivesRestartAndLoads) {
-    file_id id = 0;
+    copy_id id = 0;
     {
         disk_tier t(cfg());
         id = put(t, record(seq(0, 40), 500, {{30, point_kind::turn, fake(50)}}));
@@ -121,14 +121,14 @@ TEST_F(DiskTier, SurvivesRestartAndLoads) {
     EXPECT_EQ(c->n, 40);
     EXPECT_EQ(c->kind, point_kind::full);
     auto r = t.load(id).get();
-    ASSERT_EQ(r.error, disk_load_error::none);
+    ASSERT_EQ(r.error, tier_load_error::none);
     EXPECT_EQ(r.record->toks, seq(0, 40));
     EXPECT_EQ(t.get_stats().loads, 1);
 }
 
 TEST_F(DiskTier, LookupRules) {
     disk_tier t(cfg(1 << 20, /*hybrid=*/true));
-    const file_id a = put(t, record(seq(0, 40), 100, {{10, point_kind::turn, fake(8)}, {30, point_kind::turn, fake(8)}}));
+    const copy_id a = put(t, record(seq(0, 40), 100, {{10, point_kind::turn, fake(8)}, {30, point_kind::turn, fake(8)}}));
     tokens diverged = seq(0, 35);
     diverged.push_back(-5);
     diverged.push_back(-6);
@@ -149,7 +149,7 @@ TEST_F(DiskTier, LookupRules) {
     // Session precedence: another session's file only when strictly longer.
     auto other = record(seq(0, 45), 100);
     other.session = "s2";
-    const file_id b = put(t, other);
+    const copy_id b = put(t, other);
     c = t.best("bucket-1", "s1", seq(0, 60), 0);
     ASSERT_TRUE(c);
     EXPECT_EQ(c->id, b);  // 45 > 40
@@ -178,12 +178,12 @@ TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
     disk_tier t(cfg(3 * one));
     auto anchor = record(seq(0, 10), 1000);
     anchor.anchor = true;
-    const file_id f_anchor = put(t, anchor, {}, /*last_use=*/1);
-    const file_id f2 = put(t, record(seq(100, 10), 1000), {}, 2);
-    const file_id f3 = put(t, record(seq(200, 10), 1000), {}, 3);
+    const copy_id f_anchor = put(t, anchor, {}, /*last_use=*/1);
+    const copy_id f2 = put(t, record(seq(100, 10), 1000), {}, 2);
+    const copy_id f3 = put(t, record(seq(200, 10), 1000), {}, 3);
     EXPECT_EQ(t.get_stats().bytes, 3 * one);
     // A fourth file: the oldest non-anchor goes (f2), not the older anchor.
-    const file_id f4 = put(t, record(seq(300, 10), 1000), {}, 4);
+    const copy_id f4 = put(t, record(seq(300, 10), 1000), {}, 4);
     ASSERT_NE(f4, 0u);
     auto st = t.get_stats();
     EXPECT_EQ(st.files, 3);
@@ -198,7 +198,7 @@ TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
     EXPECT_FALSE(fs::exists(path(std::to_string(f4) + ".lcache")));
     EXPECT_TRUE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
     // A file that needs the whole cap: the two newer non-anchors go first, the anchor last.
-    const file_id big = put(t, record(seq(600, 10), 1000 + 2 * one - 50), {}, 7);
+    const copy_id big = put(t, record(seq(600, 10), 1000 + 2 * one - 50), {}, 7);
     ASSERT_NE(big, 0u);
     EXPECT_FALSE(fs::exists(path(std::to_string(f_anchor) + ".lcache")));
     st = t.get_stats();
@@ -214,42 +214,42 @@ TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
 
 TEST_F(DiskTier, SupersededFilesGoOnlyAfterTheSuccessorIsWritten) {
     disk_tier t(cfg());
-    const file_id old1 = put(t, record(seq(0, 20), 100));
-    const file_id old2 = put(t, record(seq(0, 30), 100));
-    const file_id next = put(t, record(seq(0, 40), 100), {old1, old2});
+    const copy_id old1 = put(t, record(seq(0, 20), 100));
+    const copy_id old2 = put(t, record(seq(0, 30), 100));
+    const copy_id next = put(t, record(seq(0, 40), 100), {old1, old2});
     ASSERT_NE(next, 0u);
     EXPECT_FALSE(fs::exists(path(std::to_string(old1) + ".lcache")));
     EXPECT_FALSE(fs::exists(path(std::to_string(old2) + ".lcache")));
     EXPECT_TRUE(fs::exists(path(std::to_string(next) + ".lcache")));
     EXPECT_EQ(t.get_stats().superseded, 2);
     // A successor that cannot be written keeps its ancestors.
-    const file_id keep = put(t, record(seq(0, 50), 100));
+    const copy_id keep = put(t, record(seq(0, 50), 100));
     EXPECT_EQ(put(t, record(seq(0, 60), 10 << 20), {keep}), 0u);
     EXPECT_TRUE(fs::exists(path(std::to_string(keep) + ".lcache")));
 }
 
 TEST_F(DiskTier, DamagedFileIsAMissDeletedOnce) {
     disk_tier t(cfg());
-    const file_id id = put(t, record(seq(0, 40), 500));
+    const copy_id id = put(t, record(seq(0, 40), 500));
     {
         std::fstream f(path(std::to_string(id) + ".lcache"), std::ios::binary | std::ios::in | std::ios::out);
         f.seekp(200);
         f.put('\x5a');
     }
     auto r = t.load(id).get();
-    EXPECT_EQ(r.error, disk_load_error::corrupt);
+    EXPECT_EQ(r.error, tier_load_error::corrupt);
     EXPECT_FALSE(r.record);
     EXPECT_FALSE(fs::exists(path(std::to_string(id) + ".lcache")));
     EXPECT_EQ(t.get_stats().damaged, 1);
     EXPECT_EQ(t.get_stats().files, 0);
     EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
     // Loading it again: gone, not damaged twice.
-    EXPECT_EQ(t.load(id).get().error, disk_load_error::missing);
+    EXPECT_EQ(t.load(id).get().error, tier_load_error::missing);
     EXPECT_EQ(t.get_stats().damaged, 1);
 }
 
 TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
-    file_id kept = 0, cut = 0;
+    copy_id kept = 0, cut = 0;
     {
         disk_tier t(cfg());
         kept = put(t, record(seq(0, 40), 500));
@@ -284,7 +284,7 @@ TEST_F(DiskTier, StartupCleansCrashLeftoversAndIgnoresOtherModels) {
 }
 
 TEST_F(DiskTier, DamagedIndexIsMovedAsideAndTheTierStillWorks) {
-    file_id a = 0;
+    copy_id a = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 500));
@@ -351,7 +351,7 @@ TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
         // Positive: the other tenants' files are untouched and load.
         auto c = t.best("bucket-bob", "s1", seq(0, 60), 0);
         ASSERT_TRUE(c);
-        EXPECT_EQ(t.load(c->id, {"bucket-bob", seq(0, c->n)}).get().error, disk_load_error::none);
+        EXPECT_EQ(t.load(c->id, {"bucket-bob", seq(0, c->n)}).get().error, tier_load_error::none);
         EXPECT_TRUE(t.best("bucket-", "s1", seq(100, 60), 0));
         EXPECT_EQ(t.reset("alice").first, 0);
     }
@@ -376,17 +376,17 @@ TEST(StoreDisk, IdleWritesThenAbsorptionSupersedesTheFile) {
     EXPECT_EQ(jobs[0].seq, 3);  // parked: the scheduler reads the sequence
     EXPECT_EQ(jobs[0].toks, seq(0, 40));
     EXPECT_TRUE(st.take_idle_writes(100.0, 30).empty());  // being written
-    st.disk_written(jobs[0].entry_id, 11);
-    EXPECT_EQ(st.entries()[0].disk_file, 11u);
+    st.tier_written(jobs[0].entry_id, 11);
+    EXPECT_EQ(st.entries()[0].tier_copy, 11u);
     EXPECT_TRUE(st.take_idle_writes(100.0, -1).empty());  // has its copy
     // The next turn absorbs it: the new entry supersedes file 11.
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
     EXPECT_TRUE(p.absorbs);
-    EXPECT_EQ(p.disk_ancestors, std::vector<file_id>{11});
+    EXPECT_EQ(p.tier_ancestors, std::vector<copy_id>{11});
     park(st, k, seq(0, 50), 3, 101.0, p);
     auto shut = st.take_idle_writes(102.0, -1);
     ASSERT_EQ(shut.size(), 1u);
-    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{11});
+    EXPECT_EQ(shut[0].ancestors, std::vector<copy_id>{11});
     st.check_invariants();
 }
 
@@ -432,7 +432,7 @@ TEST(StoreDisk, AConversationExtendedFasterThanTheBoundIsStillWritten) {
     ASSERT_TRUE(j);
     EXPECT_EQ(j->toks, seq(0, n));
     // Once it has a copy, the next turn's clock starts at its own commit.
-    st.disk_written(j->entry_id, 9);
+    st.tier_written(j->entry_id, 9);
     auto p = st.plan(k, seq(0, n + 10), {}, 11.0);
     ASSERT_TRUE(p.absorbs);
     EXPECT_EQ(p.unwritten_since, -1.0);
@@ -453,10 +453,10 @@ TEST(StoreDisk, AbsorbedWhileBeingWrittenPassesTheFileOn) {
     ASSERT_TRUE(p.absorbs);
     EXPECT_EQ(p.pending_write_of, jobs[0].entry_id);
     park(st, k, seq(0, 50), 1, 101.0, p);
-    st.disk_written(jobs[0].entry_id, 21);  // the old entry's write lands after it was absorbed
+    st.tier_written(jobs[0].entry_id, 21);  // the old entry's write lands after it was absorbed
     auto shut = st.take_idle_writes(102.0, -1);
     ASSERT_EQ(shut.size(), 1u);
-    EXPECT_EQ(shut[0].ancestors, std::vector<file_id>{21});
+    EXPECT_EQ(shut[0].ancestors, std::vector<copy_id>{21});
 }
 
 TEST(StoreDisk, LeavingRamSpillsToDisk) {
@@ -504,9 +504,9 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     auto jobs = st.take_idle_writes(41.0, 30);
     ASSERT_EQ(jobs.size(), 3u);
     EXPECT_EQ(st.release_written(100.0), 0u);  // being written
-    file_id f = 10;
+    copy_id f = 10;
     for (const auto & j : jobs) {
-        st.disk_written(j.entry_id, ++f);
+        st.tier_written(j.entry_id, ++f);
     }
     EXPECT_EQ(st.release_written(39.0), 0u);  // used 29 s ago
     EXPECT_EQ(st.entries().size(), 3u);
@@ -520,7 +520,7 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     EXPECT_EQ(s.evictions.at("released"), 2);
     EXPECT_EQ(s.evictions.count("capacity"), 0u);
     // Its file serves the next turn (the disk tier's lookup), counted as a disk hit.
-    d.offer = disk_candidate{11, 40, point_kind::turn, 40, 40, false, true};
+    d.offer = tier_candidate{11, 40, point_kind::turn, 40, 40, false, true};
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
     EXPECT_EQ(p.op, restore_op::load_disk);
     EXPECT_EQ(p.n_restore, 40);
@@ -545,7 +545,7 @@ TEST(StoreDisk, NoRamReleaseWhenOffOrWithoutADiskTier) {
         const key k{"b", "s"};
         park_in_ram(st, k, seq(0, 40), 400, 10.0);
         for (const auto & j : st.take_idle_writes(41.0, 30)) {
-            st.disk_written(j.entry_id, 11);
+            st.tier_written(j.entry_id, 11);
         }
         EXPECT_EQ(st.release_written(1000.0), 0u) << with_disk;
         EXPECT_EQ(st.entries().size(), 1u) << with_disk;
@@ -558,7 +558,7 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     st.attach_tier(&d, disk_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
-    d.offer = disk_candidate{5, 30, point_kind::turn, 60, 55, false, true};
+    d.offer = tier_candidate{5, 30, point_kind::turn, 60, 55, false, true};
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(p.op, restore_op::take_device);
@@ -566,14 +566,14 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     // A longer file wins: load_disk, absorbing it when it reaches the file's history boundary.
     store st2(hybrid_config(), true);
     st2.attach_tier(&d, disk_tier::kind());
-    d.offer = disk_candidate{5, 58, point_kind::turn, 60, 55, false, true};
+    d.offer = tier_candidate{5, 58, point_kind::turn, 60, 55, false, true};
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 3);  // min prefix 4
     EXPECT_EQ(q.op, restore_op::load_disk);
-    EXPECT_EQ(q.disk_file, 5u);
+    EXPECT_EQ(q.tier_copy, 5u);
     EXPECT_EQ(q.n_restore, 58);
     EXPECT_TRUE(q.absorbs);
-    EXPECT_EQ(q.disk_ancestors, std::vector<file_id>{5});
+    EXPECT_EQ(q.tier_ancestors, std::vector<copy_id>{5});
     EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 1);
     st2.disk_load_failed(q);
     EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 0);

@@ -48,7 +48,7 @@ void write_all(const std::string & path, const std::string & bytes) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string name(file_id id) {
+std::string name(copy_id id) {
     return std::to_string(id) + ".lcache";
 }
 
@@ -61,7 +61,7 @@ TEST_F(DiskDamage, HeaderCarriesTheFilesIdentity) {
     r.id = 42;
     ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
     auto h = read_disk_header(path("a"), /*with_tokens=*/true);
-    ASSERT_EQ(h.error, disk_load_error::none) << h.detail;
+    ASSERT_EQ(h.error, tier_load_error::none) << h.detail;
     EXPECT_EQ(h.record->id, 42u);
     EXPECT_EQ(h.record->bucket, "bucket-1");
     EXPECT_EQ(h.record->session, "s1");
@@ -87,28 +87,28 @@ TEST_F(DiskDamage, DeclaredSizesAreCheckedBeforeAllocating) {
         std::memcpy(bad.data() + cp_bytes_offset, &c.cp, 8);
         write_all(path("b"), bad);
         const auto t0 = std::chrono::steady_clock::now();
-        disk_load_result got;
+        tier_load_result got;
         ASSERT_NO_THROW(got = read_disk_file(path("b"), "model-a"));
-        EXPECT_EQ(got.error, disk_load_error::truncated) << c.full << ": " << got.detail;
+        EXPECT_EQ(got.error, tier_load_error::truncated) << c.full << ": " << got.detail;
         EXPECT_FALSE(got.record);
         EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500)) << "allocated first?";
-        EXPECT_EQ(read_disk_header(path("b")).error, disk_load_error::truncated);
+        EXPECT_EQ(read_disk_header(path("b")).error, tier_load_error::truncated);
     }
 }
 
 TEST_F(DiskDamage, OnlyRegularFilesAreOpened) {
     ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
     const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_EQ(read_disk_file(path("fifo"), "model-a").error, disk_load_error::not_regular);  // no writer: would block
+    EXPECT_EQ(read_disk_file(path("fifo"), "model-a").error, tier_load_error::not_regular);  // no writer: would block
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
     auto r = record(seq(0, 10), 64);
     r.id = 1;
     ASSERT_TRUE(write_disk_file(path("real"), r).is_ok());
     fs::create_symlink(path("real"), path("link"));
-    EXPECT_EQ(read_disk_file(path("link"), "model-a").error, disk_load_error::not_regular);
-    EXPECT_EQ(read_disk_file(path("real"), "model-a").error, disk_load_error::none);
+    EXPECT_EQ(read_disk_file(path("link"), "model-a").error, tier_load_error::not_regular);
+    EXPECT_EQ(read_disk_file(path("real"), "model-a").error, tier_load_error::none);
     fs::create_directory(path("dir"));
-    EXPECT_EQ(read_disk_file(path("dir"), "model-a").error, disk_load_error::not_regular);
+    EXPECT_EQ(read_disk_file(path("dir"), "model-a").error, tier_load_error::not_regular);
     // Writes refuse a symlink planted at their temporary name.
     fs::create_symlink(path("victim"), path("planted.tmp"));
     EXPECT_FALSE(write_disk_file(path("planted.tmp"), r).is_ok());
@@ -116,7 +116,7 @@ TEST_F(DiskDamage, OnlyRegularFilesAreOpened) {
 }
 
 TEST_F(DiskDamage, SwappedFilesAreNeverServed) {
-    file_id a = 0, b = 0;
+    copy_id a = 0, b = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 500));
@@ -136,18 +136,18 @@ TEST_F(DiskDamage, SwappedFilesAreNeverServed) {
     EXPECT_FALSE(t.best("bucket-1", "s1", seq(0, 60), 0));
     EXPECT_FALSE(t.best("bucket-1", "s1", seq(1000, 60), 0));
     // The tier keeps working.
-    const file_id c = put(t, record(seq(0, 40), 500));
+    const copy_id c = put(t, record(seq(0, 40), 500));
     ASSERT_NE(c, 0u);
     auto r = t.load(c, {"bucket-1", seq(0, 39)}).get();
-    ASSERT_EQ(r.error, disk_load_error::none) << r.detail;
+    ASSERT_EQ(r.error, tier_load_error::none) << r.detail;
     EXPECT_EQ(r.record->toks, seq(0, 40));
 }
 
 TEST_F(DiskDamage, FilesSwappedWhileRunningAreCaughtOnLoad) {
     disk_tier t(cfg());
     t.check_invariants();
-    const file_id a = put(t, record(seq(0, 40), 500));
-    const file_id b = put(t, record(seq(1000, 40), 500));
+    const copy_id a = put(t, record(seq(0, 40), 500));
+    const copy_id b = put(t, record(seq(1000, 40), 500));
     fs::rename(path(name(a)), path("swap"));
     fs::rename(path(name(b)), path(name(a)));
     fs::rename(path("swap"), path(name(b)));
@@ -155,7 +155,7 @@ TEST_F(DiskDamage, FilesSwappedWhileRunningAreCaughtOnLoad) {
     ASSERT_TRUE(c);
     ASSERT_EQ(c->id, a);
     auto r = t.load(a, {"bucket-1", seq(0, c->n)}).get();
-    EXPECT_EQ(r.error, disk_load_error::identity) << r.detail;
+    EXPECT_EQ(r.error, tier_load_error::identity) << r.detail;
     EXPECT_FALSE(r.record);
     EXPECT_EQ(t.get_stats().damage.at("identity"), 1);
     EXPECT_FALSE(fs::exists(path(name(a))));
@@ -163,7 +163,7 @@ TEST_F(DiskDamage, FilesSwappedWhileRunningAreCaughtOnLoad) {
 }
 
 TEST_F(DiskDamage, SwappedIndexRowsAreCaughtAtStartup) {
-    file_id a = 0, b = 0;
+    copy_id a = 0, b = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 500));
@@ -183,24 +183,24 @@ TEST_F(DiskDamage, SwappedIndexRowsAreCaughtAtStartup) {
 TEST_F(DiskDamage, ALoadMustHoldTheRequestsPrefix) {
     disk_tier t(cfg());
     t.check_invariants();
-    const file_id a = put(t, record(seq(0, 40), 500));
+    const copy_id a = put(t, record(seq(0, 40), 500));
     // The right file for another prompt (e.g. a catalog gone wrong): refused, counted, deleted.
     tokens other = seq(0, 30);
     other[29] = -7;
     auto r = t.load(a, {"bucket-1", other}).get();
-    EXPECT_EQ(r.error, disk_load_error::identity);
+    EXPECT_EQ(r.error, tier_load_error::identity);
     EXPECT_EQ(t.get_stats().damage.at("identity"), 1);
     EXPECT_EQ(t.get_stats().files, 0);
-    const file_id b = put(t, record(seq(0, 40), 500));
-    EXPECT_EQ(t.load(b, {"bucket-2", seq(0, 30)}).get().error, disk_load_error::identity);
+    const copy_id b = put(t, record(seq(0, 40), 500));
+    EXPECT_EQ(t.load(b, {"bucket-2", seq(0, 30)}).get().error, tier_load_error::identity);
     // Positive: the right prefix and bucket load.
-    const file_id c = put(t, record(seq(0, 40), 500));
-    EXPECT_EQ(t.load(c, {"bucket-1", seq(0, 30)}).get().error, disk_load_error::none);
+    const copy_id c = put(t, record(seq(0, 40), 500));
+    EXPECT_EQ(t.load(c, {"bucket-1", seq(0, 30)}).get().error, tier_load_error::none);
     EXPECT_EQ(t.get_stats().loads, 1);
 }
 
 TEST_F(DiskDamage, DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved) {
-    std::vector<file_id> ids;
+    std::vector<copy_id> ids;
     {
         disk_tier t(cfg());
         for (int i = 0; i < 9; ++i) {
@@ -228,12 +228,12 @@ TEST_F(DiskDamage, DamagedIndexRowsAreSkippedCountedAndTheirFilesRemoved) {
     EXPECT_EQ(blob_files(), std::vector<std::string>{name(ids[8])});
     auto c = t.best("bucket-1", "s1", seq(800, 50), 0);
     ASSERT_TRUE(c);
-    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(800, c->n)}).get().error, disk_load_error::none);
+    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(800, c->n)}).get().error, tier_load_error::none);
     EXPECT_NE(put(t, record(seq(0, 40), 200)), 0u);
 }
 
 TEST_F(DiskDamage, OlderFormatRowsAreDiscarded) {
-    file_id a = 0;
+    copy_id a = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 200));
@@ -250,7 +250,7 @@ TEST_F(DiskDamage, OlderFormatRowsAreDiscarded) {
 TEST_F(DiskDamage, AFormat2IndexGainsTheTenantColumnAndItsRowsAreDiscarded) {
     // An index as format 2 wrote it: no tenant column, rows of format 2 (the files are those of
     // this build, so the row is the only thing that is old).
-    file_id a = 0;
+    copy_id a = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 200));
@@ -279,7 +279,7 @@ TEST_F(DiskDamage, AFormat2IndexGainsTheTenantColumnAndItsRowsAreDiscarded) {
 }
 
 TEST_F(DiskDamage, ATenantsRowAndHeaderMustAgree) {
-    file_id a = 0;
+    copy_id a = 0;
     {
         disk_tier t(cfg());
         disk_record r = record(seq(0, 40), 500);
@@ -297,7 +297,7 @@ TEST_F(DiskDamage, ATenantsRowAndHeaderMustAgree) {
 }
 
 TEST_F(DiskDamage, StrayHugeNamesNeitherSetIdsNorOverwriteFiles) {
-    file_id a = 0;
+    copy_id a = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 200));
@@ -309,28 +309,28 @@ TEST_F(DiskDamage, StrayHugeNamesNeitherSetIdsNorOverwriteFiles) {
     t.check_invariants();
     EXPECT_EQ(t.get_stats().files, 1);
     EXPECT_EQ(t.get_stats().removed_at_startup, 2);
-    const file_id b = put(t, record(seq(100, 40), 200));
+    const copy_id b = put(t, record(seq(100, 40), 200));
     EXPECT_EQ(b, a + 1);  // from the index, not from the names
-    EXPECT_EQ(t.load(a, {"bucket-1", seq(0, 39)}).get().error, disk_load_error::none);
+    EXPECT_EQ(t.load(a, {"bucket-1", seq(0, 39)}).get().error, tier_load_error::none);
     EXPECT_EQ(blob_files().size(), 2u);
 }
 
 TEST_F(DiskDamage, AFifoInPlaceOfAFileNeverBlocksTheDiskThread) {
     disk_tier t(cfg());
     t.check_invariants();
-    const file_id a = put(t, record(seq(0, 40), 200));
+    const copy_id a = put(t, record(seq(0, 40), 200));
     fs::remove(path(name(a)));
     ASSERT_EQ(::mkfifo(path(name(a)).c_str(), 0600), 0);
     auto fut = t.load(a, {"bucket-1", seq(0, 39)});
     ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-    EXPECT_EQ(fut.get().error, disk_load_error::not_regular);
+    EXPECT_EQ(fut.get().error, tier_load_error::not_regular);
     EXPECT_EQ(t.get_stats().damage.at("not_regular"), 1);
     EXPECT_FALSE(fs::exists(path(name(a))));
     EXPECT_NE(put(t, record(seq(0, 40), 200)), 0u);
 }
 
 TEST_F(DiskDamage, AFifoFoundAtStartupIsDamage) {
-    file_id a = 0, b = 0;
+    copy_id a = 0, b = 0;
     {
         disk_tier t(cfg());
         a = put(t, record(seq(0, 40), 200));
@@ -349,23 +349,23 @@ TEST_F(DiskDamage, AFifoFoundAtStartupIsDamage) {
 TEST_F(DiskDamage, CraftedSizesOnLoadAreDamageNotBadAlloc) {
     disk_tier t(cfg());
     t.check_invariants();
-    const file_id a = put(t, record(seq(0, 40), 200));
+    const copy_id a = put(t, record(seq(0, 40), 200));
     std::string bytes = read_all(path(name(a)));
     const uint64_t huge = 1ull << 62;
     // model "model-a", bucket "bucket-1", session "s1": the same offsets as record_of's.
     std::memcpy(bytes.data() + full_bytes_offset, &huge, 8);
     write_all(path(name(a)), bytes);
     auto r = t.load(a, {"bucket-1", seq(0, 39)}).get();
-    EXPECT_EQ(r.error, disk_load_error::truncated) << r.detail;
+    EXPECT_EQ(r.error, tier_load_error::truncated) << r.detail;
     EXPECT_EQ(t.get_stats().damage.at("truncated"), 1);
     EXPECT_FALSE(fs::exists(path(name(a))));
     // Not retried: the row is gone.
-    EXPECT_EQ(t.load(a, {}).get().error, disk_load_error::missing);
+    EXPECT_EQ(t.load(a, {}).get().error, tier_load_error::missing);
     EXPECT_EQ(t.get_stats().damaged, 1);
 }
 
 TEST_F(DiskDamage, ACorruptIndexIsMovedAsideAndRebuiltFromTheFiles) {
-    std::vector<file_id> ids;
+    std::vector<copy_id> ids;
     {
         disk_tier t(cfg());
         for (int i = 0; i < 40; ++i) {
@@ -397,7 +397,7 @@ TEST_F(DiskDamage, ACorruptIndexIsMovedAsideAndRebuiltFromTheFiles) {
     auto c = t.best("bucket-1", "s1", seq(3900, 50), 0);
     ASSERT_TRUE(c);
     EXPECT_EQ(c->id, ids[39]);
-    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(3900, c->n)}).get().error, disk_load_error::none);
+    EXPECT_EQ(t.load(c->id, {"bucket-1", seq(3900, c->n)}).get().error, tier_load_error::none);
     EXPECT_EQ(put(t, record(seq(0, 50), 200)), ids[39] + 1);
     // And the rebuilt index holds across a restart.
     t.drain();

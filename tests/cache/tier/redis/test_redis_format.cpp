@@ -72,7 +72,7 @@ TEST(RedisFormat, ChunksCarryHeaderAndChecksum) {
     std::vector<std::optional<std::string>> back(chunks.begin(), chunks.end());
     std::string payload;
     const auto r = join_chunks(ek, 10, 3, back, payload);
-    EXPECT_EQ(r.error, disk_load_error::none) << r.detail;
+    EXPECT_EQ(r.error, tier_load_error::none) << r.detail;
     EXPECT_EQ(payload, "0123456789");
 }
 
@@ -82,7 +82,7 @@ TEST(RedisFormat, EmptyPayloadIsOneChunk) {
     EXPECT_EQ(chunks[0].size(), 45u);
     std::string payload = "x";
     std::vector<std::optional<std::string>> back(chunks.begin(), chunks.end());
-    EXPECT_EQ(join_chunks("k", 0, 1, back, payload).error, disk_load_error::none);
+    EXPECT_EQ(join_chunks("k", 0, 1, back, payload).error, tier_load_error::none);
     EXPECT_EQ(payload, "");
 }
 
@@ -97,29 +97,29 @@ TEST(RedisFormat, DamagedMissingOrForeignChunksAreRejected) {
 
     auto flipped = ok;
     (*flipped[1])[44 + ek.size()] ^= 0x01;  // one payload bit
-    EXPECT_EQ(join(flipped), disk_load_error::corrupt);
+    EXPECT_EQ(join(flipped), tier_load_error::corrupt);
 
     auto missing = ok;
     missing[2].reset();
-    EXPECT_EQ(join(missing), disk_load_error::missing);
+    EXPECT_EQ(join(missing), tier_load_error::missing);
 
     auto swapped = ok;
     std::swap(swapped[0], swapped[1]);
-    EXPECT_EQ(join(swapped), disk_load_error::identity);
+    EXPECT_EQ(join(swapped), tier_load_error::identity);
 
     auto foreign = ok;
     foreign[1] = split_chunks("entry-b", "0123456789", 4)[1];  // sound, another entry's
-    EXPECT_EQ(join(foreign), disk_load_error::identity);
+    EXPECT_EQ(join(foreign), tier_load_error::identity);
 
     auto cut = ok;
     cut[0]->resize(20);
-    EXPECT_EQ(join(cut), disk_load_error::truncated);
+    EXPECT_EQ(join(cut), tier_load_error::truncated);
 
     auto magic = ok;
     (*magic[0])[0] = 'X';
-    EXPECT_EQ(join(magic), disk_load_error::bad_magic);
+    EXPECT_EQ(join(magic), tier_load_error::bad_magic);
 
-    EXPECT_EQ(join({ok[0], ok[1]}), disk_load_error::identity);  // fewer chunks than the index says
+    EXPECT_EQ(join({ok[0], ok[1]}), tier_load_error::identity);  // fewer chunks than the index says
     EXPECT_TRUE(payload.empty());
 }
 
@@ -136,16 +136,16 @@ TEST(RedisFormat, PayloadIsTheDiskFileBytes) {
     EXPECT_EQ(file, bytes);
 
     const auto back = decode_disk_record(bytes, "model-a");
-    ASSERT_EQ(back.error, disk_load_error::none) << back.detail;
+    ASSERT_EQ(back.error, tier_load_error::none) << back.detail;
     EXPECT_EQ(back.record->toks, rec.toks);
     EXPECT_EQ(*back.record->full, *rec.full);
     ASSERT_EQ(back.record->checkpoints.size(), 2u);
     EXPECT_EQ(back.record->checkpoints[1].n_tokens, 4);
     EXPECT_EQ(*back.record->checkpoints[1].recurrent, *rec.checkpoints[1].recurrent);
-    EXPECT_EQ(decode_disk_record(bytes, "model-b").error, disk_load_error::other_model);
+    EXPECT_EQ(decode_disk_record(bytes, "model-b").error, tier_load_error::other_model);
     std::string bad = bytes;
     bad[bad.size() / 2] ^= 0x10;
-    EXPECT_EQ(decode_disk_record(bad, "model-a").error, disk_load_error::corrupt);
+    EXPECT_EQ(decode_disk_record(bad, "model-a").error, tier_load_error::corrupt);
 }
 
 TEST(RedisFormat, IndexEntryHasNoStates) {
@@ -163,7 +163,7 @@ TEST(RedisFormat, IndexEntryHasNoStates) {
 
     redis_meta out;
     const auto r = decode_redis_meta(m, "model-a", out);
-    ASSERT_EQ(r.error, disk_load_error::none) << r.detail;
+    ASSERT_EQ(r.error, tier_load_error::none) << r.detail;
     EXPECT_EQ(out.payload_bytes, 123456u);
     EXPECT_EQ(out.n_chunks, 3u);
     EXPECT_EQ(out.rec.toks, rec.toks);
@@ -175,9 +175,9 @@ TEST(RedisFormat, IndexEntryHasNoStates) {
     EXPECT_EQ(out.rec.checkpoints[0].n_tokens, 2);
     EXPECT_EQ(out.rec.checkpoints[0].kind, point_kind::ladder);
 
-    EXPECT_EQ(decode_redis_meta(m, "model-b", out).error, disk_load_error::other_model);
-    EXPECT_EQ(decode_redis_meta(m.substr(0, 15), "model-a", out).error, disk_load_error::truncated);
-    EXPECT_EQ(decode_redis_meta("LNGCHUNK" + m.substr(8), "model-a", out).error, disk_load_error::bad_magic);
+    EXPECT_EQ(decode_redis_meta(m, "model-b", out).error, tier_load_error::other_model);
+    EXPECT_EQ(decode_redis_meta(m.substr(0, 15), "model-a", out).error, tier_load_error::truncated);
+    EXPECT_EQ(decode_redis_meta("LNGCHUNK" + m.substr(8), "model-a", out).error, tier_load_error::bad_magic);
 }
 
 TEST(RedisUrl, Parses) {
@@ -206,7 +206,7 @@ TEST(RedisTier, DownNeverThrowsAndCounts) {
     cfg.timeout_ms = 100;
     cfg.retry_s = 0;
     redis_tier t(cfg);
-    disk_write w;
+    tier_write w;
     w.entry_id = 42;
     w.rec = record({1, 2, 3});
     t.write(std::move(w));
@@ -217,7 +217,7 @@ TEST(RedisTier, DownNeverThrowsAndCounts) {
     EXPECT_EQ(done[0].file, 0u);
     EXPECT_FALSE(t.best("bucket-1", "s1", {1, 2, 3, 4}, 0));
     const auto r = t.load(1, {}).get();
-    EXPECT_EQ(r.error, disk_load_error::missing);  // nothing mirrored
+    EXPECT_EQ(r.error, tier_load_error::missing);  // nothing mirrored
     const auto s = t.get_stats();
     EXPECT_TRUE(s.enabled);
     EXPECT_FALSE(s.connected);
@@ -237,18 +237,18 @@ TEST(StoreRedis, ConsultedAfterDiskOnlyForSomethingLonger) {
     st.attach_tier(&r, redis_tier::kind());
     const key k{"b", "s"};
     park(st, k, seq(0, 40), 1, 1.0);
-    d.offer = disk_candidate{5, 50, point_kind::turn, 60, 55, false, true};
-    r.offer = disk_candidate{7, 58, point_kind::turn, 60, 55, false, true};
+    d.offer = tier_candidate{5, 50, point_kind::turn, 60, 55, false, true};
+    r.offer = tier_candidate{7, 58, point_kind::turn, 60, 55, false, true};
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(r.asked_longer_than, 50);  // the disk's 50
     EXPECT_EQ(p.op, restore_op::load_disk);
     EXPECT_EQ(p.tier, 1);
     EXPECT_EQ(p.tier_name, "redis");
-    EXPECT_EQ(p.disk_file, 7u);
+    EXPECT_EQ(p.tier_copy, 7u);
     EXPECT_EQ(p.n_restore, 58);
     EXPECT_TRUE(p.absorbs);
-    EXPECT_TRUE(p.disk_ancestors.empty());  // a shared entry is not one replica's to supersede
+    EXPECT_TRUE(p.tier_ancestors.empty());  // a shared entry is not one replica's to supersede
     EXPECT_NE(p.reason.find("from tier-3 (Redis) entry 7"), std::string::npos) << p.reason;
     EXPECT_EQ(st.get_stats().hits_of_tier("redis"), 1);
     EXPECT_EQ(st.get_stats().hits_of_tier("disk"), 0);
@@ -266,7 +266,7 @@ TEST(StoreRedis, ConsultedAfterDiskOnlyForSomethingLonger) {
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(q.tier, 0);
     EXPECT_EQ(q.tier_name, "disk");
-    EXPECT_EQ(q.disk_file, 5u);
+    EXPECT_EQ(q.tier_copy, 5u);
     EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 1);
     EXPECT_EQ(st2.get_stats().hits_of_tier("redis"), 0);
 }
@@ -280,7 +280,7 @@ TEST(StoreRedis, WritesBehindWithoutADiskAndAnchorsOnceThePinIsMade) {
     auto jobs = st.take_idle_writes(41.0, 30);
     ASSERT_EQ(jobs.size(), 1u);
     EXPECT_EQ(jobs[0].toks, seq(0, 40));
-    st.disk_written(jobs[0].entry_id, 1);  // Redis's completion when there is no disk tier
+    st.tier_written(jobs[0].entry_id, 1);  // Redis's completion when there is no disk tier
     EXPECT_TRUE(st.take_idle_writes(100.0, -1).empty());
 
     ASSERT_TRUE(st.reserve(100));
