@@ -65,6 +65,7 @@ inline tier_figure figure_series(std::string key, tier_figure::value_type v, std
 /** What a tier below RAM reports of itself (lower_tier::report): its name and its figures. */
 struct tier_report {
     std::string name;       ///< tier_traits::name: the tier's key in the JSON and its metrics' infix
+    bool enabled = false;   ///< its flags named it and it opened: the first key of its JSON object
     std::string hits_help;  ///< HELP of lineage_prompt_cache_<name>_hits_total (stats::tier_hits[name])
     std::vector<tier_figure> figures;
 };

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -126,6 +127,50 @@ uint64_t release_zero_pages(uintptr_t start, uintptr_t end) {
     }
     flush(end);
     return released;
+}
+
+uint64_t resident_bytes() {
+    std::ifstream in("/proc/self/statm");
+    uint64_t size = 0, resident = 0;
+    if (!(in >> size >> resident)) {
+        return 0;
+    }
+    return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+uint64_t unmap_file_pages(const std::string & path) {
+    std::error_code ec;
+    const std::string want = std::filesystem::canonical(path, ec).string();
+    if (ec) {
+        return 0;
+    }
+    std::vector<mapping> maps;
+    std::ifstream in("/proc/self/maps");
+    std::string line;
+    while (std::getline(in, line)) {
+        // start-end perms offset dev inode name (the name runs to the end of the line)
+        std::istringstream ls(line);
+        std::string range, perms, offset, dev, inode, name;
+        if (!(ls >> range >> perms >> offset >> dev >> inode) || perms != "r--s") {
+            continue;
+        }
+        std::getline(ls >> std::ws, name);
+        const size_t dash = range.find('-');
+        if (name != want || dash == std::string::npos) {
+            continue;
+        }
+        maps.push_back({static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16)),
+                        static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16))});
+    }
+    if (maps.empty()) {
+        return 0;
+    }
+    const uint64_t before = resident_bytes();
+    for (const auto & m : maps) {
+        (void) madvise(reinterpret_cast<void *>(m.start), m.end - m.start, MADV_DONTNEED);
+    }
+    const uint64_t after = resident_bytes();
+    return before > after ? before - after : 0;
 }
 
 }  // namespace lineage::engine

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace lineage::engine {
@@ -46,5 +47,21 @@ std::vector<mapping> new_mappings(const std::vector<mapping> & before, const std
  *  pages where madvise fails (e.g. locked ones). The range must be private anonymous memory (a
  *  shared or file mapping would not read as zero afterwards). */
 uint64_t release_zero_pages(uintptr_t start, uintptr_t end);
+
+/** This process's resident set size now, bytes (/proc/self/statm); 0 where it cannot be read. */
+uint64_t resident_bytes();
+
+/** Unmaps from this process the resident pages of its read-only shared mappings of the file at
+ *  `path` (madvise MADV_DONTNEED on the /proc/self/maps lines "r--s" that name it: llama.cpp maps
+ *  the model file PROT_READ, MAP_SHARED). The pages stay in the page cache and a later read maps
+ *  them again with the same bytes (a shared file mapping repopulates from the file: madvise(2)),
+ *  so only RSS changes, until the weights are read again. Returns by how much RSS fell, bytes (0
+ *  when the file is not mapped: --no-mmap; or its pages are locked: --mlock).
+ *  Why: the scheduler's probe decode reads every weight just before llama.cpp clears the main
+ *  context's KV buffers (memset, every page resident until release_zero_pages gives the zero
+ *  ones back); unmapped, the weights are not resident at that moment, as in llama-server, which
+ *  creates its context before its first decode, and the process's peak RSS is not the two
+ *  together. */
+uint64_t unmap_file_pages(const std::string & path);
 
 }  // namespace lineage::engine

@@ -5,6 +5,7 @@
 #include "scheduler/scheduler_impl.h"
 
 #include "cache/blob_pool.h"
+#include "engine/resident.h"
 #include "scheduler/prefill_order.h"
 
 #include <algorithm>
@@ -68,6 +69,17 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         }
     } else {
         spdlog::warn("memory plan: the state sizes could not be measured; no plan checked");
+    }
+    // On the CPU alone: the probe's decode has just read every weight. Unmapped now (they stay in
+    // the page cache), they are not resident while llama.cpp clears the KV buffers below, so the
+    // process's peak RSS is not the weights and the whole cleared KV at once; the first pass of the
+    // first request maps them again (engine/resident.h unmap_file_pages).
+    if (!m.offloaded()) {
+        if (const uint64_t unmapped = engine::unmap_file_pages(m.path()); unmapped > 0) {
+            spdlog::info("engine: {:.1f} MiB of model weights read by the memory probe unmapped until the first "
+                         "request (in the page cache meanwhile)",
+                         static_cast<double>(unmapped) / (1 << 20));
+        }
     }
     // On the CPU alone the KV cache is host memory that llama.cpp clears at its whole size: its
     // zero pages go back to the kernel, and RSS grows as tokens are written (engine/resident.h).

@@ -41,6 +41,7 @@ public:
         std::lock_guard lk(mu_);
         s.bytes[traits().name] = bytes_;
         s.tiers.push_back(tier_report{.name = traits().name,
+                                      .enabled = true,
                                       .hits_help = "Restores served from the in-memory tier.",
                                       .figures = {figure("copies", static_cast<int64_t>(records_.size()), "copies",
                                                          "Copies held."),

@@ -1,6 +1,8 @@
 // engine::resident: all-zero pages of private anonymous memory go back to the kernel (mincore
 // says they are no longer resident), pages with data stay and keep it, and a context whose
-// buffers were released computes the same logits as one whose were not.
+// buffers were released computes the same logits as one whose were not; a read-only shared file
+// mapping's pages leave RSS and read back the same bytes, and a model whose weights were unmapped
+// computes the same logits again.
 #include "engine/context.h"
 #include "engine/model.h"
 #include "engine/resident.h"
@@ -10,7 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -118,6 +123,38 @@ TEST(Mappings, AnonymousMappingsListANewMappingAndNewMappingsFindsIt) {
     munmap(p, n);
 }
 
+// A file mapped as llama.cpp maps a model (PROT_READ, MAP_SHARED), every page read: unmapping it
+// lowers RSS by about its size, and every byte reads back the same; a file nobody maps, or a
+// mapping of another file, is left alone.
+TEST(FilePages, AReadOnlySharedMappingLeavesRssAndReadsBackTheSameBytes) {
+    char path[] = "/tmp/lineage-test-resident-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    const size_t n = 256 * page;  // 1 MiB on 4 KiB pages
+    std::vector<unsigned char> want(n);
+    for (size_t i = 0; i < n; ++i) {
+        want[i] = static_cast<unsigned char>((i * 131 + i / page) & 0xff);
+    }
+    ASSERT_EQ(write(fd, want.data(), n), static_cast<ssize_t>(n));
+    EXPECT_EQ(unmap_file_pages(path), 0u) << "not mapped yet";
+    auto * p = static_cast<const unsigned char *>(mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i += page) {
+        sum += p[i];  // every page mapped in
+    }
+    EXPECT_EQ(resident(const_cast<unsigned char *>(p), n / page), std::vector<bool>(n / page, true));
+    const uint64_t dropped = unmap_file_pages(path);
+    EXPECT_GE(dropped, n / 2) << "RSS fell by about the mapping's size (other threads may allocate meanwhile)";
+    EXPECT_EQ(0, std::memcmp(p, want.data(), n)) << "the pages map again with the file's bytes";
+    EXPECT_EQ(unmap_file_pages("/tmp/lineage-test-resident-none"), 0u);
+    std::fprintf(stderr, "[resident] file mapping: %llu of %zu bytes left RSS (sum %llu)\n",
+                 static_cast<unsigned long long>(dropped), n, static_cast<unsigned long long>(sum));
+    munmap(const_cast<unsigned char *>(p), n);
+    close(fd);
+    std::remove(path);
+}
+
 class ReleasedContext : public ::testing::TestWithParam<std::string> {
 protected:
     ReleasedContext() : m_(model_params{std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + GetParam() + ".gguf", 0}) {
@@ -172,6 +209,13 @@ TEST_P(ReleasedContext, ComputesAsAContextWithoutTheRelease) {
     const bytes st = released->get_state(1, false);
     ASSERT_TRUE(plain->set_state(0, st, false));
     EXPECT_EQ(plain->seq_pos_max(0), 399);
+
+    // The model's weights unmapped (as the scheduler does after its probe, on the CPU alone):
+    // they map again on the next pass, which computes the same logits.
+    EXPECT_GT(unmap_file_pages(m_.path()), uint64_t{1} << 20) << "the tiny model's weights were resident";
+    auto again = make(true);
+    const auto c = run(*again, 1);
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ReleasedContext, ::testing::Values("qwen3", "qwen35"));

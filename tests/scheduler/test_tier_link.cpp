@@ -118,7 +118,8 @@ TEST(TierLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     EXPECT_EQ(names, (std::vector<std::string>{"disk", "redis", "own", "shared"}));
     ASSERT_EQ(s.tiers[3].figures.at(0).key, "copies");
     EXPECT_EQ(std::get<int64_t>(s.tiers[3].figures.at(0).value), 2);
-    EXPECT_EQ(std::get<bool>(s.tiers[0].figures.at(0).value), false);  // disk "enabled"
+    EXPECT_FALSE(s.tiers[0].enabled);  // the disk tier, off
+    EXPECT_TRUE(s.tiers[3].enabled);
 
     // Reset: every tier's copies go, counted by name.
     cache::reset_result r;

@@ -69,6 +69,7 @@ json stats_json(const cache::stats & s) {
     for (const auto & t : s.tiers) {
         j[t.name + "_hits"] = s.hits_of_tier(t.name);
         json tj = json::object();
+        tj["enabled"] = t.enabled;
         for (const auto & f : t.figures) {
             std::visit(
                 [&](const auto & v) {

@@ -444,6 +444,7 @@ TEST(Prometheus, ATierNoneOfThisFileNamesIsItsOwnFigures) {
     s.tier_hits["mem"] = 2;
     s.tiers.push_back(cache::tier_report{
         .name = "mem",
+        .enabled = true,
         .hits_help = "Restores served from memory.",
         .figures = {cache::figure("copies", int64_t{7}, "copies", "Copies held."),
                     cache::figure("where", std::string("here")),

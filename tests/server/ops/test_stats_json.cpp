@@ -98,6 +98,7 @@ TEST(StatsJson, EachTierIsItsFiguresInOrderUnderItsName) {
     // A tier none of this file names: a key, a map with its known keys, a JSON-only string.
     s.tiers.push_back(cache::tier_report{
         .name = "mem",
+        .enabled = true,
         .hits_help = "Restores served from memory.",
         .figures = {cache::figure("copies", int64_t{7}, "copies", "Copies held."),
                     cache::figure("where", std::string("here")),
@@ -113,7 +114,7 @@ TEST(StatsJson, EachTierIsItsFiguresInOrderUnderItsName) {
     EXPECT_EQ(j["disk"]["damage"]["identity"], 1);
     EXPECT_EQ(j["disk"]["damaged"], 0);
     EXPECT_EQ(j["redis"]["enabled"], false);
-    EXPECT_EQ(dump(j["mem"]), R"({"copies":7,"where":"here","lost":{"a":0,"b":0,"z":1}})");
+    EXPECT_EQ(dump(j["mem"]), R"({"enabled":true,"copies":7,"where":"here","lost":{"a":0,"b":0,"z":1}})");
     EXPECT_EQ(keys(j["redis"]), (std::vector<std::string>{"enabled", "url", "namespace", "connected", "entries",
                                                           "writes", "bytes_written", "chunks_written",
                                                           "write_failures", "loads", "bytes_read", "errors",

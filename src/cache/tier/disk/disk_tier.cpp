@@ -155,13 +155,13 @@ std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string
 }
 
 tier_report describe(const disk_stats & d, int64_t requests_committed) {
-    // The JSON's order; a metric's family comes where its first figure does (stats.h tier_figure).
+    // In the order GET /v1/cache/stats lists them, which also places each /metrics family (stats.h).
     const auto per_request = requests_committed > 0 ? d.bytes_written / static_cast<uint64_t>(requests_committed) : 0;
     return tier_report{
         .name = "disk",
+        .enabled = d.enabled,
         .hits_help = "Restores served from a tier-2 file.",
         .figures = {
-            figure("enabled", d.enabled),
             figure("dir", d.dir),
             figure("files", d.files, "files", "Tier-2 files of this model."),
             figure("capacity_bytes", d.capacity_bytes, "capacity_bytes",

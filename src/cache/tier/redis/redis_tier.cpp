@@ -132,12 +132,12 @@ std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::strin
 }
 
 tier_report describe(const redis_stats & r) {
-    // The JSON's order; a metric's family comes where its first figure does (stats.h tier_figure).
+    // Figures in JSON order; a metric's family comes where its first figure does (stats.h tier_figure).
     return tier_report{
         .name = "redis",
+        .enabled = r.enabled,
         .hits_help = "Restores served from tier 3 (Redis).",
         .figures = {
-            figure("enabled", r.enabled),
             figure("url", r.url),
             figure("namespace", r.ns),
             figure("connected", r.connected, "connected", "1 when the last call reached Redis (--cache-redis)."),
