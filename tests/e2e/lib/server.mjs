@@ -15,7 +15,7 @@
 //   LINEAGE_E2E_ARGS      extra server arguments appended to every server (split on spaces)
 //   LINEAGE_E2E_VERBOSE=1 copy every server's log to stderr as it comes
 //   LINEAGE_E2E_READY_TIMEOUT_S  how long a server may take to serve (default 60 s; scripts/test
-//                         gives the sanitizer builds' servers 180 s). A server not ready by then
+//                         gives the ASan+UBSan server 120 s). A server not ready by then
 //                         is reported with its log tail and every thread's stack (gdb), then killed.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
