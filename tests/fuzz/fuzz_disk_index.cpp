@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         const index_scan sc = idx.scan("model-a");
         for (const auto & f : sc.files) {
             const auto n = static_cast<int32_t>(f.toks.size());
-            if (f.id < 1 || f.id > max_file_id || n < 1 || f.history < -1 || f.history > n || f.bytes == 0) {
+            if (f.id < 1 || f.id > max_copy_id || n < 1 || f.history < -1 || f.history > n || f.bytes == 0) {
                 __builtin_trap();
             }
             for (size_t i = 0; i < f.checkpoints.size(); ++i) {
