@@ -39,33 +39,37 @@ __attribute__((no_sanitize("address", "thread"), noinline)) bool all_zero(const 
     return acc == 0;
 }
 
-}  // namespace
-
-std::vector<mapping> anonymous_mappings() {
+/** The mappings of /proc/self/maps (lines "start-end perms offset dev inode [name]", the name
+ *  running to the end of the line) that `keep(perms, inode, name)` accepts; empty where /proc is
+ *  not readable. */
+template <class Keep>
+std::vector<mapping> mappings_where(Keep keep) {
     std::vector<mapping> out;
     std::ifstream in("/proc/self/maps");
     std::string line;
     while (std::getline(in, line)) {
-        // start-end perms offset dev inode [name]
         std::istringstream ls(line);
         std::string range, perms, offset, dev, inode, name;
         if (!(ls >> range >> perms >> offset >> dev >> inode)) {
             continue;
         }
-        ls >> name;
-        if (perms != "rw-p" || inode != "0" || !name.empty()) {
-            continue;
-        }
+        std::getline(ls >> std::ws, name);
         const size_t dash = range.find('-');
-        if (dash == std::string::npos) {
+        if (dash == std::string::npos || !keep(perms, inode, name)) {
             continue;
         }
-        mapping m;
-        m.start = static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16));
-        m.end = static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16));
-        out.push_back(m);
+        out.push_back({static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16)),
+                       static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16))});
     }
     return out;
+}
+
+}  // namespace
+
+std::vector<mapping> anonymous_mappings() {
+    return mappings_where([](const std::string & perms, const std::string & inode, const std::string & name) {
+        return perms == "rw-p" && inode == "0" && name.empty();
+    });
 }
 
 std::vector<mapping> new_mappings(const std::vector<mapping> & before, const std::vector<mapping> & after,
@@ -144,24 +148,10 @@ uint64_t unmap_file_pages(const std::string & path) {
     if (ec) {
         return 0;
     }
-    std::vector<mapping> maps;
-    std::ifstream in("/proc/self/maps");
-    std::string line;
-    while (std::getline(in, line)) {
-        // start-end perms offset dev inode name (the name runs to the end of the line)
-        std::istringstream ls(line);
-        std::string range, perms, offset, dev, inode, name;
-        if (!(ls >> range >> perms >> offset >> dev >> inode) || perms != "r--s") {
-            continue;
-        }
-        std::getline(ls >> std::ws, name);
-        const size_t dash = range.find('-');
-        if (name != want || dash == std::string::npos) {
-            continue;
-        }
-        maps.push_back({static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16)),
-                        static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16))});
-    }
+    const std::vector<mapping> maps =
+        mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
+            return perms == "r--s" && name == want;
+        });
     if (maps.empty()) {
         return 0;
     }
