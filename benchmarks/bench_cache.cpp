@@ -15,14 +15,22 @@
 //                           runs under its mutex) of a next turn in a bucket of 16 files of 1024
 //                           tokens, with F files of other buckets beside them: the cost must not
 //                           grow with F (the catalog is indexed by bucket, like the store).
+//   BM_FreshBuffer/how/MiB  a state buffer of MiB that no idle buffer can serve, filled once (what
+//                           a capture or a disk load does with it), freed: `vector` is a plain
+//                           std::vector<uint8_t>, `take_blob` the blob pool's fresh allocation
+//                           (transparent huge pages asked for before the first touch). Runs with
+//                           the server's mmap threshold (main.cpp), so each buffer is mmap'd fresh.
 //
 //   build/bin/bench_cache [--benchmark_filter=NextTurn] [--benchmark_format=json]
+#include "cache/blob_pool.h"
 #include "cache/tier/tier_catalog.h"
 #include "cache/store/store.h"
 
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -210,6 +218,18 @@ void BM_DiskLookup(benchmark::State & state) {
     state.counters["files"] = static_cast<double>(cat.files().size());
 }
 
+void BM_FreshBuffer(benchmark::State & state, bool pooled) {
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);       // as lineage-server's main() does
+    blob_pool::instance().configure(0, 0, 0);  // no idle buffer: every take allocates
+    const auto n = static_cast<size_t>(state.range(0)) << 20;
+    for (auto _ : state) {
+        blob b = pooled ? take_blob(n) : blob(n);
+        std::memset(b.data(), 0x5a, n);  // the capture's or the read's copy into it
+        benchmark::DoNotOptimize(b.data());
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(n));
+}
+
 void args(benchmark::internal::Benchmark * b) {
     for (const int64_t len : {1024, 8192, 32768}) {
         for (const int64_t n : {1, 16, 128, 1024}) {
@@ -228,5 +248,7 @@ BENCHMARK_CAPTURE(BM_Resend, hybrid, true)->Apply(args);
 }  // namespace
 
 BENCHMARK(BM_DiskLookup)->Arg(0)->Arg(1000)->Arg(10000)->ArgNames({"other_files"})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_FreshBuffer, vector, false)->Arg(5)->Arg(20)->Arg(40)->ArgNames({"MiB"})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FreshBuffer, take_blob, true)->Arg(5)->Arg(20)->Arg(40)->ArgNames({"MiB"})->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

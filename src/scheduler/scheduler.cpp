@@ -14,7 +14,7 @@ namespace lineage::scheduler {
 
 scheduler::impl::impl(const engine::model & m, const params & p)
     : model_(m),
-      p_(with_family_settings(p, m.family() != engine::memory_family::dense)),
+      p_(with_device_settings(with_family_settings(p, m.family() != engine::memory_family::dense), m.offloaded())),
       hybrid_(m.family() != engine::memory_family::dense),
       max_seq_tokens_(0),
       store_(p_.cache, m.family() != engine::memory_family::dense) {

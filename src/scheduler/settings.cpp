@@ -106,6 +106,20 @@ params with_family_settings(params p, bool hybrid) {
     return p;
 }
 
+params with_device_settings(params p, bool gpu) {
+    auto & c = p.cache;
+    if (c.ram_release_s < 0) {
+        c.ram_release_s = c.ram_release_s_for(gpu);
+        if (c.enabled && !c.disk_dir.empty()) {
+            spdlog::info("cache: --cache-ram-release-s auto: {:.0f} s ({})", c.ram_release_s,
+                         gpu ? "the model runs on a GPU"
+                             : "the model runs on the CPU: a written entry's file is in the page cache, so its RAM copy "
+                               "goes soon");
+        }
+    }
+    return p;
+}
+
 void apply_capacity_default(const std::optional<state_size_model> & sizes, const engine::model & m, params & p,
                             cache::store & store, int32_t n_seq, int32_t max_seq_tokens, bool hybrid) {
     const int64_t rep_tokens = cache::representative_tokens(max_seq_tokens);

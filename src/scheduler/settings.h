@@ -26,6 +26,10 @@ int32_t default_n_ctx(const engine::model & m);
  *  families") the snapshot trio. A budget of 0 is filled in later by apply_capacity_default(). */
 params with_family_settings(params p, bool hybrid);
 
+/** `p` with the settings that depend on where the model runs (`gpu`: offloaded to a GPU)
+ *  resolved: --cache-ram-release-s auto (-1) becomes cache::config::ram_release_s_for(gpu). */
+params with_device_settings(params p, bool gpu);
+
 /** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */
 struct state_size_model {
     uint64_t fixed = 0;      ///< bytes whatever the length (recurrent state, headers)

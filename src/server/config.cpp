@@ -115,6 +115,20 @@ value_parser seconds(double & out, bool allow_zero = false) {
     };
 }
 
+/** Seconds >= 0, or "auto" (also -1): -1, resolved where the value depends on the device. */
+value_parser seconds_or_auto(double & out) {
+    return [&out](const std::string & s) -> std::string {
+        if (const std::string t = trim(s); t == "auto" || t == "-1") {
+            out = -1;
+            return "";
+        }
+        if (seconds(out, true)(s).empty()) {
+            return "";
+        }
+        return "expected a number of seconds >= 0, or auto";
+    };
+}
+
 value_parser boolean(bool & out) {
     return [&out](const std::string & s) -> std::string {
         const auto v = to_bool(s);
@@ -728,11 +742,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "(at most one state read per engine step), so a crash under continuous load loses at most this much; "
         "0 = off",
         seconds(cc.disk_max_unwritten_s, true));
-    add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS", fmt_double(dc.ram_release_s),
+    add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS|auto", "auto",
         "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
         "file (from the page cache while the kernel keeps it; ~80 ms more than from RAM for a 2k-token anchor on "
-        "2 CPU cores; an anchor read back is pinned again); 0 = off (RAM keeps every entry within its budget)",
-        seconds(cc.ram_release_s, true));
+        "2 CPU cores; an anchor read back is pinned again); 0 = off (RAM keeps every entry within its budget); "
+        "auto = " + fmt_double(cache::config::auto_ram_release_s_cpu) + " on the CPU alone (the file is in the "
+        "page cache: a RAM copy would hold the same bytes twice), " + fmt_double(cache::config::auto_ram_release_s_gpu) +
+        " when the model runs on a GPU",
+        seconds_or_auto(cc.ram_release_s));
     // --- Redis tier (T3), shared by replicas ---
     add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",
         "share the prompt cache between replicas through Redis at redis://host[:port][/db]: entries written "

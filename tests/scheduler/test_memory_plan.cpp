@@ -1,6 +1,8 @@
 // Tests of scheduler::memory_plan: the bytes of the plan, its one line, and
-// the refusal that names --cache-device-bytes with the numbers. No model.
+// the refusal that names --cache-device-bytes with the numbers; and of the settings resolved by
+// where the model runs (with_device_settings). No model.
 #include "scheduler/memory_plan.h"
+#include "scheduler/settings.h"
 
 #include <gtest/gtest.h>
 
@@ -95,4 +97,17 @@ TEST(MemoryPlan, HugeInputsSaturateAndDoNotFit) {
     EXPECT_EQ(p.headroom_bytes, 0);
     in.budget_bytes = 1ull << 40;
     EXPECT_FALSE(plan_memory(in).fits());
+}
+
+TEST(DeviceSettings, RamReleaseAutoIsFiveSecondsOnTheCpuAndThirtyOnAGpu) {
+    params p;
+    ASSERT_DOUBLE_EQ(p.cache.ram_release_s, -1);  // the default is auto
+    EXPECT_DOUBLE_EQ(with_device_settings(p, /*gpu=*/false).cache.ram_release_s, 5);
+    EXPECT_DOUBLE_EQ(with_device_settings(p, /*gpu=*/true).cache.ram_release_s, 30);
+    // A value the operator gave is kept on either device, 0 (off) included.
+    for (const double given : {0.0, 2.5, 60.0}) {
+        p.cache.ram_release_s = given;
+        EXPECT_DOUBLE_EQ(with_device_settings(p, false).cache.ram_release_s, given);
+        EXPECT_DOUBLE_EQ(with_device_settings(p, true).cache.ram_release_s, given);
+    }
 }

@@ -43,6 +43,28 @@ TEST(Config, DefaultsWithOnlyAModel) {
     EXPECT_FALSE(c.sched.cache.trace);
 }
 
+TEST(Config, RamReleaseIsAutoUnlessGivenAndRefusesOtherWords) {
+    auto r = parse({"-m", "m.gguf"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_DOUBLE_EQ(r.config->sched.cache.ram_release_s, -1);  // auto: the scheduler resolves it
+    for (const char * v : {"auto", "-1"}) {
+        r = parse({"-m", "m.gguf", "--cache-ram-release-s", v});
+        ASSERT_TRUE(r.config) << v << ": " << r.output;
+        EXPECT_DOUBLE_EQ(r.config->sched.cache.ram_release_s, -1) << v;
+    }
+    r = parse({"-m", "m.gguf", "--cache-ram-release-s", "0"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_DOUBLE_EQ(r.config->sched.cache.ram_release_s, 0);
+    r = parse({"-m", "m.gguf", "--cache-ram-release-s", "2.5"});
+    ASSERT_TRUE(r.config) << r.output;
+    EXPECT_DOUBLE_EQ(r.config->sched.cache.ram_release_s, 2.5);
+    for (const char * v : {"soon", "-2", "nan"}) {
+        r = parse({"-m", "m.gguf", "--cache-ram-release-s", v});
+        EXPECT_FALSE(r.config) << v;
+        EXPECT_NE(r.output.find("expected a number of seconds >= 0, or auto"), std::string::npos) << r.output;
+    }
+}
+
 TEST(Config, FlagsSetEverySetting) {
     auto r = parse({"--model", "m.gguf", "--host", "0.0.0.0", "--port", "9000", "--parallel", "8", "-c", "4096",
                     "-b", "256", "--ubatch-size", "128", "-t", "3", "--no-cache-prompt", "--lineage=false",
