@@ -28,6 +28,20 @@ void advise_huge_pages(void * p, size_t n) {
 
 }  // namespace
 
+std::vector<stat_figure> blob_pool_stats::describe() const {
+    return {
+        figure_series("reused", reused, "state_buffers_total",
+                      "State buffers of 256 KiB or more taken for captures and loads, by source: reused (a freed "
+                      "buffer kept resident), allocated (new memory, a page fault per 4 KiB page).",
+                      "source", "reused"),
+        figure_series("allocated", allocated, "state_buffers_total", "", "source", "allocated"),
+        figure("idle_buffers", idle_buffers),
+        figure("idle_bytes", idle_bytes, "state_buffer_idle_bytes",
+               "Bytes of freed state buffers kept for reuse (resident, outside the cache's budget)."),
+        figure("max_idle_bytes", max_idle_bytes),
+    };
+}
+
 blob_pool & blob_pool::instance() {
     // Never destroyed: blobs held by statics or by threads still running at exit return their
     // buffers through it.

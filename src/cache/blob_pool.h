@@ -14,6 +14,7 @@
 // thread drops the last reference: the engine thread, a tier thread, an HTTP thread).
 #pragma once
 
+#include "cache/figure.h"
 #include "cache/types.h"
 #include "util/thread_annotations.h"
 
@@ -31,6 +32,10 @@ struct blob_pool_stats {
     int64_t idle_buffers = 0;     ///< buffers held for reuse now
     uint64_t idle_bytes = 0;      ///< their capacity, bytes (resident: counted in the process's RSS)
     uint64_t max_idle_bytes = 0;  ///< the bound on idle_bytes
+
+    /** Every figure, in the order GET /v1/cache/stats lists them under "buffer_pool"; on /metrics:
+     *  lineage_prompt_cache_state_buffers_total{source} and _state_buffer_idle_bytes. */
+    std::vector<stat_figure> describe() const;
 };
 
 class blob_pool {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cache/blob_pool.h"
+#include "cache/figure.h"
 
 #include <cstdint>
 #include <map>
@@ -13,61 +14,12 @@
 
 namespace lineage::cache {
 
-/** One figure of a tier below RAM, described once, by the tier, for both readers (docs/prompt-cache.md
- *  "`GET /v1/cache/stats`", "GET /metrics (Prometheus)"): GET /v1/cache/stats shows every figure
- *  under `key` in the tier's object, in order; GET /metrics shows those with a `metric`. */
-struct tier_figure {
-    using value_type = std::variant<bool, int64_t, uint64_t, double, std::string, std::map<std::string, int64_t>>;
-    std::string key;
-    value_type value;
-    /** "" for JSON only; else the metric lineage_prompt_cache_<tier>_<metric> (a counter when it ends
-     *  in "_total", else a gauge; a bool reads 1 or 0). Figures of one metric are its series, listed
-     *  in the order they come, the family where its first one comes. */
-    std::string metric;
-    std::string help;                ///< the metric's HELP text (its first figure's)
-    /** A map: the label its keys go under. A scalar that is one series of a labelled metric: that
-     *  label, and `series` its value. */
-    std::string label;
-    std::string series;
-    /** A map: the keys always listed first, 0 before their first event; then any other key. */
-    std::vector<std::string> known;
-};
-
-/** A figure with `key` and value `v`; with `metric` (and its `help`), also on /metrics. */
-inline tier_figure figure(std::string key, tier_figure::value_type v, std::string metric = {}, std::string help = {}) {
-    tier_figure f;
-    f.key = std::move(key);
-    f.value = std::move(v);
-    f.metric = std::move(metric);
-    f.help = std::move(help);
-    return f;
-}
-
-/** A map figure, on /metrics one series per key under `label`, the `known` keys always listed. */
-inline tier_figure figure_map(std::string key, std::map<std::string, int64_t> v, std::string metric, std::string help,
-                              std::string label, std::vector<std::string> known) {
-    tier_figure f = figure(std::move(key), std::move(v), std::move(metric), std::move(help));
-    f.label = std::move(label);
-    f.known = std::move(known);
-    return f;
-}
-
-/** A scalar figure that is the series `label`="`series`" of `metric` (its other series are the
- *  figures of the same metric after it). */
-inline tier_figure figure_series(std::string key, tier_figure::value_type v, std::string metric, std::string help,
-                                 std::string label, std::string series) {
-    tier_figure f = figure(std::move(key), std::move(v), std::move(metric), std::move(help));
-    f.label = std::move(label);
-    f.series = std::move(series);
-    return f;
-}
-
 /** What a tier below RAM reports of itself (lower_tier::report): its name and its figures. */
 struct tier_report {
     std::string name;       ///< tier_traits::name: the tier's key in the JSON and its metrics' infix
     bool enabled = false;   ///< its flags named it and it opened: the first key of its JSON object
     std::string hits_help;  ///< HELP of lineage_prompt_cache_<name>_hits_total (stats::tier_hits[name])
-    std::vector<tier_figure> figures;
+    std::vector<stat_figure> figures;
 };
 
 /** One tenant's share of the store (docs/prompt-cache.md "Tenants and access"): its entries in the
@@ -99,6 +51,15 @@ struct warmup_stats {
     /** Jobs not run, by cause: not_needed (an entry already holds the prefix), replaced (a newer
      *  job of the same conversation came first), queue_full, preempted_too_often. */
     std::map<std::string, int64_t> skipped;
+
+    /** The causes of `skipped`, listed (at 0) before their first event. */
+    static inline const std::vector<std::string> skip_causes = {"not_needed", "replaced", "queue_full",
+                                                                "preempted_too_often"};
+
+    /** Every figure, in the order GET /v1/cache/stats lists them under "warmup"; those on /metrics
+     *  are lineage_prompt_cache_warmup(s)_*. renders and tokenizations are JSON here: /metrics shows
+     *  them in the preparation's families, beside the requests' (source="warmup"). */
+    std::vector<stat_figure> describe() const;
 };
 
 struct stats {

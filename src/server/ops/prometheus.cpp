@@ -33,12 +33,10 @@ std::string label(const std::string & name, const std::string & value) {
     return name + "=\"" + escape(value, true) + "\"";
 }
 
-/** One tier's figures as metric families lineage_prompt_cache_<tier>_<metric> (stats.h
- *  tier_figure): its hits first, then each metric where its first figure comes, its series in order. */
-void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
-    const std::string prefix = "lineage_prompt_cache_" + t.name + "_";
-    x.counter(prefix + "hits_total", t.hits_help, static_cast<double>(hits));
-    const auto number = [](const cache::tier_figure::value_type & v) {
+/** Figures as metric families <prefix><metric> (cache/figure.h stat_figure): each metric where its
+ *  first figure comes, its series in order; figures without a metric are JSON only. */
+void figure_metrics(exposition & x, const std::string & prefix, const std::vector<cache::stat_figure> & figures) {
+    const auto number = [](const cache::stat_figure::value_type & v) {
         return std::visit(
             [](const auto & a) -> double {
                 using V = std::decay_t<decltype(a)>;
@@ -53,8 +51,8 @@ void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
             v);
     };
     std::vector<std::string> done;
-    for (size_t i = 0; i < t.figures.size(); ++i) {
-        const cache::tier_figure & f = t.figures[i];
+    for (size_t i = 0; i < figures.size(); ++i) {
+        const cache::stat_figure & f = figures[i];
         if (f.metric.empty() || std::find(done.begin(), done.end(), f.metric) != done.end()) {
             continue;
         }
@@ -65,9 +63,9 @@ void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
         if (const auto * m = std::get_if<std::map<std::string, int64_t>>(&f.value)) {
             series = with_known(*m, f.known);
         } else if (!f.label.empty()) {
-            for (size_t k = i; k < t.figures.size(); ++k) {
-                if (t.figures[k].metric == f.metric) {
-                    series.emplace_back(t.figures[k].series, number(t.figures[k].value));
+            for (size_t k = i; k < figures.size(); ++k) {
+                if (figures[k].metric == f.metric) {
+                    series.emplace_back(figures[k].series, number(figures[k].value));
                 }
             }
         } else {
@@ -84,6 +82,13 @@ void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
             x.gauge(name, f.help, f.label, series);
         }
     }
+}
+
+/** One tier's figures as metric families lineage_prompt_cache_<tier>_<metric>: its hits first. */
+void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
+    const std::string prefix = "lineage_prompt_cache_" + t.name + "_";
+    x.counter(prefix + "hits_total", t.hits_help, static_cast<double>(hits));
+    figure_metrics(x, prefix, t.figures);
 }
 
 }  // namespace
@@ -245,14 +250,8 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     x.gauge("lineage_prompt_cache_apc_entries", "Entries carrying an APC block hash chain.",
             static_cast<double>(cs.apc_active_entries));
 
-    x.counter("lineage_prompt_cache_state_buffers_total",
-              "State buffers of 256 KiB or more taken for captures and loads, by source: reused (a freed "
-              "buffer kept resident), allocated (new memory, a page fault per 4 KiB page).",
-              "source", exposition::labelled{{"reused", static_cast<double>(cs.buffer_pool.reused)},
-                                             {"allocated", static_cast<double>(cs.buffer_pool.allocated)}});
-    x.gauge("lineage_prompt_cache_state_buffer_idle_bytes",
-            "Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).",
-            static_cast<double>(cs.buffer_pool.idle_bytes));
+    // --- the state buffer pool, as it describes itself (owner: cache::blob_pool) ---
+    figure_metrics(x, "lineage_prompt_cache_", cs.buffer_pool.describe());
 
     // --- every tier below RAM (owner: cache::store; a tier is listed once attached) ---
     exposition::labelled tier_hits;
@@ -268,25 +267,9 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
         tier_metrics(x, t, cs.hits_of_tier(t.name));
     }
 
-    // --- warm-ups of the next turn (owners: scheduler for runs, cache::store for hits) ---
-    const auto & w = cs.warmup;
-    x.counter("lineage_prompt_cache_warmups_total",
-              "Background warm-ups of a conversation's next turn, by outcome: stored (the whole prefix), preempted "
-              "(a request came first; what was done is parked).",
-              "outcome", exposition::labelled{{"stored", static_cast<double>(w.runs)},
-                                             {"preempted", static_cast<double>(w.preempted)}});
-    x.gauge("lineage_prompt_cache_warmups_active", "Warm-ups running now (one at a time, on an idle engine).",
-            static_cast<double>(w.active));
-    x.counter("lineage_prompt_cache_warmup_tokens_total", "Tokens prefilled by warm-ups.",
-              static_cast<double>(w.tokens));
-    x.counter("lineage_prompt_cache_warmup_hits_total",
-              "Requests that restored at least the length a warm-up stored.", static_cast<double>(w.hits));
-    x.counter("lineage_prompt_cache_warmup_wasted_total",
-              "Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.",
-              static_cast<double>(w.wasted));
-    x.counter("lineage_prompt_cache_warmup_skipped_total",
-              "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.", "cause",
-              with_known(w.skipped, known_keys::warmup_skips));
+    // --- warm-ups of the next turn, as they describe themselves (owners: scheduler for runs,
+    // cache::store for hits; cache::warmup_stats::describe) ---
+    figure_metrics(x, "lineage_prompt_cache_", cs.warmup.describe());
 
     // --- requests (owner: scheduler) ---
     x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",

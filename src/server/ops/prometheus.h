@@ -52,7 +52,7 @@ std::string format_value(double v);
 
 /** The label values /metrics always lists for a labelled counter, 0 before the first event;
  *  GET /v1/cache/stats lists the same keys in its maps (server::stats_json), so dashboards on
- *  either find every series. A tier below RAM lists its own (cache::tier_figure::known). */
+ *  either find every series. A tier below RAM lists its own (cache::stat_figure::known). */
 namespace known_keys {
 inline const std::vector<std::string> restore_kinds = {"full",       "prefix", "turn",    "guard", "anchor",
                                                        "divergence", "ladder", "message", "reply"};
@@ -65,7 +65,6 @@ inline const std::vector<std::string> rejection_causes = {
     "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged", "redis_failed"};
 /** Restore points a prefill is split at (cache::point_kind; reply checkpoints split nothing). */
 inline const std::vector<std::string> split_kinds = {"turn", "guard", "anchor", "divergence", "ladder", "message"};
-inline const std::vector<std::string> warmup_skips = {"not_needed", "replaced", "queue_full", "preempted_too_often"};
 }  // namespace known_keys
 
 /** `known` keys in order, each with its value in `m` (0 when absent), then any other key of

@@ -30,6 +30,22 @@ json known_json(const std::map<std::string, int64_t> & m, const std::vector<std:
     return j;
 }
 
+/** Each of `figures` under its key in `into`, in order (a map as known_json lists it). */
+void add_figures(json & into, const std::vector<cache::stat_figure> & figures) {
+    for (const auto & f : figures) {
+        std::visit(
+            [&](const auto & v) {
+                using V = std::decay_t<decltype(v)>;
+                if constexpr (std::is_same_v<V, std::map<std::string, int64_t>>) {
+                    into[f.key] = known_json(v, f.known);
+                } else {
+                    into[f.key] = v;
+                }
+            },
+            f.value);
+    }
+}
+
 }  // namespace
 
 json stats_json(const cache::stats & s) {
@@ -70,37 +86,12 @@ json stats_json(const cache::stats & s) {
         j[t.name + "_hits"] = s.hits_of_tier(t.name);
         json tj = json::object();
         tj["enabled"] = t.enabled;
-        for (const auto & f : t.figures) {
-            std::visit(
-                [&](const auto & v) {
-                    using V = std::decay_t<decltype(v)>;
-                    if constexpr (std::is_same_v<V, std::map<std::string, int64_t>>) {
-                        tj[f.key] = known_json(v, f.known);
-                    } else {
-                        tj[f.key] = v;
-                    }
-                },
-                f.value);
-        }
+        add_figures(tj, t.figures);
         j[t.name] = std::move(tj);
     }
-    const auto & w = s.warmup;
-    j["warmup"] = {{"queued", w.queued},
-                   {"renders", w.renders},
-                   {"tokenizations", w.tokenizations},
-                   {"active", w.active},
-                   {"runs", w.runs},
-                   {"preempted", w.preempted},
-                   {"tokens", w.tokens},
-                   {"hits", w.hits},
-                   {"wasted", w.wasted},
-                   {"skipped", known_json(w.skipped, known_keys::warmup_skips)}};
-    const auto & bp = s.buffer_pool;
-    j["buffer_pool"] = {{"reused", bp.reused},
-                        {"allocated", bp.allocated},
-                        {"idle_buffers", bp.idle_buffers},
-                        {"idle_bytes", bp.idle_bytes},
-                        {"max_idle_bytes", bp.max_idle_bytes}};
+    // The warm-ups and the buffer pool, as they describe themselves (cache/figure.h).
+    add_figures(j["warmup"] = json::object(), s.warmup.describe());
+    add_figures(j["buffer_pool"] = json::object(), s.buffer_pool.describe());
     j["apc_enabled"] = s.apc_enabled;
     j["total_blocks_stored"] = s.total_blocks_stored;
     j["unique_block_hashes"] = s.unique_block_hashes;

@@ -73,7 +73,7 @@ TEST(StatsJson, KeysAreTheMetricsLabels) {
     const json j = stats_json(cache::stats{});
     EXPECT_EQ(keys(j["hits"]), known_keys::restore_kinds);
     EXPECT_EQ(keys(j["misses_by_cause"]), known_keys::miss_causes);
-    EXPECT_EQ(keys(j["warmup"]["skipped"]), known_keys::warmup_skips);
+    EXPECT_EQ(keys(j["warmup"]["skipped"]), cache::warmup_stats::skip_causes);
     const std::string m = render_metrics(cache::stats{}, scheduler::metrics_snapshot{});
     for (const auto & k : keys(j["warmup"]["skipped"])) {
         EXPECT_NE(m.find("lineage_prompt_cache_warmup_skipped_total{cause=\"" + k + "\"} 0"), std::string::npos) << k;
@@ -82,6 +82,47 @@ TEST(StatsJson, KeysAreTheMetricsLabels) {
         EXPECT_NE(m.find("lineage_prompt_cache_restore_point_hits_total{kind=\"" + k + "\"} 0"), std::string::npos)
             << k;
     }
+}
+
+// The warm-ups and the buffer pool describe themselves (cache/figure.h): each JSON key once, in
+// the order of describe(), with its value; /metrics shows the same values.
+TEST(StatsJson, WarmupAndBufferPoolAreTheirOwnFiguresInOrder) {
+    cache::stats s = fresh();
+    s.warmup.queued = 9;
+    s.warmup.renders = 18;
+    s.warmup.tokenizations = 17;
+    s.warmup.runs = 5;
+    s.warmup.preempted = 2;
+    s.warmup.active = 1;
+    s.warmup.tokens = 1234;
+    s.warmup.hits = 3;
+    s.warmup.wasted = 1;
+    s.buffer_pool.reused = 40;
+    s.buffer_pool.allocated = 6;
+    s.buffer_pool.idle_buffers = 2;
+    s.buffer_pool.idle_bytes = 10485760;
+    s.buffer_pool.max_idle_bytes = 67108864;
+    const json j = stats_json(s);
+    EXPECT_EQ(keys(j["warmup"]), (std::vector<std::string>{"queued", "renders", "tokenizations", "runs", "preempted",
+                                                           "active", "tokens", "hits", "wasted", "skipped"}));
+    EXPECT_EQ(dump(j["warmup"]), R"({"queued":9,"renders":18,"tokenizations":17,"runs":5,"preempted":2,"active":1,)"
+                                 R"("tokens":1234,"hits":3,"wasted":1,"skipped":{"not_needed":0,"replaced":0,)"
+                                 R"("queue_full":0,"preempted_too_often":0}})");
+    EXPECT_EQ(dump(j["buffer_pool"]), R"({"reused":40,"allocated":6,"idle_buffers":2,"idle_bytes":10485760,)"
+                                      R"("max_idle_bytes":67108864})");
+    const std::string m = render_metrics(s, scheduler::metrics_snapshot{});
+    for (const char * line : {"lineage_prompt_cache_warmups_total{outcome=\"stored\"} 5",
+                              "lineage_prompt_cache_warmups_total{outcome=\"preempted\"} 2",
+                              "lineage_prompt_cache_warmups_active 1", "lineage_prompt_cache_warmup_tokens_total 1234",
+                              "lineage_prompt_cache_warmup_hits_total 3", "lineage_prompt_cache_warmup_wasted_total 1",
+                              "lineage_prompt_cache_state_buffers_total{source=\"reused\"} 40",
+                              "lineage_prompt_cache_state_buffers_total{source=\"allocated\"} 6",
+                              "lineage_prompt_cache_state_buffer_idle_bytes 10485760"}) {
+        EXPECT_NE(m.find(std::string(line) + "\n"), std::string::npos) << line;
+    }
+    // JSON-only figures are not metrics.
+    EXPECT_EQ(m.find("idle_buffers"), std::string::npos);
+    EXPECT_EQ(m.find("max_idle_bytes"), std::string::npos);
 }
 
 TEST(StatsJson, EachTierIsItsFiguresInOrderUnderItsName) {
