@@ -15,9 +15,9 @@ constexpr size_t huge_page = 2u << 20;
 
 /** Asks the kernel to back the 2 MiB-aligned part of [p, p+n) with transparent huge pages
  *  (madvise MADV_HUGEPAGE). Called on a fresh buffer before its first touch: a 4 KiB page fault
- *  costs ~15 us on a VM (150 ms to fill a fresh 40 MiB buffer against 3 ms with huge pages on
- *  the dev VM; docs/architecture.md "Recycled state buffers"). No effect where THP is "never";
- *  failure is harmless (the buffer keeps 4 KiB pages). */
+ *  costs ~15 us on the 2-core dev VM, where a fresh 40 MiB buffer took 131 ms to fill against
+ *  11 ms with huge pages (bench_cache BM_FreshBuffer; docs/architecture.md "Recycled state
+ *  buffers"). No effect where THP is "never"; failure is harmless (the buffer keeps 4 KiB pages). */
 void advise_huge_pages(void * p, size_t n) {
     const auto lo = (reinterpret_cast<uintptr_t>(p) + huge_page - 1) & ~(uintptr_t{huge_page} - 1);
     const auto hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(uintptr_t{huge_page} - 1);

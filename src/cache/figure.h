@@ -22,8 +22,8 @@ struct stat_figure {
     /** "" for JSON only; else the metric's name after its owner's prefix: a tier's figures are
      *  lineage_prompt_cache_<tier>_<metric>, the warm-ups' and the buffer pool's
      *  lineage_prompt_cache_<metric> (a counter when it ends in "_total", else a gauge; a bool reads
-     *  1 or 0). Figures of one metric are its series, listed
-     *  in the order they come, the family where its first one comes. */
+     *  1 or 0). Figures of one metric are its series, listed in the order they come, the family
+     *  where its first one comes. */
     std::string metric;
     std::string help;                ///< the metric's HELP text (its first figure's)
     /** A map: the label its keys go under. A scalar that is one series of a labelled metric: that

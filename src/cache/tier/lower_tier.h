@@ -82,7 +82,7 @@ public:
     std::pair<int64_t, uint64_t> reset(const std::optional<std::string> & tenant = std::nullopt);
 
     /** Appends the tier's figures to `s.tiers`, as a tier_report named traits().name (each figure
-     *  described once for GET /v1/cache/stats and /metrics: stats.h stat_figure), and may set
+     *  described once for GET /v1/cache/stats and /metrics: cache/figure.h stat_figure), and may set
      *  s.bytes[name] (the bytes its copies take). */
     virtual void report(stats & s) const = 0;
     /** Records in `r` what reset() freed (`freed`: copies, bytes) under the tier's own named

@@ -52,7 +52,8 @@ std::string format_value(double v);
 
 /** The label values /metrics always lists for a labelled counter, 0 before the first event;
  *  GET /v1/cache/stats lists the same keys in its maps (server::stats_json), so dashboards on
- *  either find every series. A tier below RAM lists its own (cache::stat_figure::known). */
+ *  either find every series. A stats struct that describes itself (a tier, the warm-ups) lists its own
+ *  (cache::stat_figure::known). */
 namespace known_keys {
 inline const std::vector<std::string> restore_kinds = {"full",       "prefix", "turn",    "guard", "anchor",
                                                        "divergence", "ladder", "message", "reply"};

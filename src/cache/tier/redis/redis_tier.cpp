@@ -132,7 +132,7 @@ std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::strin
 }
 
 tier_report describe(const redis_stats & r) {
-    // Figures in JSON order; a metric's family comes where its first figure does (stats.h stat_figure).
+    // Figures in JSON order; a metric's family comes where its first figure does (cache/figure.h stat_figure).
     return tier_report{
         .name = "redis",
         .enabled = r.enabled,
