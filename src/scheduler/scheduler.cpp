@@ -23,15 +23,6 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     }
     max_seq_tokens_ = m.n_ctx_train() > 0 ? std::min(p_.n_ctx, m.n_ctx_train()) : p_.n_ctx;
     engine::context_params cp;
-    if (p_.cache.device_slots < 0) {
-        p_.cache.device_slots = p_.cache.device_slots_for(m.offloaded());
-        spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", p_.cache.device_slots,
-                     p_.cache.device_slots == 1 ? "" : "s",
-                     m.offloaded() ? "the model runs on a GPU"
-                                   : "the model runs on the CPU: a parked sequence holds a KV buffer in host RAM, "
-                                     "so one spare is kept for restores that copy a parked entry; the RAM tier keeps "
-                                     "finished states too");
-    }
     cp.n_seq = p_.n_parallel + p_.cache.device_slots;
     // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
     // the pool evenly; a unified pool of the same size lets one sequence take more.

@@ -117,6 +117,14 @@ params with_device_settings(params p, bool gpu) {
                                "goes soon");
         }
     }
+    if (c.device_slots < 0) {
+        c.device_slots = c.device_slots_for(gpu);
+        spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", c.device_slots,
+                     c.device_slots == 1 ? "" : "s",
+                     gpu ? "the model runs on a GPU"
+                         : "the model runs on the CPU: a parked sequence holds a KV buffer in host RAM, so one spare "
+                           "is kept for restores that copy a parked entry; the RAM tier keeps finished states too");
+    }
     return p;
 }
 

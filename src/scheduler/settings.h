@@ -27,7 +27,8 @@ int32_t default_n_ctx(const engine::model & m);
 params with_family_settings(params p, bool hybrid);
 
 /** `p` with the settings that depend on where the model runs (`gpu`: offloaded to a GPU)
- *  resolved: --cache-ram-release-s auto (-1) becomes cache::config::ram_release_s_for(gpu). */
+ *  resolved, each auto (-1) logged with its value: --cache-ram-release-s
+ *  (cache::config::ram_release_s_for) and --cache-device-slots (device_slots_for). */
 params with_device_settings(params p, bool gpu);
 
 /** Bytes of a sequence's whole state (KV + recurrent) as fixed + per_token * tokens. */

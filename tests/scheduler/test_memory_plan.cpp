@@ -111,3 +111,15 @@ TEST(DeviceSettings, RamReleaseAutoIsFiveSecondsOnTheCpuAndThirtyOnAGpu) {
         EXPECT_DOUBLE_EQ(with_device_settings(p, true).cache.ram_release_s, given);
     }
 }
+
+TEST(DeviceSettings, DeviceSlotsAutoIsOneOnTheCpuAndFourOnAGpu) {
+    params p;
+    ASSERT_EQ(p.cache.device_slots, -1);  // the default is auto
+    EXPECT_EQ(with_device_settings(p, /*gpu=*/false).cache.device_slots, 1);
+    EXPECT_EQ(with_device_settings(p, /*gpu=*/true).cache.device_slots, 4);
+    for (const int32_t given : {0, 2, 7}) {
+        p.cache.device_slots = given;
+        EXPECT_EQ(with_device_settings(p, false).cache.device_slots, given);
+        EXPECT_EQ(with_device_settings(p, true).cache.device_slots, given);
+    }
+}
