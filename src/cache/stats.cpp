@@ -1,5 +1,10 @@
-// cache::stats: the figures the warm-ups describe of themselves (stats.h).
+// cache::stats: the figures the cache and its warm-ups describe of themselves (stats.h).
 #include "cache/stats.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace lineage::cache {
 
@@ -21,6 +26,104 @@ std::vector<stat_figure> warmup_stats::describe() const {
         figure_map("skipped", skipped, "warmup_skipped_total",
                    "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often.", "cause",
                    skip_causes),
+    };
+}
+
+namespace {
+
+/** A map of unsigned byte counts as a map figure's value (bytes stay below 2^63). */
+std::map<std::string, int64_t> signed_map(const std::map<std::string, uint64_t> & m) {
+    std::map<std::string, int64_t> out;
+    for (const auto & [k, v] : m) {
+        out[k] = static_cast<int64_t>(v);
+    }
+    return out;
+}
+
+int64_t sum(const std::map<std::string, int64_t> & m) {
+    int64_t n = 0;
+    for (const auto & [k, v] : m) {
+        n += v;
+    }
+    return n;
+}
+
+}  // namespace
+
+std::vector<stat_figure> stats::describe() const {
+    const std::map<std::string, int64_t> tier_bytes = signed_map(bytes);
+    return {
+        figure_info("enabled", enabled, "info",
+                    "Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).",
+                    "enabled"),
+        figure_info("mode", mode, "info", "", "mode"),
+        figure_info("family", family, "info", "", "family"),
+        figure("entries", entries, "entries", "Conversation entries (every tier), anchors excluded."),
+        figure("anchors", anchors, "anchors", "Pinned system-prompt anchors."),
+        figure("anchor_bytes", anchor_bytes, "anchor_bytes", "Bytes of the pinned anchors (inside the ram tier)."),
+        figure_map_as_held("checkpoints", checkpoints, "checkpoints", "Checkpoints held, by kind.", "kind", checkpoint_kinds),
+        figure_map_as_held("checkpoint_bytes", signed_map(checkpoint_bytes), "checkpoint_bytes",
+                   "Bytes of the checkpoints held, by kind.", "kind", checkpoint_kinds),
+        figure("", sum(tier_bytes), "bytes", "Bytes held by all entries, every tier."),
+        figure_map_as_held("bytes", tier_bytes, "tier_bytes",
+                   "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), "
+                   "disk (tier-2 files).",
+                   "tier", {"device", "ram", "disk"}),
+        figure("largest_lineage.bytes", largest_lineage.bytes),
+        figure("largest_lineage.checkpoints", largest_lineage.checkpoints),
+        figure("largest_lineage.message_rungs", largest_lineage.message_rungs),
+        figure("largest_lineage.reply_checkpoints", largest_lineage.reply_checkpoints),
+        figure("budget_bytes", budget_bytes, "ram_budget_bytes",
+               "Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, "
+               "--prompt-cache-snapshot-capacity-bytes on hybrid models)."),
+        figure("lookups", lookups, "lookups_total", "Cache lookups (one per request that reads the cache)."),
+        figure("", sum(hits), "hits_total", "Lookups that restored at least one prompt token."),
+        figure("misses", misses, "misses_total", "Lookups that found no restore point: cold prefill."),
+        figure_map("hits", hits, "restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
+                   restore_kinds),
+        figure("tokens_reused", tokens_reused, "prefix_tokens_reused_total",
+               "Prompt tokens restored from the cache instead of prefilled."),
+        figure("cross_template_hits", cross_template_hits, "cross_template_hits_total",
+               "Hits restored from an entry rendered under another template_sig (tools, kwargs, template or "
+               "tool_choice) whose tokens agree with the prompt."),
+        figure("live_hits", live_hits, "live_hits_total",
+               "Hits restored from a running request's sequence (parallel requests on one prefix)."),
+        figure("prefix_holds", prefix_holds, "prefix_holds_total",
+               "Requests that waited at admission for a running request to compute the prefix they share."),
+        figure("tokens_prefilled", tokens_prefilled),
+        figure_map("rejections", rejections, "rejections_total",
+                   "States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the "
+                   "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned "
+                   "(a request that had taken an entry failed).",
+                   "cause", rejection_causes),
+        figure_map("misses_by_cause", misses_by_cause, "misses_by_cause_total",
+                   "Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under "
+                   "another key shared more), before_first_restore_point (a live entry shared more but has no "
+                   "restore point in reach), evicted (an evicted entry shared more: the budget), bypassed "
+                   "(cache_prompt false).",
+                   "cause", miss_causes),
+        figure_map("short_hits_by_cause", short_hits_by_cause, "short_hits_by_cause_total",
+                   "Hits that restored more than 64 tokens less than the prompt shared with something seen, by cause.",
+                   "cause", miss_causes),
+        figure_map("key_differs", key_differs, "key_differs_total",
+                   "Misses and short hits of cause key_differs, by the first key dimension that differs.", "dimension",
+                   key_dimensions),
+        figure("ghosts", ghosts, "ghosts", "Records of evicted entries kept to classify misses (at most 1024)."),
+        figure_map("evictions", evictions, "evictions_total",
+                   "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
+                   "device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: "
+                   "RAM given back).",
+                   "reason", eviction_reasons),
+        figure_map("tier_hits", tier_hits, "tier_hits_total",
+                   "Restores served from the tiers below RAM, by tier (disk, redis).", "tier", {}),
+        figure("requests_committed", requests_committed),
+        figure("apc_enabled", apc_enabled, "apc_enabled",
+               "1 when APC block hash chains are active (dense model, --apc-enabled)."),
+        figure("total_blocks_stored", total_blocks_stored, "apc_blocks",
+               "APC block hashes held, summed over the entries' chains."),
+        figure("unique_block_hashes", unique_block_hashes, "apc_unique_blocks",
+               "Distinct APC block hashes over all entries."),
+        figure("apc_active_entries", apc_active_entries, "apc_entries", "Entries carrying an APC block hash chain."),
     };
 }
 

@@ -134,6 +134,26 @@ struct stats {
     blob_pool_stats buffer_pool;
     /** By key::tenant, for entries with a non-empty tenant (servers with API keys). */
     std::map<std::string, tenant_usage> tenants;
+
+    // The keys of the maps above listed (at 0) before their first event (stat_figure::known).
+    static inline const std::vector<std::string> restore_kinds = {"full",       "prefix", "turn",    "guard", "anchor",
+                                                                  "divergence", "ladder", "message", "reply"};
+    static inline const std::vector<std::string> miss_causes = {
+        "no_shared_prefix", "below_min_prefix", "key_differs", "before_first_restore_point", "evicted", "bypassed"};
+    static inline const std::vector<std::string> key_dimensions = {"tenant",      "model_id",  "lora_id",
+                                                                   "rope_regime", "mm_digest", "kv_type"};
+    static inline const std::vector<std::string> eviction_reasons = {"lru",        "ttl",        "capacity",
+                                                                     "superseded", "anchor_cap", "released"};
+    static inline const std::vector<std::string> rejection_causes = {
+        "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged",
+        "redis_failed"};
+    static inline const std::vector<std::string> checkpoint_kinds = {"turn",   "guard",   "divergence",
+                                                                     "ladder", "message", "reply"};
+
+    /** The cache's own figures (not the tiers', warm-ups' or buffer pool's: those describe
+     *  themselves), in the order GET /v1/cache/stats lists them; on /metrics
+     *  lineage_prompt_cache_<metric>, in the same order. */
+    std::vector<stat_figure> describe() const;
 };
 
 struct reset_result {

@@ -34,7 +34,8 @@ std::string label(const std::string & name, const std::string & value) {
 }
 
 /** Figures as metric families <prefix><metric> (cache/figure.h stat_figure): each metric where its
- *  first figure comes, its series in order; figures without a metric are JSON only. */
+ *  first figure comes, its series (an info metric's labels) in order; figures without a metric
+ *  are JSON only. */
 void figure_metrics(exposition & x, const std::string & prefix, const std::vector<cache::stat_figure> & figures) {
     const auto number = [](const cache::stat_figure::value_type & v) {
         return std::visit(
@@ -50,6 +51,22 @@ void figure_metrics(exposition & x, const std::string & prefix, const std::vecto
             },
             v);
     };
+    const auto text = [](const cache::stat_figure::value_type & v) {
+        return std::visit(
+            [](const auto & a) -> std::string {
+                using V = std::decay_t<decltype(a)>;
+                if constexpr (std::is_same_v<V, bool>) {
+                    return a ? "true" : "false";
+                } else if constexpr (std::is_same_v<V, std::string>) {
+                    return a;
+                } else if constexpr (std::is_arithmetic_v<V>) {
+                    return format_value(static_cast<double>(a));
+                } else {
+                    return "";  // a map is not one label value
+                }
+            },
+            v);
+    };
     std::vector<std::string> done;
     for (size_t i = 0; i < figures.size(); ++i) {
         const cache::stat_figure & f = figures[i];
@@ -58,6 +75,16 @@ void figure_metrics(exposition & x, const std::string & prefix, const std::vecto
         }
         done.push_back(f.metric);
         const std::string name = prefix + f.metric;
+        if (f.metric == "info") {
+            std::vector<std::pair<std::string, std::string>> labels;
+            for (size_t k = i; k < figures.size(); ++k) {
+                if (figures[k].metric == f.metric) {
+                    labels.emplace_back(figures[k].label, text(figures[k].value));
+                }
+            }
+            x.info(name, f.help, labels);
+            continue;
+        }
         const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
         exposition::labelled series;
         if (const auto * m = std::get_if<std::map<std::string, int64_t>>(&f.value)) {
@@ -169,98 +196,11 @@ void exposition::histogram(const std::string & name, const std::string & help, c
 std::string render_metrics(const cache::stats & cs, const scheduler::metrics_snapshot & ms) {
     using scheduler::phase;
     exposition x;
-    // --- prompt cache (owner: cache::store) ---
-    x.info("lineage_prompt_cache_info",
-           "Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).",
-           {{"enabled", cs.enabled ? "true" : "false"}, {"mode", cs.mode}, {"family", cs.family}});
-    int64_t hits = 0;
-    for (const auto & [kind, n] : cs.hits) {
-        hits += n;
-    }
-    x.counter("lineage_prompt_cache_lookups_total", "Cache lookups (one per request that reads the cache).",
-              static_cast<double>(cs.lookups));
-    x.counter("lineage_prompt_cache_hits_total", "Lookups that restored at least one prompt token.",
-              static_cast<double>(hits));
-    x.counter("lineage_prompt_cache_misses_total", "Lookups that found no restore point: cold prefill.",
-              static_cast<double>(cs.misses));
-    x.counter("lineage_prompt_cache_restore_point_hits_total", "Hits by kind of restore point taken.", "kind",
-              with_known(cs.hits, known_keys::restore_kinds));
-    x.counter("lineage_prompt_cache_misses_by_cause_total",
-              "Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under "
-              "another key shared more), before_first_restore_point (a live entry shared more but has no restore "
-              "point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).",
-              "cause", with_known(cs.misses_by_cause, known_keys::miss_causes));
-    x.counter("lineage_prompt_cache_short_hits_by_cause_total",
-              "Hits that restored more than 64 tokens less than the prompt shared with something seen, by cause.",
-              "cause", with_known(cs.short_hits_by_cause, known_keys::miss_causes));
-    x.counter("lineage_prompt_cache_key_differs_total",
-              "Misses and short hits of cause key_differs, by the first key dimension that differs.", "dimension",
-              with_known(cs.key_differs, known_keys::key_dimensions));
-    x.gauge("lineage_prompt_cache_ghosts", "Records of evicted entries kept to classify misses (at most 1024).",
-            static_cast<double>(cs.ghosts));
-    x.counter("lineage_prompt_cache_prefix_tokens_reused_total",
-              "Prompt tokens restored from the cache instead of prefilled.", static_cast<double>(cs.tokens_reused));
-    x.counter("lineage_prompt_cache_cross_template_hits_total",
-              "Hits restored from an entry rendered under another template_sig (tools, kwargs, template or "
-              "tool_choice) whose tokens agree with the prompt.",
-              static_cast<double>(cs.cross_template_hits));
-    x.counter("lineage_prompt_cache_live_hits_total",
-              "Hits restored from a running request's sequence (parallel requests on one prefix).",
-              static_cast<double>(cs.live_hits));
-    x.counter("lineage_prompt_cache_prefix_holds_total",
-              "Requests that waited at admission for a running request to compute the prefix they share.",
-              static_cast<double>(cs.prefix_holds));
-    x.counter("lineage_prompt_cache_evictions_total",
-              "Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted "
-              "device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: RAM given back).",
-              "reason", with_known(cs.evictions, known_keys::eviction_reasons));
-    x.counter("lineage_prompt_cache_rejections_total",
-              "States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the "
-              "budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a "
-              "request that had taken an entry failed).",
-              "cause", with_known(cs.rejections, known_keys::rejection_causes));
-    uint64_t total_bytes = 0;
-    for (const auto & [tier, b] : cs.bytes) {
-        total_bytes += b;
-    }
-    x.gauge("lineage_prompt_cache_bytes", "Bytes held by all entries, every tier.", static_cast<double>(total_bytes));
-    x.gauge("lineage_prompt_cache_tier_bytes",
-            "Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk "
-            "(tier-2 files).",
-            "tier", with_known(cs.bytes, {"device", "ram", "disk"}));
-    x.gauge("lineage_prompt_cache_ram_budget_bytes",
-            "Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, "
-            "--prompt-cache-snapshot-capacity-bytes on hybrid models).",
-            static_cast<double>(cs.budget_bytes));
-    x.gauge("lineage_prompt_cache_entries", "Conversation entries (every tier), anchors excluded.",
-            static_cast<double>(cs.entries));
-    x.gauge("lineage_prompt_cache_checkpoints", "Checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoints, {"turn", "guard", "divergence", "ladder", "message", "reply"}));
-    x.gauge("lineage_prompt_cache_checkpoint_bytes", "Bytes of the checkpoints held, by kind.", "kind",
-            with_known(cs.checkpoint_bytes, {"turn", "guard", "divergence", "ladder", "message", "reply"}));
-    x.gauge("lineage_prompt_cache_anchors", "Pinned system-prompt anchors.", static_cast<double>(cs.anchors));
-    x.gauge("lineage_prompt_cache_anchor_bytes", "Bytes of the pinned anchors (inside the ram tier).",
-            static_cast<double>(cs.anchor_bytes));
-    x.gauge("lineage_prompt_cache_apc_enabled", "1 when APC block hash chains are active (dense model, --apc-enabled).",
-            cs.apc_enabled ? 1.0 : 0.0);
-    x.gauge("lineage_prompt_cache_apc_blocks", "APC block hashes held, summed over the entries' chains.",
-            static_cast<double>(cs.total_blocks_stored));
-    x.gauge("lineage_prompt_cache_apc_unique_blocks", "Distinct APC block hashes over all entries.",
-            static_cast<double>(cs.unique_block_hashes));
-    x.gauge("lineage_prompt_cache_apc_entries", "Entries carrying an APC block hash chain.",
-            static_cast<double>(cs.apc_active_entries));
+    // --- prompt cache, as it describes itself (owner: cache::store; cache::stats::describe) ---
+    figure_metrics(x, "lineage_prompt_cache_", cs.describe());
 
     // --- the state buffer pool, as it describes itself (owner: cache::blob_pool) ---
     figure_metrics(x, "lineage_prompt_cache_", cs.buffer_pool.describe());
-
-    // --- every tier below RAM (owner: cache::store; a tier is listed once attached) ---
-    exposition::labelled tier_hits;
-    for (const auto & [name, n] : cs.tier_hits) {
-        tier_hits.emplace_back(name, static_cast<double>(n));
-    }
-    x.counter("lineage_prompt_cache_tier_hits_total",
-              "Restores served from the tiers below RAM, by tier (disk, redis).",
-              "tier", tier_hits);
 
     // --- each tier below RAM, as it describes itself (owner: the tier; cache::tier_report) ---
     for (const auto & t : cs.tiers) {

@@ -50,20 +50,10 @@ private:
  *  reads back exactly ("0.0025"), "+Inf"/"-Inf"/"NaN". */
 std::string format_value(double v);
 
-/** The label values /metrics always lists for a labelled counter, 0 before the first event;
- *  GET /v1/cache/stats lists the same keys in its maps (server::stats_json), so dashboards on
- *  either find every series. A stats struct that describes itself (a tier, the warm-ups) lists its own
- *  (cache::stat_figure::known). */
+/** The label values /metrics always lists for the scheduler's labelled counters, 0 before the
+ *  first event. The cache's own maps, a tier's, the warm-ups' list theirs where they describe
+ *  themselves (cache::stat_figure::known; cache::stats::restore_kinds, ...). */
 namespace known_keys {
-inline const std::vector<std::string> restore_kinds = {"full",       "prefix", "turn",    "guard", "anchor",
-                                                       "divergence", "ladder", "message", "reply"};
-inline const std::vector<std::string> miss_causes = {"no_shared_prefix",           "below_min_prefix", "key_differs",
-                                                     "before_first_restore_point", "evicted",          "bypassed"};
-inline const std::vector<std::string> key_dimensions = {"tenant",    "model_id",  "lora_id",
-                                                        "rope_regime", "mm_digest", "kv_type"};
-inline const std::vector<std::string> eviction_reasons = {"lru", "ttl", "capacity", "superseded", "anchor_cap", "released"};
-inline const std::vector<std::string> rejection_causes = {
-    "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged", "redis_failed"};
 /** Restore points a prefill is split at (cache::point_kind; reply checkpoints split nothing). */
 inline const std::vector<std::string> split_kinds = {"turn", "guard", "anchor", "divergence", "ladder", "message"};
 }  // namespace known_keys

@@ -1,8 +1,9 @@
 // server::stats_json: the JSON body of GET /v1/cache/stats (the admin's view: every figure of
-// cache::stats). The counter maps by kind, cause or reason (hits, misses_by_cause, evictions,
-// warmup.skipped, ...) list every key /metrics lists (prometheus.h known_keys), at 0 before the
-// first event, so a dashboard finds each key from the start; a key the cache adds later still
-// shows up. Thread safety: a pure function of its argument.
+// cache::stats, as the cache, each tier, the warm-ups and the buffer pool describe themselves:
+// cache/figure.h; this file names none of them). The counter maps by kind, cause or reason (hits,
+// misses_by_cause, evictions, warmup.skipped, ...) list every key /metrics lists
+// (stat_figure::known), at 0 before the first event, so a dashboard finds each key from the
+// start; a key the cache adds later still shows up. Thread safety: a pure function of its argument.
 #pragma once
 
 #include "cache/stats.h"

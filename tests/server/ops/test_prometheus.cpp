@@ -114,6 +114,42 @@ scheduler::metrics_snapshot known_metrics() {
 const char * const expected_text = R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).
 # TYPE lineage_prompt_cache_info gauge
 lineage_prompt_cache_info{enabled="true",mode="lineage",family="hybrid"} 1
+# HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.
+# TYPE lineage_prompt_cache_entries gauge
+lineage_prompt_cache_entries 3
+# HELP lineage_prompt_cache_anchors Pinned system-prompt anchors.
+# TYPE lineage_prompt_cache_anchors gauge
+lineage_prompt_cache_anchors 1
+# HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
+# TYPE lineage_prompt_cache_anchor_bytes gauge
+lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_prompt_cache_checkpoints Checkpoints held, by kind.
+# TYPE lineage_prompt_cache_checkpoints gauge
+lineage_prompt_cache_checkpoints{kind="turn"} 2
+lineage_prompt_cache_checkpoints{kind="guard"} 1
+lineage_prompt_cache_checkpoints{kind="divergence"} 0
+lineage_prompt_cache_checkpoints{kind="ladder"} 0
+lineage_prompt_cache_checkpoints{kind="message"} 0
+lineage_prompt_cache_checkpoints{kind="reply"} 0
+# HELP lineage_prompt_cache_checkpoint_bytes Bytes of the checkpoints held, by kind.
+# TYPE lineage_prompt_cache_checkpoint_bytes gauge
+lineage_prompt_cache_checkpoint_bytes{kind="turn"} 200
+lineage_prompt_cache_checkpoint_bytes{kind="guard"} 100
+lineage_prompt_cache_checkpoint_bytes{kind="divergence"} 0
+lineage_prompt_cache_checkpoint_bytes{kind="ladder"} 0
+lineage_prompt_cache_checkpoint_bytes{kind="message"} 0
+lineage_prompt_cache_checkpoint_bytes{kind="reply"} 0
+# HELP lineage_prompt_cache_bytes Bytes held by all entries, every tier.
+# TYPE lineage_prompt_cache_bytes gauge
+lineage_prompt_cache_bytes 8396
+# HELP lineage_prompt_cache_tier_bytes Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk (tier-2 files).
+# TYPE lineage_prompt_cache_tier_bytes gauge
+lineage_prompt_cache_tier_bytes{tier="device"} 1000
+lineage_prompt_cache_tier_bytes{tier="ram"} 4396
+lineage_prompt_cache_tier_bytes{tier="disk"} 3000
+# HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, --prompt-cache-snapshot-capacity-bytes on hybrid models).
+# TYPE lineage_prompt_cache_ram_budget_bytes gauge
+lineage_prompt_cache_ram_budget_bytes 1048576
 # HELP lineage_prompt_cache_lookups_total Cache lookups (one per request that reads the cache).
 # TYPE lineage_prompt_cache_lookups_total counter
 lineage_prompt_cache_lookups_total 10
@@ -134,6 +170,28 @@ lineage_prompt_cache_restore_point_hits_total{kind="divergence"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="ladder"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="message"} 0
 lineage_prompt_cache_restore_point_hits_total{kind="reply"} 0
+# HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
+# TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
+lineage_prompt_cache_prefix_tokens_reused_total 1234
+# HELP lineage_prompt_cache_cross_template_hits_total Hits restored from an entry rendered under another template_sig (tools, kwargs, template or tool_choice) whose tokens agree with the prompt.
+# TYPE lineage_prompt_cache_cross_template_hits_total counter
+lineage_prompt_cache_cross_template_hits_total 2
+# HELP lineage_prompt_cache_live_hits_total Hits restored from a running request's sequence (parallel requests on one prefix).
+# TYPE lineage_prompt_cache_live_hits_total counter
+lineage_prompt_cache_live_hits_total 3
+# HELP lineage_prompt_cache_prefix_holds_total Requests that waited at admission for a running request to compute the prefix they share.
+# TYPE lineage_prompt_cache_prefix_holds_total counter
+lineage_prompt_cache_prefix_holds_total 1
+# HELP lineage_prompt_cache_rejections_total States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a request that had taken an entry failed).
+# TYPE lineage_prompt_cache_rejections_total counter
+lineage_prompt_cache_rejections_total{cause="too_large"} 0
+lineage_prompt_cache_rejections_total{cause="budget"} 0
+lineage_prompt_cache_rejections_total{cause="min_prefix"} 2
+lineage_prompt_cache_rejections_total{cause="disabled"} 0
+lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
+lineage_prompt_cache_rejections_total{cause="abandoned"} 0
+lineage_prompt_cache_rejections_total{cause="disk_damaged"} 0
+lineage_prompt_cache_rejections_total{cause="redis_failed"} 0
 # HELP lineage_prompt_cache_misses_by_cause_total Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under another key shared more), before_first_restore_point (a live entry shared more but has no restore point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).
 # TYPE lineage_prompt_cache_misses_by_cause_total counter
 lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"} 1
@@ -161,18 +219,6 @@ lineage_prompt_cache_key_differs_total{dimension="kv_type"} 0
 # HELP lineage_prompt_cache_ghosts Records of evicted entries kept to classify misses (at most 1024).
 # TYPE lineage_prompt_cache_ghosts gauge
 lineage_prompt_cache_ghosts 3
-# HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
-# TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
-lineage_prompt_cache_prefix_tokens_reused_total 1234
-# HELP lineage_prompt_cache_cross_template_hits_total Hits restored from an entry rendered under another template_sig (tools, kwargs, template or tool_choice) whose tokens agree with the prompt.
-# TYPE lineage_prompt_cache_cross_template_hits_total counter
-lineage_prompt_cache_cross_template_hits_total 2
-# HELP lineage_prompt_cache_live_hits_total Hits restored from a running request's sequence (parallel requests on one prefix).
-# TYPE lineage_prompt_cache_live_hits_total counter
-lineage_prompt_cache_live_hits_total 3
-# HELP lineage_prompt_cache_prefix_holds_total Requests that waited at admission for a running request to compute the prefix they share.
-# TYPE lineage_prompt_cache_prefix_holds_total counter
-lineage_prompt_cache_prefix_holds_total 1
 # HELP lineage_prompt_cache_evictions_total Entries removed, by reason: lru (entry cap), ttl, capacity (RAM budget, or no RAM for a demoted device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: RAM given back).
 # TYPE lineage_prompt_cache_evictions_total counter
 lineage_prompt_cache_evictions_total{reason="lru"} 0
@@ -182,52 +228,10 @@ lineage_prompt_cache_evictions_total{reason="superseded"} 2
 lineage_prompt_cache_evictions_total{reason="anchor_cap"} 0
 lineage_prompt_cache_evictions_total{reason="released"} 0
 lineage_prompt_cache_evictions_total{reason="brand_new"} 7
-# HELP lineage_prompt_cache_rejections_total States or entries not stored, by cause: too_large (one state exceeds the RAM budget), budget (the budget is held by pinned or in-flight states), min_prefix, disabled, anchor_too_large, abandoned (a request that had taken an entry failed).
-# TYPE lineage_prompt_cache_rejections_total counter
-lineage_prompt_cache_rejections_total{cause="too_large"} 0
-lineage_prompt_cache_rejections_total{cause="budget"} 0
-lineage_prompt_cache_rejections_total{cause="min_prefix"} 2
-lineage_prompt_cache_rejections_total{cause="disabled"} 0
-lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
-lineage_prompt_cache_rejections_total{cause="abandoned"} 0
-lineage_prompt_cache_rejections_total{cause="disk_damaged"} 0
-lineage_prompt_cache_rejections_total{cause="redis_failed"} 0
-# HELP lineage_prompt_cache_bytes Bytes held by all entries, every tier.
-# TYPE lineage_prompt_cache_bytes gauge
-lineage_prompt_cache_bytes 8396
-# HELP lineage_prompt_cache_tier_bytes Bytes held by tier: device (parked sequences in the KV pool), ram (state blobs and checkpoints), disk (tier-2 files).
-# TYPE lineage_prompt_cache_tier_bytes gauge
-lineage_prompt_cache_tier_bytes{tier="device"} 1000
-lineage_prompt_cache_tier_bytes{tier="ram"} 4396
-lineage_prompt_cache_tier_bytes{tier="disk"} 3000
-# HELP lineage_prompt_cache_ram_budget_bytes Byte budget of the RAM tier (--prompt-cache-capacity-bytes on dense models, --prompt-cache-snapshot-capacity-bytes on hybrid models).
-# TYPE lineage_prompt_cache_ram_budget_bytes gauge
-lineage_prompt_cache_ram_budget_bytes 1048576
-# HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.
-# TYPE lineage_prompt_cache_entries gauge
-lineage_prompt_cache_entries 3
-# HELP lineage_prompt_cache_checkpoints Checkpoints held, by kind.
-# TYPE lineage_prompt_cache_checkpoints gauge
-lineage_prompt_cache_checkpoints{kind="turn"} 2
-lineage_prompt_cache_checkpoints{kind="guard"} 1
-lineage_prompt_cache_checkpoints{kind="divergence"} 0
-lineage_prompt_cache_checkpoints{kind="ladder"} 0
-lineage_prompt_cache_checkpoints{kind="message"} 0
-lineage_prompt_cache_checkpoints{kind="reply"} 0
-# HELP lineage_prompt_cache_checkpoint_bytes Bytes of the checkpoints held, by kind.
-# TYPE lineage_prompt_cache_checkpoint_bytes gauge
-lineage_prompt_cache_checkpoint_bytes{kind="turn"} 200
-lineage_prompt_cache_checkpoint_bytes{kind="guard"} 100
-lineage_prompt_cache_checkpoint_bytes{kind="divergence"} 0
-lineage_prompt_cache_checkpoint_bytes{kind="ladder"} 0
-lineage_prompt_cache_checkpoint_bytes{kind="message"} 0
-lineage_prompt_cache_checkpoint_bytes{kind="reply"} 0
-# HELP lineage_prompt_cache_anchors Pinned system-prompt anchors.
-# TYPE lineage_prompt_cache_anchors gauge
-lineage_prompt_cache_anchors 1
-# HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
-# TYPE lineage_prompt_cache_anchor_bytes gauge
-lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_prompt_cache_tier_hits_total Restores served from the tiers below RAM, by tier (disk, redis).
+# TYPE lineage_prompt_cache_tier_hits_total counter
+lineage_prompt_cache_tier_hits_total{tier="disk"} 1
+lineage_prompt_cache_tier_hits_total{tier="redis"} 4
 # HELP lineage_prompt_cache_apc_enabled 1 when APC block hash chains are active (dense model, --apc-enabled).
 # TYPE lineage_prompt_cache_apc_enabled gauge
 lineage_prompt_cache_apc_enabled 1
@@ -247,10 +251,6 @@ lineage_prompt_cache_state_buffers_total{source="allocated"} 2
 # HELP lineage_prompt_cache_state_buffer_idle_bytes Bytes of freed state buffers kept for reuse (resident, outside the cache's budget).
 # TYPE lineage_prompt_cache_state_buffer_idle_bytes gauge
 lineage_prompt_cache_state_buffer_idle_bytes 10485760
-# HELP lineage_prompt_cache_tier_hits_total Restores served from the tiers below RAM, by tier (disk, redis).
-# TYPE lineage_prompt_cache_tier_hits_total counter
-lineage_prompt_cache_tier_hits_total{tier="disk"} 1
-lineage_prompt_cache_tier_hits_total{tier="redis"} 4
 # HELP lineage_prompt_cache_disk_hits_total Restores served from a tier-2 file.
 # TYPE lineage_prompt_cache_disk_hits_total counter
 lineage_prompt_cache_disk_hits_total 1

@@ -71,8 +71,8 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
 // The stats keys are /metrics' label values (the same lists).
 TEST(StatsJson, KeysAreTheMetricsLabels) {
     const json j = stats_json(cache::stats{});
-    EXPECT_EQ(keys(j["hits"]), known_keys::restore_kinds);
-    EXPECT_EQ(keys(j["misses_by_cause"]), known_keys::miss_causes);
+    EXPECT_EQ(keys(j["hits"]), cache::stats::restore_kinds);
+    EXPECT_EQ(keys(j["misses_by_cause"]), cache::stats::miss_causes);
     EXPECT_EQ(keys(j["warmup"]["skipped"]), cache::warmup_stats::skip_causes);
     const std::string m = render_metrics(cache::stats{}, scheduler::metrics_snapshot{});
     for (const auto & k : keys(j["warmup"]["skipped"])) {
@@ -161,4 +161,58 @@ TEST(StatsJson, EachTierIsItsFiguresInOrderUnderItsName) {
                                                           "write_failures", "loads", "bytes_read", "errors",
                                                           "timeouts", "connects", "vanished", "damaged", "damage",
                                                           "index_resets", "queued"}));
+}
+
+// The cache's own figures (cache::stats::describe): every key once, in order, then the tiers, the
+// warm-ups and the buffer pool; largest_lineage an object of its four figures; checkpoints and
+// bytes as the store holds them (no tier or kind before it holds something), while /metrics lists
+// their known keys and the sums no JSON key shows.
+TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
+    cache::stats s = fresh();
+    s.mode = "lineage";
+    s.family = "hybrid";
+    s.entries = 3;
+    s.checkpoints = {{"turn", 2}};
+    s.checkpoint_bytes = {{"turn", 200}};
+    s.bytes = {{"device", 1000}, {"ram", 4396}};
+    s.largest_lineage.bytes = 5000;
+    s.largest_lineage.checkpoints = 2;
+    s.largest_lineage.message_rungs = 1;
+    s.hits = {{"turn", 2}, {"anchor", 1}};
+    s.tokens_prefilled = 77;
+    s.requests_committed = 4;
+    s.apc_enabled = true;
+    s.total_blocks_stored = 40;
+    const json j = stats_json(s);
+    EXPECT_EQ(keys(j), (std::vector<std::string>{
+                           "enabled", "mode", "family", "entries", "anchors", "anchor_bytes", "checkpoints",
+                           "checkpoint_bytes", "bytes", "largest_lineage", "budget_bytes", "lookups", "misses", "hits",
+                           "tokens_reused", "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
+                           "rejections", "misses_by_cause", "short_hits_by_cause", "key_differs", "ghosts",
+                           "evictions", "tier_hits", "requests_committed", "apc_enabled", "total_blocks_stored",
+                           "unique_block_hashes", "apc_active_entries", "disk_hits", "disk", "redis_hits", "redis",
+                           "warmup", "buffer_pool"}));
+    EXPECT_EQ(dump(j["checkpoints"]), R"({"turn":2})");
+    EXPECT_EQ(dump(j["checkpoint_bytes"]), R"({"turn":200})");
+    EXPECT_EQ(dump(j["bytes"]), R"({"device":1000,"ram":4396})");
+    EXPECT_EQ(dump(j["largest_lineage"]),
+              R"({"bytes":5000,"checkpoints":2,"message_rungs":1,"reply_checkpoints":0})");
+    EXPECT_EQ(j["enabled"], true);
+    EXPECT_EQ(j["family"], "hybrid");
+    EXPECT_EQ(j["tokens_prefilled"], 77);
+    EXPECT_EQ(j["requests_committed"], 4);
+    EXPECT_EQ(j["apc_enabled"], true);
+    EXPECT_EQ(j["total_blocks_stored"], 40);
+    const std::string m = render_metrics(s, scheduler::metrics_snapshot{});
+    for (const char * line : {"lineage_prompt_cache_info{enabled=\"true\",mode=\"lineage\",family=\"hybrid\"} 1",
+                              "lineage_prompt_cache_hits_total 3", "lineage_prompt_cache_bytes 5396",
+                              "lineage_prompt_cache_tier_bytes{tier=\"disk\"} 0",
+                              "lineage_prompt_cache_checkpoints{kind=\"guard\"} 0",
+                              "lineage_prompt_cache_apc_enabled 1", "lineage_prompt_cache_apc_blocks 40"}) {
+        EXPECT_NE(m.find(std::string(line) + "\n"), std::string::npos) << line;
+    }
+    // JSON-only figures are not metrics.
+    EXPECT_EQ(m.find("largest_lineage"), std::string::npos);
+    EXPECT_EQ(m.find("prompt_cache_tokens_prefilled"), std::string::npos);
+    EXPECT_EQ(m.find("requests_committed"), std::string::npos);
 }
