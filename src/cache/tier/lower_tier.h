@@ -107,6 +107,9 @@ protected:
     void start() { worker_.start(); }
     /** Finishes the queued jobs and joins: first in the derived destructor. */
     void stop() { worker_.stop(); }
+    /** Asks the worker for a tick_now() before its next job that is not a load (on the worker
+     *  thread, e.g. from load_now: after the load is answered). */
+    void request_tick() { worker_.request_tick(); }
     /** A write dropped by the bound (worker_config::max_queued_writes), for the tier's stats. */
     virtual void write_dropped() {}
 

@@ -297,11 +297,23 @@ void disk_index::erase(int64_t id) {
     d.step();
 }
 
-void disk_index::touch(copy_id id, double last_use) {
-    stmt u(db_, "UPDATE files SET last_use = ? WHERE id = ?");
-    sqlite3_bind_double(u.get(), 1, last_use);
-    sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(id));
-    u.step();
+void disk_index::touch(const std::vector<std::pair<copy_id, double>> & uses) {
+    if (uses.empty()) {
+        return;
+    }
+    const bool tx = sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
+    {
+        stmt u(db_, "UPDATE files SET last_use = ? WHERE id = ?");
+        for (const auto & [id, last_use] : uses) {
+            sqlite3_bind_double(u.get(), 1, last_use);
+            sqlite3_bind_int64(u.get(), 2, static_cast<sqlite3_int64>(id));
+            u.step();
+            sqlite3_reset(u.get());
+        }
+    }
+    if (tx) {
+        sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    }
 }
 
 }  // namespace lineage::cache

@@ -60,8 +60,10 @@ public:
     bool insert(copy_id id, const disk_record & r, uint64_t bytes, double last_use);
     /** Deletes the row with SQLite rowid `id` (a file id, or a damaged row's rowid). */
     void erase(int64_t id);
-    /** Sets a file's last use, wall-clock seconds. */
-    void touch(copy_id id, double last_use);
+    /** Sets files' last use (id, wall-clock seconds), in one transaction: one sync to disk for
+     *  all of them (synchronous=FULL). A row that is gone is skipped; an error leaves the rows as
+     *  they were (only the eviction order after a restart reads them). */
+    void touch(const std::vector<std::pair<copy_id, double>> & uses);
     /** The last SQLite error message. */
     std::string error() const;
 

@@ -165,6 +165,9 @@ private:
     tier_load_result load_now(copy_id id, const tier_expect & want) override;
     void remove_now(const std::vector<copy_id> & ids) override;
     std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
+    /** Writes the last uses of the files loaded since the last call to the index (requested
+     *  after each load, so that the load's answer does not wait for SQLite's sync). */
+    bool tick_now() override;
     tier_completion write_failed(tier_completion done, std::string why);
     void delete_file(copy_id id, file_removal why);
     bool make_room(uint64_t bytes);
@@ -179,6 +182,7 @@ private:
     disk_stats stats_ GUARDED_BY(mu_);
     copy_id next_id_ = 1;               // worker thread: one past the largest indexed id
     bool warned_too_large_ = false;     // worker thread
+    std::vector<std::pair<copy_id, double>> pending_touches_;  // worker thread: loads' last uses to write
 };
 
 }  // namespace lineage::cache

@@ -126,6 +126,25 @@ TEST_F(DiskTier, SurvivesRestartAndLoads) {
     EXPECT_EQ(t.get_stats().loads, 1);
 }
 
+// A load's last use reaches the index after the load is answered (a tick, or the shutdown), and
+// the eviction order after a restart follows it: the file loaded last is kept, the older one goes.
+TEST_F(DiskTier, ALoadsLastUseOutlivesARestart) {
+    const uint64_t one = disk_file_size(record(seq(0, 10), 1000));
+    copy_id a = 0;
+    copy_id b = 0;
+    {
+        disk_tier t(cfg(2 * one));
+        a = put(t, record(seq(0, 10), 1000), {}, /*last_use=*/1);
+        b = put(t, record(seq(100, 10), 1000), {}, /*last_use=*/2);
+        ASSERT_EQ(t.load(a).get().error, tier_load_error::none);  // a is now the most recent
+    }
+    disk_tier t(cfg(2 * one));
+    ASSERT_EQ(t.get_stats().files, 2);
+    ASSERT_NE(put(t, record(seq(200, 10), 1000), {}, 3), 0u);  // room for it: the least recent goes
+    EXPECT_TRUE(fs::exists(path(std::to_string(a) + ".lcache")));
+    EXPECT_FALSE(fs::exists(path(std::to_string(b) + ".lcache")));
+}
+
 TEST_F(DiskTier, LookupRules) {
     disk_tier t(cfg(1 << 20, /*hybrid=*/true));
     const copy_id a = put(t, record(seq(0, 40), 100, {{10, point_kind::turn, fake(8)}, {30, point_kind::turn, fake(8)}}));
