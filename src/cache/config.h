@@ -105,7 +105,8 @@ struct config {
      *  reclaims under pressure where the process's RSS is not; measured on the small agent trace,
      *  docs/benchmarks/README.md "Memory": an anchor of 2,177 tokens restored in 222-246 ms from
      *  its file against 138-180 ms from RAM). Anchors too: the disk tier deletes anchor files
-     *  last, and a new session that reads one back pins it in RAM again. Device-parked entries
+     *  last, and a new session that reads one back pins it in RAM again where
+     *  repin_read_anchors says so. Device-parked entries
      *  are not RAM. Needs the disk tier
      *  (--cache-dir); --cache-ram-release-s, 0 = off (the RAM tier keeps every entry within its
      *  budget), -1 = auto (ram_release_s_for; resolved by the scheduler once it knows where the
@@ -125,6 +126,17 @@ struct config {
     double ram_release_s_for(bool gpu) const {
         return ram_release_s >= 0 ? ram_release_s : gpu ? auto_ram_release_s_gpu : auto_ram_release_s_cpu;
     }
+    /** Whether an anchor read back from a tier below RAM for a hit is pinned in RAM again with
+     *  its ladder (true), or serves that hit from the file's state and stays a file (false). Set
+     *  by the scheduler (repin_read_anchors_for, once it knows where the model runs). */
+    bool repin_read_anchors = true;
+    /** Its value: true on a GPU, or with RAM release off; false on the CPU alone with RAM release
+     *  on. Why: there the anchor's file is in the kernel's page cache, the same memory as the RAM
+     *  tier, and a pinned copy (its state and every rung) would be released again after
+     *  `release_s` unless another new session came within it; held meanwhile, beside that
+     *  session's own captures, it made the small agent trace's peak RSS (docs/benchmarks/README.md
+     *  "Read-back anchors stay files on the CPU"). */
+    static bool repin_read_anchors_for(bool gpu, double release_s) { return gpu || release_s <= 0; }
 
     // --- tier 3 (docs/prompt-cache.md "Tier 3: Redis shared by replicas") ---
     /** redis://host[:port][/db]; "" = no tier 3 (--cache-redis, env LINEAGE_CACHE_REDIS). Its

@@ -117,6 +117,7 @@ params with_device_settings(params p, bool gpu) {
                                "goes soon");
         }
     }
+    c.repin_read_anchors = cache::config::repin_read_anchors_for(gpu, c.ram_release_s);
     if (c.device_slots < 0) {
         c.device_slots = c.device_slots_for(gpu);
         spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", c.device_slots,

@@ -745,7 +745,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS|auto", "auto",
         "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
         "file (from the page cache while the kernel keeps it; ~80 ms more than from RAM for a 2k-token anchor on "
-        "2 CPU cores; an anchor read back is pinned again); 0 = off (RAM keeps every entry within its budget); "
+        "2 CPU cores; an anchor read back is pinned again on a GPU, stays a file on the CPU alone); 0 = off (RAM "
+        "keeps every entry within its budget, and read-back anchors are pinned again); "
         "auto = " + fmt_double(cache::config::auto_ram_release_s_cpu) + " on the CPU alone (the file is in the "
         "page cache: a RAM copy would hold the same bytes twice), " + fmt_double(cache::config::auto_ram_release_s_gpu) +
         " when the model runs on a GPU",

@@ -112,6 +112,20 @@ TEST(DeviceSettings, RamReleaseAutoIsFiveSecondsOnTheCpuAndThirtyOnAGpu) {
     }
 }
 
+// An anchor read back from disk is pinned in RAM again on a GPU, and on the CPU alone only with
+// RAM release off (cache::config::repin_read_anchors_for).
+TEST(DeviceSettings, ReadBackAnchorsArePinnedAgainOnAGpuOrWithoutRamRelease) {
+    params p;
+    ASSERT_TRUE(p.cache.repin_read_anchors);
+    EXPECT_FALSE(with_device_settings(p, /*gpu=*/false).cache.repin_read_anchors);  // auto: 5 s
+    EXPECT_TRUE(with_device_settings(p, /*gpu=*/true).cache.repin_read_anchors);
+    p.cache.ram_release_s = 0;  // release off
+    EXPECT_TRUE(with_device_settings(p, false).cache.repin_read_anchors);
+    p.cache.ram_release_s = 60;
+    EXPECT_FALSE(with_device_settings(p, false).cache.repin_read_anchors);
+    EXPECT_TRUE(with_device_settings(p, true).cache.repin_read_anchors);
+}
+
 TEST(DeviceSettings, DeviceSlotsAutoIsOneOnTheCpuAndFourOnAGpu) {
     params p;
     ASSERT_EQ(p.cache.device_slots, -1);  // the default is auto

@@ -15,14 +15,15 @@
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
 //   RAM|ANCHOR --release (its file has landed, unused --cache-ram-release-s)--> gone from RAM; the
-//          file answers the next lookup (load_disk; an anchor is pinned again).
+//          file answers the next lookup (load_disk; an anchor is pinned again, but on the CPU
+//          alone: config::repin_read_anchors).
 // Tier 2 (write-behind), beside the states above:
 //   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
 //          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
 //   WRITING --tier_written(f)--> has file f | --tier_written(0)--> write_failed (not offered again)
 //   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
 //   (file only) --plan: longer than memory's best--> load_disk --tier_loaded()--> TAKEN, or an
-//          anchor pinned in RAM again, or a counted miss (damaged)
+//          anchor pinned in RAM again (config::repin_read_anchors), or a counted miss (damaged)
 //
 // Lookup (docs/prompt-cache.md "Lookup"): one radix trie per bucket over the entries'
 // tokens; plan() visits the bucket's entries in descending common prefix with the prompt and
@@ -309,7 +310,8 @@ public:
      *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
      *  points up to n_restore return with the commit (RAM reserved for them; those that do not
      *  fit are dropped) and final_from_sequence is set (hybrid, restored whole); a file restored
-     *  as an anchor is pinned in RAM again (its file stays). Fails when the file was damaged or
+     *  as an anchor is pinned in RAM again (its file stays) where config::repin_read_anchors says
+     *  so, or when it came from a shared tier. Fails when the file was damaged or
      *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
      *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
      *  plan with the same captures; the status says which file and why. */

@@ -138,5 +138,70 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     EXPECT_EQ(q.n_restore, 0);  // a cold plan now
 }
 
+// An anchor read back from a tier for a new session: pinned in RAM again with its ladder where
+// the config says so (a GPU, or RAM release off), else it serves that hit from the file's state
+// and stays a file (the CPU alone with RAM release on: config::repin_read_anchors_for).
+TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
+    EXPECT_TRUE(config::repin_read_anchors_for(/*gpu=*/true, 30));
+    EXPECT_TRUE(config::repin_read_anchors_for(/*gpu=*/false, 0));
+    EXPECT_FALSE(config::repin_read_anchors_for(/*gpu=*/false, 5));
+    fakes::mem_tier mem("mem");
+    tier_write w;
+    w.entry_id = 1;
+    w.rec = record(seq(0, 40), 1000);
+    w.rec.bucket = "b";
+    w.rec.session = "s1";
+    w.rec.anchor = true;
+    w.last_use = 1.0;
+    mem.write(std::move(w));
+    mem.drain();
+    ASSERT_EQ(mem.take_completions().size(), 1u);
+    const tier_expect want{.bucket = "b", .prefix = seq(0, 40)};
+    for (const bool repin : {true, false}) {
+        SCOPED_TRACE(repin ? "pinned again" : "stays a file");
+        config c = hybrid_config();
+        c.repin_read_anchors = repin;
+        store st(c, true);
+        st.attach_tier(&mem, mem.traits());
+        const key k{"b", "s2"};  // a new session on the anchor's system prompt
+        auto p = st.plan(k, seq(0, 50), {}, 2.0);
+        ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
+        EXPECT_EQ(p.kind, point_kind::anchor);
+        EXPECT_EQ(p.n_restore, 40);
+        ASSERT_TRUE(st.tier_loaded(k, p, mem.load(p.tier_copy, want).get(), 3.0).is_ok());
+        ASSERT_TRUE(p.full);  // the hit restores from the file's state either way
+        EXPECT_EQ(p.full->size(), 1000u);
+        EXPECT_EQ(st.get_stats().anchors, repin ? 1 : 0);
+        EXPECT_EQ(st.get_stats().anchor_bytes, repin ? 1000u : 0u);
+        EXPECT_EQ(st.get_stats().hits_of_tier("mem"), 1);
+        st.check_invariants();
+        // The next new session: from the pinned RAM copy, or from the file again.
+        const auto q = st.plan(key{"b", "s3"}, seq(0, 50), {}, 4.0);
+        EXPECT_EQ(q.op, repin ? restore_op::load_ram : restore_op::load_disk) << q.reason;
+        EXPECT_EQ(q.n_restore, 40);
+    }
+    // From a shared tier (Redis: no file of this replica's own) it is pinned either way.
+    fakes::mem_tier shared("shared", /*shared=*/true);
+    tier_write sw;
+    sw.entry_id = 2;
+    sw.rec = record(seq(0, 40), 1000);
+    sw.rec.bucket = "b";
+    sw.rec.session = "s1";
+    sw.rec.anchor = true;
+    shared.write(std::move(sw));
+    shared.drain();
+    ASSERT_EQ(shared.take_completions().size(), 1u);
+    config c = hybrid_config();
+    c.repin_read_anchors = false;
+    store st(c, true);
+    st.attach_tier(&shared, shared.traits());
+    const key k{"b", "s2"};
+    auto p = st.plan(k, seq(0, 50), {}, 2.0);
+    ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
+    ASSERT_TRUE(st.tier_loaded(k, p, shared.load(p.tier_copy, want).get(), 3.0).is_ok());
+    EXPECT_EQ(st.get_stats().anchors, 1);
+    st.check_invariants();
+}
+
 }  // namespace
 }  // namespace lineage::cache
