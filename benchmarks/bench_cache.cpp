@@ -86,7 +86,7 @@ struct fixture {
         in.seq = seq;
         in.device_bytes = 1 << 20;
         const int32_t n = static_cast<int32_t>(t.size());
-        in.history_tokens = n - 5;
+        in.hints.history_tokens = n - 5;
         if (hybrid_) {
             for (const int32_t at : {n - 5, n - 1}) {
                 if (!st->reserve(checkpoint_bytes)) {

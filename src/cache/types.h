@@ -61,6 +61,40 @@ struct checkpoint {
  *  the file's name; Redis: the shared index's id); 0 = none. */
 using copy_id = uint64_t;
 
+/** What preparing a request found in its prompt besides its tokens (docs/prompt-cache.md
+ *  "Restore points"): one struct from the HTTP thread's preparation (scheduler::cache_hints
+ *  derives from it) through the plan (store::plan_hints) to the commit (commit_input::hints).
+ *  Lengths and positions in tokens of the prompt; -1 or empty: not known or none. */
+struct prompt_hints {
+    /** End of the shared system prompt + tools (the anchor length), or -1 when the request has no
+     *  leading system message/tools. */
+    int32_t anchor_tokens = -1;
+    /** The prompt without its generation prompt (the history boundary: where the next turn's
+     *  prompt can leave this one when the template re-renders the assistant turn). */
+    int32_t history_tokens = -1;
+    /** End of the tool block alone, where the template renders the tools before the system text
+     *  (Qwen3.5, GLM): the prefix every system prompt with these tools shares, even one whose
+     *  text changes per session (a timestamp); a second anchor. Hybrid only; -1 when the request
+     *  has no tools or the tool block does not come first. */
+    int32_t tools_anchor_tokens = -1;
+    /** Positions where a line begins (the token before holds a newline), ascending: where ladder
+     *  rungs and divergence checkpoints go (cache/rule/ladder.h). Hybrid families only. */
+    std::vector<int32_t> line_starts = {};
+    /** Where the last message starts when it is a user message (the conversation before it
+     *  rendered alone: its common prefix with the prompt): an edit of that message restores up
+     *  to it (--cache-last-user-checkpoint), and message rungs before it belong to older
+     *  messages. Hybrid families only. */
+    int32_t last_user_tokens = -1;
+    /** Positions where per-session content starts inside the system region (an absolute path, a
+     *  date: what agents write per folder and per day into their system text or a tool's
+     *  description), ascending: on a new system region a ladder rung (a split) goes right before
+     *  each that lies before the near zone (--cache-ladder-volatile-rungs; ladder.h). Hybrid only. */
+    std::vector<int32_t> volatile_starts = {};
+    /** Prompt lengths where the client marked a cache breakpoint (Anthropic `cache_control`),
+     *  before BPE slack: a restore point is captured at each. */
+    std::vector<int32_t> breakpoint_tokens = {};
+};
+
 /** Shares `b` as an immutable blob; when its last reference goes, its buffer returns to the
  *  process's blob_pool (blob_pool.h) for a later capture of the same size. */
 blob_ptr make_blob(blob b);

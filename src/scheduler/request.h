@@ -66,40 +66,14 @@ struct sampling_params {
 };
 
 /** What the cache needs to know about a request besides its tokens (docs/prompt-cache.md
- *  "Lookup"). Digests are hex strings computed on the HTTP thread. */
-struct cache_hints {
+ *  "Lookup"): its key's parts and the prompt's hints (cache::prompt_hints, which this struct
+ *  carries on to the plan and the commit). Digests are hex strings computed on the HTTP thread. */
+struct cache_hints : cache::prompt_hints {
     bool cache_prompt = true;          ///< false: neither read nor write the cache
     std::string bucket;                ///< digest of model, lora, template_sig, rope, mm, tenant
     std::string tenant;                ///< the API key's tenant ("" without keys): per-tenant stats and reset
     cache::key_dims dims;              ///< the bucket's dimensions; filled only with --cache-trace
     std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
-    /** Tokens of the shared system prompt + tools (the anchor length, docs/prompt-cache.md
-     *  "Restore points"), or -1 when the request has no leading system message/tools. */
-    int32_t anchor_tokens = -1;
-    /** Tokens of the prompt without its generation prompt (the history boundary: where the
-     *  next turn's prompt can leave this one when the template re-renders the assistant turn),
-     *  or -1 when unknown. */
-    int32_t history_tokens = -1;
-    /** Tokens of the tool block alone, where the template renders the tools before the system
-     *  text (Qwen3.5, GLM): the prefix every system prompt with these tools shares, even one
-     *  whose text changes per session (a timestamp). -1 when the request has no tools or the
-     *  tool block does not come first (the prompt then leaves the tools-only render early). */
-    int32_t tools_anchor_tokens = -1;
-    /** Prompt lengths, in tokens, where the client marked a cache breakpoint (Anthropic
-     *  `cache_control`), before BPE slack: the cache captures a restore point at each. */
-    std::vector<int32_t> breakpoint_tokens;
-    /** Prompt positions where a line begins (the token before holds a newline), ascending:
-     *  where the cache puts ladder rungs and divergence checkpoints (cache/rule/ladder.h). Filled
-     *  for hybrid families only. */
-    std::vector<int32_t> line_starts;
-    /** Prompt positions where an absolute path or a date starts inside the system region
-     *  (before anchor_tokens), ascending, tokens: where a new system region gets extra ladder
-     *  rungs (cache::plan_hints::volatile_starts). Hybrid families only. */
-    std::vector<int32_t> volatile_starts;
-    /** Where the last message starts when it is a user message (the conversation before it
-     *  rendered alone: its common prefix with the prompt), tokens, or -1: an edit of that
-     *  message restores up to it (--cache-last-user-checkpoint). Hybrid families only. */
-    int32_t last_user_tokens = -1;
 };
 
 /** The work the HTTP thread did to prepare a request's prompt (server::chat_preparer; what

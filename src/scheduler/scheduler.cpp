@@ -391,9 +391,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     for (const auto & m : s.req->media) {
         media.push_back(m.span);
     }
-    cache::plan_hints hints{s.req->cache.anchor_tokens, s.req->cache.history_tokens, s.req->cache.tools_anchor_tokens,
-                            s.req->cache.line_starts, s.req->cache.last_user_tokens, media};
-    hints.volatile_starts = s.req->cache.volatile_starts;
+    cache::plan_hints hints{s.req->cache, media};  // the prompt's hints, as prepared, and its images
     std::vector<cache::live_state> live;
     if (s.use_cache && !s.req->warmup && media.empty()) {
         live = live_states(s);
@@ -402,11 +400,11 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (s.use_cache && s.req->warmup) {
         s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
     } else if (s.use_cache) {
-        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s(), s.req->cache.breakpoint_tokens);
+        s.plan = store_.plan(s.key, s.req->prompt, hints, now_s());
     } else if (hybrid_) {
         // Split where a first request with the cache on would capture (nothing is captured):
         // Mamba2's chunked scan depends on the split, so cache off then computes as a miss.
-        s.plan.captures = store_.cold_split_points(s.req->prompt, hints, s.req->cache.breakpoint_tokens);
+        s.plan.captures = store_.cold_split_points(s.req->prompt, hints);
     }
     s.stats.lookup_s = seconds_since(t0);
     // A warm-up samples nothing (its guard splits); a bypass rolls back as a miss does.

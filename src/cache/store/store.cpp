@@ -156,8 +156,7 @@ stored_state store::state_of(const entry & e, const std::string & session) const
                         static_cast<double>(e.mru), &e.chain};
 }
 
-restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
-                         const std::vector<int32_t> & breakpoints) {
+restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
     restore_plan p;
     const bool counted = !warmup_lookup_;  // a warm-up's lookup is no request's (stats.warmup)
     stats_.lookups += counted ? 1 : 0;
@@ -356,22 +355,21 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
         classify(k, prompt, live_lcp, hints.media, p);
     }
-    add_captures(p, k, prompt, hints, breakpoints);
+    add_captures(p, k, prompt, hints);
     if (trace_.on()) {
         trace_plan(k, prompt, hints, p);
     }
     return p;
 }
 
-std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints,
-                                                    const std::vector<int32_t> & breakpoints) const {
+std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints) const {
     restore_plan p;
-    add_captures(p, key{}, prompt, hints, breakpoints);  // no bucket "": nothing to diverge from, no anchor held
+    add_captures(p, key{}, prompt, hints);  // no bucket "": nothing to diverge from, no anchor held
     return p.captures;
 }
 
-void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
-                         const std::vector<int32_t> & breakpoints) const {
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
+    const std::vector<int32_t> & breakpoints = h.breakpoint_tokens;
     if (!cfg_.lineage) {
         return;  // exact mode: whole-prompt snapshots only
     }

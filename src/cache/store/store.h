@@ -75,22 +75,11 @@ struct live_state {
     std::vector<checkpoint> checkpoints;  ///< hybrid: recurrent states its prefill took, ascending
 };
 
-/** Request facts the plan needs besides its tokens. */
-struct plan_hints {
-    int32_t anchor_tokens = -1;   ///< end of system prompt + tools, tokens (-1: none)
-    int32_t history_tokens = -1;  ///< prompt minus its generation prompt, tokens (-1: unknown)
-    /** End of the tool block where the template renders it before the system text, tokens
-     *  (-1: none): a second anchor, shared by system texts that differ (a per-session
-     *  timestamp, sibling prompts), so that their new sessions do not start cold. Hybrid only
-     *  (a dense entry restores any prefix of an earlier session anyway). */
-    int32_t tools_anchor_tokens = -1;
-    /** Prompt positions where a line begins (after a token holding a newline), ascending: where
-     *  ladder rungs and divergence checkpoints go (ladder.h). Empty: none known. The span must
-     *  outlive the plan() call. */
-    std::span<const int32_t> line_starts = {};
-    /** Start of the last message when it is a user message, tokens (-1: none): a turn
-     *  checkpoint there lets an edit of that message restore up to it. Hybrid only. */
-    int32_t last_user_tokens = -1;
+/** What the plan needs besides the prompt's tokens: the prompt's hints (prompt_hints, types.h)
+ *  and, for this one plan, its images and the running requests' sequences. Positional
+ *  initialisation fills the prompt_hints first (anchor, history, tools anchor, line starts, last
+ *  user message, ...). */
+struct plan_hints : prompt_hints {
     /** The prompt's images (media.h), ascending: no capture is planned strictly inside one (it
      *  moves back to the image's start), a hybrid prefill captures a turn checkpoint at each
      *  image's start, and a lookup whose longest match parts at an image's start names
@@ -100,12 +89,6 @@ struct plan_hints {
      *  restore point is chosen only when it is longer than every stored one. The span must
      *  outlive the plan() call. */
     std::span<const live_state> live = {};
-    /** Prompt positions where per-session content starts inside the system region (an absolute
-     *  path, a date: what agents write per folder and per day into their system text or a tool's
-     *  description), ascending, tokens: on a new system region a ladder rung (a split) goes
-     *  right before each that lies before the near zone (--cache-ladder-volatile-rungs; ladder.h).
-     *  Empty: none known. The span must outlive the plan() call. */
-    std::span<const int32_t> volatile_starts = {};
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
@@ -204,12 +187,11 @@ struct commit_input {
     uint64_t device_bytes = 0;         ///< size of that state, bytes (accounting)
     blob_ptr final_recurrent;          ///< hybrid: recurrent state at toks.size() (may be null)
     std::vector<checkpoint> captured;  ///< checkpoints taken during this request's prefill
-    /** The prompt's history boundary (plan_hints), -1 when none (e.g. it ends with a tool
-     *  result): the entry then keeps the absorbed entry's boundary as its absorption threshold. */
-    int32_t history_tokens = -1;
-    /** Where the prompt's last user message starts (plan_hints), -1 when unknown: message rungs
-     *  before it belong to older messages and are dropped (config::message_rungs). */
-    int32_t last_user_tokens = -1;
+    /** The prompt's hints, as the plan had them. Read here: history_tokens (-1 when none, e.g.
+     *  it ends with a tool result: the entry then keeps the absorbed entry's boundary as its
+     *  absorption threshold) and last_user_tokens (-1 when unknown: message rungs before it
+     *  belong to older messages and are dropped, config::message_rungs). */
+    prompt_hints hints;
     /** The plan, when it took an entry (absorption), or when it copied one whose restore points
      *  the new entry carries (restore_plan::inherited: a running request's, a resend twin's). */
     std::optional<restore_plan> absorbed;
@@ -264,11 +246,10 @@ public:
     /** Chooses the longest restore point for `prompt` (REQUIRES: non-empty) under key `k` and
      *  the capture points of its prefill. Takes the entry out of the index when the plan
      *  absorbs it. `now_s`: monotonic seconds. Always leaves >= 1 token to prefill.
-     *  `breakpoints`: client-marked cache breakpoints (Anthropic `cache_control`), prompt
-     *  lengths before BPE slack: a hybrid prompt captures a turn checkpoint at each, minus
+     *  hints.breakpoint_tokens: client-marked cache breakpoints (Anthropic `cache_control`),
+     *  prompt lengths before BPE slack: a hybrid prompt captures a turn checkpoint at each, minus
      *  anchor_slack (a dense entry restores any prefix of itself anyway). */
-    restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s,
-                      const std::vector<int32_t> & breakpoints = {});
+    restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s);
 
     /** Reserves `bytes` of RAM for a new state before it is allocated, evicting least
      *  recently used entries first (never entry `protect`). Returns false (and counts a
@@ -296,8 +277,7 @@ public:
      *  the cache splits its chunks there, so that on a model whose numerics depend on the split
      *  (Mamba2's chunked scan) it computes what a first request with the cache on computes.
      *  No side effects. */
-    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints,
-                                                 const std::vector<int32_t> & breakpoints = {}) const;
+    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints) const;
 
     /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM, with
      *  its ladder `rungs` (recurrent checkpoints inside it, ascending; hybrid; those outside
@@ -473,8 +453,7 @@ private:
     void index_add(iter it);
     /** Takes an entry out of the index; call before erasing it from entries_. */
     void index_remove(iter it);
-    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
-                      const std::vector<int32_t> & breakpoints) const;
+    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
     void thin(std::vector<checkpoint> & cps);
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and

@@ -107,7 +107,7 @@ bool store::commit(commit_input in, double now_s) {
     e.last_use = now_s;
     e.unwritten_since = in.absorbed && in.absorbed->unwritten_since >= 0 ? std::min(in.absorbed->unwritten_since, now_s)
                                                                          : now_s;
-    e.history = in.history_tokens;
+    e.history = in.hints.history_tokens;
     e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
     e.resend_twin = in.absorbed ? in.absorbed->twin : 0;
     if (e.history < 0 && in.absorbed) {
@@ -142,7 +142,7 @@ bool store::commit(commit_input in, double now_s) {
         const int32_t n = static_cast<int32_t>(e.toks.size());
         std::erase_if(cps, [n](const checkpoint & c) { return c.n_tokens < 1 || c.n_tokens >= n || !c.recurrent; });
         // Only the newest user message keeps its message rungs: those of earlier messages go.
-        if (const int32_t m = in.last_user_tokens; m >= 0) {
+        if (const int32_t m = in.hints.last_user_tokens; m >= 0) {
             std::erase_if(cps, [m](const checkpoint & c) { return c.kind == point_kind::message && c.n_tokens <= m; });
         }
         // Newest capture wins at equal length (stable sort keeps insertion order).

@@ -83,7 +83,7 @@ std::unique_ptr<store> in_ram(bool hybrid, const std::vector<spec> & sp) {
             in.toks = s.toks;
             in.seq = seq_id++;
             in.device_bytes = 1000;
-            in.history_tokens = s.history;
+            in.hints.history_tokens = s.history;
             for (auto [n, kind] : s.cps) {
                 EXPECT_TRUE(st->reserve(100));
                 in.reserved_bytes += 100;

@@ -36,8 +36,8 @@ protected:
         in.toks = prompt;
         in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
         in.device_bytes = 1000;
-        in.history_tokens = h.history_tokens;
-        in.last_user_tokens = h.last_user_tokens;
+        in.hints.history_tokens = h.history_tokens;
+        in.hints.last_user_tokens = h.last_user_tokens;
         for (const auto & c : p.captures) {
             if (c.kind == point_kind::anchor) {
                 // As lifecycle::capture: the rungs captured before it go with the anchor.
@@ -847,7 +847,9 @@ TEST_F(StoreTest, AnEditOfTheLastUserMessageRestoresUpToItsStart) {
     EXPECT_EQ(p3.kind, point_kind::turn);
     // A request with client cache breakpoints keeps those instead (no last-user turn).
     store fresh(small_config(), /*hybrid=*/true);
-    auto p4 = fresh.plan(key{"b", "s"}, cat(head, seq(8000, 60)), plan_hints{-1, 555, -1, {}, 500}, 4.0, {300});
+    plan_hints marked{-1, 555, -1, {}, 500};
+    marked.breakpoint_tokens = {300};
+    auto p4 = fresh.plan(key{"b", "s"}, cat(head, seq(8000, 60)), marked, 4.0);
     EXPECT_TRUE(std::none_of(p4.captures.begin(), p4.captures.end(),
                              [](const capture_point & c) { return c.n_tokens == 500; }));
     EXPECT_TRUE(std::any_of(p4.captures.begin(), p4.captures.end(),

@@ -20,17 +20,23 @@ config test_config() {
     return c;
 }
 
+/** `h` with the client's cache breakpoints `bps` (prompt_hints::breakpoint_tokens). */
+plan_hints marked(plan_hints h, std::vector<int32_t> bps) {
+    h.breakpoint_tokens = std::move(bps);
+    return h;
+}
+
 // Plans `prompt`, captures fake checkpoints at the plan's capture points, commits; returns the plan.
 restore_plan run(store & st, const key & k, const tokens & prompt, const plan_hints & h, const std::vector<int32_t> & bps,
                  int32_t seq_id, double now) {
-    restore_plan p = st.plan(k, prompt, h, now, bps);
+    restore_plan p = st.plan(k, prompt, marked(h, bps), now);
     st.check_invariants();
     commit_input in;
     in.k = k;
     in.toks = prompt;
     in.seq = seq_id;
     in.device_bytes = 1000;
-    in.history_tokens = h.history_tokens;
+    in.hints.history_tokens = h.history_tokens;
     for (const auto & c : p.captures) {
         EXPECT_TRUE(st.reserve(100));
         in.reserved_bytes += 100;
@@ -67,7 +73,7 @@ TEST(StoreBreakpoints, HybridCapturesAtTheBreakpointAndANewSessionRestoresThere)
     const std::vector<std::pair<int32_t, point_kind>> want = {{298, point_kind::turn}, {394, point_kind::turn}};
     EXPECT_EQ(got, want) << "a checkpoint at the breakpoint minus the 2-token slack, and the history boundary";
 
-    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0, {300});
+    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), marked(h, {300}), 2.0);
     EXPECT_EQ(p2.n_restore, 298);
     EXPECT_EQ(p2.kind, point_kind::turn);
 }
@@ -86,7 +92,7 @@ TEST(StoreBreakpoints, BreakpointsOutsideThePrefillAreNotCaptured) {
     // At or before the restore point, or at/after the prompt's end: nothing to capture.
     store st(test_config(), /*hybrid=*/true);
     plan_hints h;
-    const restore_plan p = st.plan(key{"b", "s"}, conversation(0), h, 1.0, {1, 400, 900});
+    const restore_plan p = st.plan(key{"b", "s"}, conversation(0), marked(h, {1, 400, 900}), 1.0);
     std::vector<int32_t> got;
     for (const auto & c : p.captures) {
         got.push_back(c.n_tokens);
@@ -99,7 +105,7 @@ TEST(StoreBreakpoints, DenseNeedsNoCaptureButRestoresThePrefix) {
     plan_hints h;
     const restore_plan p1 = run(st, key{"b", "s1"}, conversation(0), h, {300}, 0, 1.0);
     EXPECT_TRUE(p1.captures.empty());
-    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), h, 2.0, {300});
+    const restore_plan p2 = st.plan(key{"b", "s2"}, conversation(1), marked(h, {300}), 2.0);
     EXPECT_EQ(p2.n_restore, 300);
 }
 

@@ -49,7 +49,7 @@ protected:
         in.toks = prompt;
         in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
         in.device_bytes = 1000;
-        in.history_tokens = h.history_tokens;
+        in.hints.history_tokens = h.history_tokens;
         for (const auto & c : p.captures) {
             EXPECT_TRUE(st.reserve(100));
             in.reserved_bytes += 100;
