@@ -15,6 +15,20 @@ namespace {
 
 using fakes::seq;
 
+/** Writes a 40-token record (1000 bytes of state) of bucket "b", session `session`, through `t`'s
+ *  worker and waits for it. */
+void put_record(fakes::mem_tier & t, const std::string & session, bool anchor = false) {
+    tier_write w;
+    w.entry_id = 1;
+    w.rec = record(seq(0, 40), 1000);
+    w.rec.bucket = "b";
+    w.rec.session = session;
+    w.rec.anchor = anchor;
+    w.last_use = 1.0;
+    t.write(std::move(w));
+    t.drain();
+}
+
 tier_traits traits_of(const std::string & name, bool shared) {
     return tier_traits{.name = name, .shared = shared, .load_failed = name + "_failed", .copy_noun = name + " copy"};
 }
@@ -87,14 +101,7 @@ TEST(StoreTiers, NoTierAttachedPlansNoLoadAndWritesNothing) {
 // restore rule over its catalog, read back and completed by tier_loaded as a hit of that tier.
 TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     fakes::mem_tier mem("mem");
-    tier_write w;
-    w.entry_id = 1;
-    w.rec = record(seq(0, 40), 1000);
-    w.rec.bucket = "b";
-    w.rec.session = "s";
-    w.last_use = 1.0;
-    mem.write(std::move(w));
-    mem.drain();
+    put_record(mem, "s");
     const auto done = mem.take_completions();
     ASSERT_EQ(done.size(), 1u);
     ASSERT_TRUE(done[0].result.is_ok());
@@ -146,15 +153,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
     EXPECT_TRUE(config::repin_read_anchors_for(/*gpu=*/false, 0));
     EXPECT_FALSE(config::repin_read_anchors_for(/*gpu=*/false, 5));
     fakes::mem_tier mem("mem");
-    tier_write w;
-    w.entry_id = 1;
-    w.rec = record(seq(0, 40), 1000);
-    w.rec.bucket = "b";
-    w.rec.session = "s1";
-    w.rec.anchor = true;
-    w.last_use = 1.0;
-    mem.write(std::move(w));
-    mem.drain();
+    put_record(mem, "s1", /*anchor=*/true);
     ASSERT_EQ(mem.take_completions().size(), 1u);
     const tier_expect want{.bucket = "b", .prefix = seq(0, 40)};
     for (const bool repin : {true, false}) {
@@ -182,14 +181,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
     }
     // From a shared tier (Redis: no file of this replica's own) it is pinned either way.
     fakes::mem_tier shared("shared", /*shared=*/true);
-    tier_write sw;
-    sw.entry_id = 2;
-    sw.rec = record(seq(0, 40), 1000);
-    sw.rec.bucket = "b";
-    sw.rec.session = "s1";
-    sw.rec.anchor = true;
-    shared.write(std::move(sw));
-    shared.drain();
+    put_record(shared, "s1", /*anchor=*/true);
     ASSERT_EQ(shared.take_completions().size(), 1u);
     config c = hybrid_config();
     c.repin_read_anchors = false;
