@@ -476,7 +476,7 @@ tier_load_result disk_tier::load_now(copy_id id, const tier_expect & want) {
         if (r.error == tier_load_error::none) {
             // The index row's last use is written after the load is answered (tick_now), not on
             // the request's path: one SQLite transaction with a sync to disk took 1-64 ms here
-            // (docs/architecture.md "Tier 2 (disk) as implemented").
+            // (docs/prompt-cache.md, the T2 disk tier's index).
             pending_touches_.emplace_back(id, wall_s());
             request_tick();
             util::lock_guard lk(mu_);
