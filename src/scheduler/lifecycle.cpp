@@ -324,7 +324,10 @@ void lifecycle::commit(slot & s, double now_s) {
     }
     s.captured.clear();
     in.reserved_bytes = s.reserved_bytes;
-    in.hints = s.req->cache;  // the prompt's hints (cache_hints derives from cache::prompt_hints)
+    // The prompt's hints the commit reads (cache_hints derives from cache::prompt_hints; its
+    // position lists stay with the request).
+    in.hints.history_tokens = s.req->cache.history_tokens;
+    in.hints.last_user_tokens = s.req->cache.last_user_tokens;
     in.warmed = s.req->warmup;  // whole or preempted: a later restore of it is a warm-up hit
     if (s.plan.absorbs || s.plan.twin != 0 || !s.plan.inherited.empty()) {  // a copy may carry its source's restore points
         in.absorbed = std::move(s.plan);

@@ -216,6 +216,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.tier = on_tier;
         p.tier_name = t.name;
         p.source_tokens = on_disk->source_tokens;
+        p.source_anchor = on_disk->anchor;
         p.source_history = on_disk->history;
         const int32_t len = on_disk->source_tokens;
         p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
@@ -390,11 +391,15 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
     const int32_t tools_anchor =
         anchors_on && hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
     bool anchor_planned = false;
+    // An anchor file this plan reads that stays a file (store::repins_read_anchor) is this
+    // system prompt's anchor: capturing it again would pin a copy without its file, which the
+    // disk tier would then write a second time.
+    const bool anchor_file = p.op == restore_op::load_disk && p.source_anchor && !repins_read_anchor(p);
     for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
         if (a < 0) {
             continue;
         }
-        bool exists = false;
+        bool exists = anchor_file && p.source_tokens == a;
         if (auto t = tries_.find(k.bucket); t != tries_.end() && a > 0) {
             for (uint64_t id : t->second.exact(prompt, a)) {
                 exists = exists || by_id_.at(id)->anchor;

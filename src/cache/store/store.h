@@ -120,6 +120,7 @@ struct restore_plan {
     restore_op op = restore_op::none;
     uint64_t source = 0;                   ///< entry id restored from (0: none)
     int32_t source_tokens = 0;             ///< that entry's full length, tokens
+    bool source_anchor = false;            ///< load_disk: the copy is a pinned anchor's (system prompt + tools)
     int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
     int32_t device_seq = -1;               ///< take_device / share_device
     blob_ptr full;                         ///< load_ram
@@ -187,7 +188,7 @@ struct commit_input {
     uint64_t device_bytes = 0;         ///< size of that state, bytes (accounting)
     blob_ptr final_recurrent;          ///< hybrid: recurrent state at toks.size() (may be null)
     std::vector<checkpoint> captured;  ///< checkpoints taken during this request's prefill
-    /** The prompt's hints, as the plan had them. Read here: history_tokens (-1 when none, e.g.
+    /** The prompt's hints (the scheduler fills what the commit reads): history_tokens (-1 when none, e.g.
      *  it ends with a tool result: the entry then keeps the absorbed entry's boundary as its
      *  absorption threshold) and last_user_tokens (-1 when unknown: message rungs before it
      *  belong to older messages and are dropped, config::message_rungs). */
@@ -497,6 +498,13 @@ private:
     /** The first tier holds copies for this replica alone: the entries' tier_copy are its
      *  copies, which supersession deletes and on whose word RAM is released. */
     bool own_copies() const { return !tiers_.empty() && !tiers_.front().traits.shared; }
+    /** Whether tier_loaded pins the anchor `p` reads back in RAM again: where
+     *  config::repin_read_anchors says so, and always for a copy from a shared tier (Redis: this
+     *  replica has no file of it). When it does not, the anchor stays a file and the plan
+     *  captures no anchor (nor its ladder) over it: it is this system prompt's anchor still. */
+    bool repins_read_anchor(const restore_plan & p) const {
+        return cfg_.repin_read_anchors || !(p.tier == 0 && own_copies());
+    }
     /** How the decision log names the copy `p` loads ("disk file"). */
     std::string copy_noun(const restore_plan & p) const;
     /** A shared tier is attached: anchors are handed over as soon as they are pinned. */

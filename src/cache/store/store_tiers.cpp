@@ -146,20 +146,19 @@ util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_resul
             }
         }
         p.final_from_sequence = hybrid_ && p.n_restore == p.source_tokens;
-    } else if (const bool own_file = p.tier == 0 && own_copies();
-               rec.anchor && (cfg_.repin_read_anchors || !own_file) &&
+    } else if (rec.anchor && repins_read_anchor(p) &&
                (p.kind == point_kind::anchor || p.kind == point_kind::ladder)) {
         // A system prompt seen before the restart or released from RAM: pinned in RAM again
         // with its ladder (its file stays). Not on the CPU alone with RAM release on
         // (config::repin_read_anchors_for) when it came from our own file: the next new session
-        // reads that file again. One read from a shared tier (Redis) is pinned, to be written to
-        // our own tier from RAM.
+        // reads that file again (and the plan captured no anchor over it). One read from a
+        // shared tier (Redis) is pinned, to be written to our own tier from RAM.
         uint64_t size = size_of(rec.full);
         for (const auto & c : rec.checkpoints) {
             size += size_of(c.recurrent);
         }
         if (reserve(size)) {
-            commit_anchor(k, rec.toks, rec.full, size, now_s, own_file ? p.tier_copy : 0,
+            commit_anchor(k, rec.toks, rec.full, size, now_s, p.tier == 0 && own_copies() ? p.tier_copy : 0,
                           rec.checkpoints);
         }
     }

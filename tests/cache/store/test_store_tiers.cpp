@@ -163,10 +163,20 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
         store st(c, true);
         st.attach_tier(&mem, mem.traits());
         const key k{"b", "s2"};  // a new session on the anchor's system prompt
-        auto p = st.plan(k, seq(0, 50), {}, 2.0);
+        plan_hints h;
+        h.anchor_tokens = 40 + c.anchor_slack;  // the same system prompt: its anchor is the file's 40 tokens
+        auto p = st.plan(k, seq(0, 50), h, 2.0);
         ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
         EXPECT_EQ(p.kind, point_kind::anchor);
         EXPECT_EQ(p.n_restore, 40);
+        if (!repin) {
+            // The file is the anchor still: no anchor (pinned without a file, written a second
+            // time) and no ladder is captured over it.
+            for (const auto & cp : p.captures) {
+                EXPECT_NE(cp.kind, point_kind::anchor) << cp.n_tokens;
+                EXPECT_NE(cp.kind, point_kind::ladder) << cp.n_tokens;
+            }
+        }
         ASSERT_TRUE(st.tier_loaded(k, p, mem.load(p.tier_copy, want).get(), 3.0).is_ok());
         ASSERT_TRUE(p.full);  // the hit restores from the file's state either way
         EXPECT_EQ(p.full->size(), 1000u);
@@ -175,7 +185,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
         EXPECT_EQ(st.get_stats().hits_of_tier("mem"), 1);
         st.check_invariants();
         // The next new session: from the pinned RAM copy, or from the file again.
-        const auto q = st.plan(key{"b", "s3"}, seq(0, 50), {}, 4.0);
+        const auto q = st.plan(key{"b", "s3"}, seq(0, 50), h, 4.0);
         EXPECT_EQ(q.op, repin ? restore_op::load_ram : restore_op::load_disk) << q.reason;
         EXPECT_EQ(q.n_restore, 40);
     }

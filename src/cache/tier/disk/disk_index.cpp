@@ -301,8 +301,12 @@ void disk_index::touch(const std::vector<std::pair<copy_id, double>> & uses) {
     if (uses.empty()) {
         return;
     }
-    const bool tx = sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
-    {
+    if (sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) {
+        return;  // the last uses are lost: the eviction order after a restart is a little older
+    }
+    // Never leave the transaction open: every later insert and erase would run inside it.
+    bool committed = false;
+    try {
         stmt u(db_, "UPDATE files SET last_use = ? WHERE id = ?");
         for (const auto & [id, last_use] : uses) {
             sqlite3_bind_double(u.get(), 1, last_use);
@@ -310,9 +314,13 @@ void disk_index::touch(const std::vector<std::pair<copy_id, double>> & uses) {
             u.step();
             sqlite3_reset(u.get());
         }
+        committed = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK;
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
     }
-    if (tx) {
-        sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    if (!committed) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
     }
 }
 
