@@ -2,12 +2,13 @@
 #include "server/http/endpoints.h"
 
 #include "server/dialects/anthropic/anthropic_handler.h"
-#include "server/ops/cache_view.h"
+#include "server/dialects/anthropic/anthropic_response.h"
 #include "server/dialects/chat/chat_handler.h"
 #include "server/dialects/completions/completions_handler.h"
-#include "server/http/errors.h"
-#include "server/ops/ops_handlers.h"
 #include "server/dialects/responses/responses_handler.h"
+#include "server/http/errors.h"
+#include "server/ops/cache_view.h"
+#include "server/ops/ops_handlers.h"
 
 #include <array>
 
@@ -20,18 +21,20 @@ using enum endpoint_access;
 // The order is the order of --help and of the 404 answer's list.
 constexpr std::array table{
     endpoint{.method = "POST", .path = "/v1/chat/completions", .alias = "/chat/completions",
-             .handler = handle_chat_completions},
-    endpoint{.method = "POST", .path = "/v1/messages", .errors = error_shape::anthropic, .handler = handle_messages},
+             .generates = &chat_dialect},
+    endpoint{.method = "POST", .path = "/v1/messages", .errors = error_shape::anthropic,
+             .generates = &messages_dialect},
     endpoint{.method = "POST", .path = "/v1/messages/count_tokens", .errors = error_shape::anthropic,
              .handler = handle_count_tokens},
-    endpoint{.method = "POST", .path = "/v1/responses", .alias = "/responses", .handler = handle_responses},
+    endpoint{.method = "POST", .path = "/v1/responses", .alias = "/responses", .generates = &responses_dialect},
     endpoint{.method = "GET", .path = "/v1/responses/:id", .handler = handle_get_response},
     endpoint{.method = "DELETE", .path = "/v1/responses/:id", .handler = handle_delete_response},
     // Clients send the cancel without a body (and so without a Content-Type).
     endpoint{.method = "POST", .path = "/v1/responses/:id/cancel", .body_optional = true,
              .handler = handle_cancel_response},
     endpoint{.method = "GET", .path = "/v1/responses/:id/input_items", .handler = handle_list_input_items},
-    endpoint{.method = "POST", .path = "/v1/completions", .alias = "/completions", .handler = handle_completions},
+    endpoint{.method = "POST", .path = "/v1/completions", .alias = "/completions",
+             .generates = &completions_dialect},
     endpoint{.method = "GET", .path = "/v1/models", .alias = "/models", .handler = handle_models},
     endpoint{.method = "GET", .path = "/health", .access = open, .handler = handle_health},
     endpoint{.method = "GET", .path = "/", .access = open, .note = "and HEAD: clients probe the base URL",
@@ -62,6 +65,10 @@ bool serves(const endpoint & e, std::string_view path) {
 }
 
 }  // namespace
+
+json error_json(error_shape shape, const api_error & e) {
+    return shape == error_shape::anthropic ? anthropic_error_json(e) : to_json(e);
+}
 
 std::span<const endpoint> endpoint_table() {
     return table;

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "server/http/errors.h"
-#include "server/http/http_fwd.h"
+#include "server/http/http_message.h"
 
 #include <cstdint>
 #include <span>
@@ -17,6 +17,7 @@
 namespace lineage::server {
 
 struct server_context;
+struct dialect;  // server/run/generation.h
 
 /** Who may call an endpoint once API keys are configured (--api-key, --tenant-key,
  *  --admin-api-key; without keys everyone may call everything). */
@@ -32,7 +33,10 @@ enum class error_shape {
     anthropic,  ///< {"type": "error", "error": {"type", "message"}} (anthropic_response.h)
 };
 
-using endpoint_handler = void (*)(const httplib::Request &, httplib::Response &, server_context &);
+/** The error body of `e` in `shape`. */
+json error_json(error_shape shape, const api_error & e);
+
+using endpoint_handler = void (*)(const http_request &, http_response &, server_context &);
 
 struct endpoint {
     std::string_view method = {};  ///< "GET", "POST" or "DELETE" (httplib answers HEAD with GET's handler)
@@ -46,6 +50,9 @@ struct endpoint {
      *  `WWW-Authenticate: Basic`, so the browser's own login dialog sends it. GET only. */
     bool browser = false;
     std::string_view note = {};  ///< shown after the endpoint in --help ("" = none)
+    /** A generating endpoint: the API dialect handle_generation() runs it with (its `errors`
+     *  is this row's too); nullptr for the others, which name their own `handler`. */
+    const dialect * generates = nullptr;
     endpoint_handler handler = nullptr;
 };
 

@@ -49,7 +49,7 @@ api_error body_too_large(uint64_t max_body_bytes);
 api_error server_error(std::string message);
 
 /** The one mapping of a scheduler failure to an HTTP status and error fields, for every API
- *  dialect (each dialect's response_writer::error_body renders the shape):
+ *  dialect (endpoints.h `error_json` renders it in the dialect's shape):
  *  prompt_too_long 400 invalid_request_error; no_free_sequence, kv_full, shutting_down 503
  *  server_error; decode_failed 500 server_error. The message is the scheduler's. */
 api_error to_api_error(const scheduler::request_failure & f);

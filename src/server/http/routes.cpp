@@ -3,11 +3,12 @@
 // handlers themselves are in the *_handler.cpp files.
 #include "server/http/routes.h"
 
-#include "server/dialects/anthropic/anthropic_response.h"
 #include "server/http/base64.h"
 #include "server/http/endpoints.h"
 #include "server/http/errors.h"
 #include "server/http/http_guard.h"
+#include "server/http/http_message.h"
+#include "server/run/generation.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -55,11 +56,65 @@ bool bodyless_post(const httplib::Request & req) {
     return e && e->body_optional && !req.has_header("Transfer-Encoding") && (length.empty() || length == "0");
 }
 
-// Paths answered in Anthropic's error shape: its endpoints' (endpoint::errors), and unknown
-// paths under /v1/messages.
-bool anthropic_path(const std::string & path) {
+// What httplib parsed, as the handlers' request (http_message.h); the body only when asked (the
+// guards before routing read the headers alone).
+http_request to_http_request(const httplib::Request & req, bool with_body) {
+    http_request r;
+    r.method = req.method;
+    r.path = req.path;
+    if (with_body) {
+        r.body = req.body;
+    }
+    r.headers.assign(req.headers.begin(), req.headers.end());
+    r.query.assign(req.params.begin(), req.params.end());
+    r.path_params.insert(req.path_params.begin(), req.path_params.end());
+    r.connection_closed = req.is_connection_closed;  // valid while the request's connection is
+    return r;
+}
+
+// httplib's DataSink as the handlers' stream_sink.
+class httplib_sink final : public stream_sink {
+public:
+    explicit httplib_sink(httplib::DataSink & sink) : sink_(sink) {}
+    bool write(std::string_view bytes) override { return sink_.write(bytes.data(), bytes.size()); }
+    bool writable() const override { return sink_.is_writable(); }
+    void done() override { sink_.done(); }
+
+private:
+    httplib::DataSink & sink_;
+};
+
+// A handler's response written into httplib's: a whole body, or a chunked stream driven by
+// `next` once the handler returned.
+void to_httplib_response(http_response && in, httplib::Response & out) {
+    out.status = in.status;
+    for (auto & [k, v] : in.headers) {
+        out.set_header(k, v);
+    }
+    if (!in.next) {
+        out.set_content(std::move(in.body), in.content_type);
+        return;
+    }
+    auto next = std::move(in.next);
+    auto on_close = std::move(in.on_close);
+    out.set_chunked_content_provider(
+        in.content_type,
+        [next](size_t /*offset*/, httplib::DataSink & sink) {
+            httplib_sink s(sink);
+            return next(s);
+        },
+        [on_close](bool success) {
+            if (on_close) {
+                on_close(success);
+            }
+        });
+}
+
+// The error shape of a path: its endpoint's (endpoint::errors); Anthropic's for unknown paths
+// under /v1/messages.
+error_shape shape_of(const std::string & path) {
     const endpoint * e = find_path(path);
-    return e ? e->errors == error_shape::anthropic : path.rfind("/v1/messages", 0) == 0;
+    return e ? e->errors : path.rfind("/v1/messages", 0) == 0 ? error_shape::anthropic : error_shape::openai;
 }
 
 }  // namespace
@@ -102,14 +157,14 @@ server_context::server_context(const server_config & c, const engine::model & m,
     }
 }
 
-caller server_context::caller_of(const httplib::Request & req) const {
+caller server_context::caller_of(const http_request & req) const {
     std::string given;
     bool present = false;
     if (req.has_header("x-api-key")) {
-        given = req.get_header_value("x-api-key");
+        given = req.header("x-api-key");
         present = true;
     } else {
-        const std::string auth = req.get_header_value("Authorization");
+        const std::string auth = req.header("Authorization");
         // The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is "Bearer KEY".
         const auto scheme_is = [&auth](std::string_view scheme) {
             return auth.size() >= scheme.size() && strncasecmp(auth.c_str(), scheme.data(), scheme.size()) == 0;
@@ -135,7 +190,7 @@ caller server_context::caller_of(const httplib::Request & req) const {
     return access.identify(present ? &v : nullptr);
 }
 
-std::string server_context::tenant_of(const httplib::Request & req) const {
+std::string server_context::tenant_of(const http_request & req) const {
     return caller_of(req).tenant;
 }
 
@@ -147,7 +202,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     // a web page), then the API key (http_guard.h).
     srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
         auto reject = [&](const api_error & e) {
-            send_json(res, anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e), e.status);
+            send_json(res, error_json(shape_of(req.path), e), e.status);
             return httplib::Server::HandlerResponse::Handled;
         };
         header_limit_hit = false;
@@ -191,7 +246,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         if (ctx.access.open() || access == endpoint_access::open) {
             return httplib::Server::HandlerResponse::Unhandled;
         }
-        const caller c = ctx.caller_of(req);
+        const caller c = ctx.caller_of(to_http_request(req, /*with_body=*/false));
         if (!c.known) {
             if (target && target->browser) {
                 res.set_header("WWW-Authenticate", "Basic realm=\"lineage-server\", charset=\"UTF-8\"");
@@ -238,7 +293,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
                                        " bytes, a malformed line, or the client stopped sending";
             e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
             res.status = e.status;
-            res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
+            res.set_content(dump(error_json(shape_of(req.path), e)), "application/json");
             return httplib::Server::HandlerResponse::Handled;
         }
         const api_error e = error_for_status(res.status, req.method, req.path, max_body);
@@ -246,7 +301,7 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         if (e.status == 405) {
             res.set_header("Allow", allowed_methods(req.path, ", "));  // RFC 9110 section 15.5.6
         }
-        res.set_content(dump(anthropic_path(req.path) ? anthropic_error_json(e) : to_json(e)), "application/json");
+        res.set_content(dump(error_json(shape_of(req.path), e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
     });
 
@@ -272,7 +327,21 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     // Every row of the endpoint table, under its path and its alias.
     for (const endpoint & e : endpoint_table()) {
         const endpoint_handler fn = e.handler;
-        auto handler = [&ctx, fn](const httplib::Request & req, httplib::Response & res) { fn(req, res, ctx); };
+        const dialect * generates = e.generates;
+        if ((fn == nullptr) == (generates == nullptr)) {
+            throw std::logic_error("endpoint table: " + std::string(e.method) + " " + std::string(e.path) +
+                                   " needs exactly one of a handler and a dialect");
+        }
+        auto handler = [&ctx, fn, generates](const httplib::Request & req, httplib::Response & res) {
+            const http_request in = to_http_request(req, /*with_body=*/true);
+            http_response out;
+            if (generates != nullptr) {
+                handle_generation(*generates, in, out, ctx);
+            } else {
+                fn(in, out, ctx);
+            }
+            to_httplib_response(std::move(out), res);
+        };
         for (const std::string_view path : {e.path, e.alias}) {
             if (path.empty()) {
                 continue;

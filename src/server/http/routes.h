@@ -14,6 +14,7 @@
 #include "server/prepare/chat_prepare.h"
 #include "server/config.h"
 #include "server/prepare/lora_registry.h"
+#include "server/http/http_message.h"
 #include "server/http/memory_trim.h"
 #include "server/dialects/anthropic/thinking_signature.h"
 #include "server/dialects/responses/reasoning_seal.h"
@@ -69,9 +70,9 @@ struct server_context {
     /** The caller of `req`, from its 'x-api-key' header (Anthropic clients) or else its
      *  'Authorization: Bearer KEY' header; on a GET of a browser endpoint (endpoint::browser)
      *  also 'Authorization: Basic' with the key as the password. */
-    caller caller_of(const httplib::Request & req) const;
+    caller caller_of(const http_request & req) const;
     /** caller_of(req).tenant: "" without API keys. Handlers put it in the cache key. */
-    std::string tenant_of(const httplib::Request & req) const;
+    std::string tenant_of(const http_request & req) const;
     /** Renders the next turn's prefix after a reply and submits its warm-up (last: it borrows
      *  the members above and joins its thread first). */
     std::unique_ptr<warmer> warm;

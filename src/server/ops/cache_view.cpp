@@ -7,7 +7,6 @@
 #include "server/run/generation.h"
 #include "server/http/routes.h"
 
-#include <httplib.h>
 
 namespace lineage::server {
 
@@ -28,7 +27,7 @@ json outcome_json(const scheduler::outcome_counts & c) {
 
 // The page is browser content: it must not be framed by another site, and its own script and
 // style are inline (no other source is allowed).
-void set_page_headers(httplib::Response & res) {
+void set_page_headers(http_response & res) {
     res.set_header("Content-Security-Policy",
                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; "
                    "img-src data:; frame-ancestors 'none'");
@@ -128,7 +127,7 @@ std::string_view cache_page_html() {
     return cache_page_html_text;
 }
 
-void handle_cache_page(const httplib::Request &, httplib::Response & res, server_context & ctx) {
+void handle_cache_page(const http_request &, http_response & res, server_context & ctx) {
     if (!ctx.cfg.cache_page) {
         api_error e;
         e.status = 404;
@@ -145,13 +144,13 @@ void handle_cache_page(const httplib::Request &, httplib::Response & res, server
     res.set_content(std::string(cache_page_html()), "text/html; charset=utf-8");
 }
 
-void handle_cache_entries(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_cache_entries(const http_request & req, http_response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const std::vector<cache::entry_view> v = ctx.sched.snapshot_entries();
     send_json_body(res, entries_json(v, c.admin ? nullptr : &c.tenant, engine::to_string(ctx.model.family())), 200);
 }
 
-void handle_cache_requests(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_cache_requests(const http_request & req, http_response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const scheduler::request_log_snapshot s = ctx.sched.snapshot_requests(c.admin ? nullptr : &c.tenant);
     send_json_body(res, requests_json(s, c.admin), 200);

@@ -12,7 +12,7 @@
 #include "cache/store/store.h"
 #include "scheduler/request_log.h"
 #include "server/http/errors.h"
-#include "server/http/http_fwd.h"
+#include "server/http/http_message.h"
 
 #include <string>
 #include <string_view>
@@ -44,10 +44,10 @@ json requests_json(const scheduler::request_log_snapshot & s, bool show_tenant);
 std::string_view cache_page_html();
 
 /** GET /cache: the page; 404 in the OpenAI error shape with --cache-page=false. */
-void handle_cache_page(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_cache_page(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/cache/entries: entries_json for the caller (the admin key or no keys: all). */
-void handle_cache_entries(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_cache_entries(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/cache/requests: requests_json for the caller (the admin key or no keys: all). */
-void handle_cache_requests(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_cache_requests(const http_request & req, http_response & res, server_context & ctx);
 
 }  // namespace lineage::server

@@ -14,7 +14,6 @@
 #include "server/http/routes.h"
 #include "server/ops/stats_json.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <optional>
@@ -25,17 +24,16 @@ namespace lineage::server {
 
 namespace {
 
-void send_json(httplib::Response & res, const json & j, int status = 200) {
-    res.status = status;
-    res.set_content(dump(j), "application/json");
+void send_json(http_response & res, const json & j, int status = 200) {
+    send_json_body(res, j, status);
 }
 
-void send_error(httplib::Response & res, const api_error & e) {
+void send_error(http_response & res, const api_error & e) {
     send_json(res, to_json(e), e.status);
 }
 
 // The body of POST /tokenize as a JSON object; nullopt after sending the 400.
-std::optional<json> parse_object(const httplib::Request & req, httplib::Response & res) {
+std::optional<json> parse_object(const http_request & req, http_response & res) {
     json j;
     if (auto err = parse_json_body(req.body, j, /*require_object=*/true, default_json_limits())) {
         send_error(res, *err);
@@ -45,7 +43,7 @@ std::optional<json> parse_object(const httplib::Request & req, httplib::Response
 }
 
 // An optional boolean field; false after sending the 400.
-bool get_flag(const json & body, const char * name, bool & out, httplib::Response & res) {
+bool get_flag(const json & body, const char * name, bool & out, http_response & res) {
     auto it = body.find(name);
     if (it == body.end() || it->is_null()) {
         return true;
@@ -79,7 +77,7 @@ json tenant_stats_json(const std::string & tenant, const cache::stats & s, const
 
 // The base URL itself: clients (Claude Code) probe it with HEAD / (httplib answers HEAD
 // with the GET handler, without the body).
-void handle_root(const httplib::Request &, httplib::Response & res, server_context &) {
+void handle_root(const http_request &, http_response & res, server_context &) {
     json j = json::object();
     j["status"] = "ok";
     j["service"] = "lineage-server";
@@ -88,7 +86,7 @@ void handle_root(const httplib::Request &, httplib::Response & res, server_conte
 
 // The served model under its id, then under each --model-alias (every generating endpoint
 // accepts any model name; the aliases are for clients that look for theirs in the list).
-void handle_models(const httplib::Request &, httplib::Response & res, server_context & ctx) {
+void handle_models(const http_request &, http_response & res, server_context & ctx) {
     json m = json::object();
     m["id"] = ctx.model_id;
     m["object"] = "model";
@@ -116,7 +114,7 @@ void handle_models(const httplib::Request &, httplib::Response & res, server_con
     send_json(res, list);
 }
 
-void handle_health(const httplib::Request &, httplib::Response & res, server_context &) {
+void handle_health(const http_request &, http_response & res, server_context &) {
     json j = json::object();
     j["status"] = "ok";
     send_json(res, j);
@@ -125,7 +123,7 @@ void handle_health(const httplib::Request &, httplib::Response & res, server_con
 // llama-server's POST /tokenize: {content, add_special = false, parse_special = true} ->
 // {tokens}. With /apply-template it gives a client the exact prompt tokens of a chat
 // request (the benchmark's oracle needs them).
-void handle_tokenize(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_tokenize(const http_request & req, http_response & res, server_context & ctx) {
     const std::optional<json> body = parse_object(req, res);
     if (!body) {
         return;
@@ -152,8 +150,8 @@ void handle_tokenize(const httplib::Request & req, httplib::Response & res, serv
 // llama-server's POST /apply-template: a chat completion body -> {prompt}, the text that
 // /v1/chat/completions would tokenize (with parse_special) for it.
 // With ?api=messages the body is an Anthropic Messages body (anthropic_handler.h).
-void handle_apply_template(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
-    if (req.get_param_value("api") == "messages") {
+void handle_apply_template(const http_request & req, http_response & res, server_context & ctx) {
+    if (req.param("api") == "messages") {
         handle_messages_apply_template(req, res, ctx);
         return;
     }
@@ -176,14 +174,14 @@ void handle_apply_template(const httplib::Request & req, httplib::Response & res
 // part of the cache key); POST [{id, scale}] sets the global scales (adapters not named go
 // to 0), re-reads every adapter file and reloads those whose content changed (once the
 // requests in flight are done) -> {success: true, reloaded: [ids]}.
-void handle_get_lora_adapters(const httplib::Request &, httplib::Response & res, server_context & ctx) {
+void handle_get_lora_adapters(const http_request &, http_response & res, server_context & ctx) {
     json list = json::array();
     for (const auto & e : ctx.loras.list()) {
         list.push_back({{"id", e.id}, {"path", e.path}, {"scale", e.scale}, {"digest", e.digest}});
     }
     send_json(res, list);
 }
-void handle_set_lora_adapters(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_set_lora_adapters(const http_request & req, http_response & res, server_context & ctx) {
     json body;
     if (auto err = parse_json_body(req.body, body, /*require_object=*/false, default_json_limits())) {
         send_error(res, *err);
@@ -210,7 +208,7 @@ void handle_set_lora_adapters(const httplib::Request & req, httplib::Response & 
 
 // Without API keys, and for the admin key: the global figures (with the admin key also
 // "tenants": each tenant's). For a tenant's key: that tenant's figures only.
-void handle_cache_stats(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_cache_stats(const http_request & req, http_response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const cache::stats s = ctx.sched.snapshot_stats();
     if (!c.admin) {
@@ -252,7 +250,7 @@ void handle_cache_stats(const httplib::Request & req, httplib::Response & res, s
 
 // Prometheus text format (docs/prompt-cache.md "GET /metrics (Prometheus)"); behind the API key
 // like the rest.
-void handle_metrics(const httplib::Request &, httplib::Response & res, server_context & ctx) {
+void handle_metrics(const http_request &, http_response & res, server_context & ctx) {
     if (!ctx.cfg.metrics) {
         api_error e;
         e.status = 404;
@@ -267,7 +265,7 @@ void handle_metrics(const httplib::Request &, httplib::Response & res, server_co
 }
 
 // The admin key (or no keys) resets everything; a tenant's key its own entries only.
-void handle_cache_reset(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_cache_reset(const http_request & req, http_response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
     const cache::reset_result r = c.admin ? ctx.sched.reset_cache() : ctx.sched.reset_cache_of(c.tenant);
     spdlog::info("cache reset{}: {} entries, {} bytes freed", c.admin ? "" : " of tenant " + c.tenant,

@@ -5,34 +5,34 @@
 // the scheduler's thread-safe snapshots and operations.
 #pragma once
 
-#include "server/http/http_fwd.h"
+#include "server/http/http_message.h"
 
 namespace lineage::server {
 
 struct server_context;
 
 /** GET / (and HEAD /): {"status": "ok", "service": "lineage-server"}; clients probe the base URL. */
-void handle_root(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_root(const http_request & req, http_response & res, server_context & ctx);
 /** GET /health: {"status": "ok"}, with or without API keys. */
-void handle_health(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_health(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/models: the served model under its id, then under each --model-alias. */
-void handle_models(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_models(const http_request & req, http_response & res, server_context & ctx);
 /** POST /tokenize (llama-server's): {content, add_special = false, parse_special = true} -> {tokens}. */
-void handle_tokenize(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_tokenize(const http_request & req, http_response & res, server_context & ctx);
 /** POST /apply-template (llama-server's): a chat completion body -> {prompt}; ?api=messages
  *  takes an Anthropic Messages body. */
-void handle_apply_template(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_apply_template(const http_request & req, http_response & res, server_context & ctx);
 /** GET /lora-adapters: [{id, path, scale, digest}]. */
-void handle_get_lora_adapters(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_get_lora_adapters(const http_request & req, http_response & res, server_context & ctx);
 /** POST /lora-adapters: [{id, scale}] -> {success, reloaded}. */
-void handle_set_lora_adapters(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_set_lora_adapters(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/cache/stats: the global figures for the admin key (or without keys), else the
  *  caller's tenant's. */
-void handle_cache_stats(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_cache_stats(const http_request & req, http_response & res, server_context & ctx);
 /** POST /v1/cache/reset: the admin key (or no keys) resets everything, a tenant's key its own. */
-void handle_cache_reset(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_cache_reset(const http_request & req, http_response & res, server_context & ctx);
 /** GET /metrics: Prometheus text (docs/prompt-cache.md "GET /metrics (Prometheus)"); 404 without
  *  --metrics. */
-void handle_metrics(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+void handle_metrics(const http_request & req, http_response & res, server_context & ctx);
 
 }  // namespace lineage::server

@@ -6,7 +6,6 @@
 #include "server/prepare/chat_prepare.h"
 #include "server/http/routes.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -28,8 +27,8 @@ constexpr std::chrono::milliseconds poll_interval{100};
 // One request's state, shared by the handler and (when streaming) the content provider.
 struct run_state {
     run_state(server_context & c, std::shared_ptr<scheduler::generation_request> r, std::unordered_set<int32_t> p,
-              std::unique_ptr<response_writer> w, bool s, const char * d, std::shared_ptr<const chat_request> conv)
-        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), dialect(d),
+              std::unique_ptr<response_writer> w, bool s, const dialect & d, std::shared_ptr<const chat_request> conv)
+        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), api(d),
           conversation(std::move(conv)) {}
 
     server_context & ctx;
@@ -37,7 +36,7 @@ struct run_state {
     std::unordered_set<int32_t> preserved;
     std::unique_ptr<response_writer> out;
     bool stream = false;
-    const char * dialect;
+    const dialect & api;
     std::optional<generation_event> pending;  ///< first event, read before the stream started
     bool finished = false;
     bool stopped = false;  ///< a stop string matched: later tokens are dropped
@@ -104,7 +103,7 @@ struct run_state {
     void log_done(int status, const scheduler::request_stats & s, const std::string & finish) const {
         const double tps = s.completion_tokens > 1 && s.decode_s > 0 ? (s.completion_tokens - 1) / s.decode_s : 0.0;
         spdlog::info("req {} {} {} {}: prompt={} cached={} completion={} ttft={:.1f}ms decode={:.1f}tok/s hit={} finish={}",
-                     req->id, dialect, stream ? "stream" : "json", status,
+                     req->id, api.name, stream ? "stream" : "json", status,
                      s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int32_t>(req->prompt.size()), s.cached_tokens,
                      s.completion_tokens, s.ttft_s * 1e3, tps, s.hit_kind.empty() ? "miss" : s.hit_kind, finish);
     }
@@ -125,13 +124,15 @@ struct run_state {
         return std::nullopt;
     }
 
-    void send_error(httplib::Response & res, const api_error & e) const { send_json_body(res, out->error_body(e), e.status); }
+    void send_error(http_response & res, const api_error & e) const {
+        send_json_body(res, error_json(api.errors, e), e.status);
+    }
 };
 
 // Waits for the next event while watching the client; nullopt when the client went away (the
 // request is then cancelled).
-std::optional<generation_event> wait_event(run_state & s, const httplib::Request & req) {
-    const std::function<bool()> closed = [&req] { return req.is_connection_closed(); };
+std::optional<generation_event> wait_event(run_state & s, const http_request & req) {
+    const std::function<bool()> closed = [&req] { return req.closed(); };
     for (;;) {
         if (!s.answer_probe(closed)) {
             return std::nullopt;
@@ -145,7 +146,7 @@ std::optional<generation_event> wait_event(run_state & s, const httplib::Request
             }
         }
         s.last_client_check = std::chrono::steady_clock::now();
-        if (req.is_connection_closed()) {
+        if (req.closed()) {
             s.cancel();
             spdlog::info("req {} client disconnected; cancelled", s.req->id);
             return std::nullopt;
@@ -153,7 +154,7 @@ std::optional<generation_event> wait_event(run_state & s, const httplib::Request
     }
 }
 
-void respond_json(run_state & s, const httplib::Request & req, httplib::Response & res) {
+void respond_json(run_state & s, const http_request & req, http_response & res) {
     for (;;) {
         auto ev = wait_event(s, req);
         if (!ev) {
@@ -186,7 +187,7 @@ void respond_json(run_state & s, const httplib::Request & req, httplib::Response
 
 // Content provider step: writes what the next events produced. False ends the stream with an
 // error (client gone).
-bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink) {
+bool stream_step(const std::shared_ptr<run_state> & s, stream_sink & sink) {
     if (s->finished) {
         sink.done();
         return true;
@@ -204,7 +205,7 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     } else {
         // Nothing to write (queued, or a long prefill): probe the socket, a dead client would
         // otherwise go unnoticed until the first write.
-        if (!sink.is_writable() || (s->client_closed && s->client_closed())) {
+        if (!sink.writable() || (s->client_closed && s->client_closed())) {
             s->cancel();
             spdlog::info("req {} client disconnected during the stream; cancelled", s->req->id);
             s->finished = true;  // already logged: the releaser stays quiet
@@ -249,7 +250,7 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     if (!s->finished) {
         buf += s->out->take_stream();
     }
-    if (!buf.empty() && !sink.write(buf.data(), buf.size())) {
+    if (!buf.empty() && !sink.write(buf)) {
         s->cancel();
         return false;
     }
@@ -262,7 +263,7 @@ bool stream_step(const std::shared_ptr<run_state> & s, httplib::DataSink & sink)
     return true;
 }
 
-void respond_stream(const std::shared_ptr<run_state> & s, const httplib::Request & req, httplib::Response & res) {
+void respond_stream(const std::shared_ptr<run_state> & s, const http_request & req, http_response & res) {
     // Wait for the first event before sending headers, so an error before any output (e.g. the
     // scheduler refusing the request) still gets its HTTP status.
     auto first = wait_event(*s, req);
@@ -276,17 +277,17 @@ void respond_stream(const std::shared_ptr<run_state> & s, const httplib::Request
         return;
     }
     s->pending = std::move(first);
-    s->client_closed = req.is_connection_closed;  // valid while the provider runs
+    s->client_closed = req.connection_closed;  // valid while the stream runs
     res.status = 200;
+    res.content_type = "text/event-stream";
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [s](size_t /*offset*/, httplib::DataSink & sink) { return stream_step(s, sink); },
-        [s](bool /*success*/) {
-            if (!s->finished) {
-                s->cancel();
-                spdlog::info("req {} client disconnected during the stream; cancelled", s->req->id);
-            }
-        });
+    res.next = [s](stream_sink & sink) { return stream_step(s, sink); };
+    res.on_close = [s](bool /*completed*/) {
+        if (!s->finished) {
+            s->cancel();
+            spdlog::info("req {} client disconnected during the stream; cancelled", s->req->id);
+        }
+    };
 }
 
 }  // namespace
@@ -300,11 +301,6 @@ std::string random_id(std::string_view prefix, int n) {
         id += alphabet[pick(rng)];
     }
     return id;
-}
-
-void send_json_body(httplib::Response & res, const json & body, int status) {
-    res.status = status;
-    res.set_content(dump(body), "application/json");
 }
 
 std::shared_ptr<scheduler::generation_request> make_generation_request(server_context & ctx, const prepared_chat & prep,
@@ -326,18 +322,29 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
                   gr->id, prep.format, gr->prompt.size(), gr->cache.anchor_tokens, gr->cache.history_tokens,
                   gr->cache.tools_anchor_tokens, gr->cache.last_user_tokens, gr->cache.session_key,
                   gr->cache.bucket.substr(0, 12));
+    if (!gr->cache.breakpoint_tokens.empty()) {  // Anthropic's cache_control marks, in tokens
+        std::string list;
+        for (const int32_t n : gr->cache.breakpoint_tokens) {
+            list += (list.empty() ? "" : ",") + std::to_string(n);
+        }
+        spdlog::debug("req {} cache_control breakpoints at {} tokens", gr->id, list);
+    }
     return gr;
 }
 
-void run_generation(const httplib::Request & req, httplib::Response & res, server_context & ctx,
-                    std::shared_ptr<scheduler::generation_request> gr, std::unordered_set<int32_t> preserved_tokens,
-                    bool stream, std::unique_ptr<response_writer> writer, const char * dialect,
-                    std::shared_ptr<const chat_request> conversation) {
+void handle_generation(const dialect & d, const http_request & req, http_response & res, server_context & ctx) {
+    generation_job job;
+    if (auto err = d.prepare(req, ctx, job)) {
+        spdlog::debug("{} request rejected: {}", d.name, err->message);
+        send_json_body(res, error_json(d.errors, *err), err->status);
+        return;
+    }
+    auto gr = make_generation_request(ctx, job.prep, job.sampling);
     gr->answers_probe = true;
-    auto s = std::make_shared<run_state>(ctx, gr, std::move(preserved_tokens), std::move(writer), stream, dialect,
-                                         std::move(conversation));
+    auto s = std::make_shared<run_state>(ctx, gr, std::move(job.prep.preserved_tokens), std::move(job.writer),
+                                         job.stream, d, std::move(job.conversation));
     ctx.sched.submit(gr);
-    if (stream) {
+    if (s->stream) {
         respond_stream(s, req, res);
     } else {
         respond_json(*s, req, res);

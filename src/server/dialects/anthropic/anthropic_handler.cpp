@@ -9,28 +9,26 @@
 #include "server/run/generation.h"
 #include "server/http/routes.h"
 
-#include <httplib.h>
-#include <limits>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
+#include <optional>
 
 namespace lineage::server {
 
 namespace {
 
-void send_error(httplib::Response & res, const api_error & e) {
+void send_error(http_response & res, const api_error & e) {
     send_json_body(res, anthropic_error_json(e), e.status);
 }
 
-// Parses the body; false after sending the error.
-bool parse(const httplib::Request & req, httplib::Response & res, server_context & ctx, bool count_tokens,
-           anthropic_request & out) {
+// Parses the body.
+std::optional<api_error> parse(const http_request & req, server_context & ctx, bool count_tokens,
+                               anthropic_request & out) {
     if (auto err = parse_anthropic_request(req.body, ctx.signer, count_tokens, out)) {
-        spdlog::debug("messages request rejected: {}", err->message);
-        send_error(res, *err);
-        return false;
+        return err;
     }
     if (!ctx.preparer.supports_thinking()) {
         out.chat.chat_template_kwargs.erase("enable_thinking");
@@ -42,7 +40,7 @@ bool parse(const httplib::Request & req, httplib::Response & res, server_context
         }
         spdlog::info("messages: ignored {} server tool(s) this server cannot run: {}", out.ignored_tools.size(), names);
     }
-    return true;
+    return std::nullopt;
 }
 
 // The prompt length at each cache_control mark (docs/prompt-cache.md "cache_control"), in
@@ -67,26 +65,20 @@ int32_t breakpoint_tokens(const server_context & ctx, const anthropic_request & 
     return last_marked;
 }
 
-}  // namespace
-
-void handle_messages(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+std::optional<api_error> prepare_messages(const http_request & req, server_context & ctx, generation_job & job) {
     anthropic_request ar;
-    if (!parse(req, res, ctx, /*count_tokens=*/false, ar)) {
-        return;
+    if (auto err = parse(req, ctx, /*count_tokens=*/false, ar)) {
+        return err;
     }
     ar.chat.tenant = ctx.tenant_of(req);
-    prepared_chat prep;
+    prepared_chat & prep = job.prep;
     if (auto err = ctx.preparer.prepare(ar.chat, ctx.sched.max_sequence_tokens(), prep)) {
-        spdlog::debug("messages request rejected: {}", err->message);
-        send_error(res, *err);
-        return;
+        return err;
     }
     int32_t marked = -1;  // the last client mark: cache_creation_input_tokens counts up to it
     if (prep.cache.cache_prompt) {
         marked = breakpoint_tokens(ctx, ar, prep.prompt, prep.cache.breakpoint_tokens, prep.work);
     }
-
-    auto gr = make_generation_request(ctx, prep, ar.chat.sampling);
     messages_meta meta;
     meta.id = random_id("msg_", 24);
     meta.model = ar.chat.model.empty() ? ctx.model_id : ar.chat.model;
@@ -95,22 +87,22 @@ void handle_messages(const httplib::Request & req, httplib::Response & res, serv
     meta.cache_prompt = prep.cache.cache_prompt;
     meta.thinking_omitted = ar.thinking_omitted;
     meta.stop_sequences = ar.stop_sequences;
-    if (!prep.cache.breakpoint_tokens.empty()) {
-        std::string list;
-        for (const int32_t n : prep.cache.breakpoint_tokens) {
-            list += (list.empty() ? "" : ",") + std::to_string(n);
-        }
-        spdlog::debug("req {} cache_control breakpoints at {} tokens", gr->id, list);
-    }
-    auto writer = std::make_unique<messages_writer>(std::move(meta), prep.parser, prep.stops, ctx.signer);
-    const bool stream = ar.chat.stream;
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "messages",
-                   std::make_shared<const chat_request>(std::move(ar.chat)));
+    job.writer = std::make_unique<messages_writer>(std::move(meta), prep.parser, prep.stops, ctx.signer);
+    job.sampling = ar.chat.sampling;
+    job.stream = ar.chat.stream;
+    job.conversation = std::make_shared<const chat_request>(std::move(ar.chat));
+    return std::nullopt;
 }
 
-void handle_messages_apply_template(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+}  // namespace
+
+const dialect messages_dialect{.name = "messages", .errors = error_shape::anthropic, .prepare = prepare_messages};
+
+void handle_messages_apply_template(const http_request & req, http_response & res, server_context & ctx) {
     anthropic_request ar;
-    if (!parse(req, res, ctx, /*count_tokens=*/true, ar)) {
+    if (auto err = parse(req, ctx, /*count_tokens=*/true, ar)) {
+        spdlog::debug("messages request rejected: {}", err->message);
+        send_error(res, *err);
         return;
     }
     std::string prompt;
@@ -123,9 +115,11 @@ void handle_messages_apply_template(const httplib::Request & req, httplib::Respo
     send_json_body(res, j, 200);
 }
 
-void handle_count_tokens(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+void handle_count_tokens(const http_request & req, http_response & res, server_context & ctx) {
     anthropic_request ar;
-    if (!parse(req, res, ctx, /*count_tokens=*/true, ar)) {
+    if (auto err = parse(req, ctx, /*count_tokens=*/true, ar)) {
+        spdlog::debug("messages request rejected: {}", err->message);
+        send_error(res, *err);
         return;
     }
     // The prompt as /v1/messages would run it (images in as their embedding tokens, and refused

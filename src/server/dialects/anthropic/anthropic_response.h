@@ -59,7 +59,6 @@ public:
     std::string end_stream(const scheduler::generation_event & done) override;
     std::string stream_error(const api_error & e) override;
     json body(const scheduler::generation_event & done) override;
-    json error_body(const api_error & e) const override { return anthropic_error_json(e); }
     /** end_turn, max_tokens, stop_sequence or tool_use. */
     std::string finish_reason(const scheduler::generation_event & done) const override;
     const engine::chat_parsed * reply() const override { return &pump_.message(); }

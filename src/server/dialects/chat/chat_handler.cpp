@@ -10,11 +10,9 @@
 #include "server/http/routes.h"
 #include "server/http/sse.h"
 
-#include <httplib.h>
-#include <spdlog/spdlog.h>
-
 #include <ctime>
 #include <memory>
+#include <optional>
 
 namespace lineage::server {
 
@@ -43,46 +41,39 @@ private:
     chat_output out_;
 };
 
-}  // namespace
-
-void handle_chat_completions(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+std::optional<api_error> prepare_chat(const http_request & req, server_context & ctx, generation_job & job) {
     chat_request cr;
     if (auto err = parse_chat_request(req.body, cr)) {
-        spdlog::debug("chat request rejected: {}", err->message);
-        send_json_body(res, to_json(*err), err->status);
-        return;
+        return err;
     }
     if (!cr.add_generation_prompt) {
-        const api_error err = invalid_request(
+        return invalid_request(
             "'add_generation_prompt': false is served by POST /apply-template only; a chat completion always "
             "generates a new assistant turn",
             "add_generation_prompt");
-        send_json_body(res, to_json(err), err.status);
-        return;
     }
     cr.tenant = ctx.tenant_of(req);
-    prepared_chat prep;
-    if (auto err = ctx.preparer.prepare(cr, ctx.sched.max_sequence_tokens(), prep)) {
-        spdlog::debug("chat request rejected: {}", err->message);
-        send_json_body(res, to_json(*err), err->status);
-        return;
+    if (auto err = ctx.preparer.prepare(cr, ctx.sched.max_sequence_tokens(), job.prep)) {
+        return err;
     }
-
-    const scheduler::sampling_params & sampling = cr.sampling;
-    auto gr = make_generation_request(ctx, prep, sampling);
     completion_meta meta;
     meta.id = random_id("chatcmpl-");
     meta.model = ctx.model_id;
     meta.created = static_cast<int64_t>(std::time(nullptr));
     token_text_fn token_text;
-    if (sampling.logprobs) {
+    if (cr.sampling.logprobs) {
         const engine::model & m = ctx.model;
         token_text = [&m](int32_t tok) { return m.token_to_piece(tok, false); };
     }
-    auto writer = std::make_unique<chat_writer>(std::move(meta), prep, cr.include_usage, std::move(token_text));
-    const bool stream = cr.stream;
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "chat",
-                   std::make_shared<const chat_request>(std::move(cr)));
+    job.writer = std::make_unique<chat_writer>(std::move(meta), job.prep, cr.include_usage, std::move(token_text));
+    job.sampling = cr.sampling;
+    job.stream = cr.stream;
+    job.conversation = std::make_shared<const chat_request>(std::move(cr));
+    return std::nullopt;
 }
+
+}  // namespace
+
+const dialect chat_dialect{.name = "chat", .errors = error_shape::openai, .prepare = prepare_chat};
 
 }  // namespace lineage::server

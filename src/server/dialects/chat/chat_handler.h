@@ -1,16 +1,15 @@
-// server::chat_handler: POST /v1/chat/completions. Parses and prepares the request, submits it
-// to the scheduler and turns the request's events into one chat.completion or an SSE stream of
-// chat.completion.chunk objects. A client that goes away cancels its request.
-// Thread safety: runs on an httplib worker thread; the streaming state lives in the response's
-// content provider (same thread). Ownership: the generation_request is shared with the scheduler.
+// server::chat_handler: the chat completions dialect (POST /v1/chat/completions). Its prepare
+// step parses the body into the native chat_request, prepares the prompt and makes a writer of
+// one chat.completion or an SSE stream of chat.completion.chunk objects; the generation handler
+// runs it (server/run/generation.h).
+// Thread safety: the descriptor is immutable; its prepare step runs on the request's thread.
 #pragma once
 
-#include "server/http/http_fwd.h"
+#include "server/run/generation.h"
 
 namespace lineage::server {
 
-struct server_context;
-
-void handle_chat_completions(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+/** The chat completions dialect: OpenAI's error shape, log name "chat". */
+extern const dialect chat_dialect;
 
 }  // namespace lineage::server

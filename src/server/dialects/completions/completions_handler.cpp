@@ -11,11 +11,9 @@
 #include "server/http/sse.h"
 #include "server/run/text_stream.h"
 
-#include <httplib.h>
-#include <spdlog/spdlog.h>
-
 #include <ctime>
 #include <memory>
+#include <optional>
 
 namespace lineage::server {
 
@@ -99,14 +97,10 @@ private:
     size_t sent_ = 0;
 };
 
-}  // namespace
-
-void handle_completions(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+std::optional<api_error> prepare_completions(const http_request & req, server_context & ctx, generation_job & job) {
     completions_request cr;
     if (auto err = parse_completions_request(req.body, cr)) {
-        spdlog::debug("completions request rejected: {}", err->message);
-        send_json_body(res, to_json(*err), err->status);
-        return;
+        return err;
     }
     std::vector<int32_t> tokens;
     if (cr.prompt_is_tokens) {
@@ -114,13 +108,10 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
         for (size_t i = 0; i < cr.prompt_tokens.size(); ++i) {
             if (cr.prompt_tokens[i] >= n_vocab) {
                 const std::string p = "prompt[" + std::to_string(i) + "]";
-                send_json_body(res,
-                               to_json(invalid_request("'" + p + "' is " + std::to_string(cr.prompt_tokens[i]) +
-                                                           ", not a token id of this model (vocabulary size " +
-                                                           std::to_string(n_vocab) + ")",
-                                                       p)),
-                               400);
-                return;
+                return invalid_request("'" + p + "' is " + std::to_string(cr.prompt_tokens[i]) +
+                                           ", not a token id of this model (vocabulary size " +
+                                           std::to_string(n_vocab) + ")",
+                                       p);
             }
         }
         tokens = std::move(cr.prompt_tokens);
@@ -129,8 +120,7 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
             // As llama-server's /completion: special tokens parsed, BOS added where the model wants it.
             tokens = ctx.model.tokenize(cr.prompt, /*parse_special=*/true, /*add_special=*/true);
         } catch (const std::exception & e) {
-            send_json_body(res, to_json(server_error(std::string("tokenization failed: ") + e.what())), 500);
-            return;
+            return server_error(std::string("tokenization failed: ") + e.what());
         }
     }
     raw_prompt raw;
@@ -141,19 +131,22 @@ void handle_completions(const httplib::Request & req, httplib::Response & res, s
     raw.tenant = ctx.tenant_of(req);
     raw.cache_prompt = cr.cache_prompt;
     raw.lora = cr.lora;
-    prepared_chat prep;
-    if (auto err = ctx.preparer.prepare_raw(std::move(raw), ctx.sched.max_sequence_tokens(), prep)) {
-        send_json_body(res, to_json(*err), err->status);
-        return;
+    if (auto err = ctx.preparer.prepare_raw(std::move(raw), ctx.sched.max_sequence_tokens(), job.prep)) {
+        return err;
     }
-    auto gr = make_generation_request(ctx, prep, cr.sampling);
     completion_meta meta;
     meta.id = random_id("cmpl-");
     meta.model = ctx.model_id;
     meta.created = static_cast<int64_t>(std::time(nullptr));
-    auto writer = std::make_unique<completions_writer>(std::move(meta), prep.stops, cr.include_usage,
-                                                       static_cast<int32_t>(prep.prompt.size()));
-    run_generation(req, res, ctx, std::move(gr), {}, cr.stream, std::move(writer), "completions");
+    job.writer = std::make_unique<completions_writer>(std::move(meta), job.prep.stops, cr.include_usage,
+                                                      static_cast<int32_t>(job.prep.prompt.size()));
+    job.sampling = cr.sampling;
+    job.stream = cr.stream;
+    return std::nullopt;  // a raw prompt has no conversation to warm
 }
+
+}  // namespace
+
+const dialect completions_dialect{.name = "completions", .errors = error_shape::openai, .prepare = prepare_completions};
 
 }  // namespace lineage::server

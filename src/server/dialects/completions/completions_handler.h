@@ -5,15 +5,14 @@
 // raw prompt is the bucket of a chat request without tools under the server's default template
 // kwargs (chat_preparer::prepare_raw), so a raw prompt equal token for token to such a rendered
 // conversation restores it.
-// Thread safety: runs on an httplib worker thread. Ownership: borrows ctx.
+// Thread safety: the descriptor is immutable; its prepare step runs on the request's thread.
 #pragma once
 
-#include "server/http/http_fwd.h"
+#include "server/run/generation.h"
 
 namespace lineage::server {
 
-struct server_context;
-
-void handle_completions(const httplib::Request & req, httplib::Response & res, server_context & ctx);
+/** The text completions dialect: OpenAI's error shape, log name "completions". */
+extern const dialect completions_dialect;
 
 }  // namespace lineage::server

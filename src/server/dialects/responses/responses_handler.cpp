@@ -12,12 +12,12 @@
 #include "server/dialects/responses/responses_response.h"
 #include "server/http/routes.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <ctime>
 #include <memory>
+#include <optional>
 
 namespace lineage::server {
 
@@ -92,7 +92,7 @@ private:
     std::string tenant_;  // the caller's: only it reads or continues the stored response
 };
 
-void send_error(httplib::Response & res, const api_error & e) {
+void send_error(http_response & res, const api_error & e) {
     send_json_body(res, to_json(e), e.status);
 }
 
@@ -128,12 +128,12 @@ void give_ids(std::vector<response_item> & items) {
 }
 
 // An integer query parameter in [lo, hi]; false after sending the 400.
-bool query_int(const httplib::Request & req, const char * name, int64_t lo, int64_t hi, int64_t & out,
-               httplib::Response & res) {
+bool query_int(const http_request & req, const char * name, int64_t lo, int64_t hi, int64_t & out,
+               http_response & res) {
     if (!req.has_param(name)) {
         return true;
     }
-    const std::string v = req.get_param_value(name);
+    const std::string v = req.param(name);
     int64_t n = 0;
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
     if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi) {
@@ -195,14 +195,10 @@ json echo_of(const responses_request & r) {
     return e;
 }
 
-}  // namespace
-
-void handle_responses(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
+std::optional<api_error> prepare_responses(const http_request & req, server_context & ctx, generation_job & job) {
     responses_request r;
     if (auto err = parse_responses_request(req.body, r)) {
-        spdlog::debug("responses request rejected: {}", err->message);
-        send_error(res, *err);
-        return;
+        return err;
     }
     if (!r.ignored_tools.empty()) {
         std::string list;
@@ -216,14 +212,12 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
     if (!r.previous_response_id.empty()) {
         auto stored = ctx.responses->get(r.previous_response_id, r.chat.tenant);
         if (!stored) {
-            send_error(res, not_found(r.previous_response_id, "previous_response_id"));
-            return;
+            return not_found(r.previous_response_id, "previous_response_id");
         }
         auto items = items_from_json_text(stored->conversation);
         if (!items) {
-            send_error(res, server_error("the stored conversation of '" + r.previous_response_id +
-                                         "' cannot be read; start the conversation again with its items as 'input'"));
-            return;
+            return server_error("the stored conversation of '" + r.previous_response_id +
+                                "' cannot be read; start the conversation again with its items as 'input'");
         }
         prior = std::move(*items);
         // Errors about the stored conversation's images (e.g. the server now runs without
@@ -235,20 +229,16 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         }
     }
     if (auto err = build_chat_messages(r, prior, ctx.seal.get())) {
-        send_error(res, *err);
-        return;
+        return err;
     }
-    prepared_chat prep;
-    if (auto err = ctx.preparer.prepare(r.chat, ctx.sched.max_sequence_tokens(), prep)) {
-        spdlog::debug("responses request rejected: {}", err->message);
+    const prepared_chat & prep = job.prep;
+    if (auto err = ctx.preparer.prepare(r.chat, ctx.sched.max_sequence_tokens(), job.prep)) {
         if (err->param == "messages") {
             err->param = "input";
         }
-        send_error(res, *err);
-        return;
+        return err;
     }
 
-    auto gr = make_generation_request(ctx, prep, r.chat.sampling);
     responses_meta meta;
     meta.id = random_id("resp_");
     meta.model = ctx.model_id;
@@ -267,15 +257,20 @@ void handle_responses(const httplib::Request & req, httplib::Response & res, ser
         conversation.insert(conversation.end(), r.input.begin(), r.input.end());
         give_ids(conversation);
     }
-    auto writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
-                                                     std::move(conversation), r.chat.tenant);
-    const bool stream = r.chat.stream;
-    run_generation(req, res, ctx, std::move(gr), prep.preserved_tokens, stream, std::move(writer), "responses",
-                   std::make_shared<const chat_request>(std::move(r.chat)));
+    job.writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
+                                                    std::move(conversation), r.chat.tenant);
+    job.sampling = r.chat.sampling;
+    job.stream = r.chat.stream;
+    job.conversation = std::make_shared<const chat_request>(std::move(r.chat));
+    return std::nullopt;
 }
 
-void handle_get_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
-    const std::string id = req.path_params.at("id");
+}  // namespace
+
+const dialect responses_dialect{.name = "responses", .errors = error_shape::openai, .prepare = prepare_responses};
+
+void handle_get_response(const http_request & req, http_response & res, server_context & ctx) {
+    const std::string id = req.path_param("id");
     auto stored = ctx.responses->get(id, ctx.tenant_of(req));
     if (!stored) {
         send_error(res, not_found(id, ""));
@@ -285,8 +280,8 @@ void handle_get_response(const httplib::Request & req, httplib::Response & res, 
     res.set_content(stored->body, "application/json");
 }
 
-void handle_delete_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
-    const std::string id = req.path_params.at("id");
+void handle_delete_response(const http_request & req, http_response & res, server_context & ctx) {
+    const std::string id = req.path_param("id");
     if (!ctx.responses->remove(id, ctx.tenant_of(req))) {
         send_error(res, not_found(id, ""));
         return;
@@ -298,8 +293,8 @@ void handle_delete_response(const httplib::Request & req, httplib::Response & re
     send_json_body(res, j, 200);
 }
 
-void handle_cancel_response(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
-    const std::string id = req.path_params.at("id");
+void handle_cancel_response(const http_request & req, http_response & res, server_context & ctx) {
+    const std::string id = req.path_param("id");
     // No body is needed; one that is sent must be a JSON object (docs/prompt-cache.md).
     if (!req.body.empty()) {
         json ignored;
@@ -321,21 +316,21 @@ void handle_cancel_response(const httplib::Request & req, httplib::Response & re
     send_error(res, invalid_request("cannot cancel response '" + id + "': " + why));
 }
 
-void handle_list_input_items(const httplib::Request & req, httplib::Response & res, server_context & ctx) {
-    const std::string id = req.path_params.at("id");
+void handle_list_input_items(const http_request & req, http_response & res, server_context & ctx) {
+    const std::string id = req.path_param("id");
     input_items_query q;
     if (!query_int(req, "limit", 1, 100, q.limit, res)) {
         return;
     }
     if (req.has_param("order")) {
-        const std::string order = req.get_param_value("order");
+        const std::string order = req.param("order");
         if (order != "asc" && order != "desc") {
             send_error(res, invalid_request("'order' is '" + order + "'; expected asc or desc", "order"));
             return;
         }
         q.ascending = order == "asc";
     }
-    q.after = req.get_param_value("after");
+    q.after = req.param("after");
     auto stored = ctx.responses->get(id, ctx.tenant_of(req));
     if (!stored) {
         send_error(res, not_found(id, ""));

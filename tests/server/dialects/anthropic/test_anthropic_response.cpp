@@ -2,6 +2,7 @@
 // the Messages API for text (plain parser), for thinking + text + tool_use (the tiny qwen3
 // model's template parser; skipped when the model is absent), stop_reason, usage mapping and
 // Anthropic's error shape.
+#include "server/dialects/anthropic/anthropic_handler.h"
 #include "server/dialects/anthropic/anthropic_response.h"
 
 #include "engine/chat_template.h"
@@ -152,7 +153,8 @@ TEST(AnthropicResponse, ErrorsInAnthropicShape) {
         EXPECT_EQ(anthropic_error_type(e), type) << status;
     }
     messages_writer w(meta(), {}, {}, signer());
-    EXPECT_EQ(w.error_body(server_error("boom")), anthropic_error_json(server_error("boom")));
+    EXPECT_EQ(messages_dialect.errors, error_shape::anthropic);
+    EXPECT_EQ(error_json(messages_dialect.errors, server_error("boom")), anthropic_error_json(server_error("boom")));
     EXPECT_EQ(w.stream_error(server_error("boom")),
               "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"boom\"}}\n\n");
 }

@@ -1,0 +1,249 @@
+// Tests of the one generation handler (server/run/generation.h) through the HTTP seam, without a
+// socket: a real scheduler on the tiny qwen3 model, each dialect's descriptor from the endpoint
+// table, and the handlers' own request and response (server/http/http_message.h). What they pin:
+// a body is answered in its dialect's shape, an error before submission in its dialect's error
+// shape, a stream is driven through `next` to its terminator, and the second identical request is
+// a cache hit (the positive case: it fails with the cache off).
+#include "engine/chat_template.h"
+#include "engine/device.h"
+#include "engine/model.h"
+#include "scheduler/scheduler.h"
+#include "server/config.h"
+#include "server/dialects/anthropic/anthropic_handler.h"
+#include "server/dialects/chat/chat_handler.h"
+#include "server/dialects/completions/completions_handler.h"
+#include "server/dialects/responses/responses_handler.h"
+#include "server/http/endpoints.h"
+#include "server/http/routes.h"
+#include "server/prepare/lora_registry.h"
+#include "server/run/generation.h"
+#include "config_args.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace lineage::server {
+namespace {
+
+// One server without a socket: the model and template are loaded once per suite, the
+// scheduler and the context per test (each test starts from an empty cache).
+class GenerationHandler : public ::testing::Test {
+protected:
+    static inline const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
+
+    static void SetUpTestSuite() {
+        if (std::filesystem::exists(model_file)) {
+            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
+            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
+        }
+    }
+    static void TearDownTestSuite() {
+        tmpl_.reset();
+        model_.reset();
+    }
+
+    void SetUp() override {
+        if (!model_) {
+            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
+        }
+        config_test::env_vars no_env;
+        auto parsed = config_test::parse({"-m", model_file, "--ctx-size", "2048", "--parallel", "1", "--threads", "1",
+                                          "--cache-disk=false", "--cache-warmup=false", "--responses-store", "memory",
+                                          "--memory-trim-interval", "0"},
+                                         no_env);
+        ASSERT_TRUE(parsed.config) << parsed.output;
+        cfg_ = std::make_unique<server_config>(*parsed.config);
+        loras_ = std::make_unique<lora_registry>(cfg_->loras, cfg_->sched.cache.key_hash);
+        scheduler::params p = cfg_->sched;
+        p.device = engine::read_device_memory(/*gpu=*/false);  // as main.cpp: the memory plan's device
+        sched_ = std::make_unique<scheduler::scheduler>(*model_, p);
+        ctx_ = std::make_unique<server_context>(*cfg_, *model_, *tmpl_, *sched_, *loras_);
+    }
+
+    void TearDown() override {
+        ctx_.reset();
+        sched_.reset();
+        loras_.reset();
+        cfg_.reset();
+    }
+
+    // The dialect the endpoint table runs `method path` with.
+    static const dialect & dialect_of(std::string_view method, std::string_view path) {
+        const endpoint * e = find_endpoint(method, path);
+        EXPECT_NE(e, nullptr) << method << " " << path;
+        EXPECT_NE(e->generates, nullptr) << method << " " << path;
+        return *e->generates;
+    }
+
+    http_response post(std::string_view path, std::string body) {
+        http_request req;
+        req.method = "POST";
+        req.path = std::string(path);
+        req.body = std::move(body);
+        req.headers = {{"Content-Type", "application/json"}};
+        http_response res;
+        handle_generation(dialect_of("POST", path), req, res, *ctx_);
+        return res;
+    }
+
+    static inline std::unique_ptr<engine::model> model_;
+    static inline std::unique_ptr<engine::chat_template> tmpl_;
+    std::unique_ptr<server_config> cfg_;
+    std::unique_ptr<lora_registry> loras_;
+    std::unique_ptr<scheduler::scheduler> sched_;
+    std::unique_ptr<server_context> ctx_;
+};
+
+// A stream's bytes, kept in a string.
+class string_sink final : public stream_sink {
+public:
+    bool write(std::string_view bytes) override {
+        out.append(bytes);
+        return true;
+    }
+    bool writable() const override { return true; }
+    void done() override { ended = true; }
+
+    std::string out;
+    bool ended = false;
+};
+
+constexpr const char * chat_body =
+    R"({"model":"m","messages":[{"role":"system","content":"You answer briefly. You are a careful assistant who )"
+    R"(checks each answer twice, names its sources, and says so when it does not know."},)"
+    R"({"role":"user","content":"Name three colours of the rainbow."}],"max_tokens":4,"temperature":0})";
+
+TEST_F(GenerationHandler, AChatCompletionIsAnsweredWithoutASocket) {
+    const http_response res = post("/v1/chat/completions", chat_body);
+    ASSERT_EQ(res.status, 200) << res.body;
+    EXPECT_EQ(res.content_type, "application/json");
+    EXPECT_FALSE(res.next);
+    const json j = json::parse(res.body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    // Over --prompt-cache-min-prefix (32), so that the next test's resend can hit.
+    EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 32);
+    EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1);
+    EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 4);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // the first request: a miss
+}
+
+TEST_F(GenerationHandler, TheSameRequestAgainIsACacheHit) {
+    const http_response first = post("/v1/chat/completions", chat_body);
+    ASSERT_EQ(first.status, 200) << first.body;
+    const http_response second = post("/v1/chat/completions", chat_body);
+    ASSERT_EQ(second.status, 200) << second.body;
+    const json a = json::parse(first.body);
+    const json b = json::parse(second.body);
+    const int prompt = b["usage"]["prompt_tokens"].get<int>();
+    EXPECT_EQ(a["usage"]["prompt_tokens"].get<int>(), prompt);
+    EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    // A verbatim resend restores all but its last prompt token (the resend guard,
+    // docs/prompt-cache.md): the logits of the first reply token are computed again.
+    EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), prompt - 1);
+    EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+}
+
+TEST_F(GenerationHandler, AStreamIsDrivenThroughNextToItsTerminator) {
+    std::string body = chat_body;
+    body.insert(body.size() - 1, R"(,"stream":true,"stream_options":{"include_usage":true})");
+    http_response res = post("/v1/chat/completions", body);
+    ASSERT_EQ(res.status, 200) << res.body;
+    EXPECT_EQ(res.content_type, "text/event-stream");
+    EXPECT_EQ(res.header("Cache-Control"), "no-cache");
+    ASSERT_TRUE(res.next);
+    string_sink sink;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!sink.ended && std::chrono::steady_clock::now() < deadline) {
+        ASSERT_TRUE(res.next(sink));
+    }
+    ASSERT_TRUE(sink.ended) << sink.out;
+    ASSERT_TRUE(res.on_close);
+    res.on_close(true);  // a finished stream: nothing to cancel
+    EXPECT_NE(sink.out.find(R"("object":"chat.completion.chunk")"), std::string::npos) << sink.out;
+    EXPECT_NE(sink.out.find(R"("usage":{"prompt_tokens":)"), std::string::npos) << sink.out;
+    const std::string_view done = "data: [DONE]\n\n";
+    ASSERT_GE(sink.out.size(), done.size());
+    EXPECT_EQ(sink.out.substr(sink.out.size() - done.size()), done);
+}
+
+TEST_F(GenerationHandler, EachDialectAnswersItsOwnBodyShape) {
+    const http_response msg = post("/v1/messages",
+                                   R"({"model":"m","max_tokens":3,"temperature":0,)"
+                                   R"("messages":[{"role":"user","content":"Hello there."}]})");
+    ASSERT_EQ(msg.status, 200) << msg.body;
+    const json m = json::parse(msg.body);
+    EXPECT_EQ(m["type"], "message");
+    EXPECT_EQ(m["role"], "assistant");
+    EXPECT_GT(m["usage"]["input_tokens"].get<int>(), 0);
+
+    const http_response resp = post("/v1/responses", R"({"model":"m","input":"Hello there.","max_output_tokens":3,)"
+                                                      R"("temperature":0})");
+    ASSERT_EQ(resp.status, 200) << resp.body;
+    const json r = json::parse(resp.body);
+    EXPECT_EQ(r["object"], "response");
+    EXPECT_EQ(r["status"] == "completed" || r["status"] == "incomplete", true) << r["status"];
+
+    const http_response cmpl = post("/v1/completions", R"({"model":"m","prompt":"Once upon a time","max_tokens":3,)"
+                                                       R"("temperature":0})");
+    ASSERT_EQ(cmpl.status, 200) << cmpl.body;
+    const json c = json::parse(cmpl.body);
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_EQ(c["usage"]["prompt_tokens"].get<int>() > 0, true);
+}
+
+TEST_F(GenerationHandler, AnErrorBeforeSubmissionTakesTheDialectsErrorShape) {
+    const http_response chat = post("/v1/chat/completions", R"({"model":"m","messages":"not a list"})");
+    EXPECT_EQ(chat.status, 400);
+    const json c = json::parse(chat.body);
+    ASSERT_TRUE(c.contains("error")) << chat.body;
+    EXPECT_EQ(c["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(c["error"]["param"], "messages");
+
+    const http_response msg = post("/v1/messages", R"({"model":"m","messages":[]})");
+    EXPECT_EQ(msg.status, 400);
+    const json m = json::parse(msg.body);
+    EXPECT_EQ(m["type"], "error") << msg.body;
+    EXPECT_EQ(m["error"]["type"], "invalid_request_error");
+    EXPECT_FALSE(m["error"].contains("param"));  // Anthropic's shape has none
+
+    const http_response bad_json = post("/v1/completions", "{");
+    EXPECT_EQ(bad_json.status, 400);
+    EXPECT_TRUE(json::parse(bad_json.body).contains("error")) << bad_json.body;
+
+    // Nothing reached the scheduler.
+    uint64_t ended = 0;
+    for (const auto & [reason, n] : sched_->snapshot_metrics().requests) {
+        ended += n;
+    }
+    EXPECT_EQ(ended, 0U);
+}
+
+// Every generating row's error shape is its dialect's (routes before any handler answer in the
+// row's shape, the handler in the dialect's), and every dialect is served by a row.
+TEST(EndpointTableDialects, ARowsErrorShapeIsItsDialects) {
+    int generating = 0;
+    for (const endpoint & e : endpoint_table()) {
+        if (e.generates == nullptr) {
+            EXPECT_NE(e.handler, nullptr) << e.method << " " << e.path;
+            continue;
+        }
+        ++generating;
+        EXPECT_EQ(e.handler, nullptr) << e.method << " " << e.path;
+        EXPECT_EQ(e.errors, e.generates->errors) << e.method << " " << e.path;
+        EXPECT_NE(e.generates->prepare, nullptr) << e.method << " " << e.path;
+    }
+    EXPECT_EQ(generating, 4);
+    EXPECT_EQ(find_endpoint("POST", "/v1/messages")->generates, &messages_dialect);
+    EXPECT_EQ(find_endpoint("POST", "/chat/completions")->generates, &chat_dialect);
+    EXPECT_EQ(find_endpoint("POST", "/responses")->generates, &responses_dialect);
+    EXPECT_EQ(find_endpoint("POST", "/v1/completions")->generates, &completions_dialect);
+}
+
+}  // namespace
+}  // namespace lineage::server
