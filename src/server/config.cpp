@@ -9,6 +9,7 @@
 #include "cache/tier/redis/redis_tier.h"
 #include "engine/context.h"
 #include "server/http/endpoints.h"
+#include "util/status.h"
 
 #include <CLI/CLI.hpp>
 
@@ -28,8 +29,8 @@ namespace {
 constexpr int64_t max_sequences = 256;
 constexpr int64_t max_threads = 512;
 
-// A parser stores a value or returns what was wrong with it ("" = ok).
-using value_parser = std::function<std::string(const std::string &)>;
+// A parser stores a value, or returns what was wrong with it.
+using value_parser = std::function<util::status(const std::string &)>;
 
 struct setting {
     std::string names;       ///< CLI11 names, e.g. "-m,--model"
@@ -83,16 +84,17 @@ std::optional<bool> to_bool(const std::string & s) {
 }
 
 value_parser int_in(int32_t & out, int64_t lo, int64_t hi) {
-    return [&out, lo, hi](const std::string & s) -> std::string {
+    return [&out, lo, hi](const std::string & s) -> util::status {
         const auto v = to_int(s);
         if (!v || *v < lo || *v > hi) {
             if (hi == std::numeric_limits<int32_t>::max()) {
-                return "expected an integer >= " + std::to_string(lo);
+                return util::status::error("expected an integer >= " + std::to_string(lo));
             }
-            return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+            return util::status::error("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                       "]");
         }
         out = static_cast<int32_t>(*v);
-        return "";
+        return util::status::ok();
     };
 }
 
@@ -102,94 +104,95 @@ value_parser int_min(int32_t & out, int64_t lo) {
 
 /** Seconds > 0, or >= 0 when `allow_zero`. */
 value_parser seconds(double & out, bool allow_zero = false) {
-    return [&out, allow_zero](const std::string & s) -> std::string {
+    return [&out, allow_zero](const std::string & s) -> util::status {
         const std::string t = trim(s);
         double v = 0;
         const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
         if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v < 0 ||
             (v == 0 && !allow_zero)) {
-            return allow_zero ? "expected a number of seconds >= 0" : "expected a number of seconds > 0";
+            return util::status::error(allow_zero ? "expected a number of seconds >= 0"
+                                                  : "expected a number of seconds > 0");
         }
         out = v;
-        return "";
+        return util::status::ok();
     };
 }
 
 /** Seconds >= 0, or "auto" (also -1): -1, resolved where the value depends on the device. */
 value_parser seconds_or_auto(double & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         if (const std::string t = trim(s); t == "auto" || t == "-1") {
             out = -1;
-            return "";
+            return util::status::ok();
         }
-        if (seconds(out, true)(s).empty()) {
-            return "";
+        if (seconds(out, true)(s).is_ok()) {
+            return util::status::ok();
         }
-        return "expected a number of seconds >= 0, or auto";
+        return util::status::error("expected a number of seconds >= 0, or auto");
     };
 }
 
 value_parser boolean(bool & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         const auto v = to_bool(s);
         if (!v) {
-            return "expected a boolean (true/false, 1/0, yes/no, on/off)";
+            return util::status::error("expected a boolean (true/false, 1/0, yes/no, on/off)");
         }
         out = *v;
-        return "";
+        return util::status::ok();
     };
 }
 
 value_parser text(std::string & out, bool allow_empty = true) {
-    return [&out, allow_empty](const std::string & s) -> std::string {
+    return [&out, allow_empty](const std::string & s) -> util::status {
         if (!allow_empty && s.empty()) {
-            return "expected a non-empty value";
+            return util::status::error("expected a non-empty value");
         }
         out = s;
-        return "";
+        return util::status::ok();
     };
 }
 
 /** A redis://host[:port][/db] URL (cache::parse_redis_url), or "" (off). */
 value_parser redis_url(std::string & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         const std::string t = trim(s);
         if (!t.empty()) {
             if (auto u = cache::parse_redis_url(t); !u) {
-                return u.error().message();
+                return util::status::error(u.error().message());
             }
         }
         out = t;
-        return "";
+        return util::status::ok();
     };
 }
 
 value_parser hash_name(cache::hash_algo & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         const auto a = cache::parse_hash_algo(trim(s));
         if (!a) {
-            return "expected one of sha256|xxh3";
+            return util::status::error("expected one of sha256|xxh3");
         }
         out = *a;
-        return "";
+        return util::status::ok();
     };
 }
 
 value_parser int64_min(int64_t & out, int64_t lo) {
-    return [&out, lo](const std::string & s) -> std::string {
+    return [&out, lo](const std::string & s) -> util::status {
         const auto v = to_int(s);
         if (!v || *v < lo) {
-            return "expected an integer >= " + std::to_string(lo);
+            return util::status::error("expected an integer >= " + std::to_string(lo));
         }
         out = *v;
-        return "";
+        return util::status::ok();
     };
 }
 
 /** A list of names separated by ',' (a repeated flag's values are joined with ','); empty
  *  items are skipped. */
 value_parser name_list(std::vector<std::string> & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         out.clear();
         std::stringstream ss(s);
         std::string item;
@@ -199,30 +202,30 @@ value_parser name_list(std::vector<std::string> & out) {
                 out.push_back(item);
             }
         }
-        return "";
+        return util::status::ok();
     };
 }
 
 value_parser one_of(std::string & out, std::vector<std::string> allowed) {
-    return [&out, allowed](const std::string & s) -> std::string {
+    return [&out, allowed](const std::string & s) -> util::status {
         for (const auto & a : allowed) {
             if (s == a) {
                 out = s;
-                return "";
+                return util::status::ok();
             }
         }
         std::string list;
         for (const auto & a : allowed) {
             list += (list.empty() ? "" : "|") + a;
         }
-        return "expected one of " + list;
+        return util::status::error("expected one of " + list);
     };
 }
 
 /** --flash-attn: on|off|auto (llama-server's values; also true/false, 1/0, yes/no, enabled/
  *  disabled) -> 1, 0, -1. */
 value_parser flash_attn(int32_t & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         std::string t = trim(s);
         for (auto & ch : t) {
             ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -236,27 +239,27 @@ value_parser flash_attn(int32_t & out) {
         } else if (const auto b = to_bool(t)) {
             out = *b ? 1 : 0;
         } else {
-            return "expected on, off or auto";
+            return util::status::error("expected on, off or auto");
         }
-        return "";
+        return util::status::ok();
     };
 }
 
 /** --n-gpu-layers: an integer >= -1, or llama-server's "auto" / "all" (both -1 here: llama.cpp
  *  then offloads every layer it can). */
 value_parser gpu_layers(int32_t & out) {
-    return [&out](const std::string & s) -> std::string {
+    return [&out](const std::string & s) -> util::status {
         const std::string t = trim(s);
         if (t == "auto" || t == "all") {
             out = -1;
-            return "";
+            return util::status::ok();
         }
         const auto v = to_int(t);
         if (!v || *v < -1 || *v > std::numeric_limits<int32_t>::max()) {
-            return "expected an integer >= -1, auto or all";
+            return util::status::error("expected an integer >= -1, auto or all");
         }
         out = static_cast<int32_t>(*v);
-        return "";
+        return util::status::ok();
     };
 }
 
@@ -306,14 +309,15 @@ std::optional<uint64_t> parse_bytes(const std::string & s) {
 namespace {
 
 value_parser bytes_min(uint64_t & out, uint64_t lo) {
-    return [&out, lo](const std::string & s) -> std::string {
+    return [&out, lo](const std::string & s) -> util::status {
         const auto v = parse_bytes(s);
         if (!v || *v < lo) {
-            return "expected a byte count" + (lo > 0 ? " >= " + std::to_string(lo) : std::string()) +
-                   " such as 512MiB or 17179869184 (suffixes K, M, G, T are powers of 1024)";
+            return util::status::error("expected a byte count" +
+                                       (lo > 0 ? " >= " + std::to_string(lo) : std::string()) +
+                                       " such as 512MiB or 17179869184 (suffixes K, M, G, T are powers of 1024)");
         }
         out = *v;
-        return "";
+        return util::status::ok();
     };
 }
 
@@ -561,14 +565,15 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "--prompt-cache-capacity-bytes and --prompt-cache-snapshot-capacity-bytes N MiB, which it may not be "
         "combined with); -1 = unset (those flags, else model-aware); 0, llama-server's 'no RAM cache', is "
         "refused: use --no-cache-prompt",
-        [&c](const std::string & v) -> std::string {
+        [&c](const std::string & v) -> util::status {
             const auto n = to_int(v);
             if (!n || *n < -1 || *n == 0 || *n > (std::numeric_limits<int64_t>::max() >> 20)) {
-                return "expected a number of MiB >= 1, or -1 (unset); lineage has no switch for the RAM tier "
-                       "alone: --no-cache-prompt turns the cache off";
+                return util::status::error(
+                    "expected a number of MiB >= 1, or -1 (unset); lineage has no switch for the RAM tier "
+                    "alone: --no-cache-prompt turns the cache off");
             }
             c.cache_ram_mib = *n;
-            return "";
+            return util::status::ok();
         });
     s.back()->llama_short = {"-cram"};
     add("--prompt-cache-snapshot-capacity-bytes", "LINEAGE_PROMPT_CACHE_SNAPSHOT_CAPACITY_BYTES", "BYTES", "0",
@@ -918,19 +923,19 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     };
     for (auto & st : settings) {
         if (st->opt->count() > 0) {
-            if (const std::string err = st->parse(st->raw); !err.empty()) {
-                errors.push_back(display_name(*st) + " '" + st->raw + "': " + err);
+            if (const util::status err = st->parse(st->raw); !err.is_ok()) {
+                errors.push_back(display_name(*st) + " '" + st->raw + "': " + err.message());
             }
         } else if (auto v = lookup(st->env)) {
-            if (const std::string err = st->parse(*v); !err.empty()) {
-                errors.push_back(st->env + "='" + *v + "' (environment): " + err);
+            if (const util::status err = st->parse(*v); !err.is_ok()) {
+                errors.push_back(st->env + "='" + *v + "' (environment): " + err.message());
             }
         } else if (auto alias = std::find_if(st->env_aliases.begin(), st->env_aliases.end(),
                                              [&](const std::string & a) { return lookup(a).has_value(); });
                    alias != st->env_aliases.end()) {
             const std::string a = *lookup(*alias);
-            if (const std::string err = st->parse(a); !err.empty()) {
-                errors.push_back(*alias + "='" + a + "' (environment): " + err);
+            if (const util::status err = st->parse(a); !err.is_ok()) {
+                errors.push_back(*alias + "='" + a + "' (environment): " + err.message());
             }
         } else if (st->env == "LINEAGE_PROMPT_CACHE_ENABLED") {
             // llama.cpp compatibility alias (docs/prompt-cache.md "llama-server's flags"): read
@@ -951,7 +956,7 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     if (const auto comma = c.alias.find(','); comma != std::string::npos) {
         // llama-server's -a NAME,MORE: the first names the model, the others are listed too.
         std::vector<std::string> names;
-        name_list(names)(c.alias);
+        (void)name_list(names)(c.alias);  // a name list never fails
         c.alias = names.empty() ? "" : names[0];
         for (size_t i = 1; i < names.size(); ++i) {
             if (std::find(c.model_aliases.begin(), c.model_aliases.end(), names[i]) == c.model_aliases.end()) {
@@ -1018,9 +1023,9 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
     if (errors.empty()) {
-        if (const std::string err = load_tenant_keys(c.api_key_file, c.api_key, c.admin_api_key, c.tenant_keys);
-            !err.empty()) {
-            errors.push_back(err);
+        if (const util::status err = load_tenant_keys(c.api_key_file, c.api_key, c.admin_api_key, c.tenant_keys);
+            !err.is_ok()) {
+            errors.push_back(err.message());
         }
     }
     if (errors.empty() && c.model_path.empty()) {

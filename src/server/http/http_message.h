@@ -28,7 +28,7 @@ struct http_request {
      *  section 5.1), so "authorization" finds "Authorization". */
     std::vector<std::pair<std::string, std::string>> headers;
     std::vector<std::pair<std::string, std::string>> query;  ///< query parameters in order, decoded
-    std::map<std::string, std::string> path_params;         ///< the ":name" segments of the route, by name
+    std::map<std::string, std::string> path_params;          ///< the ":name" segments of the route, by name
     /** True once the client has closed the connection (a handler then cancels its work);
      *  unset = the client never goes away (a unit test). */
     std::function<bool()> connection_closed;
@@ -60,8 +60,8 @@ public:
 /** One HTTP response as a handler fills it: a whole body, or a stream when `next` is set. */
 struct http_response {
     int status = 200;
-    std::string body;          ///< the whole body (unused when streaming)
-    std::string content_type;  ///< e.g. "application/json", "text/event-stream"
+    std::string body;                                          ///< the whole body (unused when streaming)
+    std::string content_type;                                  ///< e.g. "application/json", "text/event-stream"
     std::vector<std::pair<std::string, std::string>> headers;  ///< added response header fields
     /** Streaming: called on the request's thread after the handler returned, again and again,
      *  until it calls `sink.done()` or returns false (the stream then ends without its last

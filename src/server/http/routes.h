@@ -11,15 +11,15 @@
 // except for the request-id counter (atomic). Ownership: borrows everything it points to.
 #pragma once
 
-#include "server/prepare/chat_prepare.h"
 #include "server/config.h"
-#include "server/prepare/lora_registry.h"
-#include "server/http/http_message.h"
-#include "server/http/memory_trim.h"
 #include "server/dialects/anthropic/thinking_signature.h"
 #include "server/dialects/responses/reasoning_seal.h"
 #include "server/dialects/responses/response_store.h"
+#include "server/http/http_message.h"
+#include "server/http/memory_trim.h"
 #include "server/http/tenants.h"
+#include "server/prepare/chat_prepare.h"
+#include "server/prepare/lora_registry.h"
 #include "server/run/warmup.h"
 
 #include <atomic>

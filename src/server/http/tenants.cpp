@@ -29,7 +29,7 @@ bool printable(const std::string & s) {
 
 }  // namespace
 
-std::string parse_key_file(const std::string & text, std::vector<tenant_key> & out) {
+util::status parse_key_file(const std::string & text, std::vector<tenant_key> & out) {
     std::vector<tenant_key> found;
     std::set<std::string> keys;
     std::istringstream in(text);
@@ -50,49 +50,52 @@ std::string parse_key_file(const std::string & text, std::vector<tenant_key> & o
         }
         const std::string where = "line " + std::to_string(n) + ": ";
         if (f.size() != 2) {
-            return where + "expected 'KEY TENANT' (two fields separated by spaces), got " + std::to_string(f.size()) +
-                   " field" + (f.size() == 1 ? "" : "s");
+            return util::status::error(where + "expected 'KEY TENANT' (two fields separated by spaces), got " +
+                                       std::to_string(f.size()) + " field" + (f.size() == 1 ? "" : "s"));
         }
         if (!printable(f[0])) {
-            return where + "the key has a non-printable or non-ASCII character";
+            return util::status::error(where + "the key has a non-printable or non-ASCII character");
         }
         if (!valid_tenant(f[1])) {
-            return where + "tenant name '" + f[1] + "' is not 1-64 characters of A-Z a-z 0-9 . _ -";
+            return util::status::error(where + "tenant name '" + f[1] +
+                                       "' is not 1-64 characters of A-Z a-z 0-9 . _ -");
         }
         if (!keys.insert(f[0]).second) {
-            return where + "this key is already given on an earlier line (each key names one tenant)";
+            return util::status::error(where +
+                                       "this key is already given on an earlier line (each key names one tenant)");
         }
         found.push_back({f[0], f[1]});
     }
     if (found.empty()) {
-        return "no key in the file: add lines 'KEY TENANT'";
+        return util::status::error("no key in the file: add lines 'KEY TENANT'");
     }
     out.insert(out.end(), found.begin(), found.end());
-    return "";
+    return util::status::ok();
 }
 
-std::string load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
-                             std::vector<tenant_key> & out) {
+util::status load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
+                              std::vector<tenant_key> & out) {
     if (!path.empty()) {
         std::ifstream f(path, std::ios::binary);
         if (!f) {
-            return "--api-key-file '" + path + "': cannot read the file";
+            return util::status::error("--api-key-file '" + path + "': cannot read the file");
         }
         const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-        if (const std::string err = parse_key_file(text, out); !err.empty()) {
-            return "--api-key-file '" + path + "': " + err;
+        if (const util::status err = parse_key_file(text, out); !err.is_ok()) {
+            return util::status::error("--api-key-file '" + path + "': " + err.message());
         }
     }
     auto in_file = [&](const std::string & key) {
         return std::any_of(out.begin(), out.end(), [&](const tenant_key & k) { return k.key == key; });
     };
     if (!admin_key.empty() && (admin_key == api_key || in_file(admin_key))) {
-        return "--admin-api-key is also a tenant's key (--api-key or --api-key-file): give the admin a key of its own";
+        return util::status::error(
+            "--admin-api-key is also a tenant's key (--api-key or --api-key-file): give the admin a key of its own");
     }
     if (!api_key.empty() && in_file(api_key)) {
-        return "--api-key is also in --api-key-file: give each key once";
+        return util::status::error("--api-key is also in --api-key-file: give each key once");
     }
-    return "";
+    return util::status::ok();
 }
 
 access_table::access_table(const std::string & api_key, std::vector<tenant_key> keys, const std::string & admin_key)

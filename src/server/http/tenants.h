@@ -7,6 +7,8 @@
 // threads at once. parse_key_file is a pure function.
 #pragma once
 
+#include "util/status.h"
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,19 +29,19 @@ inline constexpr const char * admin_tenant = "(admin)";
 /** Parses the text of a key file (--api-key-file): one "KEY TENANT" per line, separated by
  *  spaces or tabs; blank lines and lines whose first non-blank character is '#' are skipped.
  *  KEY: any run of printable ASCII without spaces; TENANT: 1-64 characters of [A-Za-z0-9._-].
- *  Appends to `out` and returns "" when every line is valid; otherwise returns the first error
+ *  Appends to `out` and returns ok when every line is valid; otherwise returns the first error
  *  as "line N: what was wrong (what is expected)" and leaves `out` as it was (no key is ever
  *  quoted back). Errors: a line with other than two fields, a bad tenant name, a key given
  *  twice, a file with no key at all. */
-std::string parse_key_file(const std::string & text, std::vector<tenant_key> & out);
+util::status parse_key_file(const std::string & text, std::vector<tenant_key> & out);
 
 /** The keys of a server: reads the key file at `path` ("" = none) into `out` (parse_key_file)
- *  and checks that `admin_key` is no tenant's key and `api_key` not in the file. Returns "" or
+ *  and checks that `admin_key` is no tenant's key and `api_key` not in the file. Returns ok or
  *  the error, naming the flag: "--api-key-file 'PATH': line 3: ...", "--api-key-file 'PATH':
  *  cannot read the file", "--admin-api-key is also a tenant's key ...", "--api-key is also in
  *  --api-key-file ...". */
-std::string load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
-                             std::vector<tenant_key> & out);
+util::status load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
+                              std::vector<tenant_key> & out);
 
 /** The caller a request's key identifies. */
 struct caller {

@@ -7,7 +7,6 @@
 #include "server/run/generation.h"
 #include "server/http/routes.h"
 
-
 namespace lineage::server {
 
 namespace {

@@ -66,7 +66,7 @@ std::optional<float> to_scale(const std::string & s) {
 
 }  // namespace
 
-std::string parse_lora_specs(const std::string & value, bool with_scale, std::vector<lora_spec> & out) {
+util::status parse_lora_specs(const std::string & value, bool with_scale, std::vector<lora_spec> & out) {
     std::vector<std::string> items;
     size_t start = 0;
     while (start <= value.size()) {
@@ -99,9 +99,9 @@ std::string parse_lora_specs(const std::string & value, bool with_scale, std::ve
                 continue;
             }
         }
-        return "expected FILE:SCALE (or FILE SCALE) with SCALE a number, e.g. adapter.gguf:0.5";
+        return util::status::error("expected FILE:SCALE (or FILE SCALE) with SCALE a number, e.g. adapter.gguf:0.5");
     }
-    return "";
+    return util::status::ok();
 }
 
 std::vector<lora_scale> parse_lora_list(const json & v, const std::string & param) {

@@ -10,6 +10,7 @@
 
 #include "cache/rule/digest.h"
 #include "server/http/errors.h"
+#include "util/status.h"
 #include "util/thread_annotations.h"
 
 #include <cstdint>
@@ -57,8 +58,8 @@ std::string lora_id_of(const std::vector<std::string> & digests, const std::vect
 
 /** The value of --lora (`with_scale` false: "FILE[,FILE...]", scale 1) or of --lora-scaled
  *  (`with_scale` true: "FILE:SCALE[,FILE:SCALE...]" as llama-server, or "FILE,SCALE" as
- *  `--lora-scaled FILE SCALE` arrives joined) appended to `out`. Returns "" or what was wrong. */
-std::string parse_lora_specs(const std::string & value, bool with_scale, std::vector<lora_spec> & out);
+ *  `--lora-scaled FILE SCALE` arrives joined) appended to `out`. Returns ok or what was wrong. */
+util::status parse_lora_specs(const std::string & value, bool with_scale, std::vector<lora_spec> & out);
 
 /** Digest of a file's bytes (raw, `algo`); nullopt when it cannot be read. */
 std::optional<std::string> file_digest(const std::string & path, cache::hash_algo algo);

@@ -28,7 +28,12 @@ constexpr std::chrono::milliseconds poll_interval{100};
 struct run_state {
     run_state(server_context & c, std::shared_ptr<scheduler::generation_request> r, std::unordered_set<int32_t> p,
               std::unique_ptr<response_writer> w, bool s, const dialect & d, std::shared_ptr<const chat_request> conv)
-        : ctx(c), req(std::move(r)), preserved(std::move(p)), out(std::move(w)), stream(s), api(d),
+        : ctx(c),
+          req(std::move(r)),
+          preserved(std::move(p)),
+          out(std::move(w)),
+          stream(s),
+          api(d),
           conversation(std::move(conv)) {}
 
     server_context & ctx;
@@ -102,10 +107,11 @@ struct run_state {
 
     void log_done(int status, const scheduler::request_stats & s, const std::string & finish) const {
         const double tps = s.completion_tokens > 1 && s.decode_s > 0 ? (s.completion_tokens - 1) / s.decode_s : 0.0;
-        spdlog::info("req {} {} {} {}: prompt={} cached={} completion={} ttft={:.1f}ms decode={:.1f}tok/s hit={} finish={}",
-                     req->id, api.name, stream ? "stream" : "json", status,
-                     s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int32_t>(req->prompt.size()), s.cached_tokens,
-                     s.completion_tokens, s.ttft_s * 1e3, tps, s.hit_kind.empty() ? "miss" : s.hit_kind, finish);
+        spdlog::info(
+            "req {} {} {} {}: prompt={} cached={} completion={} ttft={:.1f}ms decode={:.1f}tok/s hit={} finish={}",
+            req->id, api.name, stream ? "stream" : "json", status,
+            s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int32_t>(req->prompt.size()), s.cached_tokens,
+            s.completion_tokens, s.ttft_s * 1e3, tps, s.hit_kind.empty() ? "miss" : s.hit_kind, finish);
     }
 
     static api_error error_of(const generation_event & e) { return to_api_error(e.failure); }

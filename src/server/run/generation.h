@@ -20,9 +20,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <optional>
 #include <unordered_set>
 
 namespace lineage::server {
@@ -80,7 +80,7 @@ struct generation_job {
 /** One API dialect that generates: a row of the endpoint table names it (endpoint::generates),
  *  and its folder (server/dialects/<name>/) defines it. */
 struct dialect {
-    std::string_view name = {};  ///< in the log line: "chat", "messages", "responses", "completions"
+    std::string_view name = {};                ///< in the log line: "chat", "messages", "responses", "completions"
     error_shape errors = error_shape::openai;  ///< the shape of every error body it answers
     /** Parses `req` into the native request, prepares the prompt and makes the writer, into
      *  `job`. An error (bad body, unknown model field, a prompt over the context) is answered

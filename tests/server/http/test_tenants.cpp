@@ -52,7 +52,7 @@ TEST(KeyFile, ParsesKeysCommentsAndBlankLines) {
         "  # an indented comment\n"
         "sk-bob-0123456789\tbob.team_2-x\r\n"
         "sk-alice-second alice\n";
-    EXPECT_EQ(parse_key_file(text, keys), "");
+    EXPECT_TRUE(parse_key_file(text, keys).is_ok());
     ASSERT_EQ(keys.size(), 3u);
     EXPECT_EQ(keys[0].key, "sk-alice-0123456789");
     EXPECT_EQ(keys[0].tenant, "alice");
@@ -63,18 +63,19 @@ TEST(KeyFile, ParsesKeysCommentsAndBlankLines) {
 
 TEST(KeyFile, BadLinesNameTheLineAndNeverTheKey) {
     std::vector<tenant_key> keys = {{"kept", "t"}};
-    EXPECT_EQ(parse_key_file("sk-1 a\nsk-secret-2\n", keys),
+    EXPECT_EQ(parse_key_file("sk-1 a\nsk-secret-2\n", keys).message(),
               "line 2: expected 'KEY TENANT' (two fields separated by spaces), got 1 field");
-    EXPECT_EQ(parse_key_file("sk-1 a b\n", keys),
+    EXPECT_EQ(parse_key_file("sk-1 a b\n", keys).message(),
               "line 1: expected 'KEY TENANT' (two fields separated by spaces), got 3 fields");
-    EXPECT_EQ(parse_key_file("# c\nsk-1 (admin)\n", keys),
+    EXPECT_EQ(parse_key_file("# c\nsk-1 (admin)\n", keys).message(),
               "line 2: tenant name '(admin)' is not 1-64 characters of A-Z a-z 0-9 . _ -");
-    EXPECT_EQ(parse_key_file("sk-1 " + std::string(65, 'a') + "\n", keys),
+    EXPECT_EQ(parse_key_file("sk-1 " + std::string(65, 'a') + "\n", keys).message(),
               "line 1: tenant name '" + std::string(65, 'a') + "' is not 1-64 characters of A-Z a-z 0-9 . _ -");
-    EXPECT_EQ(parse_key_file("sk-dup a\nsk-dup b\n", keys),
+    EXPECT_EQ(parse_key_file("sk-dup a\nsk-dup b\n", keys).message(),
               "line 2: this key is already given on an earlier line (each key names one tenant)");
-    EXPECT_EQ(parse_key_file("sk-\x01 a\n", keys), "line 1: the key has a non-printable or non-ASCII character");
-    EXPECT_EQ(parse_key_file("# only comments\n\n", keys), "no key in the file: add lines 'KEY TENANT'");
+    EXPECT_EQ(parse_key_file("sk-\x01 a\n", keys).message(),
+              "line 1: the key has a non-printable or non-ASCII character");
+    EXPECT_EQ(parse_key_file("# only comments\n\n", keys).message(), "no key in the file: add lines 'KEY TENANT'");
     ASSERT_EQ(keys.size(), 1u) << "a file with an error adds nothing";
     EXPECT_EQ(keys[0].key, "kept");
 }

@@ -47,8 +47,8 @@ TEST(LoraId, DependsOnContentAndScaleOnly) {
 
 TEST(LoraSpecs, ParsesBothForms) {
     std::vector<lora_spec> out;
-    EXPECT_EQ(parse_lora_specs("a.gguf,b.gguf", false, out), "");
-    EXPECT_EQ(parse_lora_specs("c.gguf:0.5,d.gguf,0.25", true, out), "");
+    EXPECT_TRUE(parse_lora_specs("a.gguf,b.gguf", false, out).is_ok());
+    EXPECT_TRUE(parse_lora_specs("c.gguf:0.5,d.gguf,0.25", true, out).is_ok());
     ASSERT_EQ(out.size(), 4u);
     EXPECT_EQ(out[0].path, "a.gguf");
     EXPECT_EQ(out[0].scale, 1.0f);
@@ -56,8 +56,8 @@ TEST(LoraSpecs, ParsesBothForms) {
     EXPECT_EQ(out[2].scale, 0.5f);
     EXPECT_EQ(out[3].path, "d.gguf");
     EXPECT_EQ(out[3].scale, 0.25f);
-    EXPECT_NE(parse_lora_specs("e.gguf", true, out), "");
-    EXPECT_NE(parse_lora_specs("e.gguf:x", true, out), "");
+    EXPECT_FALSE(parse_lora_specs("e.gguf", true, out).is_ok());
+    EXPECT_FALSE(parse_lora_specs("e.gguf:x", true, out).is_ok());
 }
 
 TEST(LoraConfig, FlagsGiveIdsInOrderAndPaths) {

@@ -4,6 +4,7 @@
 // a body is answered in its dialect's shape, an error before submission in its dialect's error
 // shape, a stream is driven through `next` to its terminator, and the second identical request is
 // a cache hit (the positive case: it fails with the cache off).
+#include "config_args.h"
 #include "engine/chat_template.h"
 #include "engine/device.h"
 #include "engine/model.h"
@@ -17,7 +18,6 @@
 #include "server/http/routes.h"
 #include "server/prepare/lora_registry.h"
 #include "server/run/generation.h"
-#include "config_args.h"
 
 #include <gtest/gtest.h>
 
@@ -52,10 +52,10 @@ protected:
             GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
         }
         config_test::env_vars no_env;
-        auto parsed = config_test::parse({"-m", model_file, "--ctx-size", "2048", "--parallel", "1", "--threads", "1",
-                                          "--cache-disk=false", "--cache-warmup=false", "--responses-store", "memory",
-                                          "--memory-trim-interval", "0"},
-                                         no_env);
+        auto parsed = config_test::parse(
+            {"-m", model_file, "--ctx-size", "2048", "--parallel", "1", "--threads", "1", "--cache-disk=false",
+             "--cache-warmup=false", "--responses-store", "memory", "--memory-trim-interval", "0"},
+            no_env);
         ASSERT_TRUE(parsed.config) << parsed.output;
         cfg_ = std::make_unique<server_config>(*parsed.config);
         loras_ = std::make_unique<lora_registry>(cfg_->loras, cfg_->sched.cache.key_hash);
@@ -173,9 +173,8 @@ TEST_F(GenerationHandler, AStreamIsDrivenThroughNextToItsTerminator) {
 }
 
 TEST_F(GenerationHandler, EachDialectAnswersItsOwnBodyShape) {
-    const http_response msg = post("/v1/messages",
-                                   R"({"model":"m","max_tokens":3,"temperature":0,)"
-                                   R"("messages":[{"role":"user","content":"Hello there."}]})");
+    const http_response msg = post("/v1/messages", R"({"model":"m","max_tokens":3,"temperature":0,)"
+                                                   R"("messages":[{"role":"user","content":"Hello there."}]})");
     ASSERT_EQ(msg.status, 200) << msg.body;
     const json m = json::parse(msg.body);
     EXPECT_EQ(m["type"], "message");
@@ -183,7 +182,7 @@ TEST_F(GenerationHandler, EachDialectAnswersItsOwnBodyShape) {
     EXPECT_GT(m["usage"]["input_tokens"].get<int>(), 0);
 
     const http_response resp = post("/v1/responses", R"({"model":"m","input":"Hello there.","max_output_tokens":3,)"
-                                                      R"("temperature":0})");
+                                                     R"("temperature":0})");
     ASSERT_EQ(resp.status, 200) << resp.body;
     const json r = json::parse(resp.body);
     EXPECT_EQ(r["object"], "response");
