@@ -159,7 +159,7 @@ value_parser redis_url(std::string & out) {
         const std::string t = trim(s);
         if (!t.empty()) {
             if (auto u = cache::parse_redis_url(t); !u) {
-                return util::status::error(u.error().message());
+                return u.error();
             }
         }
         out = t;
@@ -644,7 +644,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "prompt - 1 checkpoint by rolling the recurrent state back one token after the prefill instead of "
         "splitting the prefill (one forward pass less per request; the last prompt token is decoded again with "
         "the first generated one; the recurrent memory doubles; a resend then equals the first answer in its "
-        "greedy tokens, not bit for bit in its logits); false = split at prompt - 1",
+        "greedy tokens, not bit for bit in its logits; every forward pass then runs llama.cpp's snapshot-writing "
+        "recurrent kernel, which made the agent trace slower overall on a CPU: docs/benchmarks); false = split at "
+        "prompt - 1",
         boolean(cc.guard_rollback), true);
     add("--cache-divergence-min-gain", "LINEAGE_CACHE_DIVERGENCE_MIN_GAIN", "TOKENS",
         std::to_string(dc.divergence_min_gain), "minimum gain of a divergence checkpoint",

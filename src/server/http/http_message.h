@@ -21,7 +21,7 @@ namespace lineage::server {
 
 /** One HTTP request as a handler sees it. */
 struct http_request {
-    std::string method;  ///< "GET", "POST", "DELETE" (a HEAD arrives as GET)
+    std::string method;  ///< "GET", "POST", "DELETE"; a HEAD is routed to the GET handler with method "HEAD"
     std::string path;    ///< the path without the query, e.g. "/v1/responses/resp_1"
     std::string body;    ///< the body as received (empty for a GET)
     /** Header fields in arrival order; names are compared case-insensitively (RFC 9110

@@ -63,7 +63,10 @@ http_request to_http_request(const httplib::Request & req, bool with_body) {
     r.method = req.method;
     r.path = req.path;
     if (with_body) {
-        r.body = req.body;
+        // Moved, not copied (a body may be --max-body-bytes): nothing after the handler (the
+        // logger, the error handler, the write) reads httplib's copy, and the Request object
+        // httplib passes as const is its own non-const member.
+        r.body = std::move(const_cast<std::string &>(req.body));
     }
     r.headers.assign(req.headers.begin(), req.headers.end());
     r.query.assign(req.params.begin(), req.params.end());
@@ -92,7 +95,9 @@ void to_httplib_response(http_response && in, httplib::Response & out) {
         out.set_header(k, v);
     }
     if (!in.next) {
-        out.set_content(std::move(in.body), in.content_type);
+        if (!in.body.empty() || !in.content_type.empty()) {  // none: the client went away first
+            out.set_content(std::move(in.body), in.content_type);
+        }
         return;
     }
     auto next = std::move(in.next);
@@ -328,9 +333,9 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     for (const endpoint & e : endpoint_table()) {
         const endpoint_handler fn = e.handler;
         const dialect * generates = e.generates;
-        if ((fn == nullptr) == (generates == nullptr)) {
+        if ((fn == nullptr) == (generates == nullptr) || (generates && generates->errors != e.errors)) {
             throw std::logic_error("endpoint table: " + std::string(e.method) + " " + std::string(e.path) +
-                                   " needs exactly one of a handler and a dialect");
+                                   " needs exactly one of a handler and a dialect, and a dialect's error shape");
         }
         auto handler = [&ctx, fn, generates](const httplib::Request & req, httplib::Response & res) {
             const http_request in = to_http_request(req, /*with_body=*/true);

@@ -3,6 +3,7 @@
 
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
+#include "server/dialects/chat/chat_request.h"
 #include "server/prepare/chat_prepare.h"
 #include "server/http/routes.h"
 
@@ -336,6 +337,13 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
         spdlog::debug("req {} cache_control breakpoints at {} tokens", gr->id, list);
     }
     return gr;
+}
+
+void generation_job::finish(std::unique_ptr<response_writer> w, chat_request && chat) {
+    writer = std::move(w);
+    sampling = chat.sampling;
+    stream = chat.stream;
+    conversation = std::make_shared<const chat_request>(std::move(chat));
 }
 
 void handle_generation(const dialect & d, const http_request & req, http_response & res, server_context & ctx) {

@@ -75,6 +75,10 @@ struct generation_job {
      *  length) queues the warm-up of the conversation's next turn (server/run/warmup.h) once it
      *  has been sent. Null for raw completions. */
     std::shared_ptr<const chat_request> conversation;
+
+    /** The tail of every chat dialect's prepare step: `writer`, and the sampling, stream flag and
+     *  conversation of `chat` (moved from). */
+    void finish(std::unique_ptr<response_writer> w, chat_request && chat);
 };
 
 /** One API dialect that generates: a row of the endpoint table names it (endpoint::generates),

@@ -3,8 +3,9 @@
 // table, and the handlers' own request and response (server/http/http_message.h). What they pin:
 // a body is answered in its dialect's shape, an error before submission in its dialect's error
 // shape, a stream is driven through `next` to its terminator, and the second identical request is
-// a cache hit (the positive case: it fails with the cache off).
+// a cache hit (the positive case: with the cache off its cached_tokens would be 0).
 #include "config_args.h"
+#include "qwen3_template_fixture.h"
 #include "engine/chat_template.h"
 #include "engine/device.h"
 #include "engine/model.h"
@@ -22,40 +23,28 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace lineage::server {
 namespace {
 
-// One server without a socket: the model and template are loaded once per suite, the
-// scheduler and the context per test (each test starts from an empty cache).
-class GenerationHandler : public ::testing::Test {
+// One server without a socket: the model and template of the shared fixture (loaded once per
+// suite), the scheduler and the context per test (each test starts from an empty cache).
+class GenerationHandler : public Qwen3TemplateTest {
 protected:
-    static inline const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
-
-    static void SetUpTestSuite() {
-        if (std::filesystem::exists(model_file)) {
-            model_ = std::make_unique<engine::model>(engine::model_params{model_file, 0});
-            tmpl_ = std::make_unique<engine::chat_template>(*model_, "");
-        }
-    }
-    static void TearDownTestSuite() {
-        tmpl_.reset();
-        model_.reset();
-    }
-
     void SetUp() override {
-        if (!model_) {
-            GTEST_SKIP() << model_file << " missing (make it with lineage-mkmodel --arch qwen3 --preset tiny)";
+        Qwen3TemplateTest::SetUp();
+        if (IsSkipped()) {
+            return;
         }
         config_test::env_vars no_env;
-        auto parsed = config_test::parse(
-            {"-m", model_file, "--ctx-size", "2048", "--parallel", "1", "--threads", "1", "--cache-disk=false",
-             "--cache-warmup=false", "--responses-store", "memory", "--memory-trim-interval", "0"},
-            no_env);
+        auto parsed = config_test::parse({"-m", model_file, "--ctx-size", "2048", "--parallel", "1", "--threads", "1",
+                                          "--cache-disk=false", "--cache-warmup=false", "--responses-store", "memory",
+                                          "--memory-trim-interval", "0"},
+                                         no_env);
         ASSERT_TRUE(parsed.config) << parsed.output;
         cfg_ = std::make_unique<server_config>(*parsed.config);
         loras_ = std::make_unique<lora_registry>(cfg_->loras, cfg_->sched.cache.key_hash);
@@ -72,27 +61,29 @@ protected:
         cfg_.reset();
     }
 
-    // The dialect the endpoint table runs `method path` with.
-    static const dialect & dialect_of(std::string_view method, std::string_view path) {
+    // The dialect the endpoint table runs `method path` with; nullptr when none.
+    static const dialect * dialect_of(std::string_view method, std::string_view path) {
         const endpoint * e = find_endpoint(method, path);
-        EXPECT_NE(e, nullptr) << method << " " << path;
-        EXPECT_NE(e->generates, nullptr) << method << " " << path;
-        return *e->generates;
+        return e ? e->generates : nullptr;
     }
 
     http_response post(std::string_view path, std::string body) {
+        const dialect * d = dialect_of("POST", path);
+        EXPECT_NE(d, nullptr) << "POST " << path << " generates nothing";
+        http_response res;
+        if (d == nullptr) {
+            res.status = 0;
+            return res;
+        }
         http_request req;
         req.method = "POST";
         req.path = std::string(path);
         req.body = std::move(body);
         req.headers = {{"Content-Type", "application/json"}};
-        http_response res;
-        handle_generation(dialect_of("POST", path), req, res, *ctx_);
+        handle_generation(*d, req, res, *ctx_);
         return res;
     }
 
-    static inline std::unique_ptr<engine::model> model_;
-    static inline std::unique_ptr<engine::chat_template> tmpl_;
     std::unique_ptr<server_config> cfg_;
     std::unique_ptr<lora_registry> loras_;
     std::unique_ptr<scheduler::scheduler> sched_;
@@ -221,6 +212,44 @@ TEST_F(GenerationHandler, AnErrorBeforeSubmissionTakesTheDialectsErrorShape) {
         ended += n;
     }
     EXPECT_EQ(ended, 0U);
+}
+
+TEST_F(GenerationHandler, AClientThatIsGoneCancelsItsRequest) {
+    // 1,500 tokens that cannot end early (every end-of-generation token biased away): far longer
+    // than the 100 ms after which the handler first looks at the connection.
+    std::string bias;
+    for (int32_t t = 0; t < model_->n_vocab(); ++t) {
+        if (model_->is_eog(t)) {
+            bias += (bias.empty() ? "\"" : ",\"") + std::to_string(t) + "\":-100";
+        }
+    }
+    ASSERT_FALSE(bias.empty());
+    http_request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = R"({"model":"m","messages":[{"role":"user","content":"Count to a thousand."}],"max_tokens":1500,)"
+               R"("temperature":0,"logit_bias":{)" +
+               bias + "}}";
+    req.connection_closed = [] { return true; };
+    http_response res;
+    handle_generation(chat_dialect, req, res, *ctx_);
+    EXPECT_EQ(res.body, "");  // nobody to answer
+    EXPECT_EQ(res.content_type, "");
+    // The scheduler ends the request as cancelled, not after its 1,500 tokens.
+    uint64_t cancelled = 0;
+    uint64_t ended = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (ended == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const auto m = sched_->snapshot_metrics();
+        cancelled = m.requests.count("cancelled") ? m.requests.at("cancelled") : 0;
+        ended = 0;
+        for (const auto & [reason, n] : m.requests) {
+            ended += n;
+        }
+    }
+    EXPECT_EQ(ended, 1U);
+    EXPECT_EQ(cancelled, 1U);
 }
 
 // Every generating row's error shape is its dialect's (routes before any handler answer in the

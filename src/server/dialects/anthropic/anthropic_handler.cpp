@@ -87,10 +87,8 @@ std::optional<api_error> prepare_messages(const http_request & req, server_conte
     meta.cache_prompt = prep.cache.cache_prompt;
     meta.thinking_omitted = ar.thinking_omitted;
     meta.stop_sequences = ar.stop_sequences;
-    job.writer = std::make_unique<messages_writer>(std::move(meta), prep.parser, prep.stops, ctx.signer);
-    job.sampling = ar.chat.sampling;
-    job.stream = ar.chat.stream;
-    job.conversation = std::make_shared<const chat_request>(std::move(ar.chat));
+    job.finish(std::make_unique<messages_writer>(std::move(meta), prep.parser, prep.stops, ctx.signer),
+               std::move(ar.chat));
     return std::nullopt;
 }
 

@@ -65,10 +65,8 @@ std::optional<api_error> prepare_chat(const http_request & req, server_context &
         const engine::model & m = ctx.model;
         token_text = [&m](int32_t tok) { return m.token_to_piece(tok, false); };
     }
-    job.writer = std::make_unique<chat_writer>(std::move(meta), job.prep, cr.include_usage, std::move(token_text));
-    job.sampling = cr.sampling;
-    job.stream = cr.stream;
-    job.conversation = std::make_shared<const chat_request>(std::move(cr));
+    job.finish(std::make_unique<chat_writer>(std::move(meta), job.prep, cr.include_usage, std::move(token_text)),
+               std::move(cr));
     return std::nullopt;
 }
 

@@ -257,11 +257,10 @@ std::optional<api_error> prepare_responses(const http_request & req, server_cont
         conversation.insert(conversation.end(), r.input.begin(), r.input.end());
         give_ids(conversation);
     }
-    job.writer = std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
-                                                    std::move(conversation), r.chat.tenant);
-    job.sampling = r.chat.sampling;
-    job.stream = r.chat.stream;
-    job.conversation = std::make_shared<const chat_request>(std::move(r.chat));
+    // finish() takes `r.chat` by reference: it is moved from only after the writer is made.
+    job.finish(std::make_unique<responses_writer>(std::move(meta), prep, r.store ? ctx.responses.get() : nullptr,
+                                                  std::move(conversation), r.chat.tenant),
+               std::move(r.chat));
     return std::nullopt;
 }
 
