@@ -130,7 +130,7 @@ void force_tool_call_start(const chat_template::impl & im, common_chat_templates
     g.type = grammar_spec::kind::tool_calls;
     g.gbnf = cp.grammar;
     g.generation_prompt = cp.generation_prompt + start;
-    if (im.mdl == nullptr || !check_grammar(*im.mdl, g).empty()) {
+    if (im.mdl == nullptr || !check_grammar(*im.mdl, g).is_ok()) {
         return;
     }
     cp.prompt += start;

@@ -148,30 +148,30 @@ sampled_token sampler::sample(context & ctx, int32_t idx, bool with_probs) {
     return out;
 }
 
-std::string check_grammar(const model & m, const grammar_spec & g) {
+util::status check_grammar(const model & m, const grammar_spec & g) {
     if (g.empty()) {
-        return "";
+        return util::status::ok();
     }
     sampler_params p;
     p.grammar = g;
     try {
         sampler s(m, p);
     } catch (const std::exception & e) {
-        return e.what();
+        return util::status::error(e.what());
     }
-    return "";
+    return util::status::ok();
 }
 
-std::string check_json_schema(const std::string & schema_json) {
+util::status check_json_schema(const std::string & schema_json) {
     try {
         const std::string g = json_schema_to_grammar(common_json::parse(schema_json));
         if (g.empty()) {
-            return "the JSON Schema gives an empty grammar";
+            return util::status::error("the JSON Schema gives an empty grammar");
         }
     } catch (const std::exception & e) {
-        return e.what();
+        return util::status::error(e.what());
     }
-    return "";
+    return util::status::ok();
 }
 
 }  // namespace lineage::engine

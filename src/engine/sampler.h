@@ -8,6 +8,8 @@
 // on any thread (it reads the model only). Ownership: move-only owner of the common_sampler.
 #pragma once
 
+#include "util/status.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -96,12 +98,12 @@ private:
     int32_t n_probs_ = 0;
 };
 
-/** "" when `g` parses for model `m` (and starts at its generation prompt); else what is wrong.
+/** ok when `g` parses for model `m` (and starts at its generation prompt); else what is wrong.
  *  For the routes, to answer a bad grammar with a 400 before the request is queued. */
-std::string check_grammar(const model & m, const grammar_spec & g);
+util::status check_grammar(const model & m, const grammar_spec & g);
 
-/** "" when llama.cpp's json-schema-to-grammar converts `schema_json` (a JSON Schema as JSON
+/** ok when llama.cpp's json-schema-to-grammar converts `schema_json` (a JSON Schema as JSON
  *  text); else why not (an unsupported keyword, an unresolvable $ref). Any thread. */
-std::string check_json_schema(const std::string & schema_json);
+util::status check_json_schema(const std::string & schema_json);
 
 }  // namespace lineage::engine

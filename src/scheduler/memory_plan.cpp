@@ -67,9 +67,9 @@ std::string describe(const memory_plan & p) {
     return s;
 }
 
-std::string refusal(const memory_plan & p) {
+util::status refusal(const memory_plan & p) {
     if (p.fits()) {
-        return "";
+        return util::status::ok();
     }
     const auto & in = p.in;
     std::string s = "the memory plan does not fit: " + std::string(in.budget_from_flag ? "--cache-device-bytes " : "the device's memory, ") +
@@ -85,7 +85,7 @@ std::string refusal(const memory_plan & p) {
         s += "lower --cache-device-slots, ";
     }
     s += "raise --cache-device-bytes, or lower --ctx-size or --parallel, or pick a smaller --cache-type-k/-v";
-    return s;
+    return util::status::error(std::move(s));
 }
 
 }  // namespace lineage::scheduler

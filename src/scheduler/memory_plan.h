@@ -8,6 +8,8 @@
 // Thread safety: pure functions on value types.
 #pragma once
 
+#include "util/status.h"
+
 #include <cstdint>
 #include <string>
 
@@ -50,9 +52,9 @@ memory_plan plan_memory(const memory_inputs & in);
  *  as "1.5 GiB (1610612736)" (plan_bytes); the RAM tier only when ram_tier_bytes > 0. */
 std::string describe(const memory_plan & p);
 
-/** "" when the plan fits; else why not, with its numbers, naming --cache-device-bytes and the
+/** ok when the plan fits; else why not, with its numbers, naming --cache-device-bytes and the
  *  flags that shrink the plan (--ctx-size, --parallel, --cache-device-slots, --cache-type-k/-v). */
-std::string refusal(const memory_plan & p);
+util::status refusal(const memory_plan & p);
 
 /** `b` bytes as "1.5 GiB (1610612736)". */
 std::string plan_bytes(uint64_t b);

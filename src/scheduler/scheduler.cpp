@@ -55,8 +55,8 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     const auto sizes = probe_state_sizes(m, cp);
     if (sizes) {
         const memory_plan plan = plan_of(m, p_, *sizes, max_seq_tokens_, p_.cache.device_slots);
-        if (const std::string why = refusal(plan); !why.empty()) {
-            throw std::runtime_error(why);
+        if (const util::status why = refusal(plan); !why.is_ok()) {
+            throw std::runtime_error(why.message());
         }
     } else {
         spdlog::warn("memory plan: the state sizes could not be measured; no plan checked");

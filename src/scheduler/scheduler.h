@@ -14,6 +14,7 @@
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
 #include "scheduler/request_log.h"
+#include "util/status.h"
 
 #include <cstdint>
 #include <memory>
@@ -91,10 +92,10 @@ public:
     cache::reset_result reset_cache_of(const std::string & tenant);
     /** Reloads LoRA adapter `id` from its file (its content changed) once no request is in
      *  flight: admission pauses until then, requests queued meanwhile wait. From then on the
-     *  engine's adapter generation is `epoch` (generation_request::lora_epoch). Returns "" on
+     *  engine's adapter generation is `epoch` (generation_request::lora_epoch). Returns ok on
      *  success, else why llama.cpp refused the file (the old adapter then stays loaded).
      *  REQUIRES: id < params.lora_paths.size(). */
-    std::string reload_lora(size_t id, uint64_t epoch);
+    util::status reload_lora(size_t id, uint64_t epoch);
 
     /** Stops accepting work and joins the engine thread. Idempotent. */
     void stop();

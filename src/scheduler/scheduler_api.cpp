@@ -71,15 +71,15 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
     });
 }
 
-std::string scheduler::reload_lora(size_t id, uint64_t epoch) {
+util::status scheduler::reload_lora(size_t id, uint64_t epoch) {
     return impl_->run_on_engine(
-        [this, id, epoch]() -> std::string {
+        [this, id, epoch]() -> util::status {
             auto & slot_adapter = impl_->loras_.at(id);
             std::unique_ptr<engine::lora_adapter> fresh;
             try {
                 fresh = std::make_unique<engine::lora_adapter>(impl_->model_, slot_adapter->path());
             } catch (const std::exception & e) {
-                return e.what();
+                return util::status::error(e.what());
             }
             // The context must not point at the adapter freed below: back to the base model.
             impl_->ctx_->set_loras({}, {});
@@ -87,7 +87,7 @@ std::string scheduler::reload_lora(size_t id, uint64_t epoch) {
             slot_adapter = std::move(fresh);
             impl_->lora_epoch_ = epoch;
             spdlog::info("lora: adapter {} reloaded from {} (generation {})", id, slot_adapter->path(), epoch);
-            return "";
+            return util::status::ok();
         },
         /*when_idle=*/true);
 }

@@ -112,18 +112,18 @@ TEST_F(SamplerTest, UnusableGrammarsAndSchemasAreErrorsNotAborts) {
     grammar_spec bad;
     bad.type = grammar_spec::kind::user;
     bad.gbnf = "root ::= (";
-    EXPECT_NE(check_grammar(m_, bad), "");
+    EXPECT_FALSE(check_grammar(m_, bad).is_ok());
     sampler_params p;
     p.grammar = bad;
     EXPECT_THROW(sampler(m_, p), std::invalid_argument);
     grammar_spec llg = bad;
     llg.gbnf = "%llguidance {}\nstart: \"x\"";  // GGML_ABORT inside common_sampler_init
-    EXPECT_NE(check_grammar(m_, llg), "");
+    EXPECT_FALSE(check_grammar(m_, llg).is_ok());
     grammar_spec ok = bad;
     ok.gbnf = "root ::= [a-z]+";
-    EXPECT_EQ(check_grammar(m_, ok), "");
-    EXPECT_EQ(check_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}}})"), "");
-    EXPECT_NE(check_json_schema(R"({"$ref":"#/definitions/missing"})"), "");
+    EXPECT_TRUE(check_grammar(m_, ok).is_ok());
+    EXPECT_TRUE(check_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}}})").is_ok());
+    EXPECT_FALSE(check_json_schema(R"({"$ref":"#/definitions/missing"})").is_ok());
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ TEST(MemoryPlan, BytesAddUp) {
     EXPECT_EQ(p.need_bytes, 6020u);      // 1000 + 4016 + 1004
     EXPECT_EQ(p.headroom_bytes, 3980);
     EXPECT_TRUE(p.fits());
-    EXPECT_EQ(refusal(p), "");
+    EXPECT_TRUE(refusal(p).is_ok());
 }
 
 TEST(MemoryPlan, ExactFitFitsOneByteLessDoesNot) {
@@ -64,7 +64,7 @@ TEST(MemoryPlan, LineNamesEveryPart) {
 
 TEST(MemoryPlan, RefusalNamesTheFlagAndTheNumbers) {
     const memory_plan p = plan_memory(tiny(3000, true));
-    EXPECT_EQ(refusal(p),
+    EXPECT_EQ(refusal(p).message(),
               "the memory plan does not fit: --cache-device-bytes 2.9 KiB (3000), is less than model 1000 B (1000) + 4 "
               "--parallel sequences x 1004 B (1004) at --ctx-size 100 tokens (KV 10 B (10)/token, K q8_0, V q8_0) + "
               "1 parked (--cache-device-slots) = 5.9 KiB (6020); raise --cache-device-bytes, or lower --ctx-size or "
@@ -74,12 +74,12 @@ TEST(MemoryPlan, RefusalNamesTheFlagAndTheNumbers) {
 
 TEST(MemoryPlan, ParkedSlotsAloneOverflowingSuggestsFewerSlots) {
     // model + 4 active = 5016 fits 5500, the parked one does not.
-    const std::string why = refusal(plan_memory(tiny(5500, true)));
+    const std::string why = refusal(plan_memory(tiny(5500, true))).message();
     EXPECT_NE(why.find("; lower --cache-device-slots, raise --cache-device-bytes"), std::string::npos) << why;
 }
 
 TEST(MemoryPlan, DeviceMemoryBudgetIsNamedAsSuch) {
-    const std::string why = refusal(plan_memory(tiny(3000, false)));
+    const std::string why = refusal(plan_memory(tiny(3000, false))).message();
     EXPECT_EQ(why.rfind("the memory plan does not fit: the device's memory, 2.9 KiB (3000) (CPU; --cache-device-bytes 0 "
                         "= auto), is less than",
                         0),

@@ -362,8 +362,8 @@ std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const
         return server_error("the chat template gave no grammar for 'response_format'; the reply cannot be constrained");
     }
     if (!g.empty()) {
-        if (const std::string why = engine::check_grammar(model_, g); !why.empty()) {
-            return invalid_request("'" + std::string(param) + "' cannot be enforced: " + why, param);
+        if (const util::status why = engine::check_grammar(model_, g); !why.is_ok()) {
+            return invalid_request("'" + std::string(param) + "' cannot be enforced: " + why.message(), param);
         }
     }
     spdlog::debug("grammar: kind {} ({} bytes, lazy {}, {} triggers), format {}", static_cast<int>(g.type), g.gbnf.size(),
@@ -422,8 +422,8 @@ int32_t chat_preparer::last_user_start(const engine::chat_message & last, const 
 std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
                                                 prepared_chat & out) const {
     if (!r.json_schema.empty()) {
-        if (const std::string why = engine::check_json_schema(r.json_schema); !why.empty()) {
-            return invalid_request("'response_format' has a JSON Schema this server cannot enforce (" + why +
+        if (const util::status why = engine::check_json_schema(r.json_schema); !why.is_ok()) {
+            return invalid_request("'response_format' has a JSON Schema this server cannot enforce (" + why.message() +
                                        "); simplify the schema",
                                    "response_format");
         }

@@ -217,13 +217,13 @@ std::optional<api_error> lora_registry::apply(const std::vector<lora_scale> & sc
             entries_[i].digest = cache::to_hex(*d);
             epoch_ = epoch;
         }
-        if (const std::string err = reload(i, epoch); !err.empty()) {
+        if (const util::status err = reload(i, epoch); !err.is_ok()) {
             util::lock_guard lk(mu_);
             raw_digests_[i] = old_digest;
             entries_[i].digest = cache::to_hex(old_digest);
             epoch_ = old_epoch;
             return server_error("the LoRA adapter " + paths[i] + " (id " + std::to_string(i) +
-                                ") changed on disk and the engine refused the new content: " + err +
+                                ") changed on disk and the engine refused the new content: " + err.message() +
                                 "; the old content stays loaded");
         }
         reloaded.push_back(static_cast<int64_t>(i));

@@ -83,8 +83,8 @@ public:
     std::optional<api_error> select(const std::vector<lora_scale> & requested, lora_selection & out,
                                     const std::string & param = "lora") const;
 
-    /** Reloads adapter `id` in the engine under generation `epoch`; "" or why it failed. */
-    using reload_fn = std::function<std::string(size_t id, uint64_t epoch)>;
+    /** Reloads adapter `id` in the engine under generation `epoch`; ok or why it failed. */
+    using reload_fn = std::function<util::status(size_t id, uint64_t epoch)>;
 
     /** POST /lora-adapters: sets the global scales (adapters not named go to 0), then re-reads
      *  every adapter file and reloads through `reload` each one whose content changed;

@@ -145,7 +145,7 @@ TEST(LoraRegistry, ApplyReloadsOnlyChangedFilesAndChangesTheId) {
     std::vector<std::pair<size_t, uint64_t>> calls;
     auto reload = [&](size_t id, uint64_t epoch) {
         calls.emplace_back(id, epoch);
-        return std::string();
+        return lineage::util::status::ok();
     };
     std::vector<int64_t> reloaded;
     ASSERT_FALSE(reg.apply({{0, 1.0f}}, reload, reloaded));
@@ -183,7 +183,8 @@ TEST(LoraRegistry, RefusedReloadKeepsTheOldContent) {
     ASSERT_FALSE(reg.select({}, before));
     std::ofstream(a, std::ios::binary) << "not an adapter";
     std::vector<int64_t> reloaded;
-    auto err = reg.apply({{0, 1.0f}}, [](size_t, uint64_t) { return std::string("bad file"); }, reloaded);
+    auto err = reg.apply(
+        {{0, 1.0f}}, [](size_t, uint64_t) { return lineage::util::status::error("bad file"); }, reloaded);
     ASSERT_TRUE(err);
     EXPECT_EQ(err->status, 500);
     EXPECT_NE(err->message.find("bad file"), std::string::npos);
