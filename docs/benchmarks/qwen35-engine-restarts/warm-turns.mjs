@@ -1,4 +1,6 @@
-// usage: node warm.mjs PORT TURNS USERWORDS
+// The one-off probe as run for docs/benchmarks/README.md "Where the last TTFT and prefill gaps
+// come from" (kept as the record of those figures; the maintained trace is tools/bench/run.mjs).
+// usage: node warm-turns.mjs PORT TURNS USERWORDS   (the figures: 10 turns, 40 words)
 const port = process.argv[2], turns = +process.argv[3], userWords = +process.argv[4];
 const words = "alpha beta gamma delta river stone cloud paper tiger window garden silver orange market engine letter basket yellow purple forest mountain ocean planet rocket simple".split(" ");
 let seed = 7; const rnd = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
