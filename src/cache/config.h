@@ -161,6 +161,16 @@ struct config {
      *  but one token instead of the previous turn boundary; costs one extra one-token forward per
      *  request. When on, it replaces the prompt - 16 guard. (--cache-resend-checkpoint) */
     bool resend_checkpoint = true;
+    /** Tokens: the resend checkpoint (prompt - 1) is not taken when a restore point lies at most
+     *  this far before it (a split capture of this prefill, or its restore point); a resend then
+     *  restores that point and computes those tokens in one pass instead of 1 token, and every
+     *  such prefill saves the pass the guard would cut. On a user turn the history boundary lies
+     *  the generation prompt's length back (6 tokens with Qwen3.5's template). Default 16: on
+     *  bench-qwen35 on 2 CPU cores a pass costs ~25-45 ms whatever its length and each token in a
+     *  small pass ~2-3 ms, so merging pays while fewer than about one request in two is a
+     *  resend (docs/architecture.md "What a split costs"). 0 = always the guard.
+     *  (--cache-guard-merge) */
+    int32_t guard_merge = 16;
     /** Take the resend checkpoint (prompt - 1) by rolling the recurrent state back one token
      *  after the prefill instead of splitting the prefill there (which costs one more forward
      *  pass, ~40 ms on the bench model on 2 CPU cores, in every request's TTFT). The prompt's

@@ -207,11 +207,60 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     const int32_t n = n_vocab();
     newline_.assign(static_cast<size_t>(std::max(n, 0)), false);
     piece_bytes_.assign(static_cast<size_t>(std::max(n, 0)), 0);
+    special_.assign(static_cast<size_t>(std::max(n, 0)), false);
+    const llama_vocab * v = vocab_of(model_);
+    constexpr int special_attrs = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_USER_DEFINED | LLAMA_TOKEN_ATTR_UNKNOWN;
     for (int32_t t = 0; t < n; ++t) {
         const std::string piece = token_to_piece(t, true);
         newline_[static_cast<size_t>(t)] = piece.find('\n') != std::string::npos;
         piece_bytes_[static_cast<size_t>(t)] = static_cast<uint32_t>(piece.size());
+        if ((llama_vocab_get_attr(v, t) & special_attrs) != 0) {
+            special_[static_cast<size_t>(t)] = true;
+            max_special_bytes_ = std::max(max_special_bytes_, static_cast<uint32_t>(piece.size()));
+        }
     }
+    const auto type = llama_vocab_type(v);
+    reuse_tokens_ = type == LLAMA_VOCAB_TYPE_BPE || type == LLAMA_VOCAB_TYPE_SPM;
+}
+
+std::vector<token> model::tokenize_reusing(const std::string & text, const std::string & prev_text,
+                                           const std::vector<token> & prev_tokens, size_t * reused) const {
+    if (reused) {
+        *reused = 0;
+    }
+    if (!reuse_tokens_ || prev_tokens.empty()) {
+        return tokenize(text, true, false);
+    }
+    const size_t n = std::min(text.size(), prev_text.size());
+    const size_t lcp = static_cast<size_t>(
+        std::mismatch(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), prev_text.begin()).first -
+        text.begin());
+    // The last special token of prev_tokens that starts where both texts agree for twice the
+    // longest special token after it; the tokens before it are the text's too.
+    size_t offset = 0;     // byte offset of prev_tokens[i]
+    size_t cut = 0;        // tokens kept: the cut special token's index
+    size_t cut_byte = 0;   // its byte offset
+    for (size_t i = 0; i < prev_tokens.size(); ++i) {
+        const auto t = static_cast<size_t>(prev_tokens[i]);
+        if (t >= piece_bytes_.size()) {
+            return tokenize(text, true, false);
+        }
+        if (special_[t] && i > 0 && offset + 2 * static_cast<size_t>(max_special_bytes_) <= lcp) {
+            cut = i;
+            cut_byte = offset;
+        }
+        offset += piece_bytes_[t];
+    }
+    if (offset != prev_text.size() || cut == 0) {
+        return tokenize(text, true, false);  // the tokens do not spell the text, or nothing to keep
+    }
+    std::vector<token> out(prev_tokens.begin(), prev_tokens.begin() + static_cast<std::ptrdiff_t>(cut));
+    const std::vector<token> rest = tokenize(text.substr(cut_byte), true, false);
+    out.insert(out.end(), rest.begin(), rest.end());
+    if (reused) {
+        *reused = cut;
+    }
+    return out;
 }
 
 int32_t model::tokens_before_byte(const std::vector<token> & toks, size_t offset, size_t text_bytes) const {

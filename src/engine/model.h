@@ -59,6 +59,20 @@ public:
      *  carry their own, so the server never does. */
     std::vector<token> tokenize(const std::string & text, bool parse_special = true, bool add_special = false) const;
 
+    /** tokenize(text, true, false), reusing `prev_tokens` (that call's result for `prev_text`)
+     *  up to a special token both texts hold at the same byte offset: only the text from there
+     *  is tokenized. Exact by construction of llama.cpp's tokenizer (llama-vocab.cpp
+     *  tokenizer_st_partition): with parse_special the text is cut at its special tokens
+     *  (control, user-defined, unknown) and each piece between them is tokenized alone, so the
+     *  tokens before a special token that two texts share depend on the bytes before it only.
+     *  The cut is taken where the texts still agree for twice the longest special token's bytes
+     *  after it (no special token that overlaps it can match in one text and not the other).
+     *  Falls back to the whole text for a tokenizer other than BPE or SPM, or when `prev_tokens`
+     *  do not spell `prev_text` byte for byte. `reused` (may be null): how many of
+     *  `prev_tokens` were kept (0: the whole text was tokenized). Throws as tokenize(). */
+    std::vector<token> tokenize_reusing(const std::string & text, const std::string & prev_text,
+                                        const std::vector<token> & prev_tokens, size_t * reused = nullptr) const;
+
     /** The bytes of one token (may be a partial UTF-8 sequence). Control tokens render as
      *  their text when `special` is true, else as "". */
     std::string token_to_piece(token t, bool special = false) const;
@@ -111,6 +125,9 @@ private:
     bool offloaded_ = false;
     std::vector<uint32_t> piece_bytes_;  // by token id: the length of its text, special tokens rendered
     std::vector<bool> newline_;  // by token id: its text holds '\n
+    std::vector<bool> special_;  // by token id: control, user-defined or unknown (the tokenizer cuts at them)
+    uint32_t max_special_bytes_ = 0;  // the longest special token's text, bytes
+    bool reuse_tokens_ = false;        // BPE or SPM: tokenize_reusing may cut at a special token
 };
 
 }  // namespace lineage::engine

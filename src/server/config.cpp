@@ -639,6 +639,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "(one extra 1-token forward per request; after a warm-up of the next turn ran, a resend restores up to "
         "the history boundary instead); replaces the prompt - guard-distance guard",
         boolean(cc.resend_checkpoint), true);
+    add("--cache-guard-merge", "LINEAGE_CACHE_GUARD_MERGE", "TOKENS", std::to_string(dc.guard_merge),
+        "hybrid models: no prompt - 1 checkpoint when a restore point lies at most this many tokens before it (on "
+        "a user turn the history boundary, the generation prompt's few tokens back): a resend restores that point "
+        "and computes those tokens, and every such request saves the forward pass the checkpoint would cut; "
+        "0 = always take it",
+        int_min(cc.guard_merge, 0));
     add("--cache-guard-rollback", "LINEAGE_CACHE_GUARD_ROLLBACK", "[=BOOL]", "false",
         "hybrid models whose architecture llama.cpp can roll back (qwen35, nemotron_h, lfm2, ...): take the "
         "prompt - 1 checkpoint by rolling the recurrent state back one token after the prefill instead of "

@@ -23,7 +23,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { words } from './lib/chat.mjs';
-import { FAMILY } from './lib/scenario.mjs';
+import { FAMILY, GEN } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const KEYS = { alice: 'sk-alice-reasons-0123', bob: 'sk-bob-reasons-0123' };
@@ -83,9 +83,10 @@ for (const arch of ARCHS) {
       assert.deepEqual([back.cached_n, back.cache_miss_reason], [0, 'evicted']);
 
       // The positive case: the same prompt again restores all but the last token (the entry
-      // just stored), from the device (parked) or RAM tier, with no miss reason.
+      // just stored; a hybrid, all but the generation prompt: its history boundary, into which the
+      // resend guard merged), from the device (parked) or RAM tier, with no miss reason.
       const hit = await ask('alice', CONTENT);
-      assert.equal(hit.cached_n, hit.prompt - 1, JSON.stringify(hit));
+      assert.equal(hit.cached_n, hit.prompt - (FAMILY[arch] === 'dense' ? 1 : GEN), JSON.stringify(hit));
       assert.ok(['device', 'ram'].includes(hit.cache_tier), JSON.stringify(hit));
       assert.equal(hit.cache_miss_reason, null);
 
@@ -109,8 +110,8 @@ for (const arch of ARCHS) {
         assert.equal(edit.cache_miss_reason, null);
         assert.ok(['device', 'ram'].includes(edit.cache_tier), JSON.stringify(edit));
       } else {
-        // Hybrid: the entry's restore points are its resend guard and its end, both past the
-        // edit; nothing in reach (a short hit or a miss).
+        // Hybrid: the entry's restore points are its history boundary and its end, both past
+        // the edit; nothing in reach (a short hit or a miss).
         assert.ok(edit.cached_n < edit.prompt - 64, JSON.stringify(edit));
         assert.equal(edit.cache_miss_reason, 'before_first_restore_point', JSON.stringify(edit));
       }

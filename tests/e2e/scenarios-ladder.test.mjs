@@ -24,7 +24,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { chatTokens, lcp } from './lib/agents.mjs';
 import { echo, words } from './lib/chat.mjs';
-import { BASE_ARGS, BASE_CAPTURE_ARGS, SCENARIO_ARCHS, Scenario, detail, expectSame, sys, user } from './lib/scenario.mjs';
+import { BASE_ARGS, BASE_CAPTURE_ARGS, GEN, SCENARIO_ARCHS, Scenario, detail, expectSame, sys, user } from './lib/scenario.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 
 /** A system text of 10 lines of prose, then the per-session lines agents end theirs with. */
@@ -179,6 +179,39 @@ for (const arch of SCENARIO_ARCHS) {
       assert.ok(o3.u.cached < want, `without the message rungs the edit restored ${o3.u.cached} >= ${want}${detail(o3)}`);
     });
 
+    it("a user turn's resend guard merges into its history boundary; a tool step keeps it", async (t) => {
+      if (!sc.hybrid) return t.skip('dense: any prefix restores, no guard is taken');
+      for (const s of [sc, scOff]) await s.reset();
+      const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 700))];
+      const r1 = await sc.ask('user turn', turn1, { max_tokens: 3 });
+      const P = r1.u.prompt;
+      // The history boundary GEN tokens back is within --cache-guard-merge (16) of prompt - 1:
+      // no guard, so no pass cut one token before the end.
+      assert.deepEqual(r1.trace.captures.filter((c) => c.kind === 'guard'), [], detail(r1));
+      assert.ok(r1.trace.captures.some((c) => c.kind === 'turn' && c.n === P - GEN), detail(r1));
+      // A verbatim resend restores the boundary and computes the generation prompt in one pass,
+      // as the first request's last pass did: the same reply as a never-cached server.
+      const r2 = await sc.ask('verbatim resend', turn1, { max_tokens: 3 });
+      assert.equal(r2.u.cached, P - GEN, detail(r2));
+      assert.equal(r2.hit, 'turn', detail(r2));
+      assert.equal(r2.res.timings.prefill_passes, 1, detail(r2));
+      expectSame(r2, await sc.cold('verbatim resend', turn1, { max_tokens: 3 }), 'a resend restored at the history boundary');
+      // A prompt that ends with a tool result has no history boundary: the guard at prompt - 1.
+      const step = stepOf(turn1, r2.res.choices[0].message);
+      const r3 = await sc.ask('agent step', step, { max_tokens: 3 });
+      assert.ok(r3.trace.captures.some((c) => c.kind === 'guard' && c.n === r3.u.prompt - 1), detail(r3));
+      const r4 = await sc.ask('agent step resent', step, { max_tokens: 3 });
+      assert.equal(r4.u.cached, r3.u.prompt - 1, detail(r4));
+      assert.equal(r4.hit, 'guard', detail(r4));
+      // Off (--cache-guard-merge 0, in BASE_CAPTURE_ARGS): the guard beside the boundary, and a
+      // resend restores all but one token.
+      const o1 = await scOff.ask('user turn (merge off)', turn1, { max_tokens: 3 });
+      assert.ok(o1.trace.captures.some((c) => c.kind === 'guard' && c.n === P - 1), detail(o1));
+      const o2 = await scOff.ask('verbatim resend (merge off)', turn1, { max_tokens: 3 });
+      assert.equal(o2.u.cached, P - 1, detail(o2));
+      assert.equal(o2.hit, 'guard', detail(o2));
+    });
+
     it('an agent-loop step that sends the reply back verbatim restores the reply too', async (t) => {
       if (!sc.hybrid) return t.skip('dense: the entry always holds everything decoded');
       for (const s of [sc, scOff]) await s.reset();
@@ -208,9 +241,10 @@ for (const arch of SCENARIO_ARCHS) {
           assert.equal(r2.hit, 'full', detail(r2));
           verbatim = { step, r2 };
         } else {
-          // Parted inside the reply: the resend guard at the prompt's last token.
-          assert.equal(r2.u.cached, P - 1, detail(r2));
-          assert.equal(r2.hit, 'guard', detail(r2));
+          // Parted inside the reply: turn 1's history boundary, into which its resend guard
+          // merged (--cache-guard-merge).
+          assert.equal(r2.u.cached, P - GEN, detail(r2));
+          assert.equal(r2.hit, 'turn', detail(r2));
         }
       }
       assert.ok(verbatim, 'no reply came back token for token in 24 conversations');
@@ -231,7 +265,8 @@ for (const arch of SCENARIO_ARCHS) {
       // Replies of 40 tokens: reply checkpoints every 16 decoded tokens (--cache-reply-step), at
       // P + 16 and P + 32, kept when the reply's text gives its tokens back that far. The step
       // sends the text back and restores the longest point its prompt reaches: the entry's end
-      // (the reply came back token for token), a kept reply checkpoint, or the resend guard.
+      // (the reply came back token for token), a kept reply checkpoint, or turn 1's history
+      // boundary (its resend guard merged into it, --cache-guard-merge).
       let hits = 0;
       for (let seed = 0; seed < 12; seed++) {
         const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400 + seed))];
@@ -243,7 +278,7 @@ for (const arch of SCENARIO_ARCHS) {
         for (const n of r1.trace.reply) assert.ok([P + 16, P + 32].includes(n), `reply checkpoint at ${n}, P ${P}${detail(r1)}`);
         const step = stepOf(turn1, r1.res.choices[0].message);
         const r2 = await sc.ask(`agent step (conversation ${seed})`, step, { max_tokens: 3 });
-        const want = { [P - 1]: 'guard', [P + decoded]: 'full' };
+        const want = { [P - GEN]: 'turn', [P + decoded]: 'full' };
         for (const n of r1.trace.reply) want[n] = 'reply';
         assert.equal(r2.hit, want[r2.u.cached], `restored ${r2.u.cached}: want one of ${JSON.stringify(want)}${detail(r2)}`);
         if (r2.hit === 'reply' && hits++ === 0) {

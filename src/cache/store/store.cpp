@@ -369,6 +369,23 @@ std::vector<capture_point> store::cold_split_points(const tokens & prompt, const
     return p.captures;
 }
 
+bool store::merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt) const {
+    if (cfg_.guard_merge <= 0) {
+        return false;
+    }
+    const int32_t guard = n_prompt - 1;
+    const auto near = [&](int32_t n) { return n > 0 && n < guard && guard - n <= cfg_.guard_merge; };
+    if (near(from)) {
+        return true;
+    }
+    // A split capture of a kind the entry keeps as a checkpoint (an anchor is its own entry, a
+    // message rung goes with the next user turn, a pass-end point is taken where a pass ends).
+    return std::any_of(p.captures.begin(), p.captures.end(), [&](const capture_point & c) {
+        return !c.at_pass_end && near(c.n_tokens) &&
+               (c.kind == point_kind::turn || c.kind == point_kind::divergence || c.kind == point_kind::ladder);
+    });
+}
+
 void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
     const std::vector<int32_t> & breakpoints = h.breakpoint_tokens;
     if (!cfg_.lineage) {
@@ -446,13 +463,6 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
         for (const int32_t b : breakpoints) {
             add(b - cfg_.anchor_slack, point_kind::turn);
         }
-        // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached
-        // suffix is >= 256 tokens.
-        if (cfg_.resend_checkpoint) {
-            add(n_prompt - 1, point_kind::guard);
-        } else if (n_prompt - from >= cfg_.guard_min_suffix) {
-            add(n_prompt - cfg_.guard_distance, point_kind::guard);
-        }
         // divergence: where the prompt stops sharing tokens with its closest sibling.
         int32_t sibling = 0;
         if (auto t = tries_.find(k.bucket); t != tries_.end()) {
@@ -517,6 +527,23 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
             }
         }
         p.captures = std::move(moved);
+    }
+    if (hybrid_) {
+        // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached suffix is
+        // >= 256 tokens. The prompt - 1 guard merges into a restore point at most
+        // --cache-guard-merge tokens before it (config.h guard_merge): a split planned above (on
+        // a user turn the history boundary, the generation prompt's few tokens back) or the
+        // restore point itself (a resend that restored it). A resend then restores that point and
+        // computes those tokens in its one pass, and this prefill saves the pass the guard cuts.
+        // Decided after the images moved the points above; a guard inside an image moves too.
+        const auto guard_at = [&](int32_t n) { return h.media.empty() ? n : clamp_to_spans(h.media, n); };
+        if (cfg_.resend_checkpoint) {
+            if (!merges_guard(p, from, n_prompt)) {
+                add(guard_at(n_prompt - 1), point_kind::guard);
+            }
+        } else if (n_prompt - from >= cfg_.guard_min_suffix) {
+            add(guard_at(n_prompt - cfg_.guard_distance), point_kind::guard);
+        }
     }
     // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
     std::stable_sort(p.captures.begin(), p.captures.end(),

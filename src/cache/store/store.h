@@ -455,6 +455,10 @@ private:
     /** Takes an entry out of the index; call before erasing it from entries_. */
     void index_remove(iter it);
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
+    /** Whether the prompt - 1 guard of a prompt of `n_prompt` tokens restored at `from` merges
+     *  into a point at most config::guard_merge tokens before it: `from` itself, or a split
+     *  capture already in `p` of a kind the entry keeps (turn, divergence, ladder). */
+    bool merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt) const;
     void thin(std::vector<checkpoint> & cps);
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and

@@ -154,6 +154,40 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     return tokens;
 }
 
+std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, size_t * reused) const {
+    recent_prompt best;
+    {
+        size_t best_lcp = 0;
+        util::lock_guard lk(mu_);
+        for (const auto & p : recent_prompts_) {
+            const size_t n = std::min(text.size(), p.text->size());
+            const auto lcp = static_cast<size_t>(
+                std::mismatch(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), p.text->begin()).first -
+                text.begin());
+            if (lcp > best_lcp) {
+                best_lcp = lcp;
+                best = p;
+            }
+        }
+    }
+    auto tokens = std::make_shared<const std::vector<int32_t>>(
+        best.text ? model_.tokenize_reusing(text, *best.text, *best.tokens, reused) : model_.tokenize(text, true));
+    if (!best.text && reused) {
+        *reused = 0;
+    }
+    recent_prompt fresh{std::make_shared<const std::string>(text), tokens};
+    const auto bytes_of = [](const recent_prompt & p) { return p.text->size() + p.tokens->size() * sizeof(int32_t); };
+    util::lock_guard lk(mu_);
+    recent_bytes_ += bytes_of(fresh);
+    recent_prompts_.push_front(std::move(fresh));
+    while (recent_prompts_.size() > max_recent_prompts_ ||
+           (recent_prompts_.size() > 1 && recent_bytes_ > max_recent_bytes_)) {
+        recent_bytes_ -= bytes_of(recent_prompts_.back());
+        recent_prompts_.pop_back();
+    }
+    return *tokens;
+}
+
 engine::chat_render_inputs chat_preparer::render_inputs(const chat_request & r) const {
     engine::chat_render_inputs in;
     in.messages = r.messages;
@@ -285,7 +319,7 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         const std::string rendered = tmpl_.render(x).prompt;
         work.tokenizations++;
         if (r.images.empty()) {
-            out.prompt = model_.tokenize(rendered, true);
+            out.prompt = tokenize_prompt(rendered);
         } else if (auto err = place_images(images, rendered, out)) {
             throw std::invalid_argument(err->message);
         }
@@ -463,13 +497,14 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
 
     out.media.clear();
     out.work.tokenizations++;
+    size_t reused_tokens = 0;
     if (!r.images.empty()) {
         if (auto err = tokenize_with_images(r, rendered.prompt, out)) {
             return err;
         }
     } else {
         try {
-            out.prompt = model_.tokenize(rendered.prompt, /*parse_special=*/true);
+            out.prompt = tokenize_prompt(rendered.prompt, &reused_tokens);
         } catch (const std::exception & e) {
             return server_error(std::string("tokenization failed: ") + e.what());
         }
@@ -570,9 +605,10 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     }
 
     spdlog::debug(
-        "chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms, cache key and restore-point hints "
-        "{:.1f} ms; renders {}, tokenizations {}",
-        out.prompt.size(), render_ms, tokenize_ms, ms_since(t_hints), out.work.renders, out.work.tokenizations);
+        "chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms ({} tokens reused from a recent prompt), "
+        "cache key and restore-point hints {:.1f} ms; renders {}, tokenizations {}",
+        out.prompt.size(), render_ms, tokenize_ms, reused_tokens, ms_since(t_hints), out.work.renders,
+        out.work.tokenizations);
     out.stops = r.stop;
     for (const auto & s : rendered.additional_stops) {
         if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {

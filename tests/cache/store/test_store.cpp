@@ -443,12 +443,13 @@ TEST_F(StoreTest, ColdSplitPointsAreTheCapturesOfAFirstRequest) {
             EXPECT_EQ(split[i].kind, p.captures[i].kind);
         }
         if (hybrid) {
-            // anchor 118, tools anchor 58, turn 290, guard 299
+            // anchor 118, tools anchor 58, turn 290; the guard (299) merges into the turn 9
+            // tokens before it (--cache-guard-merge 16)
             std::vector<int32_t> at;
             for (const auto & cp : split) {
                 at.push_back(cp.n_tokens);
             }
-            EXPECT_EQ(at, (std::vector<int32_t>{58, 118, 290, 299}));
+            EXPECT_EQ(at, (std::vector<int32_t>{58, 118, 290}));
         }
     }
 }
@@ -534,6 +535,7 @@ TEST_F(StoreTest, ResendThatDoesNotAbsorbSupersedesItsTwin) {
 TEST_F(StoreTest, ResendCheckpointServesAllButOneToken) {
     config c = small_config();
     c.resend_checkpoint = true;
+    c.guard_merge = 0;  // the history boundary 5 tokens before the guard would take its place
     store st(c, true);
     const key k{"b", "s"};
     auto p1 = run(st, k, seq(0, 300), {-1, 295});
@@ -543,6 +545,40 @@ TEST_F(StoreTest, ResendCheckpointServesAllButOneToken) {
     auto p2 = st.plan(k, seq(0, 300), {-1, 295}, 2.0);
     EXPECT_EQ(p2.n_restore, 299);
     EXPECT_EQ(p2.kind, point_kind::guard);
+}
+
+TEST_F(StoreTest, GuardMergesIntoARestorePointAFewTokensBeforeIt) {
+    config c = small_config();
+    c.resend_checkpoint = true;
+    ASSERT_EQ(c.guard_merge, 16);
+    store st(c, true);
+    const key k{"b", "s"};
+    // A user turn whose history boundary is the generation prompt's 6 tokens back: no guard.
+    auto p1 = run(st, k, seq(0, 300), {-1, 294});
+    ASSERT_EQ(p1.captures.size(), 1u);
+    EXPECT_EQ(p1.captures[0].n_tokens, 294);
+    EXPECT_EQ(p1.captures[0].kind, point_kind::turn);
+    // A resend restores the boundary and computes the 6 tokens in one pass: no split either,
+    // as the first request's last pass (the same tokens in the same passes).
+    auto p2 = run(st, k, seq(0, 300), {-1, 294}, 2.0);
+    EXPECT_EQ(p2.n_restore, 294);
+    EXPECT_EQ(p2.kind, point_kind::turn);
+    EXPECT_TRUE(p2.captures.empty());
+    // 17 tokens back is past the merge distance: the guard is taken.
+    store st2(c, true);
+    auto p3 = run(st2, k, seq(0, 300), {-1, 282});
+    ASSERT_EQ(p3.captures.size(), 2u);
+    EXPECT_EQ(p3.captures[1].n_tokens, 299);
+    EXPECT_EQ(p3.captures[1].kind, point_kind::guard);
+    auto p4 = st2.plan(k, seq(0, 300), {-1, 282}, 2.0);
+    EXPECT_EQ(p4.n_restore, 299);
+    EXPECT_EQ(p4.kind, point_kind::guard);
+    // Off (0): the guard beside the boundary, as before.
+    c.guard_merge = 0;
+    store st3(c, true);
+    auto p5 = run(st3, k, seq(0, 300), {-1, 294});
+    ASSERT_EQ(p5.captures.size(), 2u);
+    EXPECT_EQ(p5.captures[1].n_tokens, 299);
 }
 
 TEST_F(StoreTest, UserTurnAfterAgentLoopAbsorbsTheLoop) {

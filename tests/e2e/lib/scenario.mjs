@@ -21,7 +21,8 @@
 //  - these suites pin the base capture set (the anchors, turn, guard and divergence points above),
 //    so their servers run with the later additions off (BASE_CAPTURE_ARGS: no anchor ladder,
 //    divergence checkpoints at the exact token, no last-user-message checkpoint, no message rungs,
-//    the entry ends at the prompt end); scenarios-ladder.test.mjs asserts those with the defaults.
+//    the entry ends at the prompt end, the guard beside a history boundary GEN tokens before it
+//    rather than merged into it); scenarios-ladder.test.mjs asserts those with the defaults.
 //
 // Token facts of the tiny models' tokenizer (the Qwen3.5 vocab) and template (Qwen3.5), checked
 // against the server's own hints where it reports them:
@@ -56,7 +57,7 @@ export const GUARD_DISTANCE = 16;
 /** The base capture set exactly: the later restore points off (tested in scenarios-ladder). */
 export const BASE_CAPTURE_ARGS = ['--cache-ladder-step', '0', '--cache-divergence-slack', '0',
   '--cache-last-user-checkpoint=false', '--cache-message-rungs', '0', '--cache-keep-reply=false',
-  '--cache-reply-step', '0'];
+  '--cache-reply-step', '0', '--cache-guard-merge', '0'];
 export const BASE_ARGS = ['--parallel', '2', '--ctx-size', '8192', '--log-level', 'debug'];
 export const SERVER_ARGS = [...BASE_ARGS, ...BASE_CAPTURE_ARGS];
 

@@ -242,6 +242,32 @@ TEST_F(HybridPrepareTest, TokensBeforeByteCountsWholeTokens) {
     EXPECT_EQ(model_->tokens_before_byte(toks, at, text.size() + 1), -1);  // not the text they spell
 }
 
+// A conversation's next turns tokenize from the last special token they share with the turn
+// before (chat_preparer::tokenize_prompt): the prompt tokens equal a whole tokenization of the
+// render, whether the next request extends, edits or starts over.
+TEST_F(HybridPrepareTest, PromptTokensEqualAWholeTokenizationTurnAfterTurn) {
+    server::chat_preparer prep(*model_, *tmpl_,
+                               server::prepare_options{.model_id = "tiny-qwen35",
+                                                       .default_kwargs = server::default_template_kwargs(tmpl_->source(), true)});
+    const std::vector<std::string> bodies{
+        R"({"messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Read the trie."}]})",
+        R"({"messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Read the trie."},
+            {"role":"assistant","content":"Done: it has 3 nodes."},{"role":"user","content":"Now  the\tstore."}]})",
+        R"({"messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Read the trie."},
+            {"role":"assistant","content":"Done: it has 3 nodes."},{"role":"user","content":"Now the index."}]})",
+        R"({"messages":[{"role":"system","content":"You are a careful agent."},{"role":"user","content":"Hi"}]})",
+    };
+    for (const auto & body : bodies) {
+        server::chat_request req;
+        ASSERT_FALSE(server::parse_chat_request(body, req)) << body;
+        server::prepared_chat out;
+        ASSERT_FALSE(prep.prepare(req, 4096, out)) << body;
+        std::string text;
+        ASSERT_FALSE(prep.render_prompt(req, text)) << body;
+        EXPECT_EQ(out.prompt, model_->tokenize(text, true)) << body;
+    }
+}
+
 // The last user message's start, found in the render without a second render, equals what the
 // placeholder render gives, for texts found once at the end and for those that fall back.
 TEST_F(HybridPrepareTest, LastUserStartWithoutASecondRenderEqualsThePlaceholderRender) {

@@ -1,0 +1,81 @@
+// engine::model::tokenize_reusing on the tiny generated models (the Qwen3.5 vocabulary and the
+// others lineage-mkmodel writes): the tokens of a text that extends or edits an earlier one,
+// reusing the earlier tokens up to a shared special token, equal a whole tokenization exactly.
+#include "engine/model.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace lineage::engine {
+namespace {
+
+std::string model_path(const std::string & arch) {
+    return std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + arch + ".gguf";
+}
+
+std::string turn(const std::string & role, const std::string & text) {
+    return "<|im_start|>" + role + "\n" + text + "<|im_end|>\n";
+}
+
+class TokenizeReusing : public ::testing::TestWithParam<std::string> {
+protected:
+    TokenizeReusing() : m_(model_params{model_path(GetParam()), 0}) {}
+    model m_;
+};
+
+TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken) {
+    const std::string sys = turn("system", "You are a coding agent. Work in /src/lineage; run the tests.");
+    const std::string u1 = turn("user", "Read src/cache/store.cpp and explain add_captures.");
+    const std::string a1 = turn("assistant", "It plans the checkpoints:  turn, guard,\n\tdivergence.");
+    const std::string gen = "<|im_start|>assistant\n<think>\n";
+    const std::string prev = sys + u1 + gen;
+    const std::vector<token> prev_tokens = m_.tokenize(prev);
+    struct variant {
+        std::string what;
+        std::string text;
+        bool reuses;  // a special token both share, with the texts agreeing well past it
+    };
+    const std::vector<variant> variants{
+        {"the next turn", sys + u1 + a1 + turn("user", "Now the guard merge.") + gen, true},
+        {"a tool result", sys + u1 + a1 + turn("tool", "{\"ok\": true}") + gen, true},
+        {"an edit of the last user message", sys + turn("user", "Read src/cache/store.h instead.") + gen, true},
+        // Parts inside the first turn: before it only the first token, which is kept whole.
+        {"an edit inside the system text", turn("system", "You are a coding agent. Work in /tmp.") + u1 + gen, false},
+        {"a whitespace change right after a special token", sys + "<|im_start|>user\n Read it." + gen, true},
+        {"the same text", prev, true},
+        {"a text that parts in its first bytes", "<|im_start|>sys" + prev.substr(14), false},
+        {"no special token at all", "plain text, no markup at all", false},
+        {"a special token spelled across the point where the texts part", sys + "<|im_start|>user\n<|im_e" + "nd|>", true},
+    };
+    for (const auto & v : variants) {
+        size_t reused = 12345;
+        const auto got = m_.tokenize_reusing(v.text, prev, prev_tokens, &reused);
+        EXPECT_EQ(got, m_.tokenize(v.text)) << GetParam() << ": " << v.what;
+        if (v.reuses) {
+            EXPECT_GT(reused, 0u) << GetParam() << ": " << v.what;
+        } else {
+            EXPECT_EQ(reused, 0u) << GetParam() << ": " << v.what;
+        }
+    }
+    // Nothing earlier: the whole text.
+    size_t reused = 1;
+    EXPECT_EQ(m_.tokenize_reusing(prev, "", {}, &reused), prev_tokens);
+    EXPECT_EQ(reused, 0u);
+    // Earlier tokens that do not spell the earlier text: not reused.
+    EXPECT_EQ(m_.tokenize_reusing(prev, prev + "x", prev_tokens, &reused), prev_tokens);
+    EXPECT_EQ(reused, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),
+                         [](const auto & info) {
+                             std::string n = info.param;
+                             for (auto & c : n) {
+                                 c = c == '-' ? '_' : c;
+                             }
+                             return n;
+                         });
+
+}  // namespace
+}  // namespace lineage::engine
