@@ -237,9 +237,9 @@ std::vector<token> model::tokenize_reusing(const std::string & text, const std::
         text.begin());
     // The last special token of prev_tokens that starts where both texts agree for twice the
     // longest special token after it; the tokens before it are the text's too.
-    size_t offset = 0;     // byte offset of prev_tokens[i]
-    size_t cut = 0;        // tokens kept: the cut special token's index
-    size_t cut_byte = 0;   // its byte offset
+    size_t offset = 0;    // byte offset of prev_tokens[i]
+    size_t cut = 0;       // tokens kept: the cut special token's index
+    size_t cut_byte = 0;  // its byte offset
     for (size_t i = 0; i < prev_tokens.size(); ++i) {
         const auto t = static_cast<size_t>(prev_tokens[i]);
         if (t >= piece_bytes_.size()) {

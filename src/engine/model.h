@@ -127,7 +127,7 @@ private:
     std::vector<bool> newline_;  // by token id: its text holds '\n
     std::vector<bool> special_;  // by token id: control, user-defined or unknown (the tokenizer cuts at them)
     uint32_t max_special_bytes_ = 0;  // the longest special token's text, bytes
-    bool reuse_tokens_ = false;        // BPE or SPM: tokenize_reusing may cut at a special token
+    bool reuse_tokens_ = false;       // BPE or SPM: tokenize_reusing may cut at a special token
 };
 
 }  // namespace lineage::engine

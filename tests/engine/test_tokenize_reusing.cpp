@@ -47,7 +47,8 @@ TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken
         {"the same text", prev, true},
         {"a text that parts in its first bytes", "<|im_start|>sys" + prev.substr(14), false},
         {"no special token at all", "plain text, no markup at all", false},
-        {"a special token spelled across the point where the texts part", sys + "<|im_start|>user\n<|im_e" + "nd|>", true},
+        {"a special token spelled across the point where the texts part", sys + "<|im_start|>user\n<|im_e" + "nd|>",
+         true},
     };
     for (const auto & v : variants) {
         size_t reused = 12345;

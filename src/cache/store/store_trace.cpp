@@ -210,9 +210,10 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
             if (cfg_.resend_checkpoint && n_prompt - 1 > p.n_restore &&
                 std::none_of(p.captures.begin(), p.captures.end(),
                              [](const capture_point & c) { return c.kind == point_kind::guard; })) {
-                not_planned.push_back(fmt::format("guard at {}: a restore point within {} tokens before it "
-                                                  "(--cache-guard-merge)",
-                                                  n_prompt - 1, cfg_.guard_merge));
+                not_planned.push_back(
+                    fmt::format("guard at {}: a restore point within {} tokens before it "
+                                "(--cache-guard-merge)",
+                                n_prompt - 1, cfg_.guard_merge));
             }
             if (!cfg_.resend_checkpoint && n_prompt - p.n_restore < cfg_.guard_min_suffix) {
                 not_planned.push_back(fmt::format("guard: uncached suffix {} < {} (--cache-guard-min-suffix)",

@@ -18,8 +18,8 @@
 #include "util/thread_annotations.h"
 
 #include <cstdint>
-#include <map>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>

@@ -246,9 +246,10 @@ TEST_F(HybridPrepareTest, TokensBeforeByteCountsWholeTokens) {
 // before (chat_preparer::tokenize_prompt): the prompt tokens equal a whole tokenization of the
 // render, whether the next request extends, edits or starts over.
 TEST_F(HybridPrepareTest, PromptTokensEqualAWholeTokenizationTurnAfterTurn) {
-    server::chat_preparer prep(*model_, *tmpl_,
-                               server::prepare_options{.model_id = "tiny-qwen35",
-                                                       .default_kwargs = server::default_template_kwargs(tmpl_->source(), true)});
+    server::chat_preparer prep(
+        *model_, *tmpl_,
+        server::prepare_options{.model_id = "tiny-qwen35",
+                                .default_kwargs = server::default_template_kwargs(tmpl_->source(), true)});
     const std::vector<std::string> bodies{
         R"({"messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Read the trie."}]})",
         R"({"messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Read the trie."},
