@@ -1,6 +1,8 @@
 // scheduler::lifecycle: restore, capture, commit over sequence_states; see lifecycle.h.
 #include "scheduler/lifecycle.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace lineage::scheduler {
@@ -295,7 +297,11 @@ void lifecycle::commit(slot & s, double now_s) {
     if (keep_reply && s.n_past > s.prompt_size()) {
         // With the resend guard at prompt - 1 the prompt end would restore one token more than
         // it, at the price of a checkpoint that thins the last-user one away after an agent step.
-        if (!store_.cfg().resend_checkpoint) {
+        // Where the guard merged into a point a few tokens back (--cache-guard-merge), the prompt
+        // end takes its place: an agent step that sends the reply back continues from it.
+        const bool guard_taken = std::any_of(s.plan.captures.begin(), s.plan.captures.end(),
+                                             [](const cache::capture_point & c) { return c.kind == cache::point_kind::guard; });
+        if (!store_.cfg().resend_checkpoint || !guard_taken) {
             in.captured.push_back({s.prompt_size(), cache::point_kind::turn, s.prompt_end_recurrent});
         }
         keep_reply_checkpoints(s, in);

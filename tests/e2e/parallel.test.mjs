@@ -2,7 +2,9 @@
 // each tiny model: qwen35 (Gated DeltaNet), qwen3 (dense), kimi-linear (KDA), granite-hybrid
 // (Mamba2):
 //  - four identical cold prompts sent at once to a server with two sequences (--parallel 2):
-//    one request prefills the prompt, the other three restore all but its last token (from the
+//    one request prefills the prompt, the other three restore all but its last token (hybrid:
+//    all but its generation prompt, where the resend guard merged into the history boundary;
+//    from the
 //    running request's sequence while it runs: GET /v1/cache/stats live_hits, prefix_holds; or
 //    from its entry once it is done), and every reply equals a cache-bypassed run's (greedy),
 //    up to a near tie: the four decode beside each other and the bypassed run alone, a batch
@@ -17,6 +19,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { nearTieDiff, usageOf, words } from './lib/chat.mjs';
+import { resendCached } from './lib/agents.mjs';
 import { modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 8;
@@ -48,7 +51,7 @@ for (const arch of ['qwen35', 'qwen3', 'kimi-linear', 'granite-hybrid']) {
       await srv?.stopGracefully();
     });
 
-    it('four identical cold prompts at once: one prefill, three restore all but one token', async () => {
+    it('four identical cold prompts at once: one prefill, three restore all but the last tokens', async () => {
       const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(200, 32) }];
       const s0 = await srv.cacheStats();
       const res = await Promise.all([0, 1, 2, 3].map(() => send(srv, messages)));
@@ -56,11 +59,14 @@ for (const arch of ['qwen35', 'qwen3', 'kimi-linear', 'granite-hybrid']) {
       const us = res.map(usageOf);
       const prompt = us[0].prompt;
       const prefilled = us.map((u) => u.prompt - u.cached);
+      // A resend's restore point: |P| - 1 (dense), the history boundary (hybrid: the generation
+      // prompt with thinking off, 9 tokens, back; the resend guard merged into it).
+      const left = prompt - await resendCached(srv, { messages, ...KW }, prompt);
       assert.ok(prompt > 1000, `a long prompt: ${prompt}`);
-      assert.equal(prefilled.filter((n) => n > 1).length, 1,
+      assert.equal(prefilled.filter((n) => n > left).length, 1,
         `one cold prefill, got prefilled ${JSON.stringify(prefilled)} of ${prompt}\n${srv.logTail(40)}`);
-      assert.equal(prefilled.filter((n) => n === 1).length, 3, `three restore |P| - 1: ${JSON.stringify(prefilled)}`);
-      assert.equal(s1.tokens_prefilled - s0.tokens_prefilled, prompt + 3);
+      assert.equal(prefilled.filter((n) => n === left).length, 3, `three restore |P| - ${left}: ${JSON.stringify(prefilled)}`);
+      assert.equal(s1.tokens_prefilled - s0.tokens_prefilled, prompt + 3 * left);
       // At least one of them restored from the running request's sequence (two start at once).
       assert.ok(s1.live_hits - s0.live_hits >= 1, `live hits: ${s0.live_hits} -> ${s1.live_hits}\n${srv.logTail(40)}`);
       assert.ok(s1.prefix_holds - s0.prefix_holds >= 1, `prefix holds: ${s0.prefix_holds} -> ${s1.prefix_holds}`);

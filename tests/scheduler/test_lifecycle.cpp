@@ -302,6 +302,26 @@ TEST_F(Lifecycle, KeepReplyLetsAnAgentStepRestoreTheReplyAndAReRenderRestoreTheG
     EXPECT_EQ(g2->n_past, 300);
     EXPECT_EQ(g2->stats.hit_kind, "turn");
     finish(*g2);
+    // With the guard merged into the history boundary (--cache-guard-merge; 294 is 5 tokens before
+    // prompt - 1): no guard, the prompt end kept as a turn checkpoint in its place. A resend
+    // restores the boundary; a step that sends the reply back parting inside it, the prompt end.
+    cfg.resend_checkpoint = true;
+    cfg.guard_merge = 16;
+    make(true, 6, cfg);
+    auto m1 = admit(seq_of(0, 300), 294);
+    EXPECT_EQ(m1->plan.captures.size(), 1u);
+    finish(*m1);
+    EXPECT_EQ(store_->entries().front().checkpoints,
+              (std::vector<cp>{{294, cache::point_kind::turn}, {300, cache::point_kind::turn}}));
+    auto m2 = admit(cat(cat(seq_of(0, 300), {900000}), seq_of(8000, 30)), 325);
+    EXPECT_EQ(m2->n_past, 300);
+    EXPECT_EQ(m2->stats.hit_kind, "turn");
+    finish(*m2);
+    auto m3 = admit(seq_of(0, 300), 294);
+    EXPECT_EQ(m3->n_past, 294) << "a resend: the boundary, 6 tokens left in one pass";
+    EXPECT_EQ(m3->stats.hit_kind, "turn");
+    EXPECT_TRUE(m3->plan.captures.empty());
+    finish(*m3);
     // Off: the same first request keeps the prompt end only.
     make(true);
     auto o1 = admit(seq_of(0, 300), 290);

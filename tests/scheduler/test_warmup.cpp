@@ -162,6 +162,38 @@ TEST_P(Warmup, ARegenerateAfterTheWarmupRestoresAllButOneToken) {
     run(*t2, 5);
 }
 
+TEST_P(Warmup, WithTheGuardMergedARegenerateTakesTheTwinAndTheWarmupStays) {
+    if (!hybrid_) {
+        GTEST_SKIP() << "a dense model takes no resend guard";
+    }
+    // --cache-guard-merge at its default: the guard (203) merges into the history boundary (200),
+    // which the warmed entry inherits too; at that tie the twin serves the regenerate.
+    cache::config c = fakes::lifecycle_config();
+    c.max_entries = 3;
+    c.guard_merge = 16;
+    life_.reset();
+    pool_.reset();
+    store_ = std::make_unique<cache::store>(c, hybrid_);
+    pool_ = std::make_unique<sequence_pool>(*st_, *store_, 6);
+    life_ = std::make_unique<lifecycle>(*st_, *store_, *pool_, hybrid_);
+    first_turn();
+    auto warm = admit(warm_prefix(), -1, true);
+    run(*warm, 0);
+    const cache::tokens p1 = cat(history, gen_prompt);
+    auto again = admit(p1, 200, false);
+    EXPECT_EQ(again->n_past, 200);
+    EXPECT_EQ(again->stats.hit_kind, "turn");
+    EXPECT_TRUE(again->plan.absorbs);  // it takes the twin
+    EXPECT_EQ(again->plan.twin, 0u);
+    run(*again, 30);
+    // The warmed entry is still there for the next turn.
+    const cache::tokens w = warm_prefix();
+    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
+    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+    EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
+    run(*t2, 5);
+}
+
 TEST_P(Warmup, WithoutAWarmupTheNextTurnAbsorbsAndNoTwinIsKept) {
     // Control: a request (not a warm-up) that continues the reply's entry absorbs it.
     first_turn();

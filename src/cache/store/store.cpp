@@ -192,7 +192,29 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
                          lcp);
         }
     }
-    const std::optional<restore_candidate> chosen = search.chosen();
+    std::optional<restore_candidate> chosen = search.chosen();
+    // A resend of the turn a warm-up continued (a regenerate: it shares more with that turn's
+    // entry, the resend twin, than with the warmed one) parts inside the warmed entry; where the
+    // twin restores as much, the twin serves it, and the warm-up's work stays for the next turn
+    // (with the guard merged into the history boundary both hold that point).
+    if (chosen && (chosen->id & live_id_bit) == 0) {
+        const entry & e = *by_id_.at(chosen->id);
+        const auto twin = by_id_.find(e.resend_twin);
+        if (e.resend_twin != 0 && chosen->n < static_cast<int32_t>(e.toks.size()) && twin != by_id_.end() &&
+            twin->second->k.bucket == k.bucket) {
+            const entry & t = *twin->second;
+            const int32_t twin_lcp = common_prefix(prompt, t.toks);
+            const auto c = twin_lcp > common_prefix(prompt, e.toks)
+                               ? best_point(rule_, t.id, state_of(t, k.session), prompt, twin_lcp, req_chain)
+                               : std::nullopt;
+            if (c && c->n >= chosen->n) {
+                LINEAGE_TRACE(trace_, "entry {} holds a warm-up to {} tokens; its resend twin, entry {}, restores {}: "
+                                      "the twin serves this request",
+                              e.id, e.toks.size(), t.id, c->n);
+                chosen = c;
+            }
+        }
+    }
     const int32_t best_short = search.best_short();
     // Each tier below RAM only for something longer than the best above it.
     std::optional<tier_candidate> on_disk;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 
 namespace lineage::server {
@@ -154,7 +155,8 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     return tokens;
 }
 
-std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, size_t * reused) const {
+std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, int64_t max_tokens,
+                                                    size_t * reused) const {
     recent_prompt best;
     {
         size_t best_lcp = 0;
@@ -170,10 +172,19 @@ std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, si
             }
         }
     }
+    if (best.text && *best.text == text) {
+        if (reused) {
+            *reused = best.tokens->size();
+        }
+        return *best.tokens;  // a resend: kept once
+    }
     auto tokens = std::make_shared<const std::vector<int32_t>>(
         best.text ? model_.tokenize_reusing(text, *best.text, *best.tokens, reused) : model_.tokenize(text, true));
     if (!best.text && reused) {
         *reused = 0;
+    }
+    if (static_cast<int64_t>(tokens->size()) >= max_tokens) {
+        return *tokens;  // refused as longer than a sequence: nothing will extend it
     }
     recent_prompt fresh{std::make_shared<const std::string>(text), tokens};
     const auto bytes_of = [](const recent_prompt & p) { return p.text->size() + p.tokens->size() * sizeof(int32_t); };
@@ -319,7 +330,7 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         const std::string rendered = tmpl_.render(x).prompt;
         work.tokenizations++;
         if (r.images.empty()) {
-            out.prompt = tokenize_prompt(rendered);
+            out.prompt = tokenize_prompt(rendered, std::numeric_limits<int64_t>::max());
         } else if (auto err = place_images(images, rendered, out)) {
             throw std::invalid_argument(err->message);
         }
@@ -504,7 +515,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
     } else {
         try {
-            out.prompt = tokenize_prompt(rendered.prompt, &reused_tokens);
+            out.prompt = tokenize_prompt(rendered.prompt, max_sequence_tokens, &reused_tokens);
         } catch (const std::exception & e) {
             return server_error(std::string("tokenization failed: ") + e.what());
         }

@@ -222,9 +222,11 @@ private:
      *  tokenize_reusing over the recent prompt whose text shares the longest prefix with it, so
      *  that a conversation's next turn tokenizes only what follows the last special token the two
      *  texts share (on bench-qwen35's ~4k-token agent prompts a whole pass took 7-8 ms idle and
-     *  15-30 ms beside the engine's threads on 2 cores). Remembers `text` for the next call;
-     *  `reused` (may be null): the tokens taken from the recent prompt. */
-    std::vector<int32_t> tokenize_prompt(const std::string & text, size_t * reused = nullptr) const;
+     *  15-30 ms beside the engine's threads on 2 cores). Remembers `text` for the next call
+     *  unless it is already remembered (a resend) or comes to `max_tokens` or more (refused as
+     *  longer than a sequence: nothing extends it, and a burst of such bodies must not stay in
+     *  memory). `reused` (may be null): the tokens taken from the recent prompt. */
+    std::vector<int32_t> tokenize_prompt(const std::string & text, int64_t max_tokens, size_t * reused = nullptr) const;
 
     const engine::model & model_;
     const engine::chat_template & tmpl_;

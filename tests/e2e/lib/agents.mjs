@@ -90,12 +90,26 @@ export function requestLines(log) {
  *  /apply-template + /tokenize); `addGenerationPrompt` false: the conversation without the
  *  assistant header (where the next turn's prompt can part from this one). */
 export async function chatTokens(srv, body, addGenerationPrompt = true) {
-  const { messages, tools } = body;
-  const t = await srv.post('/apply-template', { messages, tools, add_generation_prompt: addGenerationPrompt });
+  const { messages, tools, chat_template_kwargs } = body;
+  const t = await srv.post('/apply-template', { messages, tools, chat_template_kwargs, add_generation_prompt: addGenerationPrompt });
   if (t.status !== 200) throw new Error(`/apply-template -> ${t.status}: ${t.text}`);
   const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true });
   if (k.status !== 200) throw new Error(`/tokenize -> ${k.status}: ${k.text}`);
   return k.json.tokens;
+}
+
+/** GUARD_MERGE: --cache-guard-merge's default, tokens. */
+export const GUARD_MERGE = 16;
+
+/** cached_tokens of a verbatim resend of chat `body` (a prompt of `prompt` tokens whose last
+ *  message is a user's) on lineage-server `srv` at its defaults: all but one token on a dense
+ *  model; on a hybrid, its history boundary (the prompt without its generation prompt: 6 tokens
+ *  back with the Qwen3.5 template, 9 with thinking off), into which the resend guard at
+ *  prompt - 1 merged (--cache-guard-merge: at most GUARD_MERGE tokens before it). */
+export async function resendCached(srv, body, prompt) {
+  if ((await srv.cacheStats()).family !== 'hybrid') return prompt - 1;
+  const history = (await chatTokens(srv, body, false)).length;
+  return prompt - 1 - history <= GUARD_MERGE ? history : prompt - 1;
 }
 
 /** Length of the longest common prefix of two token arrays. */
