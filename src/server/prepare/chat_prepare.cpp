@@ -155,13 +155,16 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     return tokens;
 }
 
-std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, int64_t max_tokens,
-                                                    size_t * reused) const {
+std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, const std::string & tenant,
+                                                    int64_t max_tokens, size_t * reused) const {
     recent_prompt best;
     {
         size_t best_lcp = 0;
         util::lock_guard lk(mu_);
         for (const auto & p : recent_prompts_) {
+            if (p.tenant != tenant) {
+                continue;
+            }
             const size_t n = std::min(text.size(), p.text->size());
             const auto lcp = static_cast<size_t>(
                 std::mismatch(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), p.text->begin()).first -
@@ -186,8 +189,10 @@ std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, in
     if (static_cast<int64_t>(tokens->size()) >= max_tokens) {
         return *tokens;  // refused as longer than a sequence: nothing will extend it
     }
-    recent_prompt fresh{std::make_shared<const std::string>(text), tokens};
-    const auto bytes_of = [](const recent_prompt & p) { return p.text->size() + p.tokens->size() * sizeof(int32_t); };
+    recent_prompt fresh{tenant, std::make_shared<const std::string>(text), tokens};
+    const auto bytes_of = [](const recent_prompt & p) {
+        return p.tenant.size() + p.text->size() + p.tokens->size() * sizeof(int32_t);
+    };
     util::lock_guard lk(mu_);
     recent_bytes_ += bytes_of(fresh);
     recent_prompts_.push_front(std::move(fresh));
@@ -330,7 +335,7 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         const std::string rendered = tmpl_.render(x).prompt;
         work.tokenizations++;
         if (r.images.empty()) {
-            out.prompt = tokenize_prompt(rendered, std::numeric_limits<int64_t>::max());
+            out.prompt = tokenize_prompt(rendered, r.tenant, std::numeric_limits<int64_t>::max());
         } else if (auto err = place_images(images, rendered, out)) {
             throw std::invalid_argument(err->message);
         }
@@ -515,7 +520,7 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
     } else {
         try {
-            out.prompt = tokenize_prompt(rendered.prompt, max_sequence_tokens, &reused_tokens);
+            out.prompt = tokenize_prompt(rendered.prompt, r.tenant, max_sequence_tokens, &reused_tokens);
         } catch (const std::exception & e) {
             return server_error(std::string("tokenization failed: ") + e.what());
         }

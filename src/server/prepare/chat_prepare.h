@@ -131,6 +131,19 @@ public:
      *  empty prompt (param "prompt") and "context_length_exceeded" as prepare(). */
     std::optional<api_error> prepare_raw(raw_prompt p, int32_t max_sequence_tokens, prepared_chat & out) const;
 
+    /** The tokens of a rendered prompt (model::tokenize(text, true)): engine::model::
+     *  tokenize_reusing over the recent prompt whose text shares the longest prefix with it, so
+     *  that a conversation's next turn tokenizes only what follows the last special token the two
+     *  texts share (on bench-qwen35's ~4k-token agent prompts a whole pass took 7-8 ms idle and
+     *  15-30 ms beside the engine's threads on 2 cores). Only `tenant`'s own recent prompts are
+     *  used: a faster tokenization must not tell a caller what another tenant sent (as the cache
+     *  never restores across tenants). Remembers `text` for the next call unless it is already
+     *  remembered (a resend) or comes to `max_tokens` or more (refused as longer than a sequence:
+     *  nothing extends it, and a burst of such bodies must not stay in memory). `reused` (may be
+     *  null): the tokens taken from the recent prompt. */
+    std::vector<int32_t> tokenize_prompt(const std::string & text, const std::string & tenant, int64_t max_tokens,
+                                         size_t * reused = nullptr) const;
+
     /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults; without
      *  the generation prompt when r.add_generation_prompt is false), for POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
      *  it fails. */
@@ -218,15 +231,6 @@ private:
     std::shared_ptr<const std::vector<int32_t>> anchor_render(const engine::chat_render_inputs & full, bool with_system,
                                                               scheduler::prepare_work & work) const;
 
-    /** The tokens of a rendered prompt (model::tokenize(text, true)): engine::model::
-     *  tokenize_reusing over the recent prompt whose text shares the longest prefix with it, so
-     *  that a conversation's next turn tokenizes only what follows the last special token the two
-     *  texts share (on bench-qwen35's ~4k-token agent prompts a whole pass took 7-8 ms idle and
-     *  15-30 ms beside the engine's threads on 2 cores). Remembers `text` for the next call
-     *  unless it is already remembered (a resend) or comes to `max_tokens` or more (refused as
-     *  longer than a sequence: nothing extends it, and a burst of such bodies must not stay in
-     *  memory). `reused` (may be null): the tokens taken from the recent prompt. */
-    std::vector<int32_t> tokenize_prompt(const std::string & text, int64_t max_tokens, size_t * reused = nullptr) const;
 
     const engine::model & model_;
     const engine::chat_template & tmpl_;
@@ -234,6 +238,7 @@ private:
 
     /** A prompt tokenized lately, for tokenize_prompt. */
     struct recent_prompt {
+        std::string tenant;
         std::shared_ptr<const std::string> text;
         std::shared_ptr<const std::vector<int32_t>> tokens;
     };

@@ -269,6 +269,29 @@ TEST_F(HybridPrepareTest, PromptTokensEqualAWholeTokenizationTurnAfterTurn) {
     }
 }
 
+// tokenize_prompt's memo of recent prompts: a tenant reuses its own prompts' tokens only (a faster
+// tokenization must not tell one tenant what another sent), a resend is kept once, and a prompt
+// refused as too long is not kept.
+TEST_F(HybridPrepareTest, RecentPromptsAreReusedWithinATenantOnly) {
+    server::chat_preparer prep(*model_, *tmpl_, server::prepare_options{.model_id = "tiny-qwen35"});
+    const std::string turn1 = "<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nRead it.<|im_end|>\n";
+    const std::string turn2 = turn1 + "<|im_start|>assistant\nDone.<|im_end|>\n<|im_start|>user\nNow fix it.<|im_end|>\n";
+    size_t reused = 99;
+    EXPECT_EQ(prep.tokenize_prompt(turn1, "alice", 4096, &reused), model_->tokenize(turn1, true));
+    EXPECT_EQ(reused, 0u) << "nothing remembered yet";
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "bob", 4096, &reused), model_->tokenize(turn2, true));
+    EXPECT_EQ(reused, 0u) << "another tenant's prompt is not reused";
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused), model_->tokenize(turn2, true));
+    EXPECT_GT(reused, 0u) << "the tenant's own earlier prompt is";
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused), model_->tokenize(turn2, true));
+    EXPECT_EQ(reused, model_->tokenize(turn2, true).size()) << "a resend: all of it";
+    // Refused as too long (at least max_tokens): not remembered, so not reused.
+    const std::string long_turn = turn1 + "<|im_start|>user\nA long one.<|im_end|>\n";
+    EXPECT_EQ(prep.tokenize_prompt(long_turn, "carol", 4, &reused), model_->tokenize(long_turn, true));
+    EXPECT_EQ(prep.tokenize_prompt(long_turn + "x", "carol", 4096, &reused), model_->tokenize(long_turn + "x", true));
+    EXPECT_EQ(reused, 0u);
+}
+
 // The last user message's start, found in the render without a second render, equals what the
 // placeholder render gives, for texts found once at the end and for those that fall back.
 TEST_F(HybridPrepareTest, LastUserStartWithoutASecondRenderEqualsThePlaceholderRender) {
