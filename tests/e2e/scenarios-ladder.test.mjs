@@ -217,7 +217,7 @@ for (const arch of SCENARIO_ARCHS) {
       for (const s of [sc, scOff]) await s.reset();
       // The random-weight test models often sample a token that the reply's text does not
       // tokenize back to (a real model rarely does): the entry then parts from the next prompt
-      // inside the reply, which restores the resend guard. Conversations until one reply comes
+      // inside the reply, which restores the prompt end. Conversations until one reply comes
       // back token for token (its logprobs pieces, each one token, are the next prompt's tokens).
       let verbatim = null;
       for (let seed = 0; seed < 24 && !verbatim; seed++) {
@@ -241,9 +241,9 @@ for (const arch of SCENARIO_ARCHS) {
           assert.equal(r2.hit, 'full', detail(r2));
           verbatim = { step, r2 };
         } else {
-          // Parted inside the reply: turn 1's history boundary, into which its resend guard
-          // merged (--cache-guard-merge).
-          assert.equal(r2.u.cached, P - GEN, detail(r2));
+          // Parted inside the reply: turn 1's prompt end, kept as a turn checkpoint where its
+          // resend guard merged into the history boundary (--cache-guard-merge).
+          assert.equal(r2.u.cached, P, detail(r2));
           assert.equal(r2.hit, 'turn', detail(r2));
         }
       }
@@ -265,8 +265,8 @@ for (const arch of SCENARIO_ARCHS) {
       // Replies of 40 tokens: reply checkpoints every 16 decoded tokens (--cache-reply-step), at
       // P + 16 and P + 32, kept when the reply's text gives its tokens back that far. The step
       // sends the text back and restores the longest point its prompt reaches: the entry's end
-      // (the reply came back token for token), a kept reply checkpoint, or turn 1's history
-      // boundary (its resend guard merged into it, --cache-guard-merge).
+      // (the reply came back token for token), a kept reply checkpoint, or turn 1's prompt end
+      // (kept as a turn checkpoint where its resend guard merged, --cache-guard-merge).
       let hits = 0;
       for (let seed = 0; seed < 12; seed++) {
         const turn1 = [sys(systemText('alpha', '2026-06-01')), user(words(30, 400 + seed))];
@@ -278,7 +278,7 @@ for (const arch of SCENARIO_ARCHS) {
         for (const n of r1.trace.reply) assert.ok([P + 16, P + 32].includes(n), `reply checkpoint at ${n}, P ${P}${detail(r1)}`);
         const step = stepOf(turn1, r1.res.choices[0].message);
         const r2 = await sc.ask(`agent step (conversation ${seed})`, step, { max_tokens: 3 });
-        const want = { [P - GEN]: 'turn', [P + decoded]: 'full' };
+        const want = { [P]: 'turn', [P + decoded]: 'full' };
         for (const n of r1.trace.reply) want[n] = 'reply';
         assert.equal(r2.hit, want[r2.u.cached], `restored ${r2.u.cached}: want one of ${JSON.stringify(want)}${detail(r2)}`);
         if (r2.hit === 'reply' && hits++ === 0) {

@@ -82,7 +82,7 @@ struct http_response {
     std::string header(std::string_view name) const;
 };
 
-/** Sends `body` with `status` as application/json. */
-void send_json_body(http_response & res, const json & body, int status);
+/** Sends `body` with `status` (200 unless given) as application/json. */
+void send_json_body(http_response & res, const json & body, int status = 200);
 
 }  // namespace lineage::server

@@ -24,12 +24,8 @@ namespace lineage::server {
 
 namespace {
 
-void send_json(http_response & res, const json & j, int status = 200) {
-    send_json_body(res, j, status);
-}
-
 void send_error(http_response & res, const api_error & e) {
-    send_json(res, to_json(e), e.status);
+    send_json_body(res, to_json(e), e.status);
 }
 
 // The body of POST /tokenize as a JSON object; nullopt after sending the 400.
@@ -81,7 +77,7 @@ void handle_root(const http_request &, http_response & res, server_context &) {
     json j = json::object();
     j["status"] = "ok";
     j["service"] = "lineage-server";
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // The served model under its id, then under each --model-alias (every generating endpoint
@@ -111,13 +107,13 @@ void handle_models(const http_request &, http_response & res, server_context & c
         }
     }
     list["data"] = std::move(data);
-    send_json(res, list);
+    send_json_body(res, list);
 }
 
 void handle_health(const http_request &, http_response & res, server_context &) {
     json j = json::object();
     j["status"] = "ok";
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // llama-server's POST /tokenize: {content, add_special = false, parse_special = true} ->
@@ -144,7 +140,7 @@ void handle_tokenize(const http_request & req, http_response & res, server_conte
     }
     json j = json::object();
     j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // llama-server's POST /apply-template: a chat completion body -> {prompt}, the text that
@@ -167,7 +163,7 @@ void handle_apply_template(const http_request & req, http_response & res, server
     }
     json j = json::object();
     j["prompt"] = std::move(prompt);
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // llama-server's LoRA endpoints: GET lists [{id, path, scale}] (+ digest: the file content's,
@@ -179,7 +175,7 @@ void handle_get_lora_adapters(const http_request &, http_response & res, server_
     for (const auto & e : ctx.loras.list()) {
         list.push_back({{"id", e.id}, {"path", e.path}, {"scale", e.scale}, {"digest", e.digest}});
     }
-    send_json(res, list);
+    send_json_body(res, list);
 }
 void handle_set_lora_adapters(const http_request & req, http_response & res, server_context & ctx) {
     json body;
@@ -203,7 +199,7 @@ void handle_set_lora_adapters(const http_request & req, http_response & res, ser
     json j = json::object();
     j["success"] = true;
     j["reloaded"] = reloaded;
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // Without API keys, and for the admin key: the global figures (with the admin key also
@@ -216,7 +212,7 @@ void handle_cache_stats(const http_request & req, http_response & res, server_co
         j["tenant"] = c.tenant;
         j["enabled"] = s.enabled;
         j["mode"] = s.mode;
-        send_json(res, j);
+        send_json_body(res, j);
         return;
     }
     json j = stats_json(s);
@@ -245,7 +241,7 @@ void handle_cache_stats(const http_request & req, http_response & res, server_co
         }
         j["tenants"] = std::move(tenants);
     }
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 // Prometheus text format (docs/prompt-cache.md "GET /metrics (Prometheus)"); behind the API key
@@ -287,7 +283,7 @@ void handle_cache_reset(const http_request & req, http_response & res, server_co
         tiers[name] = {{"copies_freed", f.copies}, {"bytes_freed", f.bytes}};
     }
     j["tiers"] = std::move(tiers);
-    send_json(res, j);
+    send_json_body(res, j);
 }
 
 }  // namespace lineage::server

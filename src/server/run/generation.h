@@ -18,12 +18,10 @@
 #include "server/http/http_message.h"
 #include "server/prepare/chat_prepare.h"
 
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 
 namespace lineage::server {
 

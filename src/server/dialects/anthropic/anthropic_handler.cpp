@@ -92,15 +92,24 @@ std::optional<api_error> prepare_messages(const http_request & req, server_conte
     return std::nullopt;
 }
 
+// Parses the body of a request that only counts or renders (count_tokens, apply-template: no
+// generation fields required); false after logging and sending the error.
+bool parse_or_reject(const http_request & req, http_response & res, server_context & ctx, anthropic_request & ar) {
+    if (auto err = parse(req, ctx, /*count_tokens=*/true, ar)) {
+        spdlog::debug("messages request rejected: {}", err->message);
+        send_error(res, *err);
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 const dialect messages_dialect{.name = "messages", .errors = error_shape::anthropic, .prepare = prepare_messages};
 
 void handle_messages_apply_template(const http_request & req, http_response & res, server_context & ctx) {
     anthropic_request ar;
-    if (auto err = parse(req, ctx, /*count_tokens=*/true, ar)) {
-        spdlog::debug("messages request rejected: {}", err->message);
-        send_error(res, *err);
+    if (!parse_or_reject(req, res, ctx, ar)) {
         return;
     }
     std::string prompt;
@@ -115,9 +124,7 @@ void handle_messages_apply_template(const http_request & req, http_response & re
 
 void handle_count_tokens(const http_request & req, http_response & res, server_context & ctx) {
     anthropic_request ar;
-    if (auto err = parse(req, ctx, /*count_tokens=*/true, ar)) {
-        spdlog::debug("messages request rejected: {}", err->message);
-        send_error(res, *err);
+    if (!parse_or_reject(req, res, ctx, ar)) {
         return;
     }
     // The prompt as /v1/messages would run it (images in as their embedding tokens, and refused
