@@ -4,8 +4,8 @@
 //    cached_tokens >= turn k's prompt_tokens - GEN_PROMPT_MAX (see below why not all of it;
 //    tools.test.mjs asserts all of it for an agent-loop turn, where the template allows it);
 //  - a verbatim resend has cached_tokens == prompt_tokens - 1 (a restore leaves one token to
-//    prefill; a hybrid, prompt_tokens - GEN: its history boundary, into which the prompt - 1
-//    resend guard merged, --cache-guard-merge), and its greedy output equals the first one;
+//    prefill; a hybrid, its history boundary, into which the prompt - 1 resend guard merged:
+//    lib/agents.mjs resendCached), and its greedy output equals the first one;
 //  - greedy (temperature 0) output through the cache equals the output with
 //    cache_prompt:false, turn by turn, for a conversation of several turns;
 //  - cache_prompt:false (at the root or inside extra_body) reports cached_tokens 0 even on
@@ -16,7 +16,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
 import { echo, greedyChat, usageOf, words } from './lib/chat.mjs';
-import { GEN, replyOf as scenarioReplyOf } from './lib/scenario.mjs';
+import { resendCached } from './lib/agents.mjs';
+import { replyOf as scenarioReplyOf } from './lib/scenario.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const MAX_TOKENS = 12;
@@ -29,10 +30,6 @@ const MAX_TOKENS = 12;
  *  checkpoint at or before it, at best at the start of the generation prompt (the history
  *  boundary). This bounds the generation prompt's length in tokens. */
 const GEN_PROMPT_MAX = 8;
-/** What a verbatim resend of a prompt ending with a user message restores: all but one token on
- *  a dense model; on a hybrid, the history boundary GEN tokens back (the resend guard at
- *  prompt - 1 merged into it: --cache-guard-merge). */
-const resendCached = async (srv, prompt) => prompt - ((await srv.cacheStats()).family === 'hybrid' ? GEN : 1);
 const SERVER_ARGS = ['--parallel', '2', '--ctx-size', '4096'];
 
 /** One greedy request; checks the shape and returns the response. */
@@ -89,7 +86,7 @@ for (const arch of ARCHS) {
       const p = first.usage.prompt_tokens;
       const req = JSON.stringify({ messages, max_tokens: MAX_TOKENS, temperature: 0 });
       assert.equal(usageOf(a).prompt, p);
-      const want = await resendCached(srv, p);
+      const want = await resendCached(srv, { messages }, p);
       assert.equal(usageOf(a).cached, want,
         `resend after max_tokens 1: cached ${usageOf(a).cached} of ${p}; request ${req}; response ${JSON.stringify(a)}`);
       assert.equal(usageOf(b).cached, want,
@@ -152,7 +149,7 @@ for (const arch of ARCHS) {
       assert.deepEqual(heldState(await srv.cacheStats()), heldState(s0), 'cache_prompt:false changed the cache');
       // And the cache still serves P.
       const warm = await chat(srv, P, {}, 'cached again');
-      assert.equal(usageOf(warm).cached, await resendCached(srv, usageOf(warm).prompt),
+      assert.equal(usageOf(warm).cached, await resendCached(srv, { messages: P }, usageOf(warm).prompt),
         `a resend of P: request ${JSON.stringify({ messages: P, max_tokens: MAX_TOKENS, temperature: 0 })}; ` +
         `response ${JSON.stringify(warm)}`);
       assert.deepEqual(replyOf(warm), replyOf(root), 'cached vs cache_prompt:false reply');
