@@ -82,6 +82,15 @@ protected:
 
     cache::tokens warm_prefix() const { return cat(history, past_turn); }
 
+    /** The next user turn: the warmed entry is still there, and it continues it whole. */
+    void next_turn_continues_the_warmup() {
+        const cache::tokens w = warm_prefix();
+        const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
+        auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
+        EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
+        run(*t2, 5);
+    }
+
     bool hybrid_ = true;
     double now_ = 1;
     uint64_t next_id_ = 0;
@@ -154,12 +163,7 @@ TEST_P(Warmup, ARegenerateAfterTheWarmupRestoresAllButOneToken) {
     EXPECT_EQ(again->stats.hit_kind, hybrid_ ? "guard" : "prefix");
     EXPECT_TRUE(again->plan.absorbs);  // it takes the twin
     run(*again, 30);
-    // The warmed entry is still there for the next turn.
-    const cache::tokens w = warm_prefix();
-    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
-    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
-    EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
-    run(*t2, 5);
+    next_turn_continues_the_warmup();
 }
 
 TEST_P(Warmup, WithTheGuardMergedARegenerateTakesTheTwinAndTheWarmupStays) {
@@ -186,12 +190,7 @@ TEST_P(Warmup, WithTheGuardMergedARegenerateTakesTheTwinAndTheWarmupStays) {
     EXPECT_TRUE(again->plan.absorbs);  // it takes the twin
     EXPECT_EQ(again->plan.twin, 0u);
     run(*again, 30);
-    // The warmed entry is still there for the next turn.
-    const cache::tokens w = warm_prefix();
-    const cache::tokens p2 = cat(cat(w, user_msg), gen_prompt);
-    auto t2 = admit(p2, static_cast<int32_t>(p2.size() - gen_prompt.size()), false);
-    EXPECT_EQ(t2->n_past, static_cast<int32_t>(w.size()));
-    run(*t2, 5);
+    next_turn_continues_the_warmup();
 }
 
 TEST_P(Warmup, WithoutAWarmupTheNextTurnAbsorbsAndNoTwinIsKept) {
