@@ -22,6 +22,12 @@ import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const NS = 'e2e';
+// Each Redis call's bound for these replicas (--cache-redis-timeout-ms; the server's default is
+// 200 ms). One call past it drops the connection for a second and counts a write failure or a
+// missed load, which is what the stall and kill cases below provoke on purpose; on a loaded
+// 2-core machine a loopback call has taken longer than 200 ms without any fault (a CI run failed
+// the first two cases so), so the cases that expect no fault give Redis 2 s.
+const REDIS_TIMEOUT_MS = 2000;
 
 /** A first turn P and its follow-up P + reply + U. */
 function conversation(seed) {
@@ -38,7 +44,7 @@ for (const arch of ARCHS) {
   describe(`tier 3, Redis shared by two replicas [${arch}]`, { timeout: 300_000 }, () => {
     let redis, A, B, ref;
     const args = () => [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS,
-      '--cache-redis-chunk-bytes', '64KiB', '--cache-disk-idle-s', '0'];
+      '--cache-redis-chunk-bytes', '64KiB', '--cache-disk-idle-s', '0', '--cache-redis-timeout-ms', String(REDIS_TIMEOUT_MS)];
     const indexed = () => redis.indexed(NS);
     /** `ask()` on A, its entry and anchor written to Redis and mirrored by B. */
     const onAShared = (ask) => askAndShare(redis, NS, A, [B], ask);
@@ -222,7 +228,7 @@ describe(`tier 3 and tenants: a tenant's reset deletes only its entries from Red
   const startReplica = async (name) => {
     const srv = await startServer({ model: modelPath(arch), name: `redis-tenants-${name}-${arch}`,
       args: [...SERVER_ARGS, '--cache-disk=false', '--cache-redis', redis.url, '--cache-redis-namespace', NS_T,
-        '--cache-disk-idle-s', '0', '--api-key-file', keyFile],
+        '--cache-disk-idle-s', '0', '--api-key-file', keyFile, '--cache-redis-timeout-ms', String(REDIS_TIMEOUT_MS)],
       env: { LINEAGE_ADMIN_API_KEY: 'sk-admin-redis-0123456789' } });
     srv.getHeaders = { Authorization: 'Bearer sk-admin-redis-0123456789' };  // the global stats
     started.push(srv);
