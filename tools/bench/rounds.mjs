@@ -95,7 +95,9 @@ const f2 = (x) => (x === null || x === undefined ? '-' : x.toFixed(2));
 const out = [`# ${roundDirs.length} rounds against ${opt.ref}`, '',
   'Each ratio is this configuration / the reference in the same round (decode: the reference\'s ' +
   'generated tokens/s over this one\'s), so below 1 is faster or smaller; the last row is the ' +
-  'median over the rounds. Rounds alternate the order in which the servers ran. Written by ' +
+  'median over the rounds. Rounds alternate the order in which the servers ran. Decode counts the ' +
+  'generated tokens each server reported: a stream that llama-server ended with a reply parse error ' +
+  'reports none (each round\'s report.md counts them), so there this ratio favours lineage. Written by ' +
   '`tools/bench/rounds.mjs`.', ''];
 for (const name of others) {
   const c = result.configurations[name];
