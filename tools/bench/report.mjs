@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { KINDS, summarize } from './summary.mjs';
+import { KINDS, loadRun } from './summary.mjs';
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -28,11 +28,7 @@ if (!dir) {
 const names = fs.readdirSync(dir).filter((f) => f.endsWith('.summary.json')).map((f) => f.slice(0, -'.summary.json'.length));
 const order = opt.order ? opt.order.split(',').filter((n) => names.includes(n)) : [];
 for (const n of names.sort()) if (!order.includes(n)) order.push(n);
-const runs = order.map((name) => {
-  const summary = JSON.parse(fs.readFileSync(path.join(dir, `${name}.summary.json`), 'utf8'));
-  const records = fs.readFileSync(path.join(dir, `${name}.jsonl`), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
-  return { name, summary, records, agg: summarize(records) };
-});
+const runs = order.map((name) => loadRun(dir, name));
 
 const fmt = (x, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? '-' : Number(x).toFixed(d));
 const mib = (b) => (b === null || b === undefined ? '-' : (b / 1048576).toFixed(0));

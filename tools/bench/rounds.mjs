@@ -25,7 +25,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { percentile, summarize } from './summary.mjs';
+import { loadRun, percentile } from './summary.mjs';
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -49,9 +49,7 @@ function figures(roundDir, name) {
   const sf = path.join(roundDir, `${name}.summary.json`);
   const jf = path.join(roundDir, `${name}.jsonl`);
   if (!fs.existsSync(sf) || !fs.existsSync(jf)) return null;
-  const s = JSON.parse(fs.readFileSync(sf, 'utf8'));
-  const records = fs.readFileSync(jf, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
-  const agg = summarize(records);
+  const { summary: s, records, agg } = loadRun(roundDir, name);
   const generated = records.reduce((a, r) => a + (r.completion_tokens ?? 0), 0);
   return {
     wall: s.run_seconds,

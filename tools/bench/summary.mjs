@@ -1,6 +1,8 @@
 // Aggregates of one benchmark run's per-request records (tools/bench/run.mjs): prefill
 // efficiency (computed prefill tokens / oracle tokens; 1.0 is the limit) and TTFT percentiles,
 // overall and per request kind, and the requests that computed far more than the oracle.
+import fs from 'node:fs';
+import path from 'node:path';
 
 /** Request kinds in report order, with their labels; docs/benchmarks/README.md "What the trace is"
  *  describes them. */
@@ -91,4 +93,12 @@ export function summarize(records, { excessMin = 64 } = {}) {
     ttft: { all: ttft(records), by_kind: byKind(ttft) },
     excess,
   };
+}
+
+/** One configuration's run in `dir` as tools/bench/run.mjs wrote it: {name, summary (NAME.summary.json),
+ *  records (NAME.jsonl, one per request), agg (summarize(records))}. Throws when a file is missing. */
+export function loadRun(dir, name) {
+  const summary = JSON.parse(fs.readFileSync(path.join(dir, `${name}.summary.json`), 'utf8'));
+  const records = fs.readFileSync(path.join(dir, `${name}.jsonl`), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  return { name, summary, records, agg: summarize(records) };
 }
