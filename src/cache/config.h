@@ -126,6 +126,17 @@ struct config {
     double ram_release_s_for(bool gpu) const {
         return ram_release_s >= 0 ? ram_release_s : gpu ? auto_ram_release_s_gpu : auto_ram_release_s_cpu;
     }
+    /** The tier cost rule (cache/rule/tier_cost.h; docs/prompt-cache.md "The tier cost rule"): a
+     *  tier copy is read only where its read is estimated to cost less than recomputing the tokens
+     *  it adds, and written only where it would be worth reading back (at shutdown: where that
+     *  saves more than its write time), from the engine's measured prefill rate and the tiers'
+     *  measured restore and write rates (--cache-tier-cost). Until the prefill rate is measured
+     *  every copy is worth it. Off: every copy is read and written, as the triggers say. */
+    bool tier_cost = true;
+    /** The tiers' read and write rate the tier cost rule assumes, bytes/s, instead of measuring
+     *  them (--cache-tier-bandwidth); 0 = measured (tier_cost::prior_bytes_per_s until the first
+     *  restore or write). */
+    uint64_t tier_bandwidth_bytes_per_s = 0;
     /** Whether an anchor read back from a tier below RAM for a hit is pinned in RAM again with
      *  its ladder (true), or serves that hit from the file's state and stays a file (false). Set
      *  by the scheduler (repin_read_anchors_for, once it knows where the model runs). */

@@ -120,6 +120,17 @@ struct stats {
         const auto it = tier_hits.find(name);
         return it == tier_hits.end() ? 0 : it->second;
     }
+    /** The tier cost rule (cache/rule/tier_cost.h): restore points in a tier below RAM not read
+     *  because recomputing the tokens they add was estimated cheaper, by tier; entries not written
+     *  because reading them back would not save their cost. */
+    std::map<std::string, int64_t> tier_reads_declined;
+    int64_t tier_writes_declined = 0;
+    /** The rule's rates in effect: the engine's measured prefill rate (tokens/s, 0 before the
+     *  first pass of tier_cost::min_pass_tokens), the first tier's restore and write rates
+     *  (bytes/s; measured, --cache-tier-bandwidth, or the prior; 0 with no tier). */
+    double tier_cost_prefill_tokens_per_s = 0;
+    double tier_cost_read_bytes_per_s = 0;
+    double tier_cost_write_bytes_per_s = 0;
     int64_t requests_committed = 0;   ///< requests whose state was offered to the cache (commit calls)
     /** Every tier below RAM the server knows, in the store's order: an open tier's figures, and a
      *  tier that is off reports its zeros (scheduler::tier_link::report). */

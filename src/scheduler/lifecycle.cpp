@@ -51,6 +51,10 @@ void lifecycle::restore(slot & s, double now_s) {
         st_.seq_rm(s.seq, -1, -1);
     }
     s.stats.restore_s = seconds_since(s.restore_started);
+    if (s.plan.op == cache::restore_op::load_disk && s.plan.n_restore > 0) {
+        // From the read's queueing to the state applied: what the tier cost rule weighs a read by.
+        store_.cost().observe_read(s.plan.tier, s.plan.tier_bytes, s.stats.restore_s);
+    }
     s.n_past = s.plan.n_restore;
     s.stats.cached_tokens = s.plan.n_restore;
     s.stats.hit_kind = std::string(cache::to_string(s.plan.kind));

@@ -587,6 +587,10 @@ void scheduler::impl::step() {
         }
         return;
     }
+    if (std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.ph == slot::phase::prefill && s.chunk > 0; })) {
+        // A prefill pass: the rate the tier cost rule weighs a tier copy's read against.
+        store_.cost().observe_prefill(static_cast<int32_t>(batch.size()), dt);
+    }
     for (auto & s : slots_) {
         if (s.ph == slot::phase::prefill && s.chunk > 0) {
             s.stats.prefill_s += dt;

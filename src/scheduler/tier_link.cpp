@@ -116,6 +116,9 @@ void tier_link::housekeeping(bool idle, double now_s) {
     }
     for (const auto & c : tiers_.front()->take_completions()) {
         store_.tier_written(c.entry_id, c.file);
+        if (c.file != 0) {
+            store_.cost().observe_write(c.bytes, c.seconds);
+        }
     }
     // RAM release: idle entries whose copy has landed give their RAM back (cache::config
     // ram_release_s; the store does it only on a tier of this replica's own); one pass a second

@@ -764,6 +764,17 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "page cache: a RAM copy would hold the same bytes twice), " + fmt_double(cache::config::auto_ram_release_s_gpu) +
         " when the model runs on a GPU",
         seconds_or_auto(cc.ram_release_s));
+    add("--cache-tier-cost", "LINEAGE_CACHE_TIER_COST", "[=BOOL]", "true",
+        "read a copy from disk or Redis only where its read is estimated to cost less than recomputing the "
+        "tokens it adds, and write one only where it would be worth reading back (at shutdown: where that saves "
+        "more than the write delays the exit), from this run's measured prefill rate and the tiers' measured "
+        "read and write rates; every copy is worth it until a prefill has been measured. false = read and write "
+        "every copy the triggers name",
+        boolean(cc.tier_cost), true);
+    add("--cache-tier-bandwidth", "LINEAGE_CACHE_TIER_BANDWIDTH", "BYTES", "measured",
+        "bytes per second the tier cost rule assumes for reading and writing a copy (a restore from the file to "
+        "the state applied), instead of measuring it (512MiB until the first read or write); 0 = measured",
+        bytes_min(cc.tier_bandwidth_bytes_per_s, 0));
     // --- Redis tier (T3), shared by replicas ---
     add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",
         "share the prompt cache between replicas through Redis at redis://host[:port][/db]: entries written "

@@ -85,7 +85,9 @@ uint64_t store::entry::ram_bytes() const {
     return b;
 }
 
-store::store(const config & cfg, bool hybrid) : cfg_(cfg), hybrid_(hybrid), rule_(restore_settings::from(cfg, hybrid)) {
+store::store(const config & cfg, bool hybrid)
+    : cfg_(cfg), hybrid_(hybrid), rule_(restore_settings::from(cfg, hybrid)),
+      cost_(cfg.tier_cost, static_cast<double>(cfg.tier_bandwidth_bytes_per_s)) {
     stats_.enabled = cfg.enabled;
     stats_.mode = cfg.lineage ? "lineage" : "exact";
     stats_.family = hybrid ? "hybrid" : "dense";
@@ -222,10 +224,28 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
     if (cfg_.enabled) {
         for (size_t i = 0; i < tiers_.size(); ++i) {
             const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
-            if (auto c = tiers_[i].lookup->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1))) {
-                on_disk = c;
-                on_tier = static_cast<int32_t>(i);
+            auto c = tiers_[i].lookup->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1));
+            if (!c) {
+                continue;
             }
+            // The tier cost rule (tier_cost.h): read only where the read beats recomputing what
+            // the copy adds over the best restore point above it.
+            if (!cost_.worth_read(static_cast<int32_t>(i), c->bytes, c->n - above)) {
+                if (counted) {
+                    stats_.tier_reads_declined[tiers_[i].traits.name]++;
+                }
+                const double rate = cost_.prefill_tokens_per_s().value_or(0);
+                LINEAGE_TRACE(trace_,
+                              "{} {} ({}) restores {} tokens, {} more than the best above it: reading it (~{:.0f} "
+                              "ms at {}/s) costs more than recomputing them (~{:.0f} ms at {:.0f} tokens/s); not read",
+                              tiers_[i].traits.copy_noun, c->id, human_bytes(c->bytes), c->n, c->n - above,
+                              1e3 * static_cast<double>(c->bytes) / cost_.read_bytes_per_s(static_cast<int32_t>(i)),
+                              human_bytes(static_cast<uint64_t>(cost_.read_bytes_per_s(static_cast<int32_t>(i)))),
+                              rate > 0 ? 1e3 * (c->n - above) / rate : 0.0, rate);
+                continue;
+            }
+            on_disk = c;
+            on_tier = static_cast<int32_t>(i);
         }
     }
 
@@ -235,6 +255,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.kind = on_disk->kind;
         p.op = restore_op::load_disk;
         p.tier_copy = on_disk->id;
+        p.tier_bytes = on_disk->bytes;
         p.tier = on_tier;
         p.tier_name = t.name;
         p.source_tokens = on_disk->source_tokens;

@@ -43,6 +43,7 @@
 #include "cache/rule/radix_trie.h"
 #include "cache/store/reasons.h"
 #include "cache/rule/restore_rule.h"
+#include "cache/rule/tier_cost.h"
 #include "cache/stats.h"
 #include "cache/store/trace.h"
 #include "cache/types.h"
@@ -134,6 +135,7 @@ struct restore_plan {
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
     copy_id tier_copy = 0;                 ///< load_disk: the copy to read, in that tier's ids
+    uint64_t tier_bytes = 0;               ///< load_disk: that copy's size, bytes (tier_cost::observe_read)
     /** load_disk: the tier whose copy tier_copy names, as an index into the store's tiers
      *  (attach_tier order; the scheduler's tier list has the same order), and its name. */
     int32_t tier = -1;
@@ -362,8 +364,10 @@ public:
     void detach_tiers() { tiers_.clear(); }
 
     /** Write-behind: entries without a tier-2 copy whose last use is at least
-     *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown); each
-     *  is marked as being written. */
+     *  `idle_s` seconds before `now_s` (every such entry when idle_s < 0, at shutdown), and
+     *  worth a copy by the tier cost rule (tier_cost::worth_write; at shutdown by its shutdown
+     *  test); each is marked as being written. An entry the rule declines is counted once
+     *  (stats::tier_writes_declined) and not offered again. */
     std::vector<tier_job> take_idle_writes(double now_s, double idle_s);
     /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed)
      *  whose content has gone unwritten longest, when that is at least `max_unwritten_s`
@@ -371,8 +375,13 @@ public:
      *  scheduler calls it once per engine step, so the cost (one state read) is bounded. */
     std::optional<tier_job> take_overdue_write(double now_s, double max_unwritten_s);
 
+    /** The tier cost rule's rates (tier_cost.h): the scheduler feeds it its prefill passes, its
+     *  restores from a tier and the first tier's writes; the store decides with it. */
+    tier_cost & cost() { return cost_; }
+    const tier_cost & cost() const { return cost_; }
+
     /** Entries without a tier-2 copy that left the store for lack of room or by TTL since the
-     *  last call (write-behind "when it leaves RAM"). Device ones name their sequence: the
+     *  last call (write-behind "when it leaves RAM"), worth a copy by the tier cost rule. Device ones name their sequence: the
      *  scheduler must read it before releasing the sequences of take_released_seqs(). */
     std::vector<tier_job> take_spills();
 
@@ -434,6 +443,7 @@ private:
         copy_id tier_copy = 0;             // its copy in the first tier below RAM (0: none)
         bool writing = false;              // a write of it is in flight
         bool write_failed = false;         // not offered to the disk tier again
+        bool write_declined = false;       // the tier cost rule found no copy worth it: not offered again
         std::vector<copy_id> ancestors;    // tier-2 files it supersedes
         uint64_t mru = 0;  // recency stamp: larger = nearer the front of entries_
         std::vector<std::string> chain;  // APC block hashes (dense, --apc-enabled)
@@ -520,6 +530,10 @@ private:
     std::map<uint64_t, uint64_t> successor_;  // entry absorbed while its write was in flight -> its successor
     tier_job job_of(entry & e);
     bool warned_too_large_ = false;
+    /** Whether the tier cost rule lets `e` be written (at shutdown: its shutdown test); when it
+     *  does not, marks it declined (counted once, not offered again) and traces why. */
+    bool worth_writing(entry & e, bool at_shutdown);
+    tier_cost cost_;
     stats stats_;
     tracer trace_;
 };

@@ -69,10 +69,34 @@ tier_job store::job_of(entry & e) {
     return j;
 }
 
+bool store::worth_writing(entry & e, bool at_shutdown) {
+    const uint64_t bytes = e.ram_bytes() + e.device_bytes;
+    const int32_t n = static_cast<int32_t>(e.toks.size());
+    if (cost_.worth_write(bytes, n, at_shutdown)) {
+        return true;
+    }
+    e.write_declined = true;
+    stats_.tier_writes_declined++;
+    const double rate = cost_.prefill_tokens_per_s().value_or(0);
+    const double read_bps = cost_.read_bytes_per_s(0);
+    const double write_bps = cost_.write_bytes_per_s();
+    LINEAGE_TRACE(trace_, "entry {} ({} tokens, {}) not written{}: reading it back (~{:.0f} ms at {}/s){} more than "
+                          "recomputing it (~{:.0f} ms at {:.0f} tokens/s)",
+                  e.id, n, human_bytes(bytes), at_shutdown ? " at shutdown" : "",
+                  1e3 * static_cast<double>(bytes) / read_bps, human_bytes(static_cast<uint64_t>(read_bps)),
+                  at_shutdown ? fmt::format(" and writing it now (~{:.0f} ms at {}/s) cost",
+                                            1e3 * static_cast<double>(bytes) / write_bps,
+                                            human_bytes(static_cast<uint64_t>(write_bps)))
+                              : std::string(" costs"),
+                  1e3 * n / rate, rate);
+    return false;
+}
+
 void store::erase(iter it, std::optional<eviction_reason> reason, std::string_view detail) {
-    // Write-behind "when it leaves RAM": an entry pushed out for room or by TTL goes to disk.
+    // Write-behind "when it leaves RAM": an entry pushed out for room or by TTL goes to disk,
+    // where the tier cost rule says a copy is worth it.
     const bool spill = writes_behind() && reason && *reason != eviction_reason::superseded && it->tier_copy == 0 &&
-                       !it->writing && !it->write_failed;
+                       !it->writing && !it->write_failed && !it->write_declined && worth_writing(*it, false);
     if (spill) {
         LINEAGE_TRACE(trace_, "entry {} ({} tokens) leaves memory ({}): written to disk", it->id, it->toks.size(),
                       to_string(*reason));
@@ -167,6 +191,7 @@ util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_resul
 
 void store::attach_tier(const tier_lookup * t, tier_traits traits) {
     stats_.tier_hits.try_emplace(traits.name, 0);
+    stats_.tier_reads_declined.try_emplace(traits.name, 0);
     tiers_.push_back({t, std::move(traits)});
 }
 
@@ -298,7 +323,8 @@ std::vector<tier_job> store::take_idle_writes(double now_s, double idle_s) {
         return out;
     }
     for (auto & e : entries_) {
-        if (e.tier_copy == 0 && !e.writing && !e.write_failed && (idle_s < 0 || now_s - e.last_use >= idle_s)) {
+        if (e.tier_copy == 0 && !e.writing && !e.write_failed && !e.write_declined &&
+            (idle_s < 0 || now_s - e.last_use >= idle_s) && worth_writing(e, idle_s < 0)) {
             LINEAGE_TRACE(trace_, "entry {} ({} tokens) {}: written to disk", e.id, e.toks.size(),
                           idle_s < 0 ? "at shutdown" : fmt::format("idle for {:.0f} s", now_s - e.last_use));
             out.push_back(job_of(e));
@@ -313,8 +339,9 @@ std::optional<tier_job> store::take_overdue_write(double now_s, double max_unwri
     }
     entry * due = nullptr;
     for (auto & e : entries_) {
-        if (e.tier_copy == 0 && !e.writing && !e.write_failed && now_s - e.unwritten_since >= max_unwritten_s &&
-            (due == nullptr || e.unwritten_since < due->unwritten_since)) {
+        if (e.tier_copy == 0 && !e.writing && !e.write_failed && !e.write_declined &&
+            now_s - e.unwritten_since >= max_unwritten_s &&
+            (due == nullptr || e.unwritten_since < due->unwritten_since) && worth_writing(e, false)) {
             due = &e;
         }
     }
@@ -426,6 +453,9 @@ stats store::get_stats() const {
             t.bytes += e.ram_bytes() + e.device_bytes;
         }
     }
+    s.tier_cost_prefill_tokens_per_s = cost_.prefill_tokens_per_s().value_or(0);
+    s.tier_cost_read_bytes_per_s = writes_behind() ? cost_.read_bytes_per_s(0) : 0;
+    s.tier_cost_write_bytes_per_s = writes_behind() ? cost_.write_bytes_per_s() : 0;
     s.total_blocks_stored = apc_blocks_;
     s.unique_block_hashes = static_cast<int64_t>(block_refs_.size());
     return s;

@@ -75,6 +75,7 @@ std::optional<tier_candidate> tier_catalog::best(const std::string & bucket, con
     d.history = f.history;
     d.anchor = f.anchor;
     d.same_session = c->same_session;
+    d.bytes = f.bytes;
     return d;
 }
 

@@ -38,6 +38,7 @@ struct tier_candidate {
     int32_t history = -1;                ///< its history boundary
     bool anchor = false;
     bool same_session = false;
+    uint64_t bytes = 0;                  ///< the copy's size, bytes (what a restore reads)
 };
 
 class tier_catalog {

@@ -133,7 +133,13 @@ int64_t tier_worker::queued() const {
 
 void tier_worker::execute(job & j) {
     switch (j.k) {
-        case job::kind::write: complete(io_.write_now(j.w)); break;
+        case job::kind::write: {
+            const auto t0 = std::chrono::steady_clock::now();
+            tier_completion c = io_.write_now(j.w);
+            c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            complete(std::move(c));
+            break;
+        }
         case job::kind::load: {
             tier_load_result r = io_.load_now(j.id, j.want);
             j.load_done->set_value(std::move(r));

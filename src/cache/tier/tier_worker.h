@@ -50,6 +50,8 @@ struct tier_completion {
     uint64_t entry_id = 0;
     copy_id file = 0;                 ///< 0: not written (see result); else the tier's id of the copy
     util::status result;              ///< why it was not written
+    uint64_t bytes = 0;               ///< written: the copy's size, bytes (the tier's write_now sets it)
+    double seconds = 0;               ///< the worker's time for the write, queueing excluded (tier_cost)
 };
 
 /** What a tier does on its worker thread, one call at a time. */

@@ -205,5 +205,81 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
     st.check_invariants();
 }
 
+// The tier cost rule (tier_cost.h) in the store's decisions: with a measured prefill rate of
+// 1,000 tokens/s and a tier read at a fixed 1,000 bytes/s, a copy adding 18 tokens (18 ms of
+// recompute) is read when it holds 10 bytes (10 ms) and not when it holds 100,000 (100 s).
+TEST(StoreTiers, TheCostRuleReadsACopyOnlyWhereItBeatsRecomputing) {
+    config cfg = hybrid_config();
+    cfg.tier_bandwidth_bytes_per_s = 1000;
+    const key k{"b", "s"};
+    fake_disk a;
+    a.offer = tier_candidate{5, 58, point_kind::turn, 60, 55, false, true, 100000};
+
+    // No prefill measured yet (a fresh process): every copy is worth it.
+    store fresh(cfg, true);
+    fresh.attach_tier(&a, traits_of("a", false));
+    park(fresh, k, seq(0, 40), 1, 1.0);
+    EXPECT_EQ(fresh.plan(k, seq(0, 70), {}, 2.0).op, restore_op::load_disk);
+
+    store st(cfg, true);
+    st.attach_tier(&a, traits_of("a", false));
+    park(st, k, seq(0, 40), 1, 1.0);
+    st.cost().observe_prefill(1000, 1.0);
+    auto p = st.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(p.op, restore_op::take_device) << p.reason;  // the parked entry's 40 tokens
+    EXPECT_EQ(p.n_restore, 40);
+    EXPECT_EQ(st.get_stats().tier_reads_declined.at("a"), 1);
+    EXPECT_EQ(st.get_stats().hits_of_tier("a"), 0);
+    EXPECT_DOUBLE_EQ(st.get_stats().tier_cost_prefill_tokens_per_s, 1000);
+    EXPECT_DOUBLE_EQ(st.get_stats().tier_cost_read_bytes_per_s, 1000);
+
+    store small(cfg, true);
+    small.attach_tier(&a, traits_of("a", false));
+    small.cost().observe_prefill(1000, 1.0);
+    a.offer->bytes = 10;
+    auto q = small.plan(k, seq(0, 70), {}, 2.0);
+    EXPECT_EQ(q.op, restore_op::load_disk) << q.reason;
+    EXPECT_EQ(q.n_restore, 58);
+    EXPECT_EQ(q.tier_bytes, 10u);
+    EXPECT_EQ(small.get_stats().tier_reads_declined.at("a"), 0);
+}
+
+// Writes: an entry of 1,000 bytes and 40 tokens (40 ms of recompute at 1,000 tokens/s) read back
+// at 1,000 bytes/s (1 s) is not worth a copy: not written when idle, not at shutdown, counted
+// once; at 1 MB/s (1 ms) it is written.
+TEST(StoreTiers, TheCostRuleWritesOnlyCopiesWorthReadingBack) {
+    config cfg = hybrid_config();
+    cfg.tier_bandwidth_bytes_per_s = 1000;
+    const key k{"b", "s"};
+    fake_disk a;
+    store st(cfg, true);
+    st.attach_tier(&a, traits_of("a", false));
+    park(st, k, seq(0, 40), 1, 1.0);
+    st.cost().observe_prefill(1000, 1.0);
+    EXPECT_TRUE(st.take_idle_writes(100.0, 30).empty());
+    EXPECT_EQ(st.get_stats().tier_writes_declined, 1);
+    EXPECT_TRUE(st.take_idle_writes(200.0, -1).empty());  // shutdown: declined already, not counted again
+    EXPECT_FALSE(st.take_overdue_write(200.0, 10).has_value());
+    EXPECT_EQ(st.get_stats().tier_writes_declined, 1);
+    st.check_invariants();
+
+    cfg.tier_bandwidth_bytes_per_s = 1000000;
+    store fast(cfg, true);
+    fast.attach_tier(&a, traits_of("a", false));
+    park(fast, k, seq(0, 40), 1, 1.0);
+    fast.cost().observe_prefill(1000, 1.0);
+    EXPECT_EQ(fast.take_idle_writes(100.0, 30).size(), 1u);
+    EXPECT_EQ(fast.get_stats().tier_writes_declined, 0);
+
+    // The rule off: the slow tier gets the write.
+    cfg.tier_bandwidth_bytes_per_s = 1000;
+    cfg.tier_cost = false;
+    store off(cfg, true);
+    off.attach_tier(&a, traits_of("a", false));
+    park(off, k, seq(0, 40), 1, 1.0);
+    off.cost().observe_prefill(1000, 1.0);
+    EXPECT_EQ(off.take_idle_writes(100.0, 30).size(), 1u);
+}
+
 }  // namespace
 }  // namespace lineage::cache

@@ -58,6 +58,11 @@ cache::stats known_cache_stats() {
     d.superseded = 1;
     s.tiers.push_back(cache::describe(d, 0));
     s.tier_hits["redis"] = 4;
+    s.tier_reads_declined = {{"disk", 2}, {"redis", 0}};
+    s.tier_writes_declined = 3;
+    s.tier_cost_prefill_tokens_per_s = 700.5;
+    s.tier_cost_read_bytes_per_s = 536870912;
+    s.tier_cost_write_bytes_per_s = 268435456;
     cache::redis_stats r;
     r.enabled = true;
     r.connected = true;
@@ -232,6 +237,22 @@ lineage_prompt_cache_evictions_total{reason="brand_new"} 7
 # TYPE lineage_prompt_cache_tier_hits_total counter
 lineage_prompt_cache_tier_hits_total{tier="disk"} 1
 lineage_prompt_cache_tier_hits_total{tier="redis"} 4
+# HELP lineage_prompt_cache_tier_reads_declined_total Restore points in a tier below RAM not read because recomputing the tokens they add was estimated cheaper (the tier cost rule, --cache-tier-cost), by tier.
+# TYPE lineage_prompt_cache_tier_reads_declined_total counter
+lineage_prompt_cache_tier_reads_declined_total{tier="disk"} 2
+lineage_prompt_cache_tier_reads_declined_total{tier="redis"} 0
+# HELP lineage_prompt_cache_tier_writes_declined_total Entries not written to the tiers below RAM because reading them back was estimated to save less than recomputing them costs (at shutdown: less than the write delays the exit).
+# TYPE lineage_prompt_cache_tier_writes_declined_total counter
+lineage_prompt_cache_tier_writes_declined_total 3
+# HELP lineage_prompt_cache_tier_cost_prefill_tokens_per_second The engine's prefill rate the tier cost rule uses, tokens/s (0 before it is measured).
+# TYPE lineage_prompt_cache_tier_cost_prefill_tokens_per_second gauge
+lineage_prompt_cache_tier_cost_prefill_tokens_per_second 700.5
+# HELP lineage_prompt_cache_tier_cost_read_bytes_per_second The first tier's restore rate the tier cost rule uses, bytes/s (0 with no tier).
+# TYPE lineage_prompt_cache_tier_cost_read_bytes_per_second gauge
+lineage_prompt_cache_tier_cost_read_bytes_per_second 536870912
+# HELP lineage_prompt_cache_tier_cost_write_bytes_per_second The first tier's write rate the tier cost rule uses, bytes/s (0 with no tier).
+# TYPE lineage_prompt_cache_tier_cost_write_bytes_per_second gauge
+lineage_prompt_cache_tier_cost_write_bytes_per_second 268435456
 # HELP lineage_prompt_cache_apc_enabled 1 when APC block hash chains are active (dense model, --apc-enabled).
 # TYPE lineage_prompt_cache_apc_enabled gauge
 lineage_prompt_cache_apc_enabled 1

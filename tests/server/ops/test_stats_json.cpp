@@ -183,16 +183,23 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
     s.requests_committed = 4;
     s.apc_enabled = true;
     s.total_blocks_stored = 40;
+    s.tier_reads_declined = {{"disk", 1}};
+    s.tier_cost_prefill_tokens_per_s = 700.5;
+    s.tier_cost_read_bytes_per_s = 1048576;
     const json j = stats_json(s);
     EXPECT_EQ(keys(j), (std::vector<std::string>{
                            "enabled", "mode", "family", "entries", "anchors", "anchor_bytes", "checkpoints",
                            "checkpoint_bytes", "bytes", "largest_lineage", "budget_bytes", "lookups", "misses", "hits",
                            "tokens_reused", "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
                            "rejections", "misses_by_cause", "short_hits_by_cause", "key_differs", "ghosts",
-                           "evictions", "tier_hits", "requests_committed", "apc_enabled", "total_blocks_stored",
+                           "evictions", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
                            "unique_block_hashes", "apc_active_entries", "disk_hits", "disk", "redis_hits", "redis",
                            "warmup", "buffer_pool"}));
     EXPECT_EQ(dump(j["checkpoints"]), R"({"turn":2})");
+    EXPECT_EQ(dump(j["tier_reads_declined"]), R"({"disk":1})");
+    EXPECT_EQ(j["tier_writes_declined"], 0);
+    EXPECT_EQ(dump(j["tier_cost"]),
+              R"({"prefill_tokens_per_s":700.5,"read_bytes_per_s":1048576.0,"write_bytes_per_s":0.0})");
     EXPECT_EQ(dump(j["checkpoint_bytes"]), R"({"turn":200})");
     EXPECT_EQ(dump(j["bytes"]), R"({"device":1000,"ram":4396})");
     EXPECT_EQ(dump(j["largest_lineage"]),

@@ -407,6 +407,7 @@ tier_completion disk_tier::write_now(tier_write & w) {
         delete_file(old, file_removal::superseded);
     }
     done.file = id;
+    done.bytes = size;
     return done;
 }
 

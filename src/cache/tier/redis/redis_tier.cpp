@@ -332,7 +332,7 @@ tier_completion redis_tier::write_now(tier_write & w) {
     stats_.writes++;
     stats_.chunks_written += static_cast<int64_t>(chunks.size());
     stats_.bytes_written += bytes;
-    return {w.entry_id, 1, util::status::ok()};
+    return {w.entry_id, 1, util::status::ok(), bytes};
 }
 
 bool redis_tier::tick_now() {
