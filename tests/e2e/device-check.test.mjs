@@ -20,13 +20,14 @@ const made = [];
 after(() => { for (const d of made) fs.rmSync(d, { recursive: true, force: true }); });
 const tmpDir = () => { const d = fs.mkdtempSync(path.join(os.tmpdir(), 'device-check-test-')); made.push(d); return d; };
 
+const run = (name, wall, computed, p50) => ({ name, run_seconds: wall, requests: 14, failures: 0, parse_errors_kept: 0,
+  trace: { total_requests: 14 }, ttft: { all: { p50, p95: 2 * p50 } }, efficiency: { all: { computed, ratio: 1, prompt: 9000 } } });
+const engine = (tok) => ({ streams: 2, decode_1: { client_tok_s: tok }, decode_n: { aggregate_tok_s: 2 * tok },
+  prefill: [{ target: 3000, server_tok_s: 10 * tok, prompt_tokens: 2662 }] });
+
 /** A run directory as scripts/bench writes it for lineage and llama-server; `edit` changes it. */
 function fakeRun(edit = () => {}) {
   const dir = tmpDir();
-  const run = (name, wall, computed, p50) => ({ name, run_seconds: wall, requests: 14, failures: 0, parse_errors_kept: 0,
-    trace: { total_requests: 14 }, ttft: { all: { p50, p95: 2 * p50 } }, efficiency: { all: { computed, ratio: 1, prompt: 9000 } } });
-  const engine = (tok) => ({ streams: 2, decode_1: { client_tok_s: tok }, decode_n: { aggregate_tok_s: 2 * tok },
-    prefill: [{ target: 3000, server_tok_s: 10 * tok, prompt_tokens: 2662 }] });
   const files = {
     'report.md': '# report\n',
     'results.json': [run('lineage', 10, 1000, 100), run('llama-server', 20, 4000, 50)],
@@ -36,6 +37,28 @@ function fakeRun(edit = () => {}) {
   edit(files);
   for (const [f, v] of Object.entries(files)) {
     if (v !== undefined) fs.writeFileSync(path.join(dir, f), typeof v === 'string' ? v : JSON.stringify(v));
+  }
+  return dir;
+}
+
+/** A run of three trace rounds (BENCH_TRACE_ROUNDS=3): roundK/results.json each, rounds.md and the
+ *  raw-engine part at the top. Lineage's wall times 10, 12 and 30 s against 20 s: ratios 0.5, 0.6
+ *  and 1.5, median 0.6; `edit(files)` changes it (keys "roundK/results.json", ...). */
+function fakeRounds(edit = () => {}) {
+  const dir = tmpDir();
+  const files = {
+    'rounds.md': '# rounds\n',
+    'round1/results.json': [run('lineage', 10, 1000, 100), run('llama-server', 20, 4000, 50)],
+    'round2/results.json': [run('llama-server', 20, 4000, 50), run('lineage', 12, 1000, 60)],
+    'round3/results.json': [run('lineage', 30, 2000, 200), run('llama-server', 20, 4000, 100)],
+    'lineage.engine.json': engine(100),
+    'llama-server.engine.json': engine(400),
+  };
+  edit(files);
+  for (const [f, v] of Object.entries(files)) {
+    fs.mkdirSync(path.dirname(path.join(dir, f)), { recursive: true });  // scripts/bench makes a round's folder first
+    if (v === undefined) continue;
+    fs.writeFileSync(path.join(dir, f), typeof v === 'string' ? v : JSON.stringify(v));
   }
   return dir;
 }
@@ -71,6 +94,40 @@ describe('tools/bench/check.mjs --assert', () => {
       'llama-server: 1 failed requests (see llama-server.driver.log)',
       'ratio ttft_p50 is not a number (lineage null, llama-server 50)',
       'llama-server: no raw-engine results (llama-server.engine.json; see llama-server.engine.log)',
+    ]);
+  });
+
+  it('reads rounds: each trace ratio is the median of the rounds', () => {
+    const { status, verdict, out } = check(fakeRounds());
+    assert.equal(status, 0, out);
+    assert.deepEqual(verdict.problems, []);
+    assert.deepEqual(verdict.rounds, ['round1', 'round2', 'round3']);
+    assert.deepEqual(verdict.trace_ratios_by_round, {
+      trace_wall_time: [0.5, 0.6, 1.5], ttft_p50: [2, 1.2, 2], ttft_p95: [2, 1.2, 2],
+      prefill_computed_tokens: [0.25, 0.25, 0.5],
+    });
+    assert.deepEqual(verdict.ratios, { trace_wall_time: 0.6, ttft_p50: 2, ttft_p95: 2, prefill_computed_tokens: 0.25,
+      decode_1_tok_s: 0.25, decode_2_aggregate_tok_s: 0.25, prefill_3000_tok_s: 0.25 });
+    // Each server's figures: its median round by wall time (lineage's 12 s round, round 2).
+    assert.equal(verdict.figures.lineage.trace_wall_time_s, 12);
+    assert.equal(verdict.figures.lineage.ttft_p50_ms, 60);
+    assert.deepEqual(Object.keys(verdict.served.lineage.rounds), ['round1', 'round2', 'round3']);
+    assert.match(out, /the median of 3 rounds/);
+  });
+
+  it('names the round of each gap, and a missing rounds.md', () => {
+    const dir = fakeRounds((f) => {
+      f['rounds.md'] = undefined;
+      f['round2/results.json'][1].failures = 2;
+      f['round3/results.json'] = undefined;
+    });
+    const { status, verdict } = check(dir);
+    assert.equal(status, 1);
+    assert.deepEqual(verdict.problems, [
+      'rounds.md is missing',
+      'round2: lineage: 2 failed requests (see lineage.driver.log)',
+      'round3: lineage: no trace results (lineage.summary.json / results.json)',
+      'round3: llama-server: no trace results (llama-server.summary.json / results.json)',
     ]);
   });
 

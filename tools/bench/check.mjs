@@ -14,6 +14,11 @@
 // Ratios (lineage / llama-server): time ones (trace wall time, TTFT p50 / p95) are below 1 when
 // lineage-server is faster; rate ones (decode tok/s, prefill tok/s) are above 1 when it is faster;
 // computed prefill tokens are below 1 when it computes fewer.
+//
+// Rounds (BENCH_TRACE_ROUNDS=N: DIR/roundK/ each hold one round of the trace, DIR/rounds.md their
+// table): every round must be whole as above; a trace ratio is the median of the rounds' ratios
+// (each round's in `trace_ratios_by_round`), and a server's trace figures are its median round's
+// by wall time. The raw-engine part runs once, at the top of DIR.
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -33,23 +38,36 @@ const readJson = (f) => {
 };
 const problems = [];
 const NAMES = ['lineage', 'llama-server'];
-const summary = Object.fromEntries(NAMES.map((n) => [n, (readJson('results.json') ?? []).find((r) => r.name === n) ?? null]));
+const roundDirs = fs.readdirSync(dir).filter((d) => /^round\d+$/.test(d) && fs.statSync(path.join(dir, d)).isDirectory())
+  .sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
+const traceDirs = roundDirs.length ? roundDirs : ['.'];
+const summaries = traceDirs.map((d) => Object.fromEntries(NAMES.map((n) => [n,
+  (readJson(path.join(d, 'results.json')) ?? []).find((r) => r.name === n) ?? null])));
 const engine = Object.fromEntries(NAMES.map((n) => [n, readJson(`${n}.engine.json`)]));
-if (!fs.existsSync(path.join(dir, 'report.md'))) problems.push('report.md is missing');
+if (!roundDirs.length && !fs.existsSync(path.join(dir, 'report.md'))) problems.push('report.md is missing');
+if (roundDirs.length && !fs.existsSync(path.join(dir, 'rounds.md'))) problems.push('rounds.md is missing');
 
-// Every request of the trace served, none failed.
+// Every request of the trace served, none failed, in every round.
 const served = {};
-for (const n of NAMES) {
-  const s = summary[n];
-  if (!s) { problems.push(`${n}: no trace results (${n}.summary.json / results.json)`); continue; }
-  served[n] = { planned: s.trace?.total_requests ?? null, requests: s.requests, failures: s.failures,
-    parse_errors_kept: s.parse_errors_kept ?? 0 };
-  if (s.requests !== s.trace?.total_requests) problems.push(`${n}: ${s.requests} of ${s.trace?.total_requests} planned requests recorded`);
-  if (s.failures !== 0) problems.push(`${n}: ${s.failures} failed requests (see ${n}.driver.log)`);
-  if (s.oracle_errors) problems.push(`${n}: ${s.oracle_errors} prompts it would not render or tokenize for the oracle (see ${n}.driver.log)`);
-}
+traceDirs.forEach((d, i) => {
+  const where = roundDirs.length ? `${d}: ` : '';
+  for (const n of NAMES) {
+    const s = summaries[i][n];
+    if (!s) { problems.push(`${where}${n}: no trace results (${n}.summary.json / results.json)`); continue; }
+    const row = { planned: s.trace?.total_requests ?? null, requests: s.requests, failures: s.failures,
+      parse_errors_kept: s.parse_errors_kept ?? 0 };
+    if (roundDirs.length) (served[n] ??= { rounds: {} }).rounds[d] = row; else served[n] = row;
+    if (s.requests !== s.trace?.total_requests) problems.push(`${where}${n}: ${s.requests} of ${s.trace?.total_requests} planned requests recorded`);
+    if (s.failures !== 0) problems.push(`${where}${n}: ${s.failures} failed requests (see ${n}.driver.log)`);
+    if (s.oracle_errors) problems.push(`${where}${n}: ${s.oracle_errors} prompts it would not render or tokenize for the oracle (see ${n}.driver.log)`);
+  }
+});
 
 const div = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? a / b : null);
+const median = (xs) => {
+  const v = xs.filter(Number.isFinite).sort((a, b) => a - b);
+  return v.length ? (v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2) : null;
+};
 const ratios = {};
 const pairs = {};
 const put = (key, a, b) => {
@@ -58,12 +76,29 @@ const put = (key, a, b) => {
   if (ratios[key] === null) problems.push(`ratio ${key} is not a number (lineage ${a}, llama-server ${b})`);
 };
 const [L, R] = NAMES;
-if (summary[L] && summary[R]) {
-  put('trace_wall_time', summary[L].run_seconds, summary[R].run_seconds);
-  put('ttft_p50', summary[L].ttft?.all?.p50, summary[R].ttft?.all?.p50);
-  put('ttft_p95', summary[L].ttft?.all?.p95, summary[R].ttft?.all?.p95);
-  put('prefill_computed_tokens', summary[L].efficiency?.all?.computed, summary[R].efficiency?.all?.computed);
+const TRACE = {
+  trace_wall_time: (s) => s.run_seconds,
+  ttft_p50: (s) => s.ttft?.all?.p50,
+  ttft_p95: (s) => s.ttft?.all?.p95,
+  prefill_computed_tokens: (s) => s.efficiency?.all?.computed,
+};
+const traceRatiosByRound = {};
+if (summaries.every((r) => r[L] && r[R])) {
+  for (const [key, get] of Object.entries(TRACE)) {
+    if (!roundDirs.length) { put(key, get(summaries[0][L]), get(summaries[0][R])); continue; }
+    traceRatiosByRound[key] = summaries.map((r) => div(get(r[L]), get(r[R])));
+    ratios[key] = median(traceRatiosByRound[key]);
+    pairs[key] = [median(summaries.map((r) => get(r[L]))), median(summaries.map((r) => get(r[R])))];
+    if (ratios[key] === null || traceRatiosByRound[key].includes(null)) {
+      problems.push(`ratio ${key} is not a number in every round (${JSON.stringify(traceRatiosByRound[key])})`);
+    }
+  }
 }
+// A server's trace figures: its median round by wall time (its only round without rounds).
+const summary = Object.fromEntries(NAMES.map((n) => {
+  const runs = summaries.map((r) => r[n]).filter(Boolean).sort((a, b) => a.run_seconds - b.run_seconds);
+  return [n, runs.length ? runs[(runs.length - 1) >> 1] : null];
+}));
 for (const n of NAMES) if (!engine[n]) problems.push(`${n}: no raw-engine results (${n}.engine.json; see ${n}.engine.log)`);
 if (engine[L] && engine[R]) {
   put('decode_1_tok_s', engine[L].decode_1?.client_tok_s, engine[R].decode_1?.client_tok_s);
@@ -88,6 +123,10 @@ const figure = (e, s) => ({
 const detected = opt.detected ? JSON.parse(fs.readFileSync(opt.detected, 'utf8')) : null;
 const out = { detected, served, ratios, figures: Object.fromEntries(NAMES.map((n) => [n, figure(engine[n], summary[n])])),
   problems };
+if (roundDirs.length) {
+  out.rounds = roundDirs;
+  out.trace_ratios_by_round = traceRatiosByRound;
+}
 fs.writeFileSync(path.join(dir, 'device-check.json'), JSON.stringify(out, null, 2) + '\n');
 
 const f = (x, d = 2) => (x === null || x === undefined ? '-' : Number(x).toFixed(d));
@@ -96,10 +135,14 @@ const g = (x) => (Number.isFinite(x) ? (Math.abs(x) >= 100 ? x.toFixed(0) : x.to
 for (const [k, v] of Object.entries(ratios)) {
   lines.push(`  ${k.padEnd(28)} ${f(v).padStart(6)}   (lineage ${g(pairs[k][0])}, llama-server ${g(pairs[k][1])})`);
 }
+if (roundDirs.length) {
+  lines.push(`  (trace ratios: the median of ${roundDirs.length} rounds; each round's in device-check.json and rounds.md)`);
+}
 for (const n of NAMES) {
-  const s = served[n];
-  if (s) lines.push(`  ${n}: ${s.requests} of ${s.planned} requests, ${s.failures} failed` +
-    `${s.parse_errors_kept ? ` (${s.parse_errors_kept} replies kept after a parse error)` : ''}`);
+  for (const [where, s] of Object.entries(served[n]?.rounds ?? (served[n] ? { '': served[n] } : {}))) {
+    lines.push(`  ${n}${where ? ` ${where}` : ''}: ${s.requests} of ${s.planned} requests, ${s.failures} failed` +
+      `${s.parse_errors_kept ? ` (${s.parse_errors_kept} replies kept after a parse error)` : ''}`);
+  }
 }
 for (const p of problems) lines.push(`  problem: ${p}`);
 process.stdout.write(lines.join('\n') + '\n');
