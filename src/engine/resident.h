@@ -41,10 +41,11 @@ std::vector<mapping> anonymous_mappings();
 std::vector<mapping> new_mappings(const std::vector<mapping> & before, const std::vector<mapping> & after,
                                   size_t min_bytes);
 
-/** Gives back (madvise MADV_DONTNEED) every page of [start, end) whose bytes are all zero; the
- *  range is shrunk to whole pages. Returns the bytes of those pages that were resident (mincore),
- *  i.e. what RSS fell by: a multiple of the page size; pages never touched count 0, and so do
- *  pages where madvise fails (e.g. locked ones). The range must be private anonymous memory (a
+/** Gives back (madvise MADV_DONTNEED) every resident page of [start, end) whose bytes are all
+ *  zero; the range is shrunk to whole pages. Pages that are not resident (mincore) are neither
+ *  read (a read would fault each in) nor given back. Returns the bytes given back, i.e. what RSS
+ *  fell by: a multiple of the page size; pages never touched count 0, and so do pages where
+ *  madvise fails (e.g. locked ones). The range must be private anonymous memory (a
  *  shared or file mapping would not read as zero afterwards). */
 uint64_t release_zero_pages(uintptr_t start, uintptr_t end);
 
