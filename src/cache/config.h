@@ -134,8 +134,8 @@ struct config {
      *  every copy is worth it. Off: every copy is read and written, as the triggers say. */
     bool tier_cost = true;
     /** The tiers' read and write rate the tier cost rule assumes, bytes/s, instead of measuring
-     *  them (--cache-tier-bandwidth); 0 = measured (tier_cost::prior_bytes_per_s until the first
-     *  restore or write). */
+     *  them (--cache-tier-bandwidth); 0 = measured (tier_cost::prior_bytes_per_s until a restore
+     *  or write of tier_cost::min_sample_bytes or more is measured). */
     uint64_t tier_bandwidth_bytes_per_s = 0;
     /** Whether an anchor read back from a tier below RAM for a hit is pinned in RAM again with
      *  its ladder (true), or serves that hit from the file's state and stays a file (false). Set

@@ -111,6 +111,9 @@ decode_result context::decode(const std::vector<batch_token> & tokens) {
     const int32_t rc = llama_decode(ctx_, batch);
     decode_calls_++;
     llama_batch_free(batch);
+    if (rc == 0) {
+        llama_synchronize(ctx_);
+    }
     switch (rc) {
         case 0: return decode_result::ok;
         case 1: return decode_result::no_kv_space;

@@ -99,8 +99,12 @@ public:
     context(const context &) = delete;
     context & operator=(const context &) = delete;
 
-    /** Runs one llama_decode over `tokens` (<= n_batch). On no_kv_space or error the memory is
-     *  as before the call (llama.cpp contract); on aborted, processed ubatches remain. */
+    /** Runs one llama_decode over `tokens` (<= n_batch) and, when it succeeds, waits for the
+     *  backend to finish it (llama_synchronize): llama_decode returns once a GPU backend has
+     *  queued the last ubatch, so a caller's timing would be the launch's, not the computation's
+     *  (the scheduler's prefill_s and the tier cost rule's prefill rate; a no-op on the CPU). On
+     *  no_kv_space or error the memory is as before the call (llama.cpp contract); on aborted,
+     *  processed ubatches remain. */
     decode_result decode(const std::vector<batch_token> & tokens);
 
     /** Applies LoRA adapters[i] with scales[i] (same sizes; a zero scale leaves it out) to every

@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
 namespace lineage::scheduler {
 
 bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t seq) {
@@ -41,6 +43,7 @@ bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t 
 }
 
 void lifecycle::restore(slot & s, double now_s) {
+    const auto apply_started = std::chrono::steady_clock::now();
     if (!restore_point(st_, s.plan, s.seq)) {
         spdlog::error("request {}: restoring {} at {} failed; prefilling cold", s.req->id,
                       cache::to_string(s.plan.kind), s.plan.n_restore);
@@ -52,8 +55,11 @@ void lifecycle::restore(slot & s, double now_s) {
     }
     s.stats.restore_s = seconds_since(s.restore_started);
     if (s.plan.op == cache::restore_op::load_disk && s.plan.n_restore > 0) {
-        // From the read's queueing to the state applied: what the tier cost rule weighs a read by.
-        store_.cost().observe_read(s.plan.tier, s.plan.tier_bytes, s.stats.restore_s);
+        // The tier's read and checks (its worker's time, without waiting behind its writes or for
+        // the engine step to end) and the state applied: what the tier cost rule weighs a read by.
+        const double apply_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - apply_started).count();
+        store_.cost().observe_read(s.plan.tier, s.plan.tier_bytes, s.plan.tier_read_s + apply_s);
     }
     s.n_past = s.plan.n_restore;
     s.stats.cached_tokens = s.plan.n_restore;

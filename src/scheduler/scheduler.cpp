@@ -491,7 +491,9 @@ void scheduler::impl::poll_loads() {
 
 void scheduler::impl::complete_load(slot & s) {
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
-    if (auto st = store_.tier_loaded(s.key, s.plan, s.load.get(), now_s()); !st) {
+    cache::tier_load_result r = s.load.get();
+    s.plan.tier_read_s = r.seconds;
+    if (auto st = store_.tier_loaded(s.key, s.plan, std::move(r), now_s()); !st) {
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
     }
     pool_->drain_released();

@@ -773,7 +773,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         boolean(cc.tier_cost), true);
     add("--cache-tier-bandwidth", "LINEAGE_CACHE_TIER_BANDWIDTH", "BYTES", "measured",
         "bytes per second the tier cost rule assumes for reading and writing a copy (a restore from the file to "
-        "the state applied), instead of measuring it (512MiB until the first read or write of 16MiB or more); 0 = measured",
+        "the state applied), instead of measuring it (512MiB until a read or write of 16MiB or more is measured); 0 = measured",
         bytes_min(cc.tier_bandwidth_bytes_per_s, 0));
     // --- Redis tier (T3), shared by replicas ---
     add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",

@@ -112,10 +112,10 @@ describe('tools/bench/check.mjs --assert', () => {
     assert.equal(verdict.figures.lineage.trace_wall_time_s, 12);
     assert.equal(verdict.figures.lineage.ttft_p50_ms, 60);
     assert.deepEqual(Object.keys(verdict.served.lineage.rounds), ['round1', 'round2', 'round3']);
-    assert.match(out, /the median of 3 rounds/);
+    assert.match(out, /the median over 3 finished of 3 rounds/);
   });
 
-  it('names the round of each gap, and a missing rounds.md', () => {
+  it('names the round of each gap, and a missing rounds.md; the finished rounds still give medians', () => {
     const dir = fakeRounds((f) => {
       f['rounds.md'] = undefined;
       f['round2/results.json'][1].failures = 2;
@@ -123,6 +123,8 @@ describe('tools/bench/check.mjs --assert', () => {
     });
     const { status, verdict } = check(dir);
     assert.equal(status, 1);
+    assert.deepEqual(verdict.trace_ratios_by_round.trace_wall_time, [0.5, 0.6, null]);
+    assert.equal(verdict.ratios.trace_wall_time, 0.55);  // the median of rounds 1 and 2
     assert.deepEqual(verdict.problems, [
       'rounds.md is missing',
       'round2: lineage: 2 failed requests (see lineage.driver.log)',

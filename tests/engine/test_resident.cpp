@@ -112,6 +112,9 @@ TEST(Untouched, PagesThatAreNotResidentAreNotRead) {
     auto * p = static_cast<unsigned char *>(mmap(nullptr, n * page, PROT_READ | PROT_WRITE,
                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(p, MAP_FAILED);
+    // With transparent huge pages set to `always`, the write below could fault in a whole 2 MiB
+    // page (512 resident zero pages): small pages only.
+    madvise(p, n * page, MADV_NOHUGEPAGE);
     p[7 * page] = 0;  // one resident zero page among them
     const auto start = reinterpret_cast<uintptr_t>(p);
     rusage before{}, after{};

@@ -16,9 +16,10 @@
 // computed prefill tokens are below 1 when it computes fewer.
 //
 // Rounds (BENCH_TRACE_ROUNDS=N: DIR/roundK/ each hold one round of the trace, DIR/rounds.md their
-// table): every round must be whole as above; a trace ratio is the median of the rounds' ratios
-// (each round's in `trace_ratios_by_round`), and a server's trace figures are its median round's
-// by wall time. The raw-engine part runs once, at the top of DIR.
+// table): every round must be whole as above; a trace ratio is the median of the ratios of the
+// rounds both servers finished (each round's in `trace_ratios_by_round`, null for an unfinished
+// one), and a server's trace figures are its median round's by wall time. The raw-engine part runs
+// once, at the top of DIR.
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -83,20 +84,24 @@ const TRACE = {
   prefill_computed_tokens: (s) => s.efficiency?.all?.computed,
 };
 const traceRatiosByRound = {};
-if (summaries.every((r) => r[L] && r[R])) {
+const finished = summaries.filter((r) => r[L] && r[R]);
+if (!roundDirs.length && finished.length) {
+  for (const [key, get] of Object.entries(TRACE)) put(key, get(finished[0][L]), get(finished[0][R]));
+} else if (finished.length) {
   for (const [key, get] of Object.entries(TRACE)) {
-    if (!roundDirs.length) { put(key, get(summaries[0][L]), get(summaries[0][R])); continue; }
-    traceRatiosByRound[key] = summaries.map((r) => div(get(r[L]), get(r[R])));
-    ratios[key] = median(traceRatiosByRound[key]);
-    pairs[key] = [median(summaries.map((r) => get(r[L]))), median(summaries.map((r) => get(r[R])))];
-    if (ratios[key] === null || traceRatiosByRound[key].includes(null)) {
-      problems.push(`ratio ${key} is not a number in every round (${JSON.stringify(traceRatiosByRound[key])})`);
+    traceRatiosByRound[key] = summaries.map((r) => (r[L] && r[R] ? div(get(r[L]), get(r[R])) : null));
+    const done = finished.map((r) => div(get(r[L]), get(r[R])));
+    ratios[key] = median(done);
+    pairs[key] = [median(finished.map((r) => get(r[L]))), median(finished.map((r) => get(r[R])))];
+    if (ratios[key] === null || done.includes(null)) {
+      problems.push(`ratio ${key} is not a number in every finished round (${JSON.stringify(traceRatiosByRound[key])})`);
     }
   }
 }
 // A server's trace figures: its median round by wall time (its only round without rounds).
 const summary = Object.fromEntries(NAMES.map((n) => {
-  const runs = summaries.map((r) => r[n]).filter(Boolean).sort((a, b) => a.run_seconds - b.run_seconds);
+  const runs = summaries.map((r) => r[n]).filter((s) => Number.isFinite(s?.run_seconds))
+    .sort((a, b) => a.run_seconds - b.run_seconds);
   return [n, runs.length ? runs[(runs.length - 1) >> 1] : null];
 }));
 for (const n of NAMES) if (!engine[n]) problems.push(`${n}: no raw-engine results (${n}.engine.json; see ${n}.engine.log)`);
@@ -136,7 +141,8 @@ for (const [k, v] of Object.entries(ratios)) {
   lines.push(`  ${k.padEnd(28)} ${f(v).padStart(6)}   (lineage ${g(pairs[k][0])}, llama-server ${g(pairs[k][1])})`);
 }
 if (roundDirs.length) {
-  lines.push(`  (trace ratios: the median of ${roundDirs.length} rounds; each round's in device-check.json and rounds.md)`);
+  lines.push(`  (trace ratios: the median over ${finished.length} finished of ${roundDirs.length} rounds, the figures in ` +
+    'brackets each side\'s own median; each round\'s ratio in device-check.json and rounds.md)');
 }
 for (const n of NAMES) {
   for (const [where, s] of Object.entries(served[n]?.rounds ?? (served[n] ? { '': served[n] } : {}))) {

@@ -40,6 +40,9 @@ double tier_cost::read_bytes_per_s(int32_t tier) const {
     if (tier >= 0 && static_cast<size_t>(tier) < read_.size() && read_[static_cast<size_t>(tier)]) {
         return *read_[static_cast<size_t>(tier)];
     }
+    if (tier == 0 && write_) {
+        return *write_;  // a file just written reads back at least as fast (the page cache)
+    }
     return prior_bytes_per_s;
 }
 
@@ -47,7 +50,10 @@ double tier_cost::write_bytes_per_s() const {
     if (fixed_bps_ > 0) {
         return fixed_bps_;
     }
-    return write_ ? *write_ : read_bytes_per_s(0);
+    if (write_) {
+        return *write_;
+    }
+    return !read_.empty() && read_[0] ? *read_[0] : prior_bytes_per_s;
 }
 
 bool tier_cost::worth_read(int32_t tier, uint64_t bytes, int32_t tokens_gained) const {

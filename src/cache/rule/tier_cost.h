@@ -7,21 +7,24 @@
 //   recompute_s(tokens) = tokens / the engine's prefill rate (tokens/s, measured on this run's
 //                         prefill passes of at least min_pass_tokens)
 //   read_s(bytes)       = bytes / the tier's restore rate (bytes/s, measured on this run's
-//                         restores from it of at least min_sample_bytes: from the load's
-//                         queueing to the state applied; prior_bytes_per_s until the first
-//                         one), or --cache-tier-bandwidth
-//   write_s(bytes)      = bytes / the first tier's write rate (measured on its writes of at
-//                         least min_sample_bytes; the restore rate until the first one), or
+//                         restores from it of at least min_sample_bytes: the tier worker's read
+//                         and checks plus the state applied; for the first tier, its write rate
+//                         until the first restore; else prior_bytes_per_s), or
 //                         --cache-tier-bandwidth
+//   write_s(bytes)      = bytes / the first tier's write rate (measured on its writes of at
+//                         least min_sample_bytes; its restore rate, else the prior, until the
+//                         first one), or --cache-tier-bandwidth
 // - a read is worth it when read_s(its bytes) < recompute_s(the tokens it restores beyond the
 //   best restore point above it);
 // - a write during the run (idle, overdue, leaving RAM) is worth it when its copy would be worth
 //   reading whole: read_s(bytes) < recompute_s(tokens);
 // - a write at shutdown delays the exit (and a restart) by its write time, so it must save more:
 //   recompute_s(tokens) - read_s(bytes) > write_s(bytes).
-// Until the engine has measured its prefill rate (a fresh process) every copy is worth it: the
-// rule only ever declines on this run's own figures. Rates are exponential moving averages
-// (weight `ewma_weight` for the newest sample).
+// Until the engine has measured its prefill rate (a fresh process) every copy is worth it. The
+// tier's rates start at the prior and are measured only on the copies the rule lets through, so
+// a prior too low for the machine is corrected only by a write (or a read) that happens anyway;
+// --cache-tier-bandwidth sets them where the operator knows better. Rates are exponential moving
+// averages (weight `ewma_weight` for the newest sample).
 // Thread safety: none (the store's, engine thread only).
 #pragma once
 
@@ -36,7 +39,8 @@ public:
     /** The restore and write rate assumed before the first measurement, bytes/s: 512 MiB/s.
      *  Source: the restores measured so far, file read + checks + state applied, queueing
      *  included: ~0.3 GB/s on the 2-core CPU machine (58 MB anchors in ~200 ms,
-     *  docs/benchmarks/README.md "Memory"), 0.33-0.65 GB/s on the H200 (250 MB in 375-760 ms). */
+     *  docs/benchmarks/README.md "Memory"), 0.33-0.65 GB/s on the H200 (250 MB in 375-760 ms,
+     *  four reads queued on one thread). */
     static constexpr double prior_bytes_per_s = 512.0 * (1 << 20);
     /** Passes shorter than this (tokens) are not prefill-rate samples: a few-token pass costs
      *  the weights' read whatever its length, and would make recompute look dearer than it is. */
@@ -66,9 +70,11 @@ public:
 
     /** The measured prefill rate, tokens/s; nullopt before the first sample. */
     std::optional<double> prefill_tokens_per_s() const { return prefill_; }
-    /** Tier `tier`'s restore rate in effect, bytes/s (fixed, measured, or the prior). */
+    /** Tier `tier`'s restore rate in effect, bytes/s: fixed, measured, the first tier's write
+     *  rate (tier 0 only), or the prior. */
     double read_bytes_per_s(int32_t tier) const;
-    /** The first tier's write rate in effect, bytes/s. */
+    /** The first tier's write rate in effect, bytes/s: fixed, measured, its restore rate, or
+     *  the prior. */
     double write_bytes_per_s() const;
 
     /** Whether reading `bytes` from tier `tier` beats recomputing `tokens_gained` tokens (true

@@ -136,6 +136,7 @@ struct restore_plan {
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
     copy_id tier_copy = 0;                 ///< load_disk: the copy to read, in that tier's ids
     uint64_t tier_bytes = 0;               ///< load_disk: that copy's size, bytes (tier_cost::observe_read)
+    double tier_read_s = 0;                ///< load_disk: the tier worker's seconds reading it (tier_load_result::seconds)
     /** load_disk: the tier whose copy tier_copy names, as an index into the store's tiers
      *  (attach_tier order; the scheduler's tier list has the same order), and its name. */
     int32_t tier = -1;
@@ -369,7 +370,8 @@ public:
      *  test); each is marked as being written. An entry the rule declines is counted once
      *  (stats::tier_writes_declined) and not offered again. */
     std::vector<tier_job> take_idle_writes(double now_s, double idle_s);
-    /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed)
+    /** Write-behind under load: the entry without a tier-2 copy (none in flight, none failed,
+     *  not declined by the tier cost rule, and worth a copy by it: worth_writing)
      *  whose content has gone unwritten longest, when that is at least `max_unwritten_s`
      *  seconds (inherited across absorption); nullopt otherwise. At most one per call: the
      *  scheduler calls it once per engine step, so the cost (one state read) is bounded. */

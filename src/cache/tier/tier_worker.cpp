@@ -141,7 +141,9 @@ void tier_worker::execute(job & j) {
             break;
         }
         case job::kind::load: {
+            const auto t0 = std::chrono::steady_clock::now();
             tier_load_result r = io_.load_now(j.id, j.want);
+            r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             j.load_done->set_value(std::move(r));
             j.load_done.reset();
             if (j.on_done) {

@@ -55,6 +55,16 @@ TEST(TierCost, TheWriteRateFollowsTheFirstTiersReadRateUntilMeasured) {
     EXPECT_DOUBLE_EQ(c.write_bytes_per_s(), 200.0 * MiB);
 }
 
+TEST(TierCost, TheFirstTiersReadRateFollowsItsWriteRateUntilMeasured) {
+    tier_cost c;
+    c.observe_write(900 * MiB, 1.0);  // e.g. the overdue writes of a busy GPU server
+    EXPECT_DOUBLE_EQ(c.read_bytes_per_s(0), 900.0 * MiB);
+    EXPECT_DOUBLE_EQ(c.read_bytes_per_s(1), tier_cost::prior_bytes_per_s);  // another tier's own
+    c.observe_read(0, 300 * MiB, 1.0);
+    EXPECT_DOUBLE_EQ(c.read_bytes_per_s(0), 300.0 * MiB);
+    EXPECT_DOUBLE_EQ(c.write_bytes_per_s(), 900.0 * MiB);
+}
+
 // The H200 case (docs/benchmarks/README.md "First figures on a GPU"): a 2 B model prefilling at
 // 30k tokens/s, entries of ~246 MiB for ~10k tokens, restores at ~0.5 GB/s: recompute 0.33 s,
 // read 0.49 s.

@@ -235,6 +235,7 @@ TEST(StoreTiers, TheCostRuleReadsACopyOnlyWhereItBeatsRecomputing) {
 
     store small(cfg, true);
     small.attach_tier(&a, traits_of("a", false));
+    park(small, k, seq(0, 40), 1, 1.0);
     small.cost().observe_prefill(1000, 1.0);
     a.offer->bytes = 10;
     auto q = small.plan(k, seq(0, 70), {}, 2.0);

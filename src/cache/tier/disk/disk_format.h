@@ -66,6 +66,7 @@ struct tier_load_result {
     std::optional<disk_record> record;
     uint32_t version = 0;            ///< the header's format version (0: not read)
     int32_t n_tokens = 0;            ///< the header's token count
+    double seconds = 0;              ///< the tier worker's time for the read and its checks (tier_worker sets it)
     uint64_t digest = 0;             ///< the header's token digest
 };
 
