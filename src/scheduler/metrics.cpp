@@ -72,6 +72,10 @@ void metrics::record(const request_stats & st, finish_reason why, bool used_cach
     m_.prompt_tokens_prefilled += static_cast<uint64_t>(std::max(0, st.prefilled_tokens));
     m_.completion_tokens += static_cast<uint64_t>(std::max(0, st.completion_tokens));
     m_.prefill_passes += static_cast<uint64_t>(std::max(0, st.prefill_passes));
+    if (st.moved_tokens >= 0) {
+        m_.sequence_moves++;
+        m_.sequence_moved_tokens += static_cast<uint64_t>(st.moved_tokens);
+    }
     for (const auto & [kind, n] : st.prefill_splits_by_kind) {
         m_.prefill_splits[kind] += static_cast<uint64_t>(std::max(0, n));
     }

@@ -63,6 +63,11 @@ struct metrics_snapshot {
      *  short at a restore point, by capture kind (request_stats::prefill_splits_by_kind). */
     uint64_t prefill_passes = 0;
     std::map<std::string, uint64_t> prefill_splits;
+    /** Requests whose sequence was moved next to a running request's before the prefill (a
+     *  state copy that makes their decode steps one micro-batch: request_stats::moved_tokens),
+     *  and the tokens those copies held. */
+    uint64_t sequence_moves = 0;
+    uint64_t sequence_moved_tokens = 0;
     /** Chat-template renders and tokenizer passes the HTTP threads spent preparing the requests
      *  that ended (request_stats::prepared; warm-ups: cache::warmup_stats). */
     uint64_t prepare_renders = 0;

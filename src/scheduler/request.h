@@ -137,6 +137,10 @@ struct request_stats {
     /** How the restore point was put in place, for the log: cache::to_string(restore_op)
      *  ("take_device", "share_device", "load_ram", "load_disk"); "" for a miss. */
     std::string restore_op;
+    /** Tokens of the sequence moved to an id next to a running request's before the prefill
+     *  (scheduler: "One micro-batch per step"); -1 when it stayed where it was. Its copy counts
+     *  in restore_s. */
+    int32_t moved_tokens = -1;
     /** The renders and tokenizations its preparation took (generation_request::prepared). */
     prepare_work prepared;
 };

@@ -8,7 +8,10 @@
 #include "engine/resident.h"
 #include "scheduler/prefill_order.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <limits>
 
 namespace lineage::scheduler {
 
@@ -503,6 +506,47 @@ void scheduler::impl::complete_load(slot & s) {
 void scheduler::impl::start_prefill(slot & s) {
     s.ph = slot::phase::prefill;
     life_->restore(s, now_s());
+    place_next_to_active(s);
+}
+
+void scheduler::impl::place_next_to_active(slot & s) {
+    if (!p_.place_sequences || p_.kv_unified || s.seq < 0) {
+        return;
+    }
+    std::vector<int32_t> others;
+    for (const auto & o : slots_) {
+        if (&o != &s && o.active() && o.seq >= 0) {
+            if (o.seq == s.seq - 1 || o.seq == s.seq + 1) {
+                return;  // already next to one
+            }
+            others.push_back(o.seq);
+        }
+    }
+    if (others.empty()) {
+        return;
+    }
+    // A parked entry there goes to RAM: one state read now, a load instead of a take when it is
+    // next used; a conversation keeps its sequence id from turn to turn (take_device), so one move
+    // serves the rest of it.
+    const std::optional<int32_t> to = pool_->acquire_next_to(others, std::numeric_limits<int32_t>::max());
+    if (!to) {
+        return;
+    }
+    const auto t0 = clock::now();
+    const int32_t from = s.seq;
+    // The slot owns its sequence whatever the restore was (a taken entry left the store; the
+    // other ops acquired it): after the copy the old id goes back to the pool.
+    if (s.n_past > 0 && !states_->seq_cp(from, *to, s.n_past)) {
+        pool_->release(*to);
+        spdlog::warn("request {}: copying sequence {} to {} failed; it stays on {}", s.req->id, from, *to, from);
+        return;
+    }
+    pool_->release(from);
+    s.seq = *to;
+    s.stats.restore_s += seconds_since(t0);
+    s.stats.moved_tokens = s.n_past;
+    spdlog::debug("request {}: sequence {} moved to {} next to the running one(s) ({} tokens, {:.1f} ms)", s.req->id,
+                  from, *to, s.n_past, seconds_since(t0) * 1e3);
 }
 
 void scheduler::impl::step() {
@@ -576,7 +620,22 @@ void scheduler::impl::step() {
         rc = ctx_->decode(batch);  // parked sequences left the device: try again
     }
     const double dt = seconds_since(t0);
-    spdlog::debug("engine step: {} tokens in {:.1f} ms", batch.size(), dt * 1e3);
+    if (spdlog::should_log(spdlog::level::debug)) {
+        // Sequences in the step, and the runs of consecutive ids among them: with per-sequence KV
+        // buffers llama.cpp computes one micro-batch per run (prefill_order.h, order_by_sequence).
+        std::vector<int32_t> seqs;
+        for (const auto & t : batch) {
+            if (seqs.empty() || seqs.back() != t.seq) {
+                seqs.push_back(t.seq);
+            }
+        }
+        int32_t runs = 0;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            runs += i == 0 || seqs[i] != seqs[i - 1] + 1;
+        }
+        spdlog::debug("engine step: {} tokens, sequences {} in {} runs, in {:.1f} ms", batch.size(),
+                      fmt::join(seqs, ","), runs, dt * 1e3);
+    }
     if (rc != engine::decode_result::ok) {
         const bool full = rc == engine::decode_result::no_kv_space;
         for (auto & s : slots_) {

@@ -31,6 +31,9 @@ struct params {
     int32_t n_parallel = 4;     ///< sequences decoded together (--parallel)
     int32_t n_ctx = 0;          ///< tokens one sequence may hold; 0 = n_ctx_train capped at 16384 (--ctx-size)
     bool kv_unified = false;    ///< one KV pool shared by all sequences (--kv-unified); see engine::context_params
+    /** Move a restored sequence next to a running one's id (--place-sequences; per-sequence KV
+     *  buffers only): scheduler::impl::place_next_to_active. */
+    bool place_sequences = true;
     int32_t n_batch = 512;      ///< tokens per llama_decode call = prefill chunk size (--batch-size)
     int32_t n_ubatch = 512;     ///< physical micro-batch (--ubatch-size)
     int32_t n_threads = 0;      ///< 0 = hardware threads (--threads)

@@ -59,6 +59,13 @@ struct scheduler::impl {
     void admit(std::shared_ptr<generation_request> req);
     void end_warmup(slot & s, bool whole);
     void start_prefill(slot & s);
+    /** Moves `s`'s sequence (restored, nothing prefilled yet) to a free id next to another
+     *  active slot's when it is next to none: with a KV buffer per sequence llama.cpp computes
+     *  a step's sequences in one micro-batch only when their ids are consecutive, so two
+     *  sequences decoding side by side on ids 0 and 2 cost two graphs a step. The move copies
+     *  the state (n_past tokens) once; nothing happens when no free id is next to one (a
+     *  parked entry is never demoted for it). docs/architecture.md "One micro-batch per step". */
+    void place_next_to_active(slot & s);
     void poll_loads();
     void complete_load(slot & s);
     void step();

@@ -47,18 +47,22 @@ bool sequence_pool::demote_one(uint64_t protect) {
     if (!victim) {
         return false;
     }
-    const size_t size = st_.state_size(victim->seq, false);
+    demote(*victim);
+    return true;
+}
+
+void sequence_pool::demote(const cache::entry_view & victim) {
+    const size_t size = st_.state_size(victim.seq, false);
     cache::blob_ptr blob;
     uint64_t reserved = 0;
-    if (store_.reserve(size, victim->id)) {
+    if (store_.reserve(size, victim.id)) {
         reserved = size;
-        blob = cache::make_blob(st_.get_state(victim->seq, false));
+        blob = cache::make_blob(st_.get_state(victim.seq, false));
     }
-    spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim->id, victim->n_tokens,
+    spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim.id, victim.n_tokens,
                   blob ? "RAM" : "nowhere (over budget)");
-    store_.demote(victim->id, blob, reserved);
+    store_.demote(victim.id, blob, reserved);
     drain_released();
-    return true;
 }
 
 std::optional<int32_t> sequence_pool::acquire(uint64_t protect, const std::vector<int32_t> & active) {
@@ -79,6 +83,44 @@ std::optional<int32_t> sequence_pool::acquire(uint64_t protect, const std::vecto
     }
     const int32_t seq = free_[pick];
     free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(pick));
+    st_.seq_rm(seq, -1, -1);
+    return seq;
+}
+
+std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens) {
+    drain_released();
+    auto is_active = [&](int32_t s) { return std::find(active.begin(), active.end(), s) != active.end(); };
+    auto near = [&](int32_t s) { return !is_active(s) && (is_active(s - 1) || is_active(s + 1)); };
+    std::optional<size_t> pick;
+    for (size_t i = 0; i < free_.size(); ++i) {
+        if (near(free_[i]) && (!pick || free_[i] < free_[*pick])) {
+            pick = i;
+        }
+    }
+    if (!pick) {
+        // No free id there: the shortest parked entry next to one leaves the device for RAM.
+        std::optional<cache::entry_view> victim;
+        for (const auto & e : store_.entries()) {
+            if (e.where == cache::tier::device && near(e.seq) && e.n_tokens <= max_parked_tokens &&
+                (!victim || e.n_tokens < victim->n_tokens)) {
+                victim = e;
+            }
+        }
+        if (!victim) {
+            return std::nullopt;
+        }
+        demote(*victim);
+        for (size_t i = 0; i < free_.size(); ++i) {
+            if (free_[i] == victim->seq) {
+                pick = i;
+            }
+        }
+        if (!pick) {
+            return std::nullopt;  // cannot happen: a demoted entry's sequence is released
+        }
+    }
+    const int32_t seq = free_[*pick];
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(*pick));
     st_.seq_rm(seq, -1, -1);
     return seq;
 }

@@ -32,6 +32,11 @@ public:
      *  "accept only increasing sequence ids"), and in one graph per run of consecutive ids
      *  otherwise (docs/architecture.md "One computing thread"). */
     std::optional<int32_t> acquire(uint64_t protect, const std::vector<int32_t> & active = {});
+    /** An id next to an id in `active` and not in it, emptied: the lowest free one, else the one
+     *  of the parked entry of at most `max_parked_tokens` tokens (the shortest) there, which is
+     *  demoted to RAM first (its whole state read, as demote_one does). nullopt when there is
+     *  neither. */
+    std::optional<int32_t> acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens);
     /** Empties `seq` and returns it to the pool. */
     void release(int32_t seq);
     /** Hands the store's spills to `spill`, then releases the ids the store let go of. */
@@ -40,6 +45,9 @@ public:
      *  when RAM has no room). False when there is none. */
     bool demote_one(uint64_t protect);
     size_t n_free() const { return free_.size(); }
+    /** Demotes parked entry `victim` to RAM (or drops it when RAM has no room); its sequence is
+     *  released. */
+    void demote(const cache::entry_view & victim);
 
 private:
     sequence_states & st_;

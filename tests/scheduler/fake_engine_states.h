@@ -40,6 +40,7 @@ public:
     }
 
     cache::blob get_state(int32_t seq, bool recurrent_only) const override {
+        n_get_state++;
         const seq_state s = at(seq);
         cache::blob b(state_size(seq, recurrent_only), 0);
         b[0] = recurrent_only ? 'R' : 'F';
@@ -101,6 +102,7 @@ public:
     int32_t rollback_depth = 0;  ///< the engine's n_rs_seq
     int n_decodes = 0;
     int n_set_state = 0;
+    mutable int n_get_state = 0;
     int n_seq_cp = 0;
 
 private:

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -600,6 +601,49 @@ TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {
     EXPECT_EQ(s->seq, -1);
     EXPECT_EQ(store_->ram_bytes(), 0u);
     EXPECT_EQ(pool_->n_free(), 2u);
+    store_->check_invariants();
+}
+
+// The scheduler moves a restored sequence next to a running one (scheduler::impl::
+// place_next_to_active): the pool offers a free id beside an active one, else the id of the
+// shortest parked entry there, which leaves the device for RAM first; never an active id.
+TEST_F(Lifecycle, AnIdNextToARunningSequenceIsAFreeOneElseAParkedOneMadeFree) {
+    make(true, 4);
+    for (const std::string session : {"a", "b", "c"}) {  // parked on 0, 1, 2; 3 is free
+        auto s = admit(seq_of(1000 * (session[0] - 'a' + 1), 200), 190, session);
+        finish(*s);
+    }
+    auto where_of = [&](int32_t seq) {
+        for (const auto & e : store_->entries()) {
+            if (e.where == cache::tier::device && e.seq == seq) {
+                return e.k.session;
+            }
+        }
+        return std::string();
+    };
+    ASSERT_EQ(where_of(0), "a");
+    ASSERT_EQ(where_of(1), "b");
+    ASSERT_EQ(where_of(2), "c");
+    EXPECT_EQ(pool_->acquire_next_to({2}, std::numeric_limits<int32_t>::max()), 3);  // 1 is parked, 3 is free
+    EXPECT_EQ(where_of(1), "b");
+    pool_->release(3);
+    // Beside 0 only 1, which holds b (200 tokens): left alone under a 100-token bound...
+    EXPECT_FALSE(pool_->acquire_next_to({0}, 100));
+    EXPECT_EQ(where_of(1), "b");
+    // ...demoted to RAM (its whole state read) without one, and its id handed out emptied.
+    const int n_get = st_->n_get_state;
+    EXPECT_EQ(pool_->acquire_next_to({0}, std::numeric_limits<int32_t>::max()), 1);
+    EXPECT_EQ(st_->n_get_state, n_get + 1);
+    EXPECT_EQ(where_of(1), "");
+    EXPECT_EQ(st_->seq_pos_max(1), -1);
+    bool b_in_ram = false;
+    for (const auto & e : store_->entries()) {
+        b_in_ram |= e.k.session == "b" && e.where == cache::tier::ram;
+    }
+    EXPECT_TRUE(b_in_ram);
+    // An active id is never offered: beside {0, 1} only 2 is not active (c, demoted in its turn).
+    EXPECT_EQ(pool_->acquire_next_to({0, 1}, std::numeric_limits<int32_t>::max()), 2);
+    EXPECT_EQ(where_of(2), "");
     store_->check_invariants();
 }
 

@@ -43,6 +43,7 @@ TEST(Metrics, ObservesEachPhaseOnlyForRequestsThatWentThroughIt) {
     hit.restore_s = 0.003;
     hit.prefill_s = 0.01;
     hit.prepared = {1, 1};  // a warm user turn
+    hit.moved_tokens = 90;  // its sequence was moved next to a running one
     m.record(hit, finish_reason::stop, /*used_cache=*/true);
     request_stats bypass;  // cache_prompt:false, cancelled before its first token
     bypass.prompt_tokens = 50;
@@ -61,6 +62,8 @@ TEST(Metrics, ObservesEachPhaseOnlyForRequestsThatWentThroughIt) {
     EXPECT_EQ(s.completion_tokens, 5u);
     EXPECT_EQ(s.prepare_renders, 6u);
     EXPECT_EQ(s.prepare_tokenizations, 4u);
+    EXPECT_EQ(s.sequence_moves, 1u);  // the others stayed (moved_tokens -1)
+    EXPECT_EQ(s.sequence_moved_tokens, 90u);
     EXPECT_EQ(s.of(phase::ttft).count(), 1u);
     EXPECT_EQ(s.of(phase::queue).count(), 3u);
     EXPECT_EQ(s.of(phase::lookup).count(), 1u);

@@ -24,6 +24,8 @@
 // Writes DIR/NAME.engine.json; tools/bench/report.mjs puts the figures of every configuration
 // side by side, as ratios to llama-server's.
 // Flags: --decode-tokens (300) --streams (3) --prefill (3000,12000) --repeats (2) --port
+// --decode-context (0: tokens of filler in front of each decode prompt, so that decode reads a KV cache
+// of that length, as the agent trace's replies do),
 // --ready-timeout-s (300), --append (add this round's runs to an existing NAME.engine.json).
 import fs from 'node:fs';
 import path from 'node:path';
@@ -41,6 +43,7 @@ const { values: opt } = parseArgs({
     'decode-tokens': { type: 'string', default: '300' },
     streams: { type: 'string', default: '3' },
     prefill: { type: 'string', default: '3000,12000' },
+    'decode-context': { type: 'string', default: '0' },
     repeats: { type: 'string', default: '2' },
     append: { type: 'boolean', default: false },
     'ready-timeout-s': { type: 'string', default: '300' },
@@ -59,6 +62,12 @@ const positive = (flag) => {
 const DECODE = positive('decode-tokens');
 const STREAMS = positive('streams');
 const REPEATS = positive('repeats');
+// Tokens (about) of filler text in front of every decode request's prompt: the agent trace decodes
+// after 2-5k tokens of conversation, where each step's attention reads that much KV cache.
+const DECODE_CONTEXT = Number(opt['decode-context']);
+if (!Number.isInteger(DECODE_CONTEXT) || DECODE_CONTEXT < 0) {
+  throw new Error(`--decode-context takes a number of tokens (>= 0), got ${opt['decode-context']}`);
+}
 const PREFILL = opt.prefill.split(',').filter(Boolean).map((x) => {
   const v = Number(x);
   if (!Number.isInteger(v) || v < 16) throw new Error(`--prefill takes prompt sizes in tokens (>= 16), got ${x}`);
@@ -97,6 +106,7 @@ async function stream(body) {
     signal: AbortSignal.timeout(900_000) });
   if (r.status !== 200) throw new Error(`completion -> ${r.status}: ${(await r.text()).slice(0, 300)}`);
   let first = null;
+  const chunks = [];  // arrival time (ms) of each chunk that carries a token
   let usage = null;
   let timings = null;
   let buf = '';
@@ -118,13 +128,17 @@ async function stream(body) {
         if (first === null || timings === null) throw new Error(`stream error: ${JSON.stringify(ev.error)}`);
         continue;
       }
-      if (first === null && (ev.choices ?? []).length > 0) first = performance.now();
+      if ((ev.choices ?? []).length > 0) {
+        const now = performance.now();
+        if (first === null) first = now;
+        if (ev.choices.some((c) => c.text)) chunks.push(now);
+      }
       if (ev.usage) usage = ev.usage;
       if (ev.timings) timings = ev.timings;
     }
   }
   const end = performance.now();
-  return { t0, first: first ?? end, end, usage, timings };
+  return { t0, first: first ?? end, end, usage, timings, chunks };
 }
 
 /** Token ids of plain ASCII words (" alpha", " river", ...), each one token in this vocabulary.
@@ -178,11 +192,16 @@ async function main() {
   const words = await wordTokenIds();
   if (words.length < 8) throw new Error(`only ${words.length} single-token words in this vocabulary`);
   const bias = Object.fromEntries([...stops.map((id) => [String(id), -100]), ...words.map((id) => [String(id), 100])]);
-  const decodeBody = (nonce) => ({ model: 'default', prompt: `Write a story, ${nonce}.`,
+  // Each request's own filler (its nonce first), so that no request reuses another's prefix.
+  const decodePrompt = (nonce) => (DECODE_CONTEXT > 0
+    ? `${nonce}: ${filler([...nonce].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261),
+      Math.round(DECODE_CONTEXT / 1.3))}\n\n` : '')
+    + `Write a story, ${nonce}.`;
+  const decodeBody = (nonce) => ({ model: 'default', prompt: decodePrompt(nonce),
     max_tokens: DECODE, temperature: 0, logit_bias: bias, ignore_eos: true, cache_prompt: false });
   await stream({ ...decodeBody('warm-up'), max_tokens: 8 });  // first-use costs (page faults of the weights)
 
-  const out = { name: opt.name, argv: serverArgv, decode_tokens: DECODE, streams: STREAMS, repeats: REPEATS,
+  const out = { name: opt.name, argv: serverArgv, decode_tokens: DECODE, decode_context: DECODE_CONTEXT, streams: STREAMS, repeats: REPEATS,
     stop_token_ids: stops, word_token_ids: words, decode_1: null, decode_n: null, prefill: [] };
 
   const d1 = [];
@@ -204,7 +223,13 @@ async function main() {
     const rs = await Promise.all(Array.from({ length: STREAMS }, (_, i) => stream(decodeBody(`many ${k} ${i}`))));
     const n = rs.reduce((a, r) => a + (r.usage?.completion_tokens ?? r.timings?.predicted_n ?? 0), 0);
     const span = (Math.max(...rs.map((r) => r.end)) - Math.min(...rs.map((r) => r.first))) / 1000;
+    // While every stream decodes (from the last stream's first token to the first stream's last):
+    // the streams' prefills are out of this window, whatever order the server ran them in.
+    const from = Math.max(...rs.map((r) => r.first));
+    const to = Math.min(...rs.map((r) => (r.chunks.length ? r.chunks.at(-1) : r.end)));
+    const inside = rs.reduce((a, r) => a + r.chunks.filter((t) => t > from && t <= to).length, 0);
     dn.push({ completion_tokens: n, aggregate_tok_s: span > 0 ? n / span : null,
+      all_decoding_tok_s: to > from ? inside / ((to - from) / 1000) : null,
       server_tok_s_each: rs.map((r) => r.timings?.predicted_per_second ?? null) });
     log(`decode_${STREAMS} run ${k + 1}: ${JSON.stringify(dn.at(-1))}`);
   }

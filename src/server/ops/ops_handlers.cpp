@@ -224,6 +224,8 @@ void handle_cache_stats(const http_request & req, http_response & res, server_co
         splits[kind] = static_cast<uint64_t>(n);
     }
     j["prefill"] = {{"passes", m.prefill_passes}, {"splits", std::move(splits)}};
+    // Sequences moved next to a running one (lineage_sequence_moves_total, ..._moved_tokens_total).
+    j["sequence_moves"] = {{"moves", m.sequence_moves}, {"tokens", m.sequence_moved_tokens}};
     // Renders and tokenizations of the requests that ended (lineage_prepare_renders_total,
     // lineage_prepare_tokenizations_total; the warm-ups' are in "warmup").
     j["prepare"] = {{"renders", m.prepare_renders}, {"tokenizations", m.prepare_tokenizations}};

@@ -228,6 +228,12 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
               "Of those passes, the ones cut short at a restore point the cache captures, by its kind: each is one "
               "more read of all the weights.",
               "kind", with_known(ms.prefill_splits, known_keys::split_kinds));
+    x.counter("lineage_sequence_moves_total",
+              "Requests whose restored sequence was copied to an id next to a running request's, so that their "
+              "decode steps run as one micro-batch (--place-sequences).",
+              static_cast<double>(ms.sequence_moves));
+    x.counter("lineage_sequence_moved_tokens_total", "Tokens of the states those moves copied.",
+              static_cast<double>(ms.sequence_moved_tokens));
     x.histogram("lineage_time_to_first_token_seconds",
                 "Seconds from the request's arrival to its first sampled token.", ms.of(phase::ttft));
     x.histogram("lineage_request_queue_seconds", "Seconds a request waited for a free slot.", ms.of(phase::queue));

@@ -106,6 +106,8 @@ scheduler::metrics_snapshot known_metrics() {
     m.prefill_splits["future_kind"] = 1;  // a kind not (yet) in known_keys::split_kinds still shows
     m.prepare_renders = 14;
     m.prepare_tokenizations = 12;
+    m.sequence_moves = 2;
+    m.sequence_moved_tokens = 5800;
     // Two bounds keep the expected text short; the server uses phase_seconds_buckets().
     m.phases.assign(scheduler::all_phases.size(), scheduler::histogram({0.1, 1}));
     auto & ttft = m.phases[static_cast<size_t>(scheduler::phase::ttft)];
@@ -392,6 +394,12 @@ lineage_prefill_splits_total{kind="divergence"} 0
 lineage_prefill_splits_total{kind="ladder"} 12
 lineage_prefill_splits_total{kind="message"} 0
 lineage_prefill_splits_total{kind="future_kind"} 1
+# HELP lineage_sequence_moves_total Requests whose restored sequence was copied to an id next to a running request's, so that their decode steps run as one micro-batch (--place-sequences).
+# TYPE lineage_sequence_moves_total counter
+lineage_sequence_moves_total 2
+# HELP lineage_sequence_moved_tokens_total Tokens of the states those moves copied.
+# TYPE lineage_sequence_moved_tokens_total counter
+lineage_sequence_moved_tokens_total 5800
 # HELP lineage_time_to_first_token_seconds Seconds from the request's arrival to its first sampled token.
 # TYPE lineage_time_to_first_token_seconds histogram
 lineage_time_to_first_token_seconds_bucket{le="0.1"} 2
