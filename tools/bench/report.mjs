@@ -94,16 +94,20 @@ if (engines.length) {
   const e0 = engines[0].e;
   out.push('## Raw engine (cache out of the picture)', '');
   out.push(table(['configuration', `one stream, decode tok/s (${e0.decode_tokens} tokens)`, 'server-reported decode tok/s',
-    `${e0.streams} streams, aggregate decode tok/s`, ...sizes.map((k) => `cold prefill ~${k} tokens, tok/s (prompt)`),
+    `${e0.streams} streams, aggregate decode tok/s`, `${e0.streams} streams, while all decode, tok/s`, ...sizes.map((k) => `cold prefill ~${k} tokens, tok/s (prompt)`),
     'context switches/s while decoding', 'peak RSS MiB'],
   engines.map(({ name, e }) => [name, cell(e.decode_1?.client_tok_s, eref?.decode_1?.client_tok_s),
     cell(e.decode_1?.server_tok_s, eref?.decode_1?.server_tok_s), cell(e.decode_n?.aggregate_tok_s, eref?.decode_n?.aggregate_tok_s),
+    cell(e.decode_n?.all_decoding_tok_s, eref?.decode_n?.all_decoding_tok_s),
     ...sizes.map((k) => { const p = pre(e, k); const rp = eref ? pre(eref, k) : null;
       return p ? `${cell(p.server_tok_s, rp?.server_tok_s)} (${p.prompt_tokens})` : '-'; }),
     fmt(e.decode_1?.ctx_switches_per_s), mib(e.memory?.peak_rss_bytes)])));
   out.push('', 'Each figure is the best of its runs; the ratio in bold is to llama-server\'s (above 1 is faster). One-stream ' +
-    'decode is client side (completion tokens - 1 over first to last chunk); prefill is the server\'s own timing ' +
-    '(`timings.prompt_n / prompt_ms`) of a `cache_prompt: false` request.', '');
+    'decode is client side (completion tokens - 1 over first to last chunk); the aggregate spans the first stream\'s ' +
+    'first token to the last stream\'s end (the streams\' prefills included, in whatever order the server ran them), ' +
+    '"while all decode" counts the tokens between the last stream\'s first token and the first stream\'s last; ' +
+    `decode prompts carry ~${e0.decode_context ?? 0} tokens of context (engine.mjs --decode-context). Prefill is the ` +
+    'server\'s own timing (`timings.prompt_n / prompt_ms`) of a `cache_prompt: false` request.', '');
 }
 
 out.push('## Overview', '');
