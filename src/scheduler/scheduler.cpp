@@ -176,6 +176,7 @@ void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
         } else if (!stopping_) {
             queue_.push_back(std::move(req));
             req = nullptr;
+            serving_.store(true);
         }
     }
     if (req) {
@@ -303,6 +304,12 @@ void scheduler::impl::loop() {
         tiers_->housekeeping(!busy, now_s());
         if (check_invariants_) {
             verify();
+        }
+        {
+            util::lock_guard lk(mu_);
+            serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
+                               return s.active() && !s.req->warmup;
+                           }));
         }
     }
     // Shutdown: everything in flight or queued gets an error. What a running request computed

@@ -66,6 +66,11 @@ public:
     /** Queues `req`; its events arrive on req->events. Never blocks on the engine. */
     void submit(std::shared_ptr<generation_request> req);
 
+    /** True while a request (not a warm-up) is queued or running; read without waiting for the
+     *  engine thread (an atomic it updates each turn of its loop, and submit() sets). The
+     *  warm-up renderer waits for false before it renders (server/run/warmup.h). */
+    bool serving() const;
+
     /** Largest prompt + completion a single sequence may hold, tokens. */
     int32_t max_sequence_tokens() const;
 

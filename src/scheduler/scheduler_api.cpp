@@ -24,6 +24,10 @@ void scheduler::impl::add_warmup_stats(cache::stats & s) {
     s.warmup.skipped["queue_full"] += warmups_.dropped;
 }
 
+bool scheduler::serving() const {
+    return impl_->serving_.load();
+}
+
 int32_t scheduler::max_sequence_tokens() const {
     return impl_->max_seq_tokens_;
 }

@@ -115,6 +115,7 @@ struct scheduler::impl {
     std::unique_ptr<sequence_pool> pool_;
     std::unique_ptr<lifecycle> life_;
     std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
+    std::atomic<bool> serving_{false};     // scheduler::serving()
     metrics metrics_;
     request_log requests_;  // the last requests and their outcomes (GET /v1/cache/requests)
     std::vector<slot> slots_;

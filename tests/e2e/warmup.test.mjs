@@ -15,6 +15,8 @@
 //  - Messages and Responses replies are warmed the same way;
 //  - /metrics carries the warm-up counters; GET /v1/cache/stats lists every skip cause;
 //  - the decision trace (--cache-trace) names a warm-up's lines "warm-up N", as the INFO log;
+//  - a reply served while another request runs is not rendered until the engine is idle, and a
+//    newer reply of its conversation meanwhile drops it unrendered (`superseded`);
 //  - a warm-up job renders and tokenizes the conversation twice (two placeholder texts), counted
 //    in GET /v1/cache/stats warmup.renders/tokenizations and its "prepared:" trace line, apart
 //    from the requests: with warm-ups on, each user turn after the first renders and tokenizes
@@ -326,11 +328,51 @@ for (const arch of ARCHS) {
       assert.equal(value('lineage_prompt_cache_warmup_tokens_total'), s.warmup.tokens);
       assert.equal(value('lineage_prompt_cache_warmup_hits_total'), s.warmup.hits);
       // Every skip cause is listed, 0 included, with the /metrics count.
-      assert.deepEqual(Object.keys(s.warmup.skipped), ['not_needed', 'replaced', 'queue_full', 'preempted_too_often']);
+      assert.deepEqual(Object.keys(s.warmup.skipped), ['not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded']);
       for (const [cause, n] of Object.entries(s.warmup.skipped)) {
         assert.equal(value(`lineage_prompt_cache_warmup_skipped_total{cause="${cause}"}`), n, cause);
       }
       assert.ok(s.warmup.runs >= USERS.length);
+    });
+  });
+}
+
+// A warm-up runs only on an idle engine, so its render waits for one too: while another request
+// is served, a reply's job stays unrendered (warmup.queued does not move), and a newer reply of
+// the same conversation drops it (`superseded`); once the engine is idle the newest one renders
+// and runs.
+for (const arch of ARCHS) {
+  describe(`warm-up renders wait for an idle engine [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    before(async () => {
+      // --batch-size 16: the background request's ~5k-token prefill takes ~300 steps, long
+      // enough for two short turns of another conversation to finish beside it.
+      srv = await startServer({ model: modelPath(arch), name: `warmup-busy-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '8192', '--batch-size', '16', '--cache-warmup'] });
+    });
+    after(async () => {
+      await srv?.stopGracefully();
+    });
+
+    it('a reply served beside another request is not rendered until the engine is idle', async () => {
+      const s0 = await srv.cacheStats();
+      let bgDone = false;
+      const bg = chat(srv, [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(4000, 80) }],
+        { prompt_cache_key: 'background', max_tokens: 4 }, 'background').then((r) => { bgDone = true; return r; });
+      await sleep(100);  // the background request is prefilling
+      const messages = [{ role: 'system', content: `Short. ${words(20, 81)}` }, { role: 'user', content: words(8, 82) }];
+      const t1 = await chat(srv, messages, { prompt_cache_key: 'short' }, 'short turn 1');
+      messages.push(echo(t1.choices[0].message), { role: 'user', content: words(8, 83) });
+      await chat(srv, messages, { prompt_cache_key: 'short' }, 'short turn 2');
+      await sleep(50);  // the renderer has seen both jobs
+      const s1 = await srv.cacheStats();
+      assert.ok(!bgDone, 'the background request ended before the two short turns did: nothing was tested');
+      assert.equal(s1.warmup.queued, s0.warmup.queued, `rendered while serving: ${JSON.stringify(s1.warmup)}`);
+      assert.equal(s1.warmup.skipped.superseded, s0.warmup.skipped.superseded + 1, JSON.stringify(s1.warmup));
+      await bg;
+      const s2 = await srv.waitWarmup(s1.warmup.runs, 'after the background request');
+      assert.ok(s2.warmup.queued > s1.warmup.queued, JSON.stringify(s2.warmup));
+      assert.ok(s2.warmup.runs > s1.warmup.runs);
     });
   });
 }

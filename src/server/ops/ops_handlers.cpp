@@ -202,11 +202,22 @@ void handle_set_lora_adapters(const http_request & req, http_response & res, ser
     send_json_body(res, j);
 }
 
+namespace {
+// The scheduler's cache figures and the warm-up renderer's: jobs it dropped unrendered.
+cache::stats server_stats(server_context & ctx) {
+    cache::stats s = ctx.sched.snapshot_stats();
+    if (ctx.warm) {
+        s.warmup.skipped["superseded"] += static_cast<int64_t>(ctx.warm->superseded());
+    }
+    return s;
+}
+}  // namespace
+
 // Without API keys, and for the admin key: the global figures (with the admin key also
 // "tenants": each tenant's). For a tenant's key: that tenant's figures only.
 void handle_cache_stats(const http_request & req, http_response & res, server_context & ctx) {
     const caller c = ctx.caller_of(req);
-    const cache::stats s = ctx.sched.snapshot_stats();
+    const cache::stats s = server_stats(ctx);
     if (!c.admin) {
         json j = tenant_stats_json(c.tenant, s, ctx.sched.snapshot_metrics());
         j["tenant"] = c.tenant;
@@ -257,7 +268,7 @@ void handle_metrics(const http_request &, http_response & res, server_context & 
         send_error(res, e);
         return;
     }
-    const cache::stats cs = ctx.sched.snapshot_stats();
+    const cache::stats cs = server_stats(ctx);
     res.status = 200;
     res.set_content(render_metrics(cs, ctx.sched.snapshot_metrics()), prometheus_content_type);
 }

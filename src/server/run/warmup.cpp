@@ -44,6 +44,27 @@ void warmer::after_reply(std::shared_ptr<const chat_request> conv, engine::chat_
     cv_.notify_one();
 }
 
+bool warmer::wait_for_idle_engine(const job & j) {
+    util::unique_lock lk(mu_);
+    for (;;) {
+        if (stopping_) {
+            return false;
+        }
+        for (const auto & newer : jobs_) {
+            // Conversations without a session key share "": never taken for one another.
+            if (!j.hints.session_key.empty() && newer.hints.bucket == j.hints.bucket &&
+                newer.hints.session_key == j.hints.session_key) {
+                superseded_++;
+                return false;
+            }
+        }
+        if (!sched_.serving()) {
+            return true;
+        }
+        lk.wait_until(cv_, std::chrono::steady_clock::now() + idle_poll);
+    }
+}
+
 void warmer::run() {
     for (;;) {
         job j;
@@ -57,6 +78,14 @@ void warmer::run() {
             }
             j = std::move(jobs_.front());
             jobs_.pop_front();
+        }
+        // Rendered once no request is queued or running: the scheduler starts a warm-up only on
+        // an idle engine, so a render on a busy server only takes CPU from the requests (on the
+        // CPU the engine computes on every core), and is wasted when the conversation's next
+        // request comes first, as it does in a closed loop. A newer reply of the same
+        // conversation replaces the job meanwhile.
+        if (!wait_for_idle_engine(j)) {
+            continue;
         }
         auto w = std::make_shared<scheduler::generation_request>();
         w->id = next_id_.fetch_add(1);

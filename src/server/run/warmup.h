@@ -18,6 +18,7 @@
 #include "util/thread_annotations.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -53,6 +54,12 @@ public:
                      const scheduler::cache_hints & hints, std::vector<float> lora = {}, uint64_t lora_epoch = 0);
 
     static constexpr size_t max_pending = 16;
+    /** How often a job waiting for an idle engine looks again (scheduler::serving()). */
+    static constexpr std::chrono::milliseconds idle_poll{10};
+
+    /** Jobs dropped unrendered because a newer reply of the same conversation came first
+     *  (the engine was serving meanwhile). */
+    uint64_t superseded() const { return superseded_.load(); }
 
 private:
     struct job {
@@ -63,6 +70,9 @@ private:
         uint64_t lora_epoch = 0;
     };
     void run();
+    /** Waits until the scheduler serves no request (true), or until the job is replaced by a
+     *  newer one of its conversation or the warmer stops (false). */
+    bool wait_for_idle_engine(const job & j);
 
     const chat_preparer & prep_;
     scheduler::scheduler & sched_;
@@ -72,6 +82,7 @@ private:
     std::condition_variable cv_;
     std::deque<job> jobs_ GUARDED_BY(mu_);
     bool stopping_ GUARDED_BY(mu_) = false;
+    std::atomic<uint64_t> superseded_{0};
     std::thread thread_;
 };
 
