@@ -307,9 +307,8 @@ void scheduler::impl::loop() {
         }
         {
             util::lock_guard lk(mu_);
-            serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
-                               return s.active() && !s.req->warmup;
-                           }));
+            serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(),
+                                                          [](const slot & s) { return s.active() && !s.req->warmup; }));
         }
     }
     // Shutdown: everything in flight or queued gets an error. What a running request computed

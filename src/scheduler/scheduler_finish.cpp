@@ -60,18 +60,18 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
     for (const auto & [kind, n] : st.prefill_splits_by_kind) {
         splits += (splits.empty() ? ": " : ", ") + kind + " " + std::to_string(n);
     }
-    spdlog::info("request {}: {} | prompt {} tokens, cached {} ({}), completion {} | lookup {:.1f} ms, restore "
-                 "{:.1f} ms{}{}{}{}, prefill {:.1f} ms in {} passes ({} split{}), capture {:.1f} ms, commit {:.1f} ms | TTFT {:.1f} ms, "
-                 "decode {:.1f} tok/s",
-                 s.req->id, to_string(why), st.prompt_tokens, st.cached_tokens, st.hit_kind, st.completion_tokens,
-                 st.lookup_s * 1e3, st.restore_s * 1e3, st.restore_op.empty() ? "" : " (", st.restore_op,
-                 st.restore_op.empty() ? "" : ")",
-                 st.moved_tokens < 0 ? std::string()
-                                     : fmt::format(" (moved {} tokens next to a running sequence)", st.moved_tokens),
-                 st.prefill_s * 1e3, st.prefill_passes, st.prefill_splits,
-                 splits, st.capture_s * 1e3, st.commit_s * 1e3,
-                 st.ttft_s * 1e3,
-                 st.decode_s > 0 && st.completion_tokens > 1 ? (st.completion_tokens - 1) / st.decode_s : 0.0);
+    spdlog::info(
+        "request {}: {} | prompt {} tokens, cached {} ({}), completion {} | lookup {:.1f} ms, restore "
+        "{:.1f} ms{}{}{}{}, prefill {:.1f} ms in {} passes ({} split{}), capture {:.1f} ms, commit {:.1f} ms | TTFT "
+        "{:.1f} ms, "
+        "decode {:.1f} tok/s",
+        s.req->id, to_string(why), st.prompt_tokens, st.cached_tokens, st.hit_kind, st.completion_tokens,
+        st.lookup_s * 1e3, st.restore_s * 1e3, st.restore_op.empty() ? "" : " (", st.restore_op,
+        st.restore_op.empty() ? "" : ")",
+        st.moved_tokens < 0 ? std::string()
+                            : fmt::format(" (moved {} tokens next to a running sequence)", st.moved_tokens),
+        st.prefill_s * 1e3, st.prefill_passes, st.prefill_splits, splits, st.capture_s * 1e3, st.commit_s * 1e3,
+        st.ttft_s * 1e3, st.decode_s > 0 && st.completion_tokens > 1 ? (st.completion_tokens - 1) / st.decode_s : 0.0);
     spdlog::debug("engine: {} graphs reused of {} llama_decode calls", ctx_->graphs_reused(), ctx_->decode_calls());
     s.req->events->push(std::move(e));
     reset_slot(s);

@@ -647,7 +647,6 @@ TEST_F(Lifecycle, AnIdNextToARunningSequenceIsAFreeOneElseAParkedOneMadeFree) {
     store_->check_invariants();
 }
 
-
 // The phase invariants (slot.h) catch what a broken transition would leave behind.
 TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
     make(true);

@@ -118,7 +118,8 @@ scheduler::metrics_snapshot known_metrics() {
     return m;
 }
 
-const char * const expected_text = R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).
+const char * const expected_text =
+    R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).
 # TYPE lineage_prompt_cache_info gauge
 lineage_prompt_cache_info{enabled="true",mode="lineage",family="hybrid"} 1
 # HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.

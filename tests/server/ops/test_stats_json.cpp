@@ -46,7 +46,8 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
     EXPECT_EQ(dump(j["disk"]["damage"]),
               R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"not_regular":0,"index_row":0,"index":0})");
     EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0})");
-    EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0,"superseded":0})");
+    EXPECT_EQ(dump(j["warmup"]["skipped"]),
+              R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0,"superseded":0})");
 }
 
 TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
@@ -63,7 +64,8 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
     EXPECT_EQ(keys(j["evictions"]),
               (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "released", "brand_new"}));
     EXPECT_EQ(j["evictions"]["brand_new"], 7);
-    EXPECT_EQ(dump(j["warmup"]["skipped"]), R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0,"superseded":0})");
+    EXPECT_EQ(dump(j["warmup"]["skipped"]),
+              R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0,"superseded":0})");
     EXPECT_EQ(j["warmup"]["renders"], 4);
     EXPECT_EQ(j["warmup"]["tokenizations"], 4);
 }
