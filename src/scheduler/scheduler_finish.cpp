@@ -61,9 +61,9 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
         splits += (splits.empty() ? ": " : ", ") + kind + " " + std::to_string(n);
     }
     spdlog::info(
-        "request {}: {} | prompt {} tokens, cached {} ({}), completion {} | lookup {:.1f} ms, restore {:.1f} ms{}{}{}{}, "
-        "prefill {:.1f} ms in {} passes ({} split{}), capture {:.1f} ms, commit {:.1f} ms | "
-        "TTFT {:.1f} ms, decode {:.1f} tok/s",
+        "request {}: {} | prompt {} tokens, cached {} ({}), completion {} | "
+        "lookup {:.1f} ms, restore {:.1f} ms{}{}{}{}, prefill {:.1f} ms in {} passes ({} split{}), "
+        "capture {:.1f} ms, commit {:.1f} ms | TTFT {:.1f} ms, decode {:.1f} tok/s",
         s.req->id, to_string(why), st.prompt_tokens, st.cached_tokens, st.hit_kind, st.completion_tokens,
         st.lookup_s * 1e3, st.restore_s * 1e3, st.restore_op.empty() ? "" : " (", st.restore_op,
         st.restore_op.empty() ? "" : ")",
