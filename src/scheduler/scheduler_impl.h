@@ -63,8 +63,9 @@ struct scheduler::impl {
      *  active slot's when it is next to none: with a KV buffer per sequence llama.cpp computes
      *  a step's sequences in one micro-batch only when their ids are consecutive, so two
      *  sequences decoding side by side on ids 0 and 2 cost two graphs a step. The move copies
-     *  the state (n_past tokens) once; nothing happens when no free id is next to one (a
-     *  parked entry is never demoted for it). docs/architecture.md "One micro-batch per step". */
+     *  the state (n_past tokens) once, to a free id there or to the id of the shortest parked
+     *  entry there, which goes to RAM first (sequence_pool::acquire_next_to); nothing happens
+     *  when neither is possible. docs/architecture.md "One micro-batch per step". */
     void place_next_to_active(slot & s);
     void poll_loads();
     void complete_load(slot & s);

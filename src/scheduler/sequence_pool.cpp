@@ -47,22 +47,25 @@ bool sequence_pool::demote_one(uint64_t protect) {
     if (!victim) {
         return false;
     }
-    demote(*victim);
+    demote(*victim, /*or_drop=*/true);
     return true;
 }
 
-void sequence_pool::demote(const cache::entry_view & victim) {
+bool sequence_pool::demote(const cache::entry_view & victim, bool or_drop) {
     const size_t size = st_.state_size(victim.seq, false);
     cache::blob_ptr blob;
     uint64_t reserved = 0;
     if (store_.reserve(size, victim.id)) {
         reserved = size;
         blob = cache::make_blob(st_.get_state(victim.seq, false));
+    } else if (!or_drop) {
+        return false;
     }
     spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim.id, victim.n_tokens,
                   blob ? "RAM" : "nowhere (over budget)");
     store_.demote(victim.id, blob, reserved);
     drain_released();
+    return true;
 }
 
 std::optional<int32_t> sequence_pool::acquire(uint64_t protect, const std::vector<int32_t> & active) {
@@ -106,10 +109,10 @@ std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t>
                 victim = e;
             }
         }
-        if (!victim) {
+        // Only to RAM: a cache entry is not dropped for a faster step.
+        if (!victim || !demote(*victim, /*or_drop=*/false)) {
             return std::nullopt;
         }
-        demote(*victim);
         for (size_t i = 0; i < free_.size(); ++i) {
             if (free_[i] == victim->seq) {
                 pick = i;

@@ -35,7 +35,7 @@ public:
     /** An id next to an id in `active` and not in it, emptied: the lowest free one, else the one
      *  of the parked entry of at most `max_parked_tokens` tokens (the shortest) there, which is
      *  demoted to RAM first (its whole state read, as demote_one does). nullopt when there is
-     *  neither. */
+     *  neither, or when RAM has no room for that entry (it is not dropped for this). */
     std::optional<int32_t> acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens);
     /** Empties `seq` and returns it to the pool. */
     void release(int32_t seq);
@@ -45,9 +45,9 @@ public:
      *  when RAM has no room). False when there is none. */
     bool demote_one(uint64_t protect);
     size_t n_free() const { return free_.size(); }
-    /** Demotes parked entry `victim` to RAM (or drops it when RAM has no room); its sequence is
-     *  released. */
-    void demote(const cache::entry_view & victim);
+    /** Demotes parked entry `victim` to RAM, or, when RAM has no room, drops it (`or_drop`) or
+     *  leaves it parked and returns false. Its sequence is released when it leaves. */
+    bool demote(const cache::entry_view & victim, bool or_drop);
 
 private:
     sequence_states & st_;

@@ -504,10 +504,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run",
         boolean(c.sched.kv_unified), true);
     add("--place-sequences", "LINEAGE_PLACE_SEQUENCES", "[=BOOL]", "true",
-        "with one KV buffer per sequence, move a request's restored sequence to a free id next to a running "
-        "request's (one state copy) when it is next to none: llama.cpp computes sequences side by side in one "
-        "micro-batch only when their ids are consecutive, so two conversations decoding on ids 0 and 2 cost two "
-        "graphs a step; no effect with --kv-unified",
+        "with one KV buffer per sequence, move a request's restored sequence next to a running request's (one "
+        "state copy) when it is next to none, to a free id there or to a parked entry's, which goes to RAM: "
+        "llama.cpp computes sequences side by side in one micro-batch only when their ids are consecutive, so two "
+        "conversations decoding on ids 0 and 2 cost two graphs a step; no effect with --kv-unified",
         boolean(c.sched.place_sequences), true);
     add("-b,--batch-size", "LINEAGE_BATCH_SIZE", "TOKENS", std::to_string(d.sched.n_batch),
         "tokens per llama_decode call (prefill chunk size); at least --parallel + --cache-device-slots",

@@ -646,6 +646,26 @@ TEST_F(Lifecycle, AnIdNextToARunningSequenceIsAFreeOneElseAParkedOneMadeFree) {
     EXPECT_EQ(where_of(2), "");
     store_->check_invariants();
 }
+// A parked entry is not dropped for a faster step: with no RAM for it, nothing is offered.
+TEST_F(Lifecycle, NoIdNextToARunningSequenceWhenTheParkedEntryThereHasNoRoomInRam) {
+    cache::config cfg = test_config();
+    cfg.ram_bytes = 1024;  // the entries' restore points fit; a whole state of 200 tokens (1,664 B) does not
+    make(true, 3, cfg);
+    for (const std::string session : {"a", "b", "c"}) {  // parked on 0, 1, 2
+        auto s = admit(seq_of(1000 * (session[0] - 'a' + 1), 200), 190, session);
+        finish(*s);
+    }
+    ASSERT_EQ(store_->entries().size(), 3u);
+    EXPECT_FALSE(pool_->acquire_next_to({0}, std::numeric_limits<int32_t>::max()));
+    bool b_parked = false;
+    for (const auto & e : store_->entries()) {
+        b_parked |= e.k.session == "b" && e.where == cache::tier::device && e.seq == 1;
+    }
+    EXPECT_TRUE(b_parked);
+    EXPECT_EQ(store_->entries().size(), 3u);
+    store_->check_invariants();
+}
+
 
 // The phase invariants (slot.h) catch what a broken transition would leave behind.
 TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
