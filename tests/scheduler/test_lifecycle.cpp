@@ -666,7 +666,6 @@ TEST_F(Lifecycle, NoIdNextToARunningSequenceWhenTheParkedEntryThereHasNoRoomInRa
     store_->check_invariants();
 }
 
-
 // The phase invariants (slot.h) catch what a broken transition would leave behind.
 TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
     make(true);
