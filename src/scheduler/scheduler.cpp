@@ -519,17 +519,10 @@ void scheduler::impl::place_next_to_active(slot & s) {
     if (!p_.place_sequences || p_.kv_unified || s.seq < 0) {
         return;
     }
-    std::vector<int32_t> others;
-    for (const auto & o : slots_) {
-        if (&o != &s && o.active() && o.seq >= 0) {
-            if (o.seq == s.seq - 1 || o.seq == s.seq + 1) {
-                return;  // already next to one
-            }
-            others.push_back(o.seq);
-        }
-    }
-    if (others.empty()) {
-        return;
+    std::vector<int32_t> others = active_seqs();
+    others.erase(std::remove(others.begin(), others.end(), s.seq), others.end());
+    if (others.empty() || next_to_any(s.seq, others)) {
+        return;  // alone, or already next to one
     }
     // A parked entry there goes to RAM: one state read now, a load instead of a take when it is
     // next used; a conversation keeps its sequence id from turn to turn (take_device), so one move

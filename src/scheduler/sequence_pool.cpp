@@ -7,6 +7,11 @@
 
 namespace lineage::scheduler {
 
+bool next_to_any(int32_t seq, const std::vector<int32_t> & ids) {
+    return std::find(ids.begin(), ids.end(), seq - 1) != ids.end() ||
+           std::find(ids.begin(), ids.end(), seq + 1) != ids.end();
+}
+
 sequence_pool::sequence_pool(sequence_states & st, cache::store & store, int32_t n_seq,
                              std::function<void(cache::tier_job)> spill)
     : st_(st), store_(store), spill_(std::move(spill)) {
@@ -75,25 +80,29 @@ std::optional<int32_t> sequence_pool::acquire(uint64_t protect, const std::vecto
             return std::nullopt;
         }
     }
-    auto is_active = [&](int32_t s) { return std::find(active.begin(), active.end(), s) != active.end(); };
     size_t pick = 0;
     for (size_t i = 1; i < free_.size(); ++i) {
-        const bool near_i = is_active(free_[i] - 1) || is_active(free_[i] + 1);
-        const bool near_pick = is_active(free_[pick] - 1) || is_active(free_[pick] + 1);
+        const bool near_i = next_to_any(free_[i], active);
+        const bool near_pick = next_to_any(free_[pick], active);
         if (near_i != near_pick ? near_i : free_[i] < free_[pick]) {
             pick = i;
         }
     }
-    const int32_t seq = free_[pick];
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(pick));
+    return take_free(pick);
+}
+
+int32_t sequence_pool::take_free(size_t i) {
+    const int32_t seq = free_[i];
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
     st_.seq_rm(seq, -1, -1);
     return seq;
 }
 
 std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens) {
     drain_released();
-    auto is_active = [&](int32_t s) { return std::find(active.begin(), active.end(), s) != active.end(); };
-    auto near = [&](int32_t s) { return !is_active(s) && (is_active(s - 1) || is_active(s + 1)); };
+    auto near = [&](int32_t s) {
+        return std::find(active.begin(), active.end(), s) == active.end() && next_to_any(s, active);
+    };
     std::optional<size_t> pick;
     for (size_t i = 0; i < free_.size(); ++i) {
         if (near(free_[i]) && (!pick || free_[i] < free_[*pick])) {
@@ -122,10 +131,7 @@ std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t>
             return std::nullopt;  // cannot happen: a demoted entry's sequence is released
         }
     }
-    const int32_t seq = free_[*pick];
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(*pick));
-    st_.seq_rm(seq, -1, -1);
-    return seq;
+    return take_free(*pick);
 }
 
 }  // namespace lineage::scheduler

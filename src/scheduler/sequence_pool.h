@@ -17,6 +17,10 @@
 
 namespace lineage::scheduler {
 
+/** True when `seq` - 1 or `seq` + 1 is in `ids`: a step of `seq` beside them is one micro-batch
+ *  (acquire below). */
+bool next_to_any(int32_t seq, const std::vector<int32_t> & ids);
+
 class sequence_pool {
 public:
     /** `n_seq` ids [0, n_seq) start free. `spill` receives the entries the store pushed out
@@ -53,6 +57,9 @@ private:
     sequence_states & st_;
     cache::store & store_;
     std::function<void(cache::tier_job)> spill_;
+    /** free_[i], taken out of the free list and emptied. */
+    int32_t take_free(size_t i);
+
     std::vector<int32_t> free_;  // back = next handed out
 };
 
