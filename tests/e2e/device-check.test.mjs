@@ -93,7 +93,7 @@ describe('tools/bench/check.mjs --assert', () => {
       'llama-server: 13 of 14 planned requests recorded',
       'llama-server: 1 failed requests (see llama-server.driver.log)',
       'ratio ttft_p50 is not a number (lineage null, llama-server 50)',
-      'llama-server: no raw-engine results (llama-server.engine.json; see llama-server.engine.log)',
+      'llama-server: no raw-engine results (llama-server.engine.json; see engine.log)',
     ]);
   });
 
@@ -131,6 +131,32 @@ describe('tools/bench/check.mjs --assert', () => {
       'round3: lineage: no trace results (lineage.summary.json / results.json)',
       'round3: llama-server: no trace results (llama-server.summary.json / results.json)',
     ]);
+  });
+
+  it('takes the raw-engine ratios from paired runs where the servers alternated', () => {
+    // Run k of lineage beside run k of llama-server: decode 90/100, 110/100, 100/125 (median 0.9);
+    // the best runs alone would give 110 / 125 = 0.88.
+    const runs = (xs) => xs.map((x) => ({ client_tok_s: x, aggregate_tok_s: 2 * x, server_tok_s: 10 * x }));
+    const interleaved = (xs, other) => ({ ...engine(Math.max(...xs)), interleaved_with: [other],
+      decode_1: { client_tok_s: Math.max(...xs), runs: runs(xs) },
+      decode_n: { aggregate_tok_s: 2 * Math.max(...xs), runs: runs(xs) },
+      prefill: [{ target: 3000, server_tok_s: 10 * Math.max(...xs), prompt_tokens: 2662, runs: runs(xs) }] });
+    const { status, verdict } = check(fakeRun((f) => {
+      f['lineage.engine.json'] = interleaved([90, 110, 100], 'llama-server');
+      f['llama-server.engine.json'] = interleaved([100, 100, 125], 'lineage');
+    }));
+    assert.equal(status, 0);
+    assert.equal(verdict.ratios.decode_1_tok_s, 0.9);
+    assert.equal(verdict.ratios.decode_2_aggregate_tok_s, 0.9);
+    assert.equal(verdict.ratios.prefill_3000_tok_s, 0.9);
+    assert.equal(verdict.engine_best_run_ratios.decode_1_tok_s, 0.88);
+    // Without interleaved_with the same files give the best runs' ratio, and no paired figures.
+    const plain = check(fakeRun((f) => {
+      f['lineage.engine.json'] = { ...interleaved([90, 110, 100], 'x'), interleaved_with: undefined };
+      f['llama-server.engine.json'] = interleaved([100, 100, 125], 'lineage');
+    })).verdict;
+    assert.equal(plain.ratios.decode_1_tok_s, 0.88);
+    assert.equal(plain.engine_best_run_ratios, undefined);
   });
 
   it('fails a run with no trace results at all', () => {

@@ -20,6 +20,10 @@
 // rounds both servers finished (each round's in `trace_ratios_by_round`, null for an unfinished
 // one), and a server's trace figures are its median round's by wall time. The raw-engine part runs
 // once, at the top of DIR.
+//
+// Raw-engine ratios: where the servers ran side by side, their runs alternating (engine.mjs with
+// both names writes `interleaved_with`), each is the median of the ratios of run k to llama-server's
+// run k (the best runs' ratios then in `engine_best_run_ratios`); otherwise the best runs' ratio.
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -104,13 +108,27 @@ const summary = Object.fromEntries(NAMES.map((n) => {
     .sort((a, b) => a.run_seconds - b.run_seconds);
   return [n, runs.length ? runs[(runs.length - 1) >> 1] : null];
 }));
-for (const n of NAMES) if (!engine[n]) problems.push(`${n}: no raw-engine results (${n}.engine.json; see ${n}.engine.log)`);
+for (const n of NAMES) if (!engine[n]) problems.push(`${n}: no raw-engine results (${n}.engine.json; see engine.log)`);
+// The raw-engine ratios: the best runs' (put), or, where the servers' runs alternated
+// (engine.mjs with both names: interleaved_with), the median of run k's ratio to run k's.
+const bestRatios = {};
+const interleaved = (engine[L]?.interleaved_with ?? []).includes(R);
+const putEngine = (key, a, b, aRuns, bRuns, field) => {
+  put(key, a, b);
+  if (!interleaved) return;
+  bestRatios[key] = ratios[key];
+  const n = Math.min(aRuns?.length ?? 0, bRuns?.length ?? 0);
+  const paired = median(Array.from({ length: n }, (_, i) => div(aRuns[i][field], bRuns[i][field])));
+  if (paired !== null) ratios[key] = paired;
+};
 if (engine[L] && engine[R]) {
-  put('decode_1_tok_s', engine[L].decode_1?.client_tok_s, engine[R].decode_1?.client_tok_s);
-  put(`decode_${engine[L].streams}_aggregate_tok_s`, engine[L].decode_n?.aggregate_tok_s, engine[R].decode_n?.aggregate_tok_s);
+  putEngine('decode_1_tok_s', engine[L].decode_1?.client_tok_s, engine[R].decode_1?.client_tok_s,
+    engine[L].decode_1?.runs, engine[R].decode_1?.runs, 'client_tok_s');
+  putEngine(`decode_${engine[L].streams}_aggregate_tok_s`, engine[L].decode_n?.aggregate_tok_s, engine[R].decode_n?.aggregate_tok_s,
+    engine[L].decode_n?.runs, engine[R].decode_n?.runs, 'aggregate_tok_s');
   for (const p of engine[L].prefill ?? []) {
     const q = (engine[R].prefill ?? []).find((x) => x.target === p.target);
-    put(`prefill_${p.target}_tok_s`, p.server_tok_s, q?.server_tok_s);
+    putEngine(`prefill_${p.target}_tok_s`, p.server_tok_s, q?.server_tok_s, p.runs, q?.runs, 'server_tok_s');
   }
 }
 
@@ -126,7 +144,7 @@ const figure = (e, s) => ({
   prompt_tokens: s?.efficiency?.all?.prompt ?? null,
 });
 const detected = opt.detected ? JSON.parse(fs.readFileSync(opt.detected, 'utf8')) : null;
-const out = { detected, served, ratios, figures: Object.fromEntries(NAMES.map((n) => [n, figure(engine[n], summary[n])])),
+const out = { detected, served, ratios, ...(interleaved ? { engine_best_run_ratios: bestRatios } : {}), figures: Object.fromEntries(NAMES.map((n) => [n, figure(engine[n], summary[n])])),
   problems };
 if (roundDirs.length) {
   out.rounds = roundDirs;

@@ -4,8 +4,14 @@
 // lineage-server and llama-server are compared on the same model, threads and parallelism.
 //
 //   node tools/bench/engine.mjs --name NAME --out DIR [flags] -- SERVER ARGV... ({port} is replaced)
+//   node tools/bench/engine.mjs --name A,B --out DIR [flags] -- A's ARGV... -- B's ARGV...
 //
-// Measures, in this order, on one freshly started server:
+// With several names, every server is started (each idle while another computes) and each measure's
+// runs alternate between them, the order reversed run by run (A B, B A, ...): run k of one server
+// and run k of another are then minutes apart at most, so a machine whose speed drifts (a shared
+// VM) moves both alike, and report.mjs prints the median of the paired ratios beside the best runs.
+//
+// Measures, in this order, on freshly started servers:
 //   decode_1   one streamed completion request decoding --decode-tokens tokens (a logit bias steers
 //              it into plain word tokens and away from EOS, so every run decodes the same number:
 //              wordTokenIds): decode tokens/s from the server's own timing line
@@ -49,9 +55,16 @@ const { values: opt } = parseArgs({
     'ready-timeout-s': { type: 'string', default: '300' },
   },
 });
-const serverArgv = dash < 0 ? [] : process.argv.slice(dash + 1);
-if (serverArgv.length === 0) {
-  process.stderr.write('usage: engine.mjs --name NAME --out DIR [flags] -- SERVER ARGV...\n');
+// One server command line per name, each after its own `--`.
+const names = opt.name.split(',').filter(Boolean);
+const argvs = [];
+for (let i = dash; i >= 0 && i < process.argv.length; i++) {
+  if (process.argv[i] === '--') argvs.push([]);
+  else argvs.at(-1).push(process.argv[i]);
+}
+if (names.length === 0 || argvs.length !== names.length || argvs.some((a) => a.length === 0)) {
+  process.stderr.write('usage: engine.mjs --name NAME[,NAME...] --out DIR [flags] -- SERVER ARGV... [-- SERVER ARGV...]\n' +
+    '  (one `--` and command line per name)\n');
   process.exit(2);
 }
 const positive = (flag) => {
@@ -74,14 +87,19 @@ const PREFILL = opt.prefill.split(',').filter(Boolean).map((x) => {
   return v;
 });
 
-const log = (s) => process.stderr.write(`[engine ${opt.name}] ${s}\n`);
 fs.mkdirSync(opt.out, { recursive: true });
-const port = opt.port ? Number(opt.port) : await freePort();
-const BASE = `http://127.0.0.1:${port}`;
-const server = new ServerProc(serverArgv.map((a) => a.replaceAll('{port}', String(port))),
-  path.join(opt.out, `${opt.name}.engine.server.log`), { base: BASE, log });
+if (opt.port && names.length > 1) throw new Error('--port takes one server; leave it out with several names');
+const servers = [];
+for (const [i, name] of names.entries()) {
+  const port = opt.port ? Number(opt.port) : await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const log = (s) => process.stderr.write(`[engine ${name}] ${s}\n`);
+  servers.push({ name, base, log, argv: argvs[i],
+    proc: new ServerProc(argvs[i].map((a) => a.replaceAll('{port}', String(port))),
+      path.join(opt.out, `${name}.engine.server.log`), { base, log }) });
+}
 
-const postJson = (pathname, body) => postJsonTo(BASE, pathname, body, 900_000);
+const postJson = (srv, pathname, body) => postJsonTo(srv.base, pathname, body, 900_000);
 
 /** Deterministic filler text (a linear congruential generator over a small word list). */
 function filler(seed, words) {
@@ -99,9 +117,9 @@ function filler(seed, words) {
 /** One streamed completion (POST /v1/completions: a raw prompt, no chat template or reply parser,
  *  whose end-of-stream parse of a random-weight model's text can fail); returns client times
  *  (ms) and the server's usage and timings. */
-async function stream(body) {
+async function stream(srv, body) {
   const t0 = performance.now();
-  const r = await fetch(`${BASE}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+  const r = await fetch(`${srv.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true }, timings_per_token: true }),
     signal: AbortSignal.timeout(900_000) });
   if (r.status !== 200) throw new Error(`completion -> ${r.status}: ${(await r.text()).slice(0, 300)}`);
@@ -145,13 +163,13 @@ async function stream(body) {
  *  Decoding is steered into them by a logit bias: a random-weight model otherwise emits byte
  *  tokens that make invalid UTF-8 and special tokens, and llama-server's reply parser then ends
  *  the stream with an error after a few dozen tokens, so no two runs decoded the same number. */
-async function wordTokenIds() {
+async function wordTokenIds(srv) {
   const ids = new Set();
   const words = ['alpha', 'river', 'stone', 'window', 'seven', 'quick', 'table', 'market', 'signal', 'orange',
     'thread', 'engine', 'garden', 'silver', 'number', 'planet', 'copper', 'winter', 'camera', 'pocket', 'the', 'and',
     'house', 'water', 'light', 'green', 'small', 'large', 'north', 'south', 'paper', 'music', 'story', 'field'];
   for (const w of words) {
-    const r = await postJson('/tokenize', { content: ` ${w}`, add_special: false, parse_special: false });
+    const r = await postJson(srv, '/tokenize', { content: ` ${w}`, add_special: false, parse_special: false });
     const toks = (r.tokens ?? []).map((t) => (typeof t === 'number' ? t : t.id));
     if (toks.length === 1) ids.add(toks[0]);
   }
@@ -159,11 +177,11 @@ async function wordTokenIds() {
 }
 
 /** Token ids that end a reply (suppressed so that every run decodes the same number). */
-async function stopTokenIds() {
+async function stopTokenIds(srv) {
   const ids = new Set();
   for (const piece of ['<|im_end|>', '<|endoftext|>', '</s>', '<|eot_id|>']) {
     try {
-      const r = await postJson('/tokenize', { content: piece, add_special: false, parse_special: true });
+      const r = await postJson(srv, '/tokenize', { content: piece, add_special: false, parse_special: true });
       const toks = (r.tokens ?? []).map((t) => (typeof t === 'number' ? t : t.id));
       if (toks.length === 1) ids.add(toks[0]);
     } catch { /* not in this vocabulary */ }
@@ -172,11 +190,12 @@ async function stopTokenIds() {
 }
 
 /** Voluntary context switches summed over the server's threads. */
-function contextSwitches() {
+function contextSwitches(srv) {
+  const pid = srv.proc.proc.pid;
   let n = 0;
   try {
-    for (const t of fs.readdirSync(`/proc/${server.proc.pid}/task`)) {
-      const st = fs.readFileSync(`/proc/${server.proc.pid}/task/${t}/status`, 'utf8');
+    for (const t of fs.readdirSync(`/proc/${pid}/task`)) {
+      const st = fs.readFileSync(`/proc/${pid}/task/${t}/status`, 'utf8');
       n += Number((st.match(/^voluntary_ctxt_switches:\s+(\d+)/m) || [])[1] ?? 0);
     }
   } catch { /* gone */ }
@@ -184,43 +203,55 @@ function contextSwitches() {
 }
 
 const best = (runs, key) => runs.reduce((a, b) => (b[key] > a[key] ? b : a));
+const fastest = (runs) => runs.reduce((a, b) => (b.client_s < a.client_s ? b : a));
+
+/** Runs fn(srv, k) for k in 0..REPEATS-1 on every server, the order reversed run by run, and
+ *  returns each server's runs (by name). */
+async function interleaved(fn) {
+  const runs = Object.fromEntries(servers.map((x) => [x.name, []]));
+  for (let k = 0; k < REPEATS; k++) {
+    for (const srv of (k % 2 === 0 ? servers : [...servers].reverse())) {
+      runs[srv.name].push(await fn(srv, k));
+    }
+  }
+  return runs;
+}
 
 async function main() {
-  const readyMs = await server.start(Number(opt['ready-timeout-s']) * 1000);
-  log(`ready in ${readyMs} ms`);
-  const stops = await stopTokenIds();
-  const words = await wordTokenIds();
-  if (words.length < 8) throw new Error(`only ${words.length} single-token words in this vocabulary`);
-  const bias = Object.fromEntries([...stops.map((id) => [String(id), -100]), ...words.map((id) => [String(id), 100])]);
+  for (const srv of servers) {
+    const readyMs = await srv.proc.start(Number(opt['ready-timeout-s']) * 1000);
+    srv.log(`ready in ${readyMs} ms`);
+    srv.stops = await stopTokenIds(srv);
+    srv.words = await wordTokenIds(srv);
+    if (srv.words.length < 8) throw new Error(`only ${srv.words.length} single-token words in this vocabulary`);
+    srv.bias = Object.fromEntries([...srv.stops.map((id) => [String(id), -100]), ...srv.words.map((id) => [String(id), 100])]);
+  }
   // Each request's own filler (its nonce first), so that no request reuses another's prefix.
   const decodePrompt = (nonce) => (DECODE_CONTEXT > 0
     ? `${nonce}: ${filler([...nonce].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261),
       Math.round(DECODE_CONTEXT / 1.3))}\n\n` : '')
     + `Write a story, ${nonce}.`;
-  const decodeBody = (nonce) => ({ model: 'default', prompt: decodePrompt(nonce),
-    max_tokens: DECODE, temperature: 0, logit_bias: bias, ignore_eos: true, cache_prompt: false });
-  await stream({ ...decodeBody('warm-up'), max_tokens: 8 });  // first-use costs (page faults of the weights)
+  const decodeBody = (srv, nonce) => ({ model: 'default', prompt: decodePrompt(nonce),
+    max_tokens: DECODE, temperature: 0, logit_bias: srv.bias, ignore_eos: true, cache_prompt: false });
+  for (const srv of servers) {
+    await stream(srv, { ...decodeBody(srv, 'warm-up'), max_tokens: 8 });  // first-use costs (page faults of the weights)
+  }
 
-  const out = { name: opt.name, argv: serverArgv, decode_tokens: DECODE, decode_context: DECODE_CONTEXT, streams: STREAMS, repeats: REPEATS,
-    stop_token_ids: stops, word_token_ids: words, decode_1: null, decode_n: null, prefill: [] };
-
-  const d1 = [];
-  for (let k = 0; k < REPEATS; k++) {
-    const cs0 = contextSwitches();
-    const r = await stream(decodeBody(`one ${k}`));
+  const d1 = await interleaved(async (srv, k) => {
+    const cs0 = contextSwitches(srv);
+    const r = await stream(srv, decodeBody(srv, `one ${k}`));
     const n = r.usage?.completion_tokens ?? r.timings?.predicted_n ?? 0;
     const wall = (r.end - r.t0) / 1000;
-    d1.push({ completion_tokens: n,
+    const run = { completion_tokens: n,
       server_tok_s: r.timings?.predicted_per_second ?? null,
       client_tok_s: n > 1 && r.end > r.first ? (n - 1) / ((r.end - r.first) / 1000) : null,
-      ctx_switches_per_s: wall > 0 ? (contextSwitches() - cs0) / wall : null });
-    log(`decode_1 run ${k + 1}: ${JSON.stringify(d1.at(-1))}`);
-  }
-  out.decode_1 = { ...best(d1, 'client_tok_s'), runs: d1 };
+      ctx_switches_per_s: wall > 0 ? (contextSwitches(srv) - cs0) / wall : null };
+    srv.log(`decode_1 run ${k + 1}: ${JSON.stringify(run)}`);
+    return run;
+  });
 
-  const dn = [];
-  for (let k = 0; k < REPEATS; k++) {
-    const rs = await Promise.all(Array.from({ length: STREAMS }, (_, i) => stream(decodeBody(`many ${k} ${i}`))));
+  const dn = await interleaved(async (srv, k) => {
+    const rs = await Promise.all(Array.from({ length: STREAMS }, (_, i) => stream(srv, decodeBody(srv, `many ${k} ${i}`))));
     const n = rs.reduce((a, r) => a + (r.usage?.completion_tokens ?? r.timings?.predicted_n ?? 0), 0);
     const span = (Math.max(...rs.map((r) => r.end)) - Math.min(...rs.map((r) => r.first))) / 1000;
     // While every stream decodes (from the last stream's first token to the first stream's last):
@@ -228,53 +259,62 @@ async function main() {
     const from = Math.max(...rs.map((r) => r.first));
     const to = Math.min(...rs.map((r) => (r.chunks.length ? r.chunks.at(-1) : r.end)));
     const inside = rs.reduce((a, r) => a + r.chunks.filter((t) => t > from && t <= to).length, 0);
-    dn.push({ completion_tokens: n, aggregate_tok_s: span > 0 ? n / span : null,
+    const run = { completion_tokens: n, aggregate_tok_s: span > 0 ? n / span : null,
       all_decoding_tok_s: to > from ? inside / ((to - from) / 1000) : null,
-      server_tok_s_each: rs.map((r) => r.timings?.predicted_per_second ?? null) });
-    log(`decode_${STREAMS} run ${k + 1}: ${JSON.stringify(dn.at(-1))}`);
-  }
-  out.decode_n = { ...best(dn, 'aggregate_tok_s'), runs: dn };
+      server_tok_s_each: rs.map((r) => r.timings?.predicted_per_second ?? null) };
+    srv.log(`decode_${STREAMS} run ${k + 1}: ${JSON.stringify(run)}`);
+    return run;
+  });
 
+  const pre = [];
   for (const target of PREFILL) {
     // ~1.3 tokens a word for this filler with BPE vocabularies; measured below, not assumed.
     const text = filler(target, Math.round(target / 1.3));
-    const runs = [];
-    for (let k = 0; k < REPEATS; k++) {
-      const r = await stream({ model: 'default', prompt: `${k} ${opt.name} ${text}`,
+    pre.push({ target, runs: await interleaved(async (srv, k) => {
+      const r = await stream(srv, { model: 'default', prompt: `${k} ${srv.name} ${text}`,
         max_tokens: 1, temperature: 0, cache_prompt: false });
       const n = r.usage?.prompt_tokens ?? r.timings?.prompt_n ?? 0;
       const ms = r.timings?.prompt_ms ?? null;
-      runs.push({ prompt_tokens: n, computed: r.timings?.prompt_n ?? null, server_prompt_ms: ms,
-        server_tok_s: ms ? (r.timings.prompt_n / (ms / 1000)) : null, client_s: (r.end - r.t0) / 1000 });
-      log(`prefill ~${target} run ${k + 1}: ${JSON.stringify(runs.at(-1))}`);
+      const run = { prompt_tokens: n, computed: r.timings?.prompt_n ?? null, server_prompt_ms: ms,
+        server_tok_s: ms ? (r.timings.prompt_n / (ms / 1000)) : null, client_s: (r.end - r.t0) / 1000 };
+      srv.log(`prefill ~${target} run ${k + 1}: ${JSON.stringify(run)}`);
+      return run;
+    }) });
+  }
+
+  for (const srv of servers) {
+    const out = { name: srv.name, argv: srv.argv, decode_tokens: DECODE, decode_context: DECODE_CONTEXT, streams: STREAMS,
+      repeats: REPEATS, stop_token_ids: srv.stops, word_token_ids: srv.words,
+      // The servers whose runs alternated with this one's (run k beside run k): report.mjs pairs them.
+      interleaved_with: servers.filter((x) => x !== srv).map((x) => x.name),
+      decode_1: { ...best(d1[srv.name], 'client_tok_s'), runs: d1[srv.name] },
+      decode_n: { ...best(dn[srv.name], 'aggregate_tok_s'), runs: dn[srv.name] },
+      prefill: pre.map(({ target, runs }) => ({ target, ...fastest(runs[srv.name]), runs: runs[srv.name] })) };
+    out.memory = srv.proc.memory();
+    await srv.proc.stop();
+    const file = path.join(opt.out, `${srv.name}.engine.json`);
+    if (opt.append && fs.existsSync(file)) {
+      // Another round of the same measures (scripts/bench runs rounds, each with fresh servers and
+      // the order reversed): keep every run, and the best of all of them.
+      const old = JSON.parse(fs.readFileSync(file, 'utf8'));
+      out.rounds = (old.rounds ?? 1) + 1;
+      const r1 = [...old.decode_1.runs, ...out.decode_1.runs];
+      out.decode_1 = { ...best(r1, 'client_tok_s'), runs: r1 };
+      const rn = [...old.decode_n.runs, ...out.decode_n.runs];
+      out.decode_n = { ...best(rn, 'aggregate_tok_s'), runs: rn };
+      out.prefill = out.prefill.map((p) => {
+        const runs = [...(old.prefill.find((q) => q.target === p.target)?.runs ?? []), ...p.runs];
+        return { target: p.target, ...fastest(runs), runs };
+      });
+      out.memory.peak_rss_bytes = Math.max(out.memory.peak_rss_bytes ?? 0, old.memory?.peak_rss_bytes ?? 0) || null;
     }
-    out.prefill.push({ target, ...runs.reduce((a, b) => (b.client_s < a.client_s ? b : a)), runs });
+    fs.writeFileSync(file, JSON.stringify(out, null, 2) + '\n');
+    srv.log(`wrote ${file}`);
   }
-  out.memory = server.memory();
-  await server.stop();
-  const file = path.join(opt.out, `${opt.name}.engine.json`);
-  if (opt.append && fs.existsSync(file)) {
-    // Another round of the same measures (scripts/bench alternates the servers round by round,
-    // so that a slow minute of a shared machine does not land on one server only): keep every
-    // run, and the best of all of them.
-    const old = JSON.parse(fs.readFileSync(file, 'utf8'));
-    out.rounds = (old.rounds ?? 1) + 1;
-    const d1 = [...old.decode_1.runs, ...out.decode_1.runs];
-    out.decode_1 = { ...best(d1, 'client_tok_s'), runs: d1 };
-    const dn = [...old.decode_n.runs, ...out.decode_n.runs];
-    out.decode_n = { ...best(dn, 'aggregate_tok_s'), runs: dn };
-    out.prefill = out.prefill.map((p) => {
-      const runs = [...(old.prefill.find((q) => q.target === p.target)?.runs ?? []), ...p.runs];
-      return { target: p.target, ...runs.reduce((a, b) => (b.client_s < a.client_s ? b : a)), runs };
-    });
-    out.memory.peak_rss_bytes = Math.max(out.memory.peak_rss_bytes ?? 0, old.memory?.peak_rss_bytes ?? 0) || null;
-  }
-  fs.writeFileSync(file, JSON.stringify(out, null, 2) + '\n');
-  log(`wrote ${path.join(opt.out, `${opt.name}.engine.json`)}`);
 }
 
 main().catch(async (e) => {
-  log(`failed: ${e.stack ?? e}`);
-  await server.stop();
+  process.stderr.write(`[engine ${names.join(',')}] failed: ${e.stack ?? e}\n`);
+  for (const srv of servers) await srv.proc.stop();
   process.exit(1);
 });

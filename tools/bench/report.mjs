@@ -108,6 +108,32 @@ if (engines.length) {
     '"while all decode" counts the tokens between the last stream\'s first token and the first stream\'s last; ' +
     `decode prompts carry ~${e0.decode_context ?? 0} tokens of context (engine.mjs --decode-context). Prefill is the ` +
     'server\'s own timing (`timings.prompt_n / prompt_ms`) of a `cache_prompt: false` request.', '');
+  // Runs that alternated with llama-server's (engine.mjs with several names): run k beside run k.
+  const paired = engines.filter(({ name, e }) => name !== 'llama-server' && eref && (e.interleaved_with ?? []).includes('llama-server'));
+  if (paired.length) {
+    const pairs = (a, b, key) => {
+      const rs = [];
+      for (let i = 0; i < Math.min(a?.length ?? 0, b?.length ?? 0); i++) {
+        if (a[i][key] > 0 && b[i][key] > 0) rs.push(a[i][key] / b[i][key]);
+      }
+      return rs.sort((x, y) => x - y);
+    };
+    const pcell = (rs) => {
+      if (!rs.length) return '-';
+      const mid = rs.length % 2 ? rs[(rs.length - 1) / 2] : (rs[rs.length / 2 - 1] + rs[rs.length / 2]) / 2;
+      return `**${mid.toFixed(2)}x** (${rs[0].toFixed(2)}-${rs.at(-1).toFixed(2)}, ${rs.length})`;
+    };
+    out.push(table(['configuration, paired with llama-server', 'one stream, decode', `${e0.streams} streams, aggregate decode`,
+      `${e0.streams} streams, while all decode`, ...sizes.map((k) => `cold prefill ~${k} tokens`)],
+    paired.map(({ name, e }) => [name, pcell(pairs(e.decode_1?.runs, eref.decode_1?.runs, 'client_tok_s')),
+      pcell(pairs(e.decode_n?.runs, eref.decode_n?.runs, 'aggregate_tok_s')),
+      pcell(pairs(e.decode_n?.runs, eref.decode_n?.runs, 'all_decoding_tok_s')),
+      ...sizes.map((k) => pcell(pairs(pre(e, k)?.runs, pre(eref, k)?.runs, 'server_tok_s')))])));
+    out.push('', 'Paired: the servers ran at the same time, idle in turn, each measure\'s runs alternating (A B, B A, ...); ' +
+      'each cell is the median of the ratios of run k to llama-server\'s run k (above 1 is faster), their range and ' +
+      'count. On a machine whose speed drifts by more than the gap between the servers, read this table rather than ' +
+      'the best runs above.', '');
+  }
 }
 
 out.push('## Overview', '');
