@@ -162,6 +162,10 @@ if (roundDirs.length) {
   lines.push(`  (trace ratios: the median over ${finished.length} finished of ${roundDirs.length} rounds, the figures in ` +
     'brackets each side\'s own median; each round\'s ratio in device-check.json and rounds.md)');
 }
+if (interleaved) {
+  lines.push('  (raw-engine ratios: the median of the paired runs, the servers alternating; the figures in brackets ' +
+    'each side\'s best run; the best runs\' ratios in device-check.json engine_best_run_ratios)');
+}
 for (const n of NAMES) {
   for (const [where, s] of Object.entries(served[n]?.rounds ?? (served[n] ? { '': served[n] } : {}))) {
     lines.push(`  ${n}${where ? ` ${where}` : ''}: ${s.requests} of ${s.planned} requests, ${s.failures} failed` +
