@@ -63,6 +63,9 @@ struct config {
      *  needs when every --parallel sequence is busy or parked and it restores by copying a
      *  parked entry it must not evict (sequence_pool::acquire's `protect`). */
     static constexpr int32_t auto_device_slots_cpu = 1;
+    /** Sequences one llama.cpp context holds at most (LLAMA_MAX_SEQ in llama.cpp's
+     *  src/llama-cparams.h, not in its public header): --parallel plus the parked ones. */
+    static constexpr int32_t max_sequences = 256;
     /** The number of parked sequences in effect for a model on a GPU (`gpu`) or not. */
     int32_t device_slots_for(bool gpu) const {
         return device_slots >= 0 ? device_slots : gpu ? auto_device_slots_gpu : auto_device_slots_cpu;

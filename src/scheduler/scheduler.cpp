@@ -427,7 +427,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     }
     if (s.plan.op == cache::restore_op::take_device) {
         s.seq = s.plan.device_seq;
-    } else if (auto seq = pool_->acquire(s.plan.source, active_seqs())) {
+    } else if (auto seq = acquire_sequence(s)) {
         s.seq = *seq;
     } else {
         store_.abandon(s.plan, 0);
@@ -513,6 +513,18 @@ void scheduler::impl::start_prefill(slot & s) {
     s.ph = slot::phase::prefill;
     life_->restore(s, now_s());
     place_next_to_active(s);
+}
+
+std::optional<int32_t> scheduler::impl::acquire_sequence(const slot & s) {
+    const std::vector<int32_t> active = active_seqs();
+    if (p_.place_sequences && !p_.kv_unified && !active.empty()) {
+        // A restore that writes a sequence (a load, a copy, a miss) writes it next to a running
+        // one at once, as place_next_to_active would after it: one state copy, not two.
+        if (auto seq = pool_->acquire_next_to(active, std::numeric_limits<int32_t>::max(), s.plan.source)) {
+            return seq;
+        }
+    }
+    return pool_->acquire(s.plan.source, active);
 }
 
 void scheduler::impl::place_next_to_active(slot & s) {

@@ -67,6 +67,11 @@ struct scheduler::impl {
      *  entry there, which goes to RAM first (sequence_pool::acquire_next_to); nothing happens
      *  when neither is possible. docs/architecture.md "One micro-batch per step". */
     void place_next_to_active(slot & s);
+    /** The sequence id a restore other than take_device writes into: with --place-sequences one
+     *  next to an active slot's (sequence_pool::acquire_next_to, never demoting the entry the
+     *  plan restores from), so that place_next_to_active has nothing to copy again; else, or
+     *  when there is none, sequence_pool::acquire's. nullopt when every id is busy. */
+    std::optional<int32_t> acquire_sequence(const slot & s);
     void poll_loads();
     void complete_load(slot & s);
     void step();

@@ -98,7 +98,8 @@ int32_t sequence_pool::take_free(size_t i) {
     return seq;
 }
 
-std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens) {
+std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens,
+                                                      uint64_t protect) {
     drain_released();
     auto near = [&](int32_t s) {
         return std::find(active.begin(), active.end(), s) == active.end() && next_to_any(s, active);
@@ -113,7 +114,7 @@ std::optional<int32_t> sequence_pool::acquire_next_to(const std::vector<int32_t>
         // No free id there: the shortest parked entry next to one leaves the device for RAM.
         std::optional<cache::entry_view> victim;
         for (const auto & e : store_.entries()) {
-            if (e.where == cache::tier::device && near(e.seq) && e.n_tokens <= max_parked_tokens &&
+            if (e.where == cache::tier::device && e.id != protect && near(e.seq) && e.n_tokens <= max_parked_tokens &&
                 (!victim || e.n_tokens < victim->n_tokens)) {
                 victim = e;
             }

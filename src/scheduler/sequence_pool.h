@@ -37,10 +37,12 @@ public:
      *  otherwise (docs/architecture.md "One computing thread"). */
     std::optional<int32_t> acquire(uint64_t protect, const std::vector<int32_t> & active = {});
     /** An id next to an id in `active` and not in it, emptied: the lowest free one, else the one
-     *  of the parked entry of at most `max_parked_tokens` tokens (the shortest) there, which is
-     *  demoted to RAM first (its whole state read, as demote_one does). nullopt when there is
-     *  neither, or when RAM has no room for that entry (it is not dropped for this). */
-    std::optional<int32_t> acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens);
+     *  of the parked entry of at most `max_parked_tokens` tokens (the shortest; never entry
+     *  `protect`) there, which is demoted to RAM first (its whole state read, as demote_one does).
+     *  nullopt when there is neither, or when RAM has no room for that entry (it is not dropped
+     *  for this). */
+    std::optional<int32_t> acquire_next_to(const std::vector<int32_t> & active, int32_t max_parked_tokens,
+                                           uint64_t protect = 0);
     /** Empties `seq` and returns it to the pool. */
     void release(int32_t seq);
     /** Hands the store's spills to `spill`, then releases the ids the store let go of. */

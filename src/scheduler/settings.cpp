@@ -120,11 +120,18 @@ params with_device_settings(params p, bool gpu) {
     c.repin_read_anchors = cache::config::repin_read_anchors_for(gpu, c.ram_release_s);
     if (c.device_slots < 0) {
         c.device_slots = c.device_slots_for(gpu);
-        spdlog::info("scheduler: --cache-device-slots auto: {} parked sequence{} ({})", c.device_slots,
-                     c.device_slots == 1 ? "" : "s",
-                     gpu ? "the model runs on a GPU"
-                         : "the model runs on the CPU: a parked sequence holds a KV buffer in host RAM, so one spare "
-                           "is kept for restores that copy a parked entry; the RAM tier keeps finished states too");
+        // Auto never asks for more than llama.cpp holds (LLAMA_MAX_SEQ sequences) or a batch has
+        // rows for (one token of each sequence): the startup check passed with auto's CPU value.
+        const int32_t room = std::min(cache::config::max_sequences - p.n_parallel, p.n_batch - p.n_parallel);
+        const bool lowered = c.device_slots > room;
+        c.device_slots = std::max(cache::config::auto_device_slots_cpu, std::min(c.device_slots, room));
+        spdlog::info(
+            "scheduler: --cache-device-slots auto: {} parked sequence{} ({}{})", c.device_slots,
+            c.device_slots == 1 ? "" : "s",
+            gpu ? "the model runs on a GPU"
+                : "the model runs on the CPU: a parked sequence holds a KV buffer in host RAM, so one spare "
+                  "is kept for restores that copy a parked entry; the RAM tier keeps finished states too",
+            lowered ? "; lowered to fit beside --parallel within llama.cpp's 256 sequences and --batch-size" : "");
     }
     return p;
 }

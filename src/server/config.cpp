@@ -26,7 +26,7 @@ namespace lineage::server {
 namespace {
 
 // llama.cpp limits (src/llama-cparams.h LLAMA_MAX_SEQ, ggml.h GGML_MAX_N_THREADS).
-constexpr int64_t max_sequences = 256;
+constexpr int64_t max_sequences = cache::config::max_sequences;
 constexpr int64_t max_threads = 512;
 
 // A parser stores a value, or returns what was wrong with it.
@@ -597,8 +597,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "finished sequences kept parked on the device, besides the --parallel slots; -1 = auto: 4 when the model "
         "runs on a GPU, 1 on the CPU alone (there a parked sequence is a KV buffer in host RAM, resident as far as "
         "tokens were written to it, and the RAM tier keeps the same state: one spare sequence for a "
-        "restore that copies a parked entry); --parallel + "
-        "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ)",
+        "restore that copies a parked entry), lowered where --parallel leaves less room; --parallel + "
+        "--cache-device-slots <= 256 (llama.cpp's LLAMA_MAX_SEQ) and <= --batch-size",
         int_in(cc.device_slots, -1, max_sequences - 1));
     add("--prompt-cache-min-prefix", "LINEAGE_PROMPT_CACHE_MIN_PREFIX", "TOKENS", std::to_string(dc.min_prefix),
         "minimum prompt length before an entry is stored", int_min(cc.min_prefix, 0));
@@ -1028,12 +1028,18 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     } else if (c.responses_store.empty()) {
         c.responses_store = c.sched.cache.disk_dir.empty() ? ":memory:" : c.sched.cache.disk_dir + "/responses.sqlite";
     }
-    // Checked with the most sequences the flag can mean (auto: its GPU value).
-    const int32_t device_slots = c.sched.cache.device_slots_for(/*gpu=*/true);
+    // Checked with the sequences the flag means; auto with its smallest value (the CPU's): the
+    // backend is not known yet, and auto's GPU value is lowered to fit once it is
+    // (scheduler::with_device_settings).
+    const bool auto_slots = c.sched.cache.device_slots < 0;
+    const int32_t device_slots = auto_slots ? cache::config::auto_device_slots_cpu : c.sched.cache.device_slots;
+    const std::string slots_flag = auto_slots
+                                       ? "--cache-device-slots auto (at least " + std::to_string(device_slots) + ")"
+                                       : "--cache-device-slots " + std::to_string(device_slots);
     if (errors.empty() && static_cast<int64_t>(c.sched.n_parallel) + device_slots > max_sequences) {
-        errors.push_back("--parallel " + std::to_string(c.sched.n_parallel) + " + --cache-device-slots " +
-                         std::to_string(device_slots) + " = " + std::to_string(c.sched.n_parallel + device_slots) +
-                         " sequences; llama.cpp holds at most " + std::to_string(max_sequences) + ": lower one of them");
+        errors.push_back("--parallel " + std::to_string(c.sched.n_parallel) + " + " + slots_flag + " = " +
+                         std::to_string(c.sched.n_parallel + device_slots) + " sequences; llama.cpp holds at most " +
+                         std::to_string(max_sequences) + ": lower one of them");
     }
     const int64_t n_seq = static_cast<int64_t>(c.sched.n_parallel) + device_slots;
     if (errors.empty() && c.http_threads <= c.sched.n_parallel) {
@@ -1044,7 +1050,7 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     if (errors.empty() && c.sched.n_batch < n_seq) {
         // llama.cpp reserves one output row per sequence inside a batch (GGML_ASSERT otherwise).
         errors.push_back("--batch-size " + std::to_string(c.sched.n_batch) + " is smaller than --parallel + " +
-                         "--cache-device-slots = " + std::to_string(n_seq) +
+                         slots_flag + " = " + std::to_string(n_seq) +
                          " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
     if (errors.empty()) {

@@ -666,6 +666,36 @@ TEST_F(Lifecycle, NoIdNextToARunningSequenceWhenTheParkedEntryThereHasNoRoomInRa
     store_->check_invariants();
 }
 
+// The entry a restore copies from is never the one demoted to make room next to a running
+// sequence (scheduler::impl::acquire_sequence passes the plan's source as `protect`).
+TEST_F(Lifecycle, AnIdNextToARunningSequenceNeverDemotesTheProtectedEntry) {
+    make(true, 3);
+    for (const std::string session : {"a", "b", "c"}) {  // parked on 0, 1, 2
+        auto s = admit(seq_of(1000 * (session[0] - 'a' + 1), 200), 190, session);
+        finish(*s);
+    }
+    uint64_t b = 0;
+    for (const auto & e : store_->entries()) {
+        b = e.k.session == "b" && e.where == cache::tier::device && e.seq == 1 ? e.id : b;
+    }
+    ASSERT_NE(b, 0u);
+    // Id 1 is the only one next to 0 (and 2): b is parked there and protected, so nothing.
+    auto where = [&]() -> std::optional<cache::tier> {
+        for (const auto & e : store_->entries()) {
+            if (e.id == b) {
+                return e.where;
+            }
+        }
+        return std::nullopt;
+    };
+    EXPECT_FALSE(pool_->acquire_next_to({0, 2}, std::numeric_limits<int32_t>::max(), b));
+    EXPECT_EQ(where(), cache::tier::device);
+    // Unprotected, b goes to RAM and its id is the one returned (the positive case).
+    EXPECT_EQ(pool_->acquire_next_to({0, 2}, std::numeric_limits<int32_t>::max()), 1);
+    EXPECT_EQ(where(), cache::tier::ram);
+    store_->check_invariants();
+}
+
 // The phase invariants (slot.h) catch what a broken transition would leave behind.
 TEST_F(Lifecycle, SlotInvariantsNameTheBrokenRule) {
     make(true);

@@ -137,3 +137,23 @@ TEST(DeviceSettings, DeviceSlotsAutoIsOneOnTheCpuAndFourOnAGpu) {
         EXPECT_EQ(with_device_settings(p, true).cache.device_slots, given);
     }
 }
+
+// Auto's GPU value is lowered to what llama.cpp holds beside --parallel (256 sequences) and what
+// a batch has rows for; the startup check passed with auto's CPU value (1), which always stays.
+TEST(DeviceSettings, DeviceSlotsAutoOnAGpuIsLoweredToFitTheSequenceLimitAndTheBatch) {
+    params p;
+    p.n_parallel = 254;
+    p.n_batch = 512;
+    EXPECT_EQ(with_device_settings(p, /*gpu=*/true).cache.device_slots, 2);  // 254 + 2 = 256
+    p.n_parallel = 255;
+    EXPECT_EQ(with_device_settings(p, true).cache.device_slots, 1);
+    EXPECT_EQ(with_device_settings(p, false).cache.device_slots, 1);
+    p.n_parallel = 4;
+    p.n_batch = 6;  // rows for 4 + 2
+    EXPECT_EQ(with_device_settings(p, true).cache.device_slots, 2);
+    p.n_batch = 512;
+    EXPECT_EQ(with_device_settings(p, true).cache.device_slots, 4);  // nothing to lower
+    p.n_parallel = 254;
+    p.cache.device_slots = 2;  // a value the operator gave is the startup check's to refuse, not lowered
+    EXPECT_EQ(with_device_settings(p, true).cache.device_slots, 2);
+}

@@ -492,10 +492,22 @@ TEST(Config, EngineLimitsAreRefusedAtStartupWithTheFlagsNamed) {
     r = parse({"-m", "m.gguf", "--parallel", "200", "--cache-device-slots", "57"});
     ASSERT_FALSE(r.config);
     EXPECT_NE(r.output.find("--parallel 200 + --cache-device-slots 57 = 257 sequences"), std::string::npos) << r.output;
-    r = parse({"-m", "m.gguf", "--batch-size", "1"});  // --parallel 4 + 4 device slots by default
+    r = parse({"-m", "m.gguf", "--batch-size", "1"});  // --parallel 4 + at least 1 device slot (auto)
     ASSERT_FALSE(r.config);
-    EXPECT_NE(r.output.find("--batch-size 1 is smaller than --parallel + --cache-device-slots = 8"), std::string::npos)
+    EXPECT_NE(r.output.find("--batch-size 1 is smaller than --parallel + --cache-device-slots auto (at least 1) = 5"),
+              std::string::npos)
         << r.output;
+    // Auto is checked with its smallest value (the CPU's 1); its GPU value is lowered to fit later
+    // (DeviceSettings.DeviceSlotsAutoOnAGpuIsLoweredToFitTheSequenceLimitAndTheBatch).
+    r = parse({"-m", "m.gguf", "--parallel", "255", "--http-threads", "300"});
+    ASSERT_TRUE(r.config) << r.output;
+    r = parse({"-m", "m.gguf", "--parallel", "256", "--http-threads", "300"});
+    ASSERT_FALSE(r.config);
+    EXPECT_NE(r.output.find("--parallel 256 + --cache-device-slots auto (at least 1) = 257 sequences"),
+              std::string::npos)
+        << r.output;
+    r = parse({"-m", "m.gguf", "--batch-size", "5"});
+    ASSERT_TRUE(r.config) << r.output;
     r = parse({"-m", "m.gguf", "--batch-size", "2", "--parallel", "1", "--cache-device-slots", "1"});
     ASSERT_TRUE(r.config) << r.output;
     EXPECT_EQ(r.config->sched.n_batch, 2);

@@ -325,7 +325,24 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
     });
 
     srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
-        spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        if (res.status >= 400) {
+            // A refused request leaves a line at the default level: an operator sees a client that
+            // keeps sending what the server refuses (the error's message, from its JSON body).
+            const json body = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
+            std::string why;
+            if (body.is_object() && body.contains("error")) {
+                const json & e = body["error"];
+                const json & msg = e.is_object() && e.contains("message") ? e["message"] : e;
+                why = msg.is_string() ? msg.get<std::string>() : msg.dump();
+            }
+            if (why.size() > 300) {
+                why = why.substr(0, 300) + "...";
+            }
+            spdlog::log(res.status >= 500 ? spdlog::level::warn : spdlog::level::info, "http {} {} -> {}{}{}",
+                        req.method, req.path, res.status, why.empty() ? "" : ": ", why);
+        } else {
+            spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        }
         ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
     });
 
