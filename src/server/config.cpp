@@ -501,7 +501,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--kv-unified", "LINEAGE_KV_UNIFIED", "[=BOOL]", "false",
         "one KV pool shared by all sequences: sequences with a common prefix share cells instead of copies, "
         "but a request's logits then depend in the low bits on the other sequences held (greedy near-ties "
-        "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run",
+        "can differ from a cold run); off: one buffer per sequence, a restore computes exactly as a cold run (of a "
+        "request computed alone; beside other requests the batch shape can move the low bits: docs/prompt-cache.md "
+        "\"What a hit guarantees\")",
         boolean(c.sched.kv_unified), true);
     add("--place-sequences", "LINEAGE_PLACE_SEQUENCES", "[=BOOL]", "true",
         "with one KV buffer per sequence, move a request's restored sequence next to a running request's (one "
