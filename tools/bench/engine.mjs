@@ -283,31 +283,26 @@ async function main() {
   }
 
   for (const srv of servers) {
+    const file = path.join(opt.out, `${srv.name}.engine.json`);
+    // Another round of the same measures (--append: scripts/bench runs rounds, each with fresh
+    // servers and the order reversed) adds its runs to the file's; the best of all of them is kept.
+    const old = opt.append && fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : null;
+    const r1 = [...(old?.decode_1.runs ?? []), ...d1[srv.name]];
+    const rn = [...(old?.decode_n.runs ?? []), ...dn[srv.name]];
     const out = { name: srv.name, argv: srv.argv, decode_tokens: DECODE, decode_context: DECODE_CONTEXT, streams: STREAMS,
       repeats: REPEATS, stop_token_ids: srv.stops, word_token_ids: srv.words,
       // The servers whose runs alternated with this one's (run k beside run k): report.mjs pairs them.
       interleaved_with: servers.filter((x) => x !== srv).map((x) => x.name),
-      decode_1: { ...best(d1[srv.name], 'client_tok_s'), runs: d1[srv.name] },
-      decode_n: { ...best(dn[srv.name], 'aggregate_tok_s'), runs: dn[srv.name] },
-      prefill: pre.map(({ target, runs }) => ({ target, ...fastest(runs[srv.name]), runs: runs[srv.name] })) };
+      ...(old ? { rounds: (old.rounds ?? 1) + 1 } : {}),
+      decode_1: { ...best(r1, 'client_tok_s'), runs: r1 },
+      decode_n: { ...best(rn, 'aggregate_tok_s'), runs: rn },
+      prefill: pre.map(({ target, runs }) => {
+        const all = [...(old?.prefill.find((q) => q.target === target)?.runs ?? []), ...runs[srv.name]];
+        return { target, ...fastest(all), runs: all };
+      }) };
     out.memory = srv.proc.memory();
     await srv.proc.stop();
-    const file = path.join(opt.out, `${srv.name}.engine.json`);
-    if (opt.append && fs.existsSync(file)) {
-      // Another round of the same measures (scripts/bench runs rounds, each with fresh servers and
-      // the order reversed): keep every run, and the best of all of them.
-      const old = JSON.parse(fs.readFileSync(file, 'utf8'));
-      out.rounds = (old.rounds ?? 1) + 1;
-      const r1 = [...old.decode_1.runs, ...out.decode_1.runs];
-      out.decode_1 = { ...best(r1, 'client_tok_s'), runs: r1 };
-      const rn = [...old.decode_n.runs, ...out.decode_n.runs];
-      out.decode_n = { ...best(rn, 'aggregate_tok_s'), runs: rn };
-      out.prefill = out.prefill.map((p) => {
-        const runs = [...(old.prefill.find((q) => q.target === p.target)?.runs ?? []), ...p.runs];
-        return { target: p.target, ...fastest(runs), runs };
-      });
-      out.memory.peak_rss_bytes = Math.max(out.memory.peak_rss_bytes ?? 0, old.memory?.peak_rss_bytes ?? 0) || null;
-    }
+    if (old) out.memory.peak_rss_bytes = Math.max(out.memory.peak_rss_bytes ?? 0, old.memory?.peak_rss_bytes ?? 0) || null;
     fs.writeFileSync(file, JSON.stringify(out, null, 2) + '\n');
     srv.log(`wrote ${file}`);
   }
