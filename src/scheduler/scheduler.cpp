@@ -517,7 +517,7 @@ void scheduler::impl::start_prefill(slot & s) {
 
 std::optional<int32_t> scheduler::impl::acquire_sequence(const slot & s) {
     const std::vector<int32_t> active = active_seqs();
-    if (p_.place_sequences && !p_.kv_unified && !active.empty()) {
+    if (placing() && !active.empty()) {
         // A restore that writes a sequence (a load, a copy, a miss) writes it next to a running
         // one at once, as place_next_to_active would after it: one state copy, not two.
         if (auto seq = pool_->acquire_next_to(active, std::numeric_limits<int32_t>::max(), s.plan.source)) {
@@ -528,7 +528,7 @@ std::optional<int32_t> scheduler::impl::acquire_sequence(const slot & s) {
 }
 
 void scheduler::impl::place_next_to_active(slot & s) {
-    if (!p_.place_sequences || p_.kv_unified || s.seq < 0) {
+    if (!placing() || s.seq < 0) {
         return;
     }
     std::vector<int32_t> others = active_seqs();

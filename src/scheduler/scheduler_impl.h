@@ -67,6 +67,9 @@ struct scheduler::impl {
      *  entry there, which goes to RAM first (sequence_pool::acquire_next_to); nothing happens
      *  when neither is possible. docs/architecture.md "One micro-batch per step". */
     void place_next_to_active(slot & s);
+    /** Whether sequences are placed next to running ones: --place-sequences with a KV buffer per
+     *  sequence (with --kv-unified every sequence shares one buffer, so ids do not matter). */
+    bool placing() const { return p_.place_sequences && !p_.kv_unified; }
     /** The sequence id a restore other than take_device writes into: with --place-sequences one
      *  next to an active slot's (sequence_pool::acquire_next_to, never demoting the entry the
      *  plan restores from), so that place_next_to_active has nothing to copy again; else, or

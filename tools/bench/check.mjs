@@ -28,6 +28,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
+import { percentile } from './summary.mjs';
+
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
   options: { detected: { type: 'string' }, assert: { type: 'boolean', default: false } },
@@ -69,10 +71,7 @@ traceDirs.forEach((d, i) => {
 });
 
 const div = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? a / b : null);
-const median = (xs) => {
-  const v = xs.filter(Number.isFinite).sort((a, b) => a - b);
-  return v.length ? (v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2) : null;
-};
+const median = (xs) => percentile(xs, 50);
 const ratios = {};
 const pairs = {};
 const put = (key, a, b) => {

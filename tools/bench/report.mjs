@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { KINDS, loadRun } from './summary.mjs';
+import { KINDS, loadRun, oracleTtft, percentile } from './summary.mjs';
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -120,7 +120,7 @@ if (engines.length) {
     };
     const pcell = (rs) => {
       if (!rs.length) return '-';
-      const mid = rs.length % 2 ? rs[(rs.length - 1) / 2] : (rs[rs.length / 2 - 1] + rs[rs.length / 2]) / 2;
+      const mid = percentile(rs, 50);
       return `**${mid.toFixed(2)}x** (${rs[0].toFixed(2)}-${rs.at(-1).toFixed(2)}, ${rs.length})`;
     };
     out.push(table(['configuration, paired with llama-server', 'one stream, decode', `${e0.streams} streams, aggregate decode`,
@@ -219,6 +219,16 @@ out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, labe
   }),
 ])));
 out.push('', `All requests: ${runs.map((r) => `${r.name} ${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`).join('; ')}.`, '');
+const bound = ref ? oracleTtft(ref.records) : null;
+if (bound) {
+  const rel = (x, y) => (x !== null && y ? (x / y).toFixed(2) : '-');
+  out.push(`What the oracle allows, estimated: llama-server's TTFT with each request's prompt time scaled to the oracle's ` +
+    `tokens (at least its shortest prefill in this run, ${ms(bound.pass_ms)} ms, one pass): p50 / p95 ${ms(bound.p50)} / ` +
+    `${ms(bound.p95)} ms, ${rel(bound.p50, ref.agg.ttft.all.p50)} / ${rel(bound.p95, ref.agg.ttft.all.p95)} of llama-server's ` +
+    `(${runs.filter((r) => r !== ref).map((r) => `${r.name} ${rel(r.agg.ttft.all.p50, ref.agg.ttft.all.p50)} / ` +
+      `${rel(r.agg.ttft.all.p95, ref.agg.ttft.all.p95)}`).join('; ')}). Below these a server must prefill faster than ` +
+    'llama-server, not only compute fewer tokens (a linear estimate, no strict bound: a short pass costs more a token).', '');
+}
 if (runs.some((r) => r.agg.warm_user_turns.n > 0)) {
   out.push(`Warm user turns${t?.thinkMs ? ` (${t.thinkMs} ms think time before each)` : ' (closed loop: no think time)'}: ` +
     'TTFT / the prefill time of the turn\'s own tokens (its message and the generation prompt, at the request\'s own ' +

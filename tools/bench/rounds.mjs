@@ -25,7 +25,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { loadRun, percentile } from './summary.mjs';
+import { loadRun, oracleTtft, percentile } from './summary.mjs';
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -59,6 +59,7 @@ function figures(roundDir, name) {
     peak_rss: s.after_run?.peak_rss_bytes ?? null,
     efficiency: agg.efficiency.all.ratio,
     failures: s.failures,
+    oracle_ttft: oracleTtft(records),
   };
 }
 
@@ -87,6 +88,19 @@ for (const name of others) {
   const median = Object.fromEntries(MEASURES.map((m) => [m, round4(percentile(perRound.map((p) => p.ratios[m]), 50))]));
   result.configurations[name] = { per_round: perRound, median };
 }
+// What the oracle allows at the reference's own speed (summary.mjs oracleTtft), as ratios to the
+// reference's measured TTFT: a configuration's TTFT ratio below these needs a faster prefill.
+{
+  const perRound = roundDirs.map((d) => {
+    const r = figures(path.join(dir, d), opt.ref);
+    const o = r?.oracle_ttft;
+    return { round: d, ttft_p50: o && r.ttft_p50 ? round4(o.p50 / r.ttft_p50) : null,
+      ttft_p95: o && r.ttft_p95 ? round4(o.p95 / r.ttft_p95) : null };
+  });
+  result.oracle_allows = { per_round: perRound, median: {
+    ttft_p50: round4(percentile(perRound.map((p) => p.ttft_p50), 50)),
+    ttft_p95: round4(percentile(perRound.map((p) => p.ttft_p95), 50)) } };
+}
 fs.writeFileSync(path.join(dir, 'rounds.json'), JSON.stringify(result, null, 2) + '\n');
 
 const f2 = (x) => (x === null || x === undefined ? '-' : x.toFixed(2));
@@ -108,5 +122,13 @@ for (const name of others) {
   }
   out.push(`| **median** | ${MEASURES.map((m) => `**${f2(c.median[m])}**`).join(' | ')} | | |`, '');
 }
+const oa = result.oracle_allows;
+out.push(`## What the oracle allows (TTFT, at ${opt.ref}'s speed)`, '',
+  `${opt.ref}'s TTFT with each request's prompt time scaled to the oracle's tokens (at least one pass), over its ` +
+  'measured TTFT (`tools/bench/summary.mjs` oracleTtft, a linear estimate). A TTFT ratio above goes below these ' +
+  'only by prefilling faster than the reference, not by computing fewer tokens.', '',
+  '| round | TTFT p50 | TTFT p95 |', '|---|---:|---:|',
+  ...oa.per_round.map((p) => `| ${p.round} | ${f2(p.ttft_p50)} | ${f2(p.ttft_p95)} |`),
+  `| **median** | **${f2(oa.median.ttft_p50)}** | **${f2(oa.median.ttft_p95)}** |`, '');
 fs.writeFileSync(path.join(dir, 'rounds.md'), out.join('\n'));
 process.stdout.write(out.join('\n') + '\n');

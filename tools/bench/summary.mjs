@@ -28,6 +28,24 @@ export function percentile(xs, p) {
   return s[lo] + (s[hi] - s[lo]) * (k - lo);
 }
 
+/** TTFT percentiles (ms) the oracle would allow a server running at the speed of `records`'
+ *  server: each request's TTFT with its server-reported prompt time scaled by oracle / computed
+ *  tokens, at least the shortest prompt time of the run (one pass, the fixed cost of a forward
+ *  pass); a request without server figures (a dropped stream) keeps its TTFT. A linear model:
+ *  prefill time proportional to tokens above one pass. null without server prompt times. */
+export function oracleTtft(records) {
+  const timed = records.filter((x) => x.ttft_ms && x.server_prompt_ms > 0 && x.computed > 0 && x.oracle !== null &&
+    x.oracle !== undefined);
+  if (!timed.length) return null;
+  const passMs = Math.min(...timed.map((x) => x.server_prompt_ms));
+  const est = records.filter((x) => x.ttft_ms).map((x) => {
+    if (!timed.includes(x)) return x.ttft_ms;
+    const fixed = x.ttft_ms - x.server_prompt_ms;
+    return fixed + Math.max(passMs, (x.server_prompt_ms * x.oracle) / x.computed);
+  });
+  return { p50: percentile(est, 50), p95: percentile(est, 95), pass_ms: passMs };
+}
+
 function eff(rs) {
   // Dropped streams are left out: not every server reports what they computed.
   const ok = rs.filter((r) => !r.dropped && r.computed !== null && r.computed !== undefined && r.oracle);
