@@ -60,6 +60,9 @@ void lifecycle::restore(slot & s, double now_s) {
         const double apply_s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - apply_started).count();
         store_.cost().observe_read(s.plan.tier, s.plan.tier_bytes, s.plan.tier_read_s + apply_s);
+        spdlog::debug(
+            "request {}: tier read {:.1f} ms ({} bytes), state applied in {:.1f} ms, {:.1f} ms from admission",
+            s.req->id, s.plan.tier_read_s * 1e3, s.plan.tier_bytes, apply_s * 1e3, s.stats.restore_s * 1e3);
     }
     s.n_past = s.plan.n_restore;
     s.stats.cached_tokens = s.plan.n_restore;

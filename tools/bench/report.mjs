@@ -226,8 +226,9 @@ if (bound) {
     `tokens (at least its shortest prefill in this run, ${ms(bound.pass_ms)} ms, one pass): p50 / p95 ${ms(bound.p50)} / ` +
     `${ms(bound.p95)} ms, ${rel(bound.p50, ref.agg.ttft.all.p50)} / ${rel(bound.p95, ref.agg.ttft.all.p95)} of llama-server's ` +
     `(${runs.filter((r) => r !== ref).map((r) => `${r.name} ${rel(r.agg.ttft.all.p50, ref.agg.ttft.all.p50)} / ` +
-      `${rel(r.agg.ttft.all.p95, ref.agg.ttft.all.p95)}`).join('; ')}). Below these a server must prefill faster than ` +
-    'llama-server, not only compute fewer tokens (a linear estimate, no strict bound: a short pass costs more a token).', '');
+      `${rel(r.agg.ttft.all.p95, ref.agg.ttft.all.p95)}`).join('; ')}). An estimate, not a bound: it scales each ` +
+    'request\'s own prefill, not the time it waited behind other requests\' prefills (which a cache shortens too, most ' +
+    'in the tail), and a short pass costs more a token than this linear scaling says.', '');
 }
 if (runs.some((r) => r.agg.warm_user_turns.n > 0)) {
   out.push(`Warm user turns${t?.thinkMs ? ` (${t.thinkMs} ms think time before each)` : ' (closed loop: no think time)'}: ` +

@@ -125,8 +125,8 @@ for (const name of others) {
 const oa = result.oracle_allows;
 out.push(`## What the oracle allows (TTFT, at ${opt.ref}'s speed)`, '',
   `${opt.ref}'s TTFT with each request's prompt time scaled to the oracle's tokens (at least one pass), over its ` +
-  'measured TTFT (`tools/bench/summary.mjs` oracleTtft, a linear estimate). A TTFT ratio above goes below these ' +
-  'only by prefilling faster than the reference, not by computing fewer tokens.', '',
+  'measured TTFT (`tools/bench/summary.mjs` oracleTtft). An estimate, not a bound: it scales each request\'s own ' +
+  'prefill, not the time it waited behind other requests\' prefills, which a cache shortens too (most in the tail).', '',
   '| round | TTFT p50 | TTFT p95 |', '|---|---:|---:|',
   ...oa.per_round.map((p) => `| ${p.round} | ${f2(p.ttft_p50)} | ${f2(p.ttft_p95)} |`),
   `| **median** | **${f2(oa.median.ttft_p50)}** | **${f2(oa.median.ttft_p95)}** |`, '');
