@@ -219,12 +219,12 @@ out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, labe
   }),
 ])));
 out.push('', `All requests: ${runs.map((r) => `${r.name} ${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`).join('; ')}.`, '');
-const bound = ref ? oracleTtft(ref.records) : null;
-if (bound) {
+const allowed = ref ? oracleTtft(ref.records) : null;
+if (allowed) {
   const rel = (x, y) => (x !== null && y ? (x / y).toFixed(2) : '-');
   out.push(`What the oracle allows, estimated: llama-server's TTFT with each request's prompt time scaled to the oracle's ` +
-    `tokens (at least its shortest prefill in this run, ${ms(bound.pass_ms)} ms, one pass): p50 / p95 ${ms(bound.p50)} / ` +
-    `${ms(bound.p95)} ms, ${rel(bound.p50, ref.agg.ttft.all.p50)} / ${rel(bound.p95, ref.agg.ttft.all.p95)} of llama-server's ` +
+    `tokens (at least its shortest prefill in this run, ${ms(allowed.pass_ms)} ms, one pass): p50 / p95 ${ms(allowed.p50)} / ` +
+    `${ms(allowed.p95)} ms, ${rel(allowed.p50, ref.agg.ttft.all.p50)} / ${rel(allowed.p95, ref.agg.ttft.all.p95)} of llama-server's ` +
     `(${runs.filter((r) => r !== ref).map((r) => `${r.name} ${rel(r.agg.ttft.all.p50, ref.agg.ttft.all.p50)} / ` +
       `${rel(r.agg.ttft.all.p95, ref.agg.ttft.all.p95)}`).join('; ')}). An estimate, not a bound: it scales each ` +
     'request\'s own prefill, not the time it waited behind other requests\' prefills (which a cache shortens too, most ' +

@@ -88,8 +88,8 @@ for (const name of others) {
   const median = Object.fromEntries(MEASURES.map((m) => [m, round4(percentile(perRound.map((p) => p.ratios[m]), 50))]));
   result.configurations[name] = { per_round: perRound, median };
 }
-// What the oracle allows at the reference's own speed (summary.mjs oracleTtft), as ratios to the
-// reference's measured TTFT: a configuration's TTFT ratio below these needs a faster prefill.
+// What the oracle allows at the reference's own speed (summary.mjs oracleTtft, an estimate), as
+// ratios to the reference's measured TTFT.
 {
   const perRound = roundDirs.map((d) => {
     const r = figures(path.join(dir, d), opt.ref);

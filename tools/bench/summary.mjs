@@ -28,11 +28,12 @@ export function percentile(xs, p) {
   return s[lo] + (s[hi] - s[lo]) * (k - lo);
 }
 
-/** TTFT percentiles (ms) the oracle would allow a server running at the speed of `records`'
- *  server: each request's TTFT with its server-reported prompt time scaled by oracle / computed
+/** An estimate of the TTFT percentiles (ms) the oracle allows a server running at the speed of
+ *  `records`' server: each request's TTFT with its server-reported prompt time scaled by oracle / computed
  *  tokens, at least the shortest prompt time of the run (one pass, the fixed cost of a forward
  *  pass); a request without server figures (a dropped stream) keeps its TTFT. A linear model:
- *  prefill time proportional to tokens above one pass. null without server prompt times. */
+ *  prefill time proportional to tokens above one pass, and the time a request waited behind
+ *  other requests kept as measured, so no bound. null without server prompt times. */
 export function oracleTtft(records) {
   const timed = records.filter((x) => x.ttft_ms && x.server_prompt_ms > 0 && x.computed > 0 && x.oracle !== null &&
     x.oracle !== undefined);
