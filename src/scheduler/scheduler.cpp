@@ -448,10 +448,11 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     if (s.plan.op == cache::restore_op::load_disk) {
         // The tier's thread reads the copy; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
-        s.load = tiers_->load(s.plan.tier, s.plan.tier_copy, s.key.bucket, s.req->prompt, s.plan.n_restore, [this] {
-            load_ready_ = true;
-            cv_.notify_one();
-        });
+        s.load = tiers_->load(s.plan.tier, s.plan.tier_copy, s.key.bucket, s.req->prompt, s.plan.n_restore,
+                              store_.checkpoints_to_read(s.plan), [this] {
+                                  load_ready_ = true;
+                                  cv_.notify_one();
+                              });
         return;
     }
     start_prefill(s);

@@ -173,10 +173,11 @@ void tier_link::flush(double now_s, const std::function<void()> & drain) {
 
 std::future<cache::tier_load_result> tier_link::load(int32_t tier, cache::copy_id f, const std::string & bucket,
                                                      const cache::tokens & prompt, int32_t n_restore,
-                                                     std::function<void()> on_done) {
+                                                     cache::checkpoint_filter keep, std::function<void()> on_done) {
     cache::tier_expect want;
     want.bucket = bucket;
     want.prefix.assign(prompt.begin(), prompt.begin() + std::clamp<int32_t>(n_restore, 0, static_cast<int32_t>(prompt.size())));
+    want.keep = keep;
     return tiers_.at(static_cast<size_t>(tier))->load(f, std::move(want), std::move(on_done));
 }
 

@@ -52,11 +52,12 @@ public:
     void flush(double now_s, const std::function<void()> & drain);
     /** Queues the read of copy `f` of tier `tier` (restore_plan::tier) ahead of writes, for a
      *  request of `bucket` whose prompt's first `n_restore` tokens it restores (the tier checks
-     *  the copy holds them); `on_done` runs on the tier's thread.
+     *  the copy holds them), keeping the checkpoints `keep` names in memory
+     *  (store::checkpoints_to_read); `on_done` runs on the tier's thread.
      *  REQUIRES: 0 <= tier < number of tiers, n_restore <= |prompt|. */
     std::future<cache::tier_load_result> load(int32_t tier, cache::copy_id f, const std::string & bucket,
                                               const cache::tokens & prompt, int32_t n_restore,
-                                              std::function<void()> on_done);
+                                              cache::checkpoint_filter keep, std::function<void()> on_done);
     /** Every tier's figures into `s.tiers`, in the table's order: an open tier's own
      *  (lower_tier::report), a tier that is off its zeros; then any open tier outside the table. */
     void report(cache::stats & s) const;

@@ -163,7 +163,7 @@ TEST(TierLink, ALoadGoesToTheTierThePlanNames) {
 
     // Loads are routed by index: the shared tier's copy is read from the shared tier.
     const cache::copy_id shared_copy = t.shared->held().begin()->first;
-    auto r = link.load(1, shared_copy, "b", prompt, 40, [] {}).get();
+    auto r = link.load(1, shared_copy, "b", prompt, 40, {}, [] {}).get();
     ASSERT_TRUE(r.record.has_value()) << r.detail;
     EXPECT_EQ(r.record->toks, seq_tokens(40));
     EXPECT_EQ(t.shared->loads(), 1);
@@ -171,7 +171,7 @@ TEST(TierLink, ALoadGoesToTheTierThePlanNames) {
     // The tier checks the copy holds the prompt's first n_restore tokens.
     cache::tokens other = prompt;
     other[3] = 1;
-    EXPECT_EQ(link.load(0, p.tier_copy, "b", other, 40, [] {}).get().error, cache::tier_load_error::identity);
+    EXPECT_EQ(link.load(0, p.tier_copy, "b", other, 40, {}, [] {}).get().error, cache::tier_load_error::identity);
     EXPECT_EQ(t.own->loads(), 1);
     st2.detach_tiers();
 }

@@ -300,6 +300,11 @@ public:
      *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
      *  plan with the same captures; the status says which file and why. */
     util::status tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s);
+    /** The checkpoints tier_loaded uses of the copy `p` loads: every one where the copy may be
+     *  pinned again as an anchor with its ladder (repins_read_anchor, an anchor or ladder
+     *  restore), those up to n_restore where `p` absorbs it, else the one at n_restore. What the
+     *  tier's read keeps in memory (checkpoint_filter). */
+    checkpoint_filter checkpoints_to_read(const restore_plan & p) const;
 
     /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
      *  (rejections["disk_damaged"]); the request prefills cold. */

@@ -131,6 +131,16 @@ restore_plan cold_plan(restore_plan p) {
     return cold;
 }
 
+checkpoint_filter store::checkpoints_to_read(const restore_plan & p) const {
+    if (repins_read_anchor(p) && (p.kind == point_kind::anchor || p.kind == point_kind::ladder)) {
+        return {};  // it may be pinned again with its whole ladder
+    }
+    checkpoint_filter f;
+    f.up_to = p.absorbs ? p.n_restore : -1;
+    f.at = p.n_restore;
+    return f;
+}
+
 util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s) {
     if (r.error == tier_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
         // A hybrid restore short of the file's length needs the checkpoint the index named.

@@ -43,6 +43,7 @@ struct tier_write {
 struct tier_expect {
     std::string bucket;
     tokens prefix;
+    checkpoint_filter keep{};  ///< the checkpoints the restore uses (a file tier reads only these into blobs)
 };
 
 /** The outcome of a write, collected by the engine thread (take_completions). */

@@ -205,6 +205,45 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
     st.check_invariants();
 }
 
+// What a load keeps of a file (store::checkpoints_to_read): the checkpoint it restores; those up
+// to it when it absorbs the file; every one when an anchor's file is pinned again with its ladder.
+TEST(StoreTiers, ALoadKeepsTheCheckpointsItsRestoreUses) {
+    fakes::mem_tier mem("mem");
+    config c = hybrid_config();
+    c.repin_read_anchors = false;
+    store st(c, true);
+    st.attach_tier(&mem, mem.traits());  // this server's own copies: a read anchor stays a file
+    restore_plan p;
+    p.op = restore_op::load_disk;
+    p.tier = 0;
+    p.n_restore = 40;
+    p.source_tokens = 60;
+    p.kind = point_kind::turn;
+    checkpoint_filter f = st.checkpoints_to_read(p);
+    EXPECT_TRUE(f.keeps(40));
+    EXPECT_FALSE(f.keeps(20));
+    EXPECT_FALSE(f.keeps(59));
+    p.absorbs = true;  // its restore points up to 40 return with the commit
+    f = st.checkpoints_to_read(p);
+    EXPECT_TRUE(f.keeps(20));
+    EXPECT_TRUE(f.keeps(40));
+    EXPECT_FALSE(f.keeps(59));
+    p.absorbs = false;
+    p.kind = point_kind::ladder;  // one rung of an anchor file that stays a file
+    f = st.checkpoints_to_read(p);
+    EXPECT_TRUE(f.keeps(40));
+    EXPECT_FALSE(f.keeps(20));
+    EXPECT_FALSE(f.keeps(59));
+    config r = hybrid_config();
+    r.repin_read_anchors = true;
+    store pin(r, true);
+    pin.attach_tier(&mem, mem.traits());
+    f = pin.checkpoints_to_read(p);  // pinned again in RAM with its whole ladder
+    EXPECT_TRUE(f.keeps(20));
+    EXPECT_TRUE(f.keeps(40));
+    EXPECT_TRUE(f.keeps(59));
+}
+
 // The tier cost rule (tier_cost.h) in the store's decisions: with a measured prefill rate of
 // 1,000 tokens/s and a tier read at a fixed 1,000 bytes/s, a copy adding 18 tokens (18 ms of
 // recompute) is read when it holds 10 bytes (10 ms) and not when it holds 100,000 (100 s).

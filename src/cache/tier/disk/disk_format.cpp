@@ -5,16 +5,18 @@
 
 #include <xxhash.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <new>
-#include <fcntl.h>
 #include <memory>
+#include <new>
 #include <stdexcept>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <vector>
 
 namespace lineage::cache {
 
@@ -374,7 +376,8 @@ tier_load_result read_disk_header(const std::string & path, bool with_tokens) {
 namespace {
 
 /** The sections and checksum after a parsed header (read_disk_file, decode_disk_record). */
-tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result r, const std::string & model) {
+tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result r, const std::string & model,
+                           const checkpoint_filter & keep) {
     reader * rd = &rdr;
     r.n_tokens = h.n_tokens;
     r.digest = h.digest;
@@ -400,7 +403,26 @@ tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result 
     if (!rec.full) {
         return fail(tier_load_error::truncated, "state cut short");
     }
+    // A checkpoint the caller does not keep is read and hashed through one reused buffer.
+    thread_local std::vector<char> scratch;
+    auto skip = [&](uint64_t n) {
+        scratch.resize(std::min<uint64_t>(n, 1u << 20));
+        while (n > 0) {
+            const size_t step = static_cast<size_t>(std::min<uint64_t>(n, scratch.size()));
+            if (!rd->bytes(scratch.data(), step)) {
+                return false;
+            }
+            n -= step;
+        }
+        return true;
+    };
     for (auto & [c, bytes] : h.cps) {
+        if (!keep.keeps(c.n_tokens)) {
+            if (!skip(bytes)) {
+                return fail(tier_load_error::truncated, "checkpoint cut short");
+            }
+            continue;
+        }
         c.recurrent = section(bytes);
         if (!c.recurrent) {
             return fail(tier_load_error::truncated, "checkpoint cut short");
@@ -420,7 +442,7 @@ tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result 
 
 }  // namespace
 
-tier_load_result read_disk_file(const std::string & path, const std::string & model) {
+tier_load_result read_disk_file(const std::string & path, const std::string & model, const checkpoint_filter & keep) {
     file_ptr f;
     std::unique_ptr<reader> rd;
     header h;
@@ -429,7 +451,7 @@ tier_load_result read_disk_file(const std::string & path, const std::string & mo
     if (r.error != tier_load_error::none) {
         return r;
     }
-    return read_body(f.get(), *rd, h, std::move(r), model);
+    return read_body(f.get(), *rd, h, std::move(r), model, keep);
 }
 
 std::string encode_disk_record(const disk_record & r) {
@@ -464,7 +486,7 @@ tier_load_result decode_disk_record(std::string_view bytes, const std::string & 
     if (r.error != tier_load_error::none) {
         return r;
     }
-    return read_body(f.get(), *rd, h, std::move(r), model);
+    return read_body(f.get(), *rd, h, std::move(r), model, checkpoint_filter{});
 }
 
 std::string model_fingerprint(const std::string & path) {

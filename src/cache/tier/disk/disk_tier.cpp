@@ -461,7 +461,7 @@ tier_load_result disk_tier::load_now(copy_id id, const tier_expect & want) {
         r.detail = "file " + std::to_string(id) + " was deleted before it could be loaded";
     } else {
         try {
-            r = read_disk_file(path_of(id), cfg_.model);
+            r = read_disk_file(path_of(id), cfg_.model, want.keep);
         } catch (const std::exception & e) {  // e.g. bad_alloc for a section the size of the disk
             r = tier_load_result{};
             r.error = tier_load_error::io;
@@ -482,7 +482,7 @@ tier_load_result disk_tier::load_now(copy_id id, const tier_expect & want) {
             request_tick();
             util::lock_guard lk(mu_);
             stats_.loads++;
-            stats_.bytes_read += disk_file_size(*r.record);
+            stats_.bytes_read += row->bytes;  // the whole file was read, kept or not
         } else {
             spdlog::warn("disk tier: file {} failed its checks ({}: {}); deleted, the request prefills cold",
                          path_of(id), to_string(r.error), r.detail);

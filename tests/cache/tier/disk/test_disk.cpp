@@ -50,6 +50,32 @@ TEST_F(DiskFormat, RoundTripKeepsEverySection) {
     EXPECT_EQ(*g.checkpoints[1].recurrent, blob(32, 2));
 }
 
+TEST_F(DiskFormat, AFilteredReadKeepsOnlyTheNamedCheckpointsAndChecksEveryByte) {
+    auto r = record(seq(10, 50), 777,
+                    {{10, point_kind::ladder, fake(64, 1)},
+                     {20, point_kind::ladder, fake(64, 2)},
+                     {30, point_kind::ladder, fake((3 << 20) + 5, 3)}});  // read through the buffer in 4 steps
+    ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
+    auto got = read_disk_file(path("a"), "model-a", checkpoint_filter{.up_to = -1, .at = 20});
+    ASSERT_EQ(got.error, tier_load_error::none) << got.detail;
+    ASSERT_EQ(got.record->checkpoints.size(), 1u);
+    EXPECT_EQ(got.record->checkpoints[0].n_tokens, 20);
+    EXPECT_EQ(*got.record->checkpoints[0].recurrent, blob(64, 2));
+    EXPECT_EQ(*got.record->full, *r.full);
+    got = read_disk_file(path("a"), "model-a", checkpoint_filter{.up_to = 20, .at = -1});
+    ASSERT_EQ(got.error, tier_load_error::none) << got.detail;
+    ASSERT_EQ(got.record->checkpoints.size(), 2u);
+    EXPECT_EQ(got.record->checkpoints[1].n_tokens, 20);
+    // A byte of a checkpoint not kept (the last one's last, just before the checksum) is still checked.
+    std::ifstream in(path("a"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    bytes[bytes.size() - 9] = static_cast<char>(bytes[bytes.size() - 9] ^ 0x10);
+    std::ofstream(path("b"), std::ios::binary | std::ios::trunc) << bytes;
+    got = read_disk_file(path("b"), "model-a", checkpoint_filter{.up_to = -1, .at = 20});
+    EXPECT_EQ(got.error, tier_load_error::corrupt) << got.detail;
+    EXPECT_FALSE(got.record.has_value());
+}
+
 TEST_F(DiskFormat, EveryFlippedByteIsCaught) {
     auto r = record(seq(0, 8), 16, {{4, point_kind::turn, fake(8)}});
     ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
