@@ -71,23 +71,24 @@ struct tier_load_result {
     uint64_t digest = 0;             ///< the header's token digest
 };
 
-/** Reads and verifies the file at `path`: a regular file (not followed through a symlink, not
- *  blocking on a FIFO), magic, format version, model fingerprint equal to `model`, declared
- *  section sizes adding up to the file's size (checked before any allocation), the token
- *  digest, the checksum. On any failure `record` is empty and `error` says why; never throws
- *  for what the file holds. */
 /** The checkpoints a read keeps: those of at most `up_to` tokens and the one at `at`. The others
  *  are read and checked all the same (the checksum covers every byte) through a small reused
  *  buffer, not into a new blob each: a restore of one ladder rung from an anchor's file then
  *  does not allocate the anchor's every rung (fresh memory costs a page fault per page: 91.9 MB
  *  read into fresh memory took 250-470 ms on the 2-core dev VM, through a reused 1 MiB buffer
- *  6-11 ms; docs/benchmarks/README.md "TTFT against what the oracle allows"). Default: all. */
+ *  6-11 ms; docs/benchmarks/README.md "A file load keeps only the checkpoints its restore
+ *  uses"). Default: all. */
 struct checkpoint_filter {
     int32_t up_to = std::numeric_limits<int32_t>::max();
     int32_t at = -1;
     bool keeps(int32_t n_tokens) const { return n_tokens <= up_to || n_tokens == at; }
 };
 
+/** Reads and verifies the file at `path`: a regular file (not followed through a symlink, not
+ *  blocking on a FIFO), magic, format version, model fingerprint equal to `model`, declared
+ *  section sizes adding up to the file's size (checked before any allocation), the token
+ *  digest, the checksum. On any failure `record` is empty and `error` says why; never throws
+ *  for what the file holds. Keeps in `record` only the checkpoints `keep` names. */
 tier_load_result read_disk_file(const std::string & path, const std::string & model,
                                 const checkpoint_filter & keep = {});
 
