@@ -526,6 +526,11 @@ private:
     bool repins_read_anchor(const restore_plan & p) const {
         return cfg_.repin_read_anchors || !(p.tier == 0 && own_copies());
     }
+    /** Whether the anchor file `p` restores an anchor or ladder point of is pinned again in RAM
+     *  with its whole ladder (tier_loaded, when the file is an anchor's; checkpoints_to_read). */
+    bool repins_as_anchor(const restore_plan & p) const {
+        return repins_read_anchor(p) && (p.kind == point_kind::anchor || p.kind == point_kind::ladder);
+    }
     /** How the decision log names the copy `p` loads ("disk file"). */
     std::string copy_noun(const restore_plan & p) const;
     /** A shared tier is attached: anchors are handed over as soon as they are pinned. */

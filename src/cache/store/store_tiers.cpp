@@ -132,7 +132,7 @@ restore_plan cold_plan(restore_plan p) {
 }
 
 checkpoint_filter store::checkpoints_to_read(const restore_plan & p) const {
-    if (repins_read_anchor(p) && (p.kind == point_kind::anchor || p.kind == point_kind::ladder)) {
+    if (repins_as_anchor(p)) {
         return {};  // it may be pinned again with its whole ladder
     }
     checkpoint_filter f;
@@ -180,8 +180,7 @@ util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_resul
             }
         }
         p.final_from_sequence = hybrid_ && p.n_restore == p.source_tokens;
-    } else if (rec.anchor && repins_read_anchor(p) &&
-               (p.kind == point_kind::anchor || p.kind == point_kind::ladder)) {
+    } else if (rec.anchor && repins_as_anchor(p)) {
         // A system prompt seen before the restart or released from RAM: pinned in RAM again
         // with its ladder (its file stays). Not on the CPU alone with RAM release on
         // (config::repin_read_anchors_for) when it came from our own file: the next new session
