@@ -170,4 +170,37 @@ uint64_t unmap_file_pages(const std::string & path) {
     return before > after ? before - after : 0;
 }
 
+uint64_t map_file_pages(const std::string & path) {
+    std::error_code ec;
+    const std::string want = std::filesystem::canonical(path, ec).string();
+    if (ec) {
+        return 0;
+    }
+    const std::vector<mapping> maps =
+        mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
+            return perms == "r--s" && name == want;
+        });
+    if (maps.empty()) {
+        return 0;
+    }
+#ifndef MADV_POPULATE_READ
+    constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14 (include/uapi/asm-generic/mman-common.h)
+#endif
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t before = resident_bytes();
+    for (const auto & m : maps) {
+        if (madvise(reinterpret_cast<void *>(m.start), m.end - m.start, MADV_POPULATE_READ) == 0) {
+            continue;
+        }
+        // An older kernel (EINVAL): one read a page maps the same pages, a fault each.
+        unsigned char sum = 0;
+        for (uintptr_t p = m.start; p < m.end; p += page) {
+            sum ^= *reinterpret_cast<const volatile unsigned char *>(p);
+        }
+        (void)sum;
+    }
+    const uint64_t after = resident_bytes();
+    return after > before ? after - before : 0;
+}
+
 }  // namespace lineage::engine

@@ -66,13 +66,16 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     }
     // On the CPU alone: the probe's decode has just read every weight. Unmapped now (they stay in
     // the page cache), they are not resident while llama.cpp clears the KV buffers below, so the
-    // process's peak RSS is not the weights and the whole cleared KV at once; the first pass of the
-    // first request maps them again (engine/resident.h unmap_file_pages).
+    // process's peak RSS is not the weights and the whole cleared KV at once; once the new
+    // context's zero pages are given back, they are mapped again (engine/resident.h).
+    uint64_t unmapped = 0;
     if (!m.offloaded()) {
-        if (const uint64_t unmapped = engine::unmap_file_pages(m.path()); unmapped > 0) {
-            spdlog::info("engine: {:.1f} MiB of model weights read by the memory probe unmapped until the first "
-                         "request (in the page cache meanwhile)",
-                         static_cast<double>(unmapped) / (1 << 20));
+        unmapped = engine::unmap_file_pages(m.path());
+        if (unmapped > 0) {
+            spdlog::info(
+                "engine: {:.1f} MiB of model weights read by the memory probe unmapped while the context is "
+                "created (in the page cache meanwhile)",
+                static_cast<double>(unmapped) / (1 << 20));
         }
     }
     // On the CPU alone the KV cache is host memory that llama.cpp clears at its whole size: its
@@ -87,6 +90,14 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         spdlog::info("engine: {:.1f} MiB of the context's buffers (KV cache, recurrent state) were still zero and went "
                      "back to the kernel: RSS counts them as tokens are written",
                      static_cast<double>(ctx_->released_zero_bytes()) / (1 << 20));
+    }
+    if (unmapped > 0) {
+        // Mapped now rather than by the first request's first pass, a page fault a page.
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t mapped = engine::map_file_pages(m.path());
+        spdlog::info("engine: {:.1f} MiB of model weights mapped again in {:.1f} ms",
+                     static_cast<double>(mapped) / (1 << 20),
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
     if (guard_rollback_) {

@@ -144,8 +144,8 @@ TEST(Mappings, AnonymousMappingsListANewMappingAndNewMappingsFindsIt) {
 }
 
 // A file mapped as llama.cpp maps a model (PROT_READ, MAP_SHARED), every page read: unmapping it
-// lowers RSS by about its size, and every byte reads back the same; a file nobody maps, or a
-// mapping of another file, is left alone.
+// lowers RSS by about its size, and every byte reads back the same; mapping it again makes every
+// page resident before any read; a file nobody maps, or a mapping of another file, is left alone.
 TEST(FilePages, AReadOnlySharedMappingLeavesRssAndReadsBackTheSameBytes) {
     char path[] = "/tmp/lineage-test-resident-XXXXXX";
     const int fd = mkstemp(path);
@@ -168,6 +168,12 @@ TEST(FilePages, AReadOnlySharedMappingLeavesRssAndReadsBackTheSameBytes) {
     EXPECT_GE(dropped, n / 2) << "RSS fell by about the mapping's size (other threads may allocate meanwhile)";
     EXPECT_EQ(0, std::memcmp(p, want.data(), n)) << "the pages map again with the file's bytes";
     EXPECT_EQ(unmap_file_pages("/tmp/lineage-test-resident-none"), 0u);
+    // map_file_pages maps them back in one call, before any read (RSS counts mapped pages; mincore
+    // would report the page cache's).
+    ASSERT_GE(unmap_file_pages(path), n / 2);
+    EXPECT_GE(map_file_pages(path), n / 2) << "RSS rose by about the mapping's size, no byte read";
+    EXPECT_EQ(0, std::memcmp(p, want.data(), n)) << "the same bytes";
+    EXPECT_EQ(map_file_pages("/tmp/lineage-test-resident-none"), 0u);
     std::fprintf(stderr, "[resident] file mapping: %llu of %zu bytes left RSS (sum %llu)\n",
                  static_cast<unsigned long long>(dropped), n, static_cast<unsigned long long>(sum));
     munmap(const_cast<unsigned char *>(p), n);
