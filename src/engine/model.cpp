@@ -5,6 +5,7 @@
 #include "engine/model.h"
 
 #include <ggml-backend.h>
+#include <gguf.h>
 #include <llama.h>
 #include <log.h>
 #include <spdlog/spdlog.h>
@@ -441,6 +442,40 @@ uint64_t model::size_bytes() const {
 std::string model::chat_template() const {
     const char * t = llama_model_chat_template(model_, nullptr);
     return t ? std::string(t) : std::string();
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> model::pass_weight_ranges() const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gp.ctx = nullptr;
+    gguf_context * g = gguf_init_from_file(path_.c_str(), gp);
+    if (g == nullptr) {
+        return out;
+    }
+    const int64_t n = gguf_get_n_tensors(g);
+    const bool tied = gguf_find_tensor(g, "output.weight") < 0;
+    const uint64_t data = gguf_get_data_offset(g);
+    const uint64_t alignment = gguf_get_alignment(g);
+    for (int64_t i = 0; i < n; ++i) {
+        if (!tied && std::string(gguf_get_tensor_name(g, i)) == "token_embd.weight") {
+            continue;
+        }
+        const uint64_t begin = data + gguf_get_tensor_offset(g, i);
+        out.emplace_back(begin, begin + gguf_get_tensor_size(g, i));
+    }
+    gguf_free(g);
+    // Tensors lie back to back (up to their alignment): one range per run of them.
+    std::sort(out.begin(), out.end());
+    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    for (const auto & r : out) {
+        if (!runs.empty() && r.first <= runs.back().second + alignment) {
+            runs.back().second = std::max(runs.back().second, r.second);
+        } else {
+            runs.push_back(r);
+        }
+    }
+    return runs;
 }
 
 }  // namespace lineage::engine

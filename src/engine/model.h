@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct llama_model;
@@ -103,6 +104,14 @@ public:
      *  llama.cpp found a GPU device); false when everything, the KV cache included, lives in
      *  host RAM. */
     bool offloaded() const { return offloaded_; }
+
+    /** Byte ranges of the model file holding the weights a forward pass reads whole: every
+     *  tensor's data but the token embeddings', of which a pass reads only its tokens' rows
+     *  (token_embd.weight; kept where the file has no output.weight, as the output projection
+     *  then reads the whole table). From the GGUF's tensor table (gguf_get_data_offset +
+     *  gguf_get_tensor_offset, gguf_get_tensor_size), tensors lying back to back merged into one
+     *  range, in file order; empty when it cannot be read. For engine::map_file_ranges. */
+    std::vector<std::pair<uint64_t, uint64_t>> pass_weight_ranges() const;
 
     /** general.architecture, e.g. "qwen35". */
     std::string architecture() const;

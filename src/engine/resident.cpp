@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,7 +60,8 @@ std::vector<mapping> mappings_where(Keep keep) {
             continue;
         }
         out.push_back({static_cast<uintptr_t>(std::stoull(range.substr(0, dash), nullptr, 16)),
-                       static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16))});
+                       static_cast<uintptr_t>(std::stoull(range.substr(dash + 1), nullptr, 16)),
+                       static_cast<uint64_t>(std::stoull(offset, nullptr, 16))});
     }
     return out;
 }
@@ -170,7 +172,7 @@ uint64_t unmap_file_pages(const std::string & path) {
     return before > after ? before - after : 0;
 }
 
-uint64_t map_file_pages(const std::string & path) {
+uint64_t map_file_ranges(const std::string & path, const std::vector<file_range> & ranges) {
     std::error_code ec;
     const std::string want = std::filesystem::canonical(path, ec).string();
     if (ec) {
@@ -180,24 +182,31 @@ uint64_t map_file_pages(const std::string & path) {
         mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
             return perms == "r--s" && name == want;
         });
-    if (maps.empty()) {
-        return 0;
-    }
 #ifndef MADV_POPULATE_READ
     constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14 (include/uapi/asm-generic/mman-common.h)
 #endif
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uint64_t before = resident_bytes();
     for (const auto & m : maps) {
-        if (madvise(reinterpret_cast<void *>(m.start), m.end - m.start, MADV_POPULATE_READ) == 0) {
-            continue;
+        for (const auto & r : ranges) {
+            // The part of [r.begin, r.end) this mapping holds, as addresses, widened to whole pages.
+            const uint64_t lo = std::max(r.begin, m.offset);
+            const uint64_t hi = std::min(r.end, m.offset + (m.end - m.start));
+            if (lo >= hi) {
+                continue;
+            }
+            const uintptr_t a = (m.start + (lo - m.offset)) / page * page;
+            const uintptr_t b = std::min<uintptr_t>(m.end, (m.start + (hi - m.offset) + page - 1) / page * page);
+            if (madvise(reinterpret_cast<void *>(a), b - a, MADV_POPULATE_READ) == 0) {
+                continue;
+            }
+            // An older kernel (EINVAL): one read a page maps the same pages, a fault each.
+            unsigned char sum = 0;
+            for (uintptr_t p = a; p < b; p += page) {
+                sum ^= *reinterpret_cast<const volatile unsigned char *>(p);
+            }
+            (void)sum;
         }
-        // An older kernel (EINVAL): one read a page maps the same pages, a fault each.
-        unsigned char sum = 0;
-        for (uintptr_t p = m.start; p < m.end; p += page) {
-            sum ^= *reinterpret_cast<const volatile unsigned char *>(p);
-        }
-        (void)sum;
     }
     const uint64_t after = resident_bytes();
     return after > before ? after - before : 0;

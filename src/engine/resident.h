@@ -28,6 +28,7 @@ namespace lineage::engine {
 struct mapping {
     uintptr_t start = 0;
     uintptr_t end = 0;
+    uint64_t offset = 0;  ///< of a file mapping: the file offset mapped at `start`, bytes
     bool operator==(const mapping & o) const { return start == o.start && end == o.end; }
 };
 
@@ -65,17 +66,24 @@ uint64_t resident_bytes();
  *  together. */
 uint64_t unmap_file_pages(const std::string & path);
 
-/** Maps into this process again the pages of its read-only shared mappings of the file at `path`
- *  (madvise MADV_POPULATE_READ, Linux 5.14; on an older kernel one read a page), the inverse of
- *  unmap_file_pages: pages still in the page cache are mapped without reading the file, others
- *  are read. Returns by how much RSS rose, bytes (0 when the file is not mapped).
- *  Why: after unmap_file_pages the first request's first pass mapped every weight again, a minor
- *  fault per 4 KiB page (22.8k faults on bench-qwen35's first request, 2.1k with the weights
- *  mapped here in 23-28 ms; docs/architecture.md "KV pages resident as used"); llama-server,
- *  whose warm-up decode runs after its context is created, pays it before it is ready. Called
- *  once the context's zero pages are given back, it moves that cost to the start without raising
- *  the peak: the weights and a KV cache as large as tokens written are what the first request
- *  holds anyway. */
-uint64_t map_file_pages(const std::string & path);
+/** A byte range of a file: [begin, end). */
+struct file_range {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+};
+
+/** Maps into this process the pages of its read-only shared mappings of the file at `path` that
+ *  hold `ranges` (widened to whole pages; the kernel may map neighbouring pages of the page cache
+ *  with them): madvise MADV_POPULATE_READ (Linux 5.14), on an older kernel one read a page. Pages
+ *  in the page cache are mapped without reading the file. Returns by how much RSS rose, bytes (0
+ *  when the file is not mapped).
+ *  Why: after unmap_file_pages the first request's first pass mapped the weights again, a minor
+ *  fault per 4 KiB page (22.8k faults on bench-qwen35's first request, ~2k with them mapped at
+ *  the start in ~22 ms; docs/architecture.md "KV pages resident as used"); llama-server, whose
+ *  warm-up decode runs after its context is created, pays that before it is ready. The ranges are
+ *  the weights every pass reads (engine::model::pass_weight_ranges): the whole file would add the
+ *  token embeddings' unread rows, 132 MiB more RSS than the first requests make resident on
+ *  bench-qwen35. Called once the context's zero pages are given back, it does not raise the peak. */
+uint64_t map_file_ranges(const std::string & path, const std::vector<file_range> & ranges);
 
 }  // namespace lineage::engine

@@ -92,9 +92,14 @@ scheduler::impl::impl(const engine::model & m, const params & p)
                      static_cast<double>(ctx_->released_zero_bytes()) / (1 << 20));
     }
     if (unmapped > 0) {
-        // Mapped now rather than by the first request's first pass, a page fault a page.
+        // The weights every pass reads, mapped now rather than by the first request's first pass,
+        // a page fault a page (engine/resident.h map_file_ranges).
         const auto t0 = std::chrono::steady_clock::now();
-        const uint64_t mapped = engine::map_file_pages(m.path());
+        std::vector<engine::file_range> weights;
+        for (const auto & [begin, end] : m.pass_weight_ranges()) {
+            weights.push_back({begin, end});
+        }
+        const uint64_t mapped = engine::map_file_ranges(m.path(), weights);
         spdlog::info("engine: {:.1f} MiB of model weights mapped again in {:.1f} ms",
                      static_cast<double>(mapped) / (1 << 20),
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

@@ -7,6 +7,7 @@
 #include "engine/model.h"
 #include "engine/resident.h"
 
+#include <gguf.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/mman.h>
@@ -15,9 +16,11 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -144,13 +147,14 @@ TEST(Mappings, AnonymousMappingsListANewMappingAndNewMappingsFindsIt) {
 }
 
 // A file mapped as llama.cpp maps a model (PROT_READ, MAP_SHARED), every page read: unmapping it
-// lowers RSS by about its size, and every byte reads back the same; mapping it again makes every
-// page resident before any read; a file nobody maps, or a mapping of another file, is left alone.
+// lowers RSS by about its size, and every byte reads back the same; named byte ranges of it are
+// mapped again before any read, and not the whole file; a file nobody maps, or a mapping of
+// another file, is left alone.
 TEST(FilePages, AReadOnlySharedMappingLeavesRssAndReadsBackTheSameBytes) {
     char path[] = "/tmp/lineage-test-resident-XXXXXX";
     const int fd = mkstemp(path);
     ASSERT_GE(fd, 0);
-    const size_t n = 256 * page;  // 1 MiB on 4 KiB pages
+    const size_t n = 2048 * page;  // 8 MiB on 4 KiB pages
     std::vector<unsigned char> want(n);
     for (size_t i = 0; i < n; ++i) {
         want[i] = static_cast<unsigned char>((i * 131 + i / page) & 0xff);
@@ -168,12 +172,18 @@ TEST(FilePages, AReadOnlySharedMappingLeavesRssAndReadsBackTheSameBytes) {
     EXPECT_GE(dropped, n / 2) << "RSS fell by about the mapping's size (other threads may allocate meanwhile)";
     EXPECT_EQ(0, std::memcmp(p, want.data(), n)) << "the pages map again with the file's bytes";
     EXPECT_EQ(unmap_file_pages("/tmp/lineage-test-resident-none"), 0u);
-    // map_file_pages maps them back in one call, before any read (RSS counts mapped pages; mincore
-    // would report the page cache's).
+    // map_file_ranges maps the pages holding the named byte ranges back in one call, before any
+    // read, and not the whole file (the kernel may map neighbours from the page cache with them:
+    // fault-around, large folios of up to 2 MiB); the whole file when named whole.
     ASSERT_GE(unmap_file_pages(path), n / 2);
-    EXPECT_GE(map_file_pages(path), n / 2) << "RSS rose by about the mapping's size, no byte read";
+    const size_t part = 16 * page;
+    const uint64_t two = map_file_ranges(path, {{0, part}, {n / 2 + 100, n / 2 + 100 + part}});
+    EXPECT_GE(two, 2 * part) << "RSS rose by at least the two ranges' pages";
+    EXPECT_LE(two, n / 2) << "and not by the whole file";
+    ASSERT_GE(unmap_file_pages(path), 2 * part);
+    EXPECT_GE(map_file_ranges(path, {{0, n}}), n / 2) << "the whole file named: about all of it";
     EXPECT_EQ(0, std::memcmp(p, want.data(), n)) << "the same bytes";
-    EXPECT_EQ(map_file_pages("/tmp/lineage-test-resident-none"), 0u);
+    EXPECT_EQ(map_file_ranges("/tmp/lineage-test-resident-none", {{0, n}}), 0u);
     std::fprintf(stderr, "[resident] file mapping: %llu of %zu bytes left RSS (sum %llu)\n",
                  static_cast<unsigned long long>(dropped), n, static_cast<unsigned long long>(sum));
     munmap(const_cast<unsigned char *>(p), n);
@@ -242,6 +252,40 @@ TEST_P(ReleasedContext, ComputesAsAContextWithoutTheRelease) {
     auto again = make(true);
     const auto c = run(*again, 1);
     EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+}
+
+// The weights a pass reads whole: every tensor's bytes but the token embeddings' (the tiny models
+// have an output.weight of their own), in file order, within the file.
+TEST_P(ReleasedContext, PassWeightRangesCoverEveryTensorButTheTokenEmbeddings) {
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gguf_context * g = gguf_init_from_file(m_.path().c_str(), gp);
+    ASSERT_NE(g, nullptr);
+    ASSERT_GE(gguf_find_tensor(g, "output.weight"), 0);
+    const auto ranges = m_.pass_weight_ranges();
+    ASSERT_FALSE(ranges.empty());
+    const auto inside = [&](uint64_t begin, uint64_t end) {
+        return std::any_of(ranges.begin(), ranges.end(),
+                           [&](const auto & r) { return r.first <= begin && end <= r.second; });
+    };
+    const uint64_t data = gguf_get_data_offset(g);
+    for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+        const uint64_t begin = data + gguf_get_tensor_offset(g, i);
+        const uint64_t end = begin + gguf_get_tensor_size(g, i);
+        const std::string name = gguf_get_tensor_name(g, i);
+        if (name == "token_embd.weight") {
+            EXPECT_FALSE(std::any_of(ranges.begin(), ranges.end(), [&](const auto & r) {
+                return r.first < end && begin < r.second;
+            })) << "no range overlaps the token embeddings";
+        } else {
+            EXPECT_TRUE(inside(begin, end)) << name;
+        }
+    }
+    gguf_free(g);
+    for (size_t k = 1; k < ranges.size(); ++k) {
+        EXPECT_LT(ranges[k - 1].second, ranges[k].first) << "sorted, apart";
+    }
+    EXPECT_LE(ranges.back().second, std::filesystem::file_size(m_.path()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ReleasedContext, ::testing::Values("qwen3", "qwen35"));
