@@ -78,8 +78,9 @@ struct file_range {
  *  in the page cache are mapped without reading the file. Returns by how much RSS rose, bytes (0
  *  when the file is not mapped).
  *  Why: after unmap_file_pages the first request's first pass mapped the weights again, a minor
- *  fault per 4 KiB page (22.8k faults on bench-qwen35's first request, ~2k with them mapped at
- *  the start in ~22 ms; docs/architecture.md "KV pages resident as used"); llama-server, whose
+ *  fault per 4 KiB page (bench-qwen35's first request: 22.8k page faults, 15.3-16.0k with them
+ *  mapped at the start in ~105 ms, the rest its KV and compute buffer pages written for the first
+ *  time; docs/architecture.md "KV pages resident as used"); llama-server, whose
  *  warm-up decode runs after its context is created, pays that before it is ready. The ranges are
  *  the weights every pass reads (engine::model::pass_weight_ranges): the whole file would add the
  *  token embeddings' unread rows, 132 MiB more RSS than the first requests make resident on
