@@ -66,6 +66,19 @@ std::vector<mapping> mappings_where(Keep keep) {
     return out;
 }
 
+/** The read-only shared mappings of the file at `path` (/proc/self/maps lines "r--s" naming it, as
+ *  llama.cpp maps a model); empty when the path does not resolve or nothing maps it. */
+std::vector<mapping> file_mappings(const std::string & path) {
+    std::error_code ec;
+    const std::string want = std::filesystem::canonical(path, ec).string();
+    if (ec) {
+        return {};
+    }
+    return mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
+        return perms == "r--s" && name == want;
+    });
+}
+
 }  // namespace
 
 std::vector<mapping> anonymous_mappings() {
@@ -152,15 +165,7 @@ uint64_t resident_bytes() {
 }
 
 uint64_t unmap_file_pages(const std::string & path) {
-    std::error_code ec;
-    const std::string want = std::filesystem::canonical(path, ec).string();
-    if (ec) {
-        return 0;
-    }
-    const std::vector<mapping> maps =
-        mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
-            return perms == "r--s" && name == want;
-        });
+    const std::vector<mapping> maps = file_mappings(path);
     if (maps.empty()) {
         return 0;
     }
@@ -173,15 +178,7 @@ uint64_t unmap_file_pages(const std::string & path) {
 }
 
 uint64_t map_file_ranges(const std::string & path, const std::vector<file_range> & ranges) {
-    std::error_code ec;
-    const std::string want = std::filesystem::canonical(path, ec).string();
-    if (ec) {
-        return 0;
-    }
-    const std::vector<mapping> maps =
-        mappings_where([&want](const std::string & perms, const std::string &, const std::string & name) {
-            return perms == "r--s" && name == want;
-        });
+    const std::vector<mapping> maps = file_mappings(path);
 #ifndef MADV_POPULATE_READ
     constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14 (include/uapi/asm-generic/mman-common.h)
 #endif
