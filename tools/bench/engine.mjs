@@ -116,12 +116,27 @@ function filler(seed, words) {
 
 /** One streamed completion (POST /v1/completions: a raw prompt, no chat template or reply parser,
  *  whose end-of-stream parse of a random-weight model's text can fail); returns client times
- *  (ms) and the server's usage and timings. */
+ *  (ms) and the server's usage and timings. A request that fails before any answer (fetch's
+ *  "fetch failed": a kept-alive connection that the server closed after its idle timeout as the
+ *  client reused it, seen from llama-server between two runs of the other server; undici does not
+ *  retry a POST) is sent again, up to 2 more times, its clock started again. */
 async function stream(srv, body) {
-  const t0 = performance.now();
-  const r = await fetch(`${srv.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true }, timings_per_token: true }),
-    signal: AbortSignal.timeout(900_000) });
+  let t0;
+  let r;
+  for (let attempt = 1; ; attempt++) {
+    t0 = performance.now();
+    try {
+      r = await fetch(`${srv.base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true }, timings_per_token: true }),
+        signal: AbortSignal.timeout(900_000) });
+      break;
+    } catch (e) {
+      const why = e.cause ? `${e.message}: ${e.cause.code ?? ''} ${e.cause.message ?? e.cause}` : e.message;
+      if (attempt >= 3 || e.name === 'TimeoutError') throw e;
+      srv.log(`completion: ${why}; sending it again`);
+      await new Promise((res) => setTimeout(res, 200));
+    }
+  }
   if (r.status !== 200) throw new Error(`completion -> ${r.status}: ${(await r.text()).slice(0, 300)}`);
   let first = null;
   const chunks = [];  // arrival time (ms) of each chunk that carries a token

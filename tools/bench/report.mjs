@@ -124,15 +124,21 @@ if (engines.length) {
       return `**${mid.toFixed(2)}x** (${rs[0].toFixed(2)}-${rs.at(-1).toFixed(2)}, ${rs.length})`;
     };
     out.push(table(['configuration, paired with llama-server', 'one stream, decode', `${e0.streams} streams, aggregate decode`,
-      `${e0.streams} streams, while all decode`, ...sizes.map((k) => `cold prefill ~${k} tokens`)],
+      `${e0.streams} streams, while all decode`, ...sizes.map((k) => `cold prefill ~${k} tokens`),
+      ...sizes.map((k) => `cold prefill ~${k} tokens, request time (client)`)],
     paired.map(({ name, e }) => [name, pcell(pairs(e.decode_1?.runs, eref.decode_1?.runs, 'client_tok_s')),
       pcell(pairs(e.decode_n?.runs, eref.decode_n?.runs, 'aggregate_tok_s')),
       pcell(pairs(e.decode_n?.runs, eref.decode_n?.runs, 'all_decoding_tok_s')),
-      ...sizes.map((k) => pcell(pairs(pre(e, k)?.runs, pre(eref, k)?.runs, 'server_tok_s')))])));
+      ...sizes.map((k) => pcell(pairs(pre(e, k)?.runs, pre(eref, k)?.runs, 'server_tok_s'))),
+      // Time, so llama-server's over this one's: above 1 is faster here too.
+      ...sizes.map((k) => pcell(pairs(pre(eref, k)?.runs, pre(e, k)?.runs, 'client_s')))])));
     out.push('', 'Paired: the servers ran at the same time, idle in turn, each measure\'s runs alternating (A B, B A, ...); ' +
       'each cell is the median of the ratios of run k to llama-server\'s run k (above 1 is faster), their range and ' +
       'count. On a machine whose speed drifts by more than the gap between the servers, read this table rather than ' +
-      'the best runs above.', '');
+      'the best runs above. "Request time (client)" is the whole `max_tokens: 1` request as the client waits for it, ' +
+      'llama-server\'s over this server\'s: each server\'s own prompt timing covers a different span (llama-server\'s ' +
+      'starts after it has tokenized the prompt and picked a slot), so the two prefill columns can differ by a few ' +
+      'points.', '');
   }
 }
 
