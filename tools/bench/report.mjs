@@ -136,9 +136,9 @@ if (engines.length) {
       'each cell is the median of the ratios of run k to llama-server\'s run k (above 1 is faster), their range and ' +
       'count. On a machine whose speed drifts by more than the gap between the servers, read this table rather than ' +
       'the best runs above. "Request time (client)" is the whole `max_tokens: 1` request as the client waits for it, ' +
-      'llama-server\'s over this server\'s: each server\'s own prompt timing covers a different span (llama-server\'s ' +
-      'starts after it has tokenized the prompt and picked a slot), so the two prefill columns can differ by a few ' +
-      'points.', '');
+      'llama-server\'s over this server\'s: each server\'s own prompt timing covers a different part of the request ' +
+      '(on bench-qwen35, llama-server\'s ~3k requests took ~100 ms longer than its own prompt timing, lineage-server\'s ' +
+      '~20 ms), so the two prefill columns can differ by a few points.', '');
   }
 }
 
