@@ -6,7 +6,7 @@
 namespace lineage::scheduler {
 
 std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::vector<float> & lora, int32_t budget,
-                                        int32_t short_prefill, int32_t max_deferrals) {
+                                        int32_t short_prefill, int32_t max_deferrals, bool hold_long) {
     std::vector<slot *> prefills;
     for (auto & s : slots) {
         if (s.ph == slot::phase::prefill && s.req->lora == lora) {
@@ -22,6 +22,9 @@ std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::ve
     for (slot * s : prefills) {
         if (budget <= 0) {
             break;
+        }
+        if (hold_long && left(s) > short_prefill) {
+            continue;  // a short request's read is in flight: its first pass goes without this chunk
         }
         if (short_waiting && left(s) > short_prefill && s->deferred_steps < max_deferrals) {
             s->deferred_steps++;

@@ -3,7 +3,9 @@
 // prefill (a next turn, a retry, an edit) batched with a long one's chunk waits for that whole
 // chunk. Fewest tokens left go first, and while one has at most `short_prefill` left the longer
 // ones sit the step out (a bounded number of steps in a row), so the short one's TTFT is its
-// own tokens' time. See docs/architecture.md "Prefill order".
+// own tokens' time. The same holds while a short request's state is still being read from a tier
+// (the read hold: scheduler::impl::read_hold, bounded in time there). See docs/architecture.md
+// "Prefill order".
 // Thread safety: engine thread only (it updates the slots' deferred_steps).
 #pragma once
 
@@ -25,9 +27,12 @@ struct prefill_chunk {
  *  slot's text_stop() (a capture point, an image, the prompt end). While a request that is not
  *  a warm-up has at most `short_prefill` tokens left, a slot with more sits the step out, at
  *  most `max_deferrals` steps in a row (then it joins again); its deferred_steps counts them
- *  and is reset when it joins. A slot whose next input is an image gets no chunk. */
+ *  and is reset when it joins. With `hold_long` (a short request's state read is in flight:
+ *  scheduler::impl::read_hold) every slot with more than `short_prefill` tokens left sits the
+ *  step out too, not counted in deferred_steps (the caller bounds that hold in time). A slot
+ *  whose next input is an image gets no chunk. */
 std::vector<prefill_chunk> plan_prefill(std::vector<slot> & slots, const std::vector<float> & lora, int32_t budget,
-                                        int32_t short_prefill, int32_t max_deferrals);
+                                        int32_t short_prefill, int32_t max_deferrals, bool hold_long = false);
 
 /** Orders a step's tokens by sequence id, stably (each sequence's tokens keep their order), and
  *  returns each old position's new one (size = batch size; identity when already in order).

@@ -526,6 +526,21 @@ void scheduler::impl::complete_load(slot & s) {
     start_prefill(s);
 }
 
+bool scheduler::impl::read_hold(int32_t short_prefill) const {
+    const double bound = read_hold_bound_s();
+    return std::any_of(slots_.begin(), slots_.end(), [&](const slot & s) {
+        return s.ph == slot::phase::loading && !s.req->warmup && s.prompt_size() - s.plan.n_restore <= short_prefill &&
+               seconds_since(s.restore_started) < bound;
+    });
+}
+
+double scheduler::impl::read_hold_bound_s() const {
+    if (const auto rate = store_.cost().prefill_tokens_per_s(); rate && *rate > 0) {
+        return p_.n_batch / *rate;
+    }
+    return model_.offloaded() ? 0.0 : 1.0;
+}
+
 void scheduler::impl::start_prefill(slot & s) {
     s.ph = slot::phase::prefill;
     life_->restore(s, now_s());
@@ -625,8 +640,10 @@ void scheduler::impl::step() {
         }
     }
     // Prefills take the rest, fewest prompt tokens left first; a short one runs without the
-    // long ones' chunks (prefill_order.h).
-    for (const auto & [sp, n] : plan_prefill(slots_, lora, budget, std::max(1, p_.n_batch / 4), max_prefill_deferrals)) {
+    // long ones' chunks, and so does a short one whose state is still being read (prefill_order.h).
+    const int32_t short_prefill = std::max(1, p_.n_batch / 4);
+    const bool hold = read_hold(short_prefill);
+    for (const auto & [sp, n] : plan_prefill(slots_, lora, budget, short_prefill, max_prefill_deferrals, hold)) {
         auto & s = *sp;
         for (int32_t i = 0; i < n; ++i) {
             const int32_t pos = s.n_past + i;
@@ -639,6 +656,13 @@ void scheduler::impl::step() {
         s.chunk = n;
     }
     if (batch.empty()) {
+        if (hold) {
+            // Only held prefills: wait for the read (its callback notifies) rather than spin.
+            util::unique_lock lk(mu_);
+            if (!load_ready_.load() && !stopping_ && queue_.empty()) {
+                lk.wait_until(cv_, clock::now() + std::chrono::milliseconds(5));
+            }
+        }
         return;
     }
     order_by_sequence(batch);

@@ -77,6 +77,21 @@ struct scheduler::impl {
     std::optional<int32_t> acquire_sequence(const slot & s);
     void poll_loads();
     void complete_load(slot & s);
+    /** The read hold: true while a request (not a warm-up) is in phase loading (its state read
+     *  from a tier in flight) with at most `short_prefill` prompt tokens to prefill after its
+     *  restore point, and was admitted less than read_hold_bound_s() ago. The step's long
+     *  prefills then sit out (plan_prefill's hold_long): without the hold a read that ends
+     *  during a long prefill's pass waits for the whole pass (~1 s for 512 tokens on the bench
+     *  model on 2 CPU cores), as the first requests after a restart did (docs/architecture.md
+     *  "Prefill order"). */
+    bool read_hold(int32_t short_prefill) const;
+    /** How long a read hold may last, seconds from the short request's admission: one
+     *  --batch-size pass at the measured prefill rate (tier_cost::prefill_tokens_per_s), so the
+     *  hold never delays a long prefill by more than the pass it would have computed. Before
+     *  a pass is measured (right after a start): 1 s on the CPU (a 512-token pass of the 2B bench
+     *  model on 2 cores takes ~1 s; a larger model's longer), 0 (no hold) on a GPU, whose pass
+     *  is tens of milliseconds against a read of hundreds. */
+    double read_hold_bound_s() const;
     void step();
     void after_prefill_chunk(slot & s);
     /** Encodes and decodes the image `m` that starts at s.n_past (the projector's eval), then

@@ -57,6 +57,28 @@ TEST(PrefillOrder, AShortPrefillRunsAloneForAtMostFourStepsInARow) {
     EXPECT_EQ(chunks(slots, 511), (v{{0, 511}}));
 }
 
+TEST(PrefillOrder, WhileAShortReadIsInFlightTheLongPrefillsSitOutUncounted) {
+    std::vector<slot> slots;
+    slots.reserve(4);
+    add_prefill(slots, 3000, 1024);  // a long prefill, half way
+    add_prefill(slots, 900, 800);    // a short one: 100 left
+    // The hold: every prefill with more than 128 left sits out, for as many steps as the caller
+    // holds, and none of them counts as a deferral.
+    for (int32_t step = 1; step <= 6; ++step) {
+        EXPECT_EQ(plan_prefill(slots, {}, 512, 128, 4, /*hold_long=*/true).size(), 1u) << "step " << step;
+        EXPECT_EQ(slots[0].deferred_steps, 0) << "step " << step;
+    }
+    const auto held = plan_prefill(slots, {}, 512, 128, 4, /*hold_long=*/true);
+    ASSERT_EQ(held.size(), 1u);
+    EXPECT_EQ(held[0].s, &slots[1]);
+    EXPECT_EQ(held[0].n, 100);
+    // Only long ones sit out: with nothing short, the step is empty while held...
+    slots[1].ph = slot::phase::decode;
+    EXPECT_TRUE(plan_prefill(slots, {}, 512, 128, 4, /*hold_long=*/true).empty());
+    // ...and the long prefill runs its full chunk once the hold ends.
+    EXPECT_EQ(chunks(slots, 512), (v{{0, 512}}));
+}
+
 TEST(PrefillOrder, ChunksStopAtCapturePointsAndTheBudget) {
     std::vector<slot> slots;
     slots.reserve(4);
