@@ -389,6 +389,12 @@ bool model::is_eog(token t) const {
     return llama_vocab_is_eog(vocab_of(model_), t);
 }
 
+token model::end_of_turn() const {
+    const llama_vocab * v = vocab_of(model_);
+    const token eot = llama_vocab_eot(v);
+    return eot != LLAMA_TOKEN_NULL ? eot : llama_vocab_eos(v);
+}
+
 int32_t model::n_vocab() const {
     return llama_vocab_n_tokens(vocab_of(model_));
 }

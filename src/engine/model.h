@@ -97,6 +97,10 @@ public:
     /** True for end-of-generation tokens (EOS, <|im_end|>, ...). */
     bool is_eog(token t) const;
 
+    /** The token that ends an assistant turn: the vocabulary's end-of-turn token (EOT) where it
+     *  has one, else its EOS; -1 when it has neither. is_eog() holds for it. */
+    token end_of_turn() const;
+
     int32_t n_vocab() const;
     int32_t n_ctx_train() const;
     memory_family family() const;

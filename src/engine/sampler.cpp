@@ -104,7 +104,23 @@ common_sampler * make(const model & m, const sampler_params & p) {
 
 }  // namespace
 
-sampler::sampler(const model & m, const sampler_params & p) : smpl_(make(m, p)), n_probs_(std::max(0, p.n_probs)) {}
+namespace {
+
+// A forced reply is not sampled: its chain keeps no grammar (a tool-call grammar would reject
+// nothing it is never asked about, but a user grammar could fail to build for text it never sees).
+sampler_params without_grammar_when_forced(const sampler_params & p) {
+    if (p.forced.empty()) {
+        return p;
+    }
+    sampler_params q = p;
+    q.grammar = {};
+    return q;
+}
+
+}  // namespace
+
+sampler::sampler(const model & m, const sampler_params & p)
+    : smpl_(make(m, without_grammar_when_forced(p))), n_probs_(std::max(0, p.n_probs)), forced_(p.forced) {}
 
 sampler::~sampler() {
     if (smpl_ != nullptr) {
@@ -114,8 +130,13 @@ sampler::~sampler() {
 
 sampled_token sampler::sample(context & ctx, int32_t idx, bool with_probs) {
     sampled_token out;
-    out.tok = common_sampler_sample(smpl_, ctx.raw(), idx);
-    common_sampler_accept(smpl_, out.tok, true);
+    if (!forced_.empty()) {
+        out.tok = forced_[std::min(n_forced_, forced_.size() - 1)];
+        n_forced_++;
+    } else {
+        out.tok = common_sampler_sample(smpl_, ctx.raw(), idx);
+        common_sampler_accept(smpl_, out.tok, true);
+    }
     if (!with_probs) {
         return out;
     }

@@ -63,6 +63,12 @@ struct sampler_params {
     /** Alternatives reported per sampled token (top_logprobs); 0 = only the sampled token's. */
     int32_t n_probs = 0;
     grammar_spec grammar;
+    /** A scripted reply (--test-reply-script, a test instrument; server/prepare/reply_script.h):
+     *  when non-empty, the i-th sampled token is forced[i] whatever the logits (the chain above,
+     *  the grammar included, is not applied); the log-probabilities still come from the model's
+     *  logits. Past its end the last token repeats (the script ends in an end-of-generation
+     *  token, so the scheduler stops there). */
+    std::vector<int32_t> forced;
 };
 
 /** One candidate token and its log-probability (natural log) under the model's distribution
@@ -89,13 +95,16 @@ public:
     sampler(const sampler &) = delete;
     sampler & operator=(const sampler &) = delete;
 
-    /** Samples from the output row `idx` of ctx's last decode and accepts the token. With
-     *  `with_probs`, fills logprob and top (n_probs entries). */
+    /** Samples from the output row `idx` of ctx's last decode and accepts the token (with
+     *  sampler_params::forced, takes the next forced token instead). With `with_probs`, fills
+     *  logprob and top (n_probs entries). */
     sampled_token sample(context & ctx, int32_t idx, bool with_probs = false);
 
 private:
     common_sampler * smpl_ = nullptr;
     int32_t n_probs_ = 0;
+    std::vector<int32_t> forced_;
+    size_t n_forced_ = 0;  ///< forced tokens given so far
 };
 
 /** ok when `g` parses for model `m` (and starts at its generation prompt); else what is wrong.

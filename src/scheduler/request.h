@@ -46,6 +46,9 @@ struct sampling_params {
     bool logprobs = false;      ///< report each sampled token's log-probability
     int32_t top_logprobs = 0;   ///< and this many alternatives per token (0-20)
     engine::grammar_spec grammar;  ///< response_format / tool-call / user grammar; none by default
+    /** A scripted reply's tokens (--test-reply-script, a test instrument): sampled in this order
+     *  whatever the logits (engine::sampler_params::forced); empty: sampled. */
+    std::vector<token> forced;
 
     /** The engine's sampler settings for these, with the seed to use. */
     engine::sampler_params engine_params(uint32_t seed_value) const {
@@ -61,6 +64,7 @@ struct sampling_params {
         p.logit_bias = logit_bias;
         p.n_probs = logprobs ? top_logprobs : 0;
         p.grammar = grammar;
+        p.forced = forced;
         return p;
     }
 };

@@ -809,6 +809,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         format_bytes_default(d.responses_capacity_bytes),
         "byte cap of the stored responses (bodies + conversations); least recently used ones are deleted first",
         bytes_min(c.responses_capacity_bytes, 1));
+    // --- test instruments ---
+    add("--test-reply-script", "LINEAGE_TEST_REPLY_SCRIPT", "FILE", "(none)",
+        "TEST INSTRUMENT, not for serving: answer every request with a reply from this JSON script, generated "
+        "token by token with the sampler forced to the reply's tokens (the test models have random weights; with "
+        "a script, real agents call their tools); a reply is chosen by what the request's new input, system text "
+        "and tools contain, and the file is read again when it changes; a request no reply matches gets HTTP 400 "
+        "no_scripted_reply (docs/testing.md \"Scripted replies\")",
+        text(c.test_reply_script));
     return s;
 }
 

@@ -75,6 +75,9 @@ struct server_config {
     std::string responses_store;
     double responses_ttl_s = 30 * 24 * 3600.0;      ///< --responses-ttl-s
     uint64_t responses_capacity_bytes = 1ull << 30;  ///< --responses-capacity-bytes
+    /** --test-reply-script: a test instrument; every reply is forced from this script
+     *  (server/prepare/reply_script.h); "" = off. */
+    std::string test_reply_script;
 
     /** True when any API key is configured (--api-key, --api-key-file or --admin-api-key). */
     bool has_keys() const { return !api_key.empty() || !tenant_keys.empty() || !admin_api_key.empty(); }

@@ -4,9 +4,8 @@
 //  - four identical cold prompts sent at once to a server with two sequences (--parallel 2):
 //    one request prefills the prompt, the other three restore all but its last token (hybrid:
 //    all but its generation prompt, where the resend guard merged into the history boundary;
-//    from the
-//    running request's sequence while it runs: GET /v1/cache/stats live_hits, prefix_holds; or
-//    from its entry once it is done), and every reply equals a cache-bypassed run's (greedy),
+//    from the running request's sequence while it runs, or from its entry once it is done: which
+//    one is timing's choice and not asserted), and every reply equals a cache-bypassed run's (greedy),
 //    up to a near tie: the four decode beside each other and the bypassed run alone, a batch
 //    shape in which some CPUs round differently (lib/chat.mjs nearTieDiff);
 //  - the same four sent with cache_prompt: false prefill four times (the control: without the
@@ -67,10 +66,17 @@ for (const arch of ['qwen35', 'qwen3', 'kimi-linear', 'granite-hybrid']) {
         `one cold prefill, got prefilled ${JSON.stringify(prefilled)} of ${prompt}\n${srv.logTail(40)}`);
       assert.equal(prefilled.filter((n) => n === left).length, 3, `three restore |P| - ${left}: ${JSON.stringify(prefilled)}`);
       assert.equal(s1.tokens_prefilled - s0.tokens_prefilled, prompt + 3 * left);
-      // At least one of them restored from the running request's sequence (two start at once).
-      assert.ok(s1.live_hits - s0.live_hits >= 1, `live hits: ${s0.live_hits} -> ${s1.live_hits}\n${srv.logTail(40)}`);
-      assert.ok(s1.prefix_holds - s0.prefix_holds >= 1, `prefix holds: ${s0.prefix_holds} -> ${s1.prefix_holds}`);
-      assert.match(srv.log(), /from running request \d+ \(sequence \d+/, 'the trace names the running request');
+      // How the three got there is timing's choice, not asserted: a request that arrives while the
+      // first prefills waits for it (a prefix hold) and restores from its sequence (a live hit); one
+      // that arrives after the first's prefill ended restores from its running sequence without a
+      // hold, or from its entry once it is done (a fast CPU can finish the tiny model's prefill
+      // before the second body is parsed: prefix holds 0 -> 0 on an AMD EPYC, twice). The outcome
+      // above (one prefill, three restores of |P| - left, the tokens computed) is what the cache
+      // promises; the hold itself is tested in tests/scheduler/test_admission.cpp. A live hit, when
+      // there was one, is named in the trace.
+      if (s1.live_hits > s0.live_hits) {
+        assert.match(srv.log(), /from running request \d+ \(sequence \d+/, 'the trace names the running request');
+      }
       const cold = await send(srv, messages, { cache_prompt: false, logprobs: true, top_logprobs: 3 });
       for (let i = 0; i < res.length; i++) {
         const r = replyOf(res[i]);

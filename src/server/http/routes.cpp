@@ -153,7 +153,8 @@ server_context::server_context(const server_config & c, const engine::model & m,
                                                                        .capacity_bytes = c.responses_capacity_bytes})),
       seal(std::make_unique<reasoning_seal>(responses->reasoning_key())),
       warm(std::make_unique<warmer>(preparer, s, next_id, c.sched.cache.enabled && c.sched.cache.warmup)),
-      trimmer(c.memory_trim_interval_s) {
+      trimmer(c.memory_trim_interval_s),
+      script(c.test_reply_script.empty() ? nullptr : std::make_unique<reply_script>(c.test_reply_script, m, preparer)) {
     if (responses->persistent()) {
         spdlog::info("responses store: {}", responses->path());
     } else {

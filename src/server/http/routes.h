@@ -20,6 +20,7 @@
 #include "server/http/tenants.h"
 #include "server/prepare/chat_prepare.h"
 #include "server/prepare/lora_registry.h"
+#include "server/prepare/reply_script.h"
 #include "server/run/warmup.h"
 
 #include <atomic>
@@ -78,6 +79,9 @@ struct server_context {
     std::unique_ptr<warmer> warm;
     /** Gives the memory requests freed back to the system (--memory-trim-interval). */
     memory_trimmer trimmer;
+    /** --test-reply-script (a test instrument): the replies every generation is forced to;
+     *  nullptr = off. */
+    std::unique_ptr<reply_script> script;
 };
 
 /** Registers every endpoint and the error/auth handlers on `srv`. `ctx` must outlive `srv`'s

@@ -297,6 +297,18 @@ void respond_stream(const std::shared_ptr<run_state> & s, const http_request & r
     };
 }
 
+// --test-reply-script: the request's reply from the script, as the tokens its sampler is forced to.
+std::optional<api_error> force_scripted_reply(reply_script & script, const generation_job & job,
+                                              scheduler::generation_request & gr) {
+    script_pick pick;
+    if (auto err = job.conversation ? script.pick(*job.conversation, pick) : script.pick_raw(gr.prompt, pick)) {
+        return err;
+    }
+    spdlog::info("req {} scripted reply {}: {} tokens forced (test instrument)", gr.id, pick.label, pick.tokens.size());
+    gr.sampling.forced = std::move(pick.tokens);
+    return std::nullopt;
+}
+
 }  // namespace
 
 std::string random_id(std::string_view prefix, int n) {
@@ -355,6 +367,13 @@ void handle_generation(const dialect & d, const http_request & req, http_respons
     }
     auto gr = make_generation_request(ctx, job.prep, job.sampling);
     gr->answers_probe = true;
+    if (ctx.script) {
+        if (auto err = force_scripted_reply(*ctx.script, job, *gr)) {
+            spdlog::info("req {} {}: no scripted reply: {}", gr->id, d.name, err->message);
+            send_json_body(res, error_json(d.errors, *err), err->status);
+            return;
+        }
+    }
     auto s = std::make_shared<run_state>(ctx, gr, std::move(job.prep.preserved_tokens), std::move(job.writer),
                                          job.stream, d, std::move(job.conversation));
     ctx.sched.submit(gr);
