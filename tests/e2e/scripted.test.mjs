@@ -8,6 +8,7 @@
 //    (chosen by what its new input contains) and restores everything the server holds of the first
 //    turn: its prompt and the reply's tokens but the end-of-turn token, which ends generation and is
 //    never computed (scenario A1 on a reply the model really generated);
+//  - a raw prompt (/v1/completions) gets a `text` reply; a structured one is refused for it;
 //  - a request no reply matches gets HTTP 400 no_scripted_reply in the dialect's error shape, and
 //    the server goes on serving; the script is read again when its file changes;
 //  - --help and the log say it is a test instrument.
@@ -129,6 +130,19 @@ for (const arch of ARCHS) {
       assert.ok(call, JSON.stringify(r.output));
       assert.equal(call.name, 'read_file');
       assert.deepEqual(JSON.parse(call.arguments), { path: 'notes-resp.txt' });
+    });
+
+    it('completions: a raw prompt gets a text reply, ended by the end-of-turn token', async () => {
+      writeScript(script, [{ label: 'raw', when: { input: 'RAW-PROMPT' }, text: 'Raw reply, then the turn ends.' },
+        { label: 'structured', when: { input: 'STRUCTURED' }, content: 'needs a template' }]);
+      const r = await srv.openai.completions.create({ model: 'tiny', prompt: 'A RAW-PROMPT for the model:', max_tokens: 50 });
+      assert.equal(r.choices[0].text, 'Raw reply, then the turn ends.');
+      assert.equal(r.choices[0].finish_reason, 'stop');
+      // A structured reply needs the chat template: refused for a raw prompt, naming why.
+      const e = assertError(await srv.post('/v1/completions', { model: 'tiny', prompt: 'STRUCTURED', max_tokens: 20 }),
+        400, 'structured reply for a raw prompt');
+      assert.equal(e.code, 'no_scripted_reply');
+      assert.match(e.message, /has no "text"/);
     });
 
     it('a request no reply matches gets 400 no_scripted_reply, and the server goes on serving', async () => {
