@@ -7,7 +7,8 @@
 // Server 1 serves a long conversation A (three turns), then an unrelated shorter conversation B
 // (its own system prompt, two turns, ~270 tokens), then a short one-line request C, and stops:
 //  - SIGTERM right after C's reply (the graceful shutdown writes every entry), or
-//  - SIGKILL once every entry has been written behind (`--cache-disk-idle-s 1`, then quiet).
+//  - SIGKILL once the warm-ups of B's second turn and of C are stored and every entry has been
+//    written behind (`--cache-disk-idle-s 1`, then quiet): waited for, GET /v1/cache/stats.
 // Server 2 on the same `--cache-dir` resumes A, B and C (the previous messages + the reply the
 // server gave + a new user message). Each must restore at least its previous prompt's history
 // boundary (hybrid: the `turn` checkpoint there; dense: any prefix, so at least as much): a
@@ -97,18 +98,19 @@ async function resumeOn(srv, c, floor, { w, exact }) {
   return { r, seen, bad: ok ? '' : `${seen}${detail(r)}` };
 }
 
-/** Polls GET /v1/cache/stats until the write-behind is quiet: no warm-up running, nothing queued
- *  for the disk thread, a file for every entry and anchor (at least `atLeast`), and no write for
- *  IDLE_S + 1 s (an entry a late warm-up changed is written again before that). */
-async function waitWrittenBehind(srv, atLeast, where) {
+/** Polls GET /v1/cache/stats until the write-behind is quiet: `warmups` warm-ups stored (stats
+ *  warmup.runs) and none running, nothing queued for the disk thread, a file for every entry and
+ *  anchor (at least `atLeast`), and no write for IDLE_S + 1 s (an entry a late warm-up changed is
+ *  written again before that). */
+async function waitWrittenBehind(srv, atLeast, warmups, where) {
   const t0 = Date.now();
   let writes = -1;
   let since = Date.now();
   for (;;) {
     const s = await srv.cacheStats();
     if (s.disk.writes !== writes) { writes = s.disk.writes; since = Date.now(); }
-    if (s.warmup.active === 0 && s.disk.queued === 0 && s.disk.files >= Math.max(atLeast, s.entries + s.anchors) &&
-        Date.now() - since > (IDLE_S + 1) * 1000) return s;
+    if (s.warmup.runs >= warmups && s.warmup.active === 0 && s.disk.queued === 0 &&
+        s.disk.files >= Math.max(atLeast, s.entries + s.anchors) && Date.now() - since > (IDLE_S + 1) * 1000) return s;
     if (Date.now() - t0 > 20_000) {
       assert.fail(`${where}: the write-behind did not settle in 20 s: ${JSON.stringify(s.disk)} entries ${s.entries} ` +
         `anchors ${s.anchors} warmup ${JSON.stringify(s.warmup)}\n${srv.logTail(30)}`);
@@ -167,6 +169,7 @@ for (const { arch, tag, args, modes, inflight } of VARIANTS) {
         const extra = mode === 'SIGKILL' ? ['--cache-disk-idle-s', String(IDLE_S)] : [];
         const srv1 = await start(d, `restart-${mode}-a-${arch}`, extra);
         const { A, B } = await conversationsAandB(srv1);
+        const runs = (await srv1.cacheStats()).warmup.runs;
         // B's second turn, then at once C: B's warm-up, rendered while C runs, starts when C ends.
         await B.turn(srv1, `Beta follow-up: ${words(10, 2513)}`, { waitWarmup: false });
         // C straight to the API: the SIGTERM follows its reply without waiting for the log.
@@ -178,8 +181,10 @@ for (const { arch, tag, args, modes, inflight } of VARIANTS) {
           assert.equal(exit.code, 0, `server 1 did not stop gracefully: ${JSON.stringify(exit)}`);
           assert.match(srv1.log(), /disk tier: writing \d+ cache entries to .* before exit/);
         } else {
-          // A, B, C and the anchors of A and B (C has no system prompt) at least.
-          await waitWrittenBehind(srv1, 5, `${arch} before SIGKILL`);
+          // A, B, C and the anchors of A and B (C has no system prompt) at least, once the
+          // warm-ups of B's second turn and of C are stored (the resumes below restore exactly
+          // what they stored): waited for, as they start when C has ended.
+          await waitWrittenBehind(srv1, 5, runs + 2, `${arch} before SIGKILL`);
           srv1.proc.kill('SIGKILL');
           await srv1.exited;
           await srv1.stop();
