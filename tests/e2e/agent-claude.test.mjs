@@ -1,145 +1,499 @@
-// Claude Code (`claude -p`, the real client, pinned; tests/e2e/agents/claude-code.mjs installs
-// it once under the project's cache folder) against lineage-server on the tiny qwen35 model,
-// non-interactively, with a private HOME and every connection but 127.0.0.1 blocked. Two
-// sessions and a resumed turn (--continue); asserted:
-//  - each run exits 0, or with the client's own handling of a reply cut at max_tokens (random
-//    weights: the reply is whatever fits in CLAUDE_CODE_MAX_OUTPUT_TOKENS);
-//  - no 4xx/5xx for /v1/messages in the server log;
-//  - the second session (the same task in a new session) restores >= 95% of its first
-//    request's prompt across sessions;
-//  - the resumed turn's first request restores at least the prefix it shares with the
-//    session's last request, computed from the two bodies with /apply-template?api=messages +
-//    /tokenize, less the re-rendered generation prompt (RERENDER_SHARED, lib/scenario.mjs).
-// A recording proxy between the client and the server keeps the request bodies for the last
-// check. Skipped, with the reason, only when npm cannot install the package.
+// Claude Code (`claude -p`, the real client, pinned; tests/e2e/agents/claude-code.mjs installs it
+// once under the project's cache folder) in a real working session against lineage-server, on the
+// tiny hybrid (qwen35) and dense (qwen3) models, non-interactively, with a private HOME and every
+// connection but 127.0.0.1 blocked, through a recording proxy. The models have random weights, so
+// the server runs with --test-reply-script (docs/testing.md "Scripted replies"): each request is
+// answered with the script's reply that its new input calls for, generated token by token, so the
+// agent runs its own tools on a scratch project and the cache holds what was generated.
+//
+// The session (each step's reply is chosen by a marker the previous tool's result brought back):
+//  A. `claude -p TASK`: Read README.md (a reply with reasoning: a thinking block, which Claude Code
+//     sends back with display "omitted": empty text, the server's signature carrying it), Bash grep
+//     (search: this version offers no Grep/Glob tools by default, the Bash tool's own search), TaskCreate
+//     (the plan: Claude Code's todo tools for a model it does not know need
+//     CLAUDE_CODE_ENABLE_TODO_TOOLS; TodoWrite itself is only offered with the task tools off),
+//     Edit README.md, Bash echo, TaskUpdate, Agent (a general-purpose subagent: its own system prompt
+//     and tools, two requests of its own: Read greet.py, its report), then the final answer;
+//  B. `--continue`: a resumed turn (Bash echo, answer);
+//  C. `--continue /compact`: compaction works non-interactively (the summary request: the
+//     conversation with the compaction instruction appended to its last user message);
+//  D. `--continue`: a turn after the compaction (the summary replaces the conversation);
+//  E. a new session in the same folder with the same task (Read, answer);
+//  F. a new session in another folder (Read, answer).
+// ENABLE_TOOL_SEARCH=false: Claude Code otherwise defers most tools behind ToolSearch, whose result
+// is a `tool_reference` block that lineage-server refuses (HTTP 400; the todo below): the agent then
+// retries and falls back to declaring every tool. --allowedTools lets Bash and the file tools run
+// without a prompt. No side requests (title, topic, quota) are sent in -p mode at this version:
+// every request carries the tools. CLAUDE_CODE_MAX_OUTPUT_TOKENS is raised so no reply is cut.
+// The server runs with --cache-warmup on (as users run it): the checks are lower bounds, which a
+// warm-up that finished before the next request can only raise.
+//
+// Asserted:
+//  - every run exits 0, every request got HTTP 200, every scripted reply was used, in order, and the
+//    tools really ran (the README holds the edit, the shell's and the subagent's markers came back);
+//  - per request after a chain's first (a chain: the main loop of a session, resumed turns and the
+//    compaction included; the subagent's requests form their own chain), from the recorded bodies
+//    (/apply-template?api=messages + /tokenize) and the server's log line for it (paired by prompt
+//    length, in arrival order): the restore point the rules promise (docs/prompt-cache.md "Restore
+//    points"; lib/agents.mjs promisedRestore):
+//      dense (qwen3): every token it shares with the chain's previous request (or with an earlier
+//        one of the chain, when more), one less when that is the whole prompt;
+//      hybrid (qwen35): the previous request's history boundary (its prompt without the generation
+//        prompt) when the request extends it; else the longest documented restore point at or
+//        before where it parts: an earlier request's history boundary it extends, a cache_control
+//        mark of an earlier request (the lengths the server logs at debug, minus
+//        --cache-anchor-slack), the anchor (system prompt + tools) and its ladder (a rung at most
+//        64 tokens before a parting point in the region's last 512 tokens, one per --batch-size
+//        pass before that);
+//      either way nothing under --prompt-cache-min-prefix (32);
+//    cached >= promised, for every such request (the gaps the server has are todos, each naming
+//    what the decision trace showed);
+//  - where the request does not share what a verbatim echo of the previous reply would (the reply
+//    rendered by the template as the server would render it sent back, then a placeholder for the
+//    tool result), the agent's behaviour that caused it is named, with its cost in tokens. Seen at
+//    this version: it sends an Edit call back with `replace_all: false` added in front of the
+//    arguments it was given (~84 tokens of the reply recomputed); after 5 tool turns without text
+//    it adds a silent-turn reminder (a role "system" message, which lineage renders as a user
+//    message, before which Qwen3.5's template drops the reasoning of every earlier assistant turn:
+//    the prompt parts at the first one, ~525 tokens before the echo's end); the subagent gets the
+//    agent-type list as a role "system" message after its first tool result (~50); the compaction
+//    request leaves the last answer out and appends its instruction to the last user message; the
+//    turn after it replaces the conversation with the summary. The billing header block of the
+//    system prompt, whose suffix changes per session, is dropped by the server (no cost);
+//  - the second session (E) restores >= 95% of its first request's prompt; the one in another folder
+//    (F) at least the prefix it shares with A's first request (dense), or that minus 64 (hybrid: the
+//    anchor's ladder); the resumed turn (B) at least its promised restore point.
+// The session's recording is written to build/agent-sessions/claude-code-<arch>.json for the
+// benchmark's replay (lib/agents.mjs saveSession): no recorded text goes into the repository.
+// Skipped, with the reason, only when npm cannot install the package.
 //
 //   cd tests/e2e && node --test agent-claude.test.mjs
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { claudeEnv, ensureClaudeCode } from './agents/claude-code.mjs';
-import { commonPrefix, requestLines } from './lib/anthropic.mjs';
-import { RERENDER_SHARED } from './lib/scenario.mjs';
-import { modelPath, startServer } from './lib/server.mjs';
+import { CLAUDE_CODE_VERSION, claudeEnv, ensureClaudeCode } from './agents/claude-code.mjs';
+import { breakpointsOf, lcp, pairLines, promisedRestore, requestLines, runAgent, saveSession, sessionProxy,
+  tokensOf, traceLines, withoutGenerationPrompt } from './lib/agents.mjs';
+import { messageBlocks, messagesPrompt } from './lib/anthropic.mjs';
+import { newScript, writeScript } from './lib/script.mjs';
+import { ARCHS, REPO_ROOT, modelPath, startServer } from './lib/server.mjs';
 
-// Claude Code's system prompt and tools are ~15k tokens; the tiny model's context must hold
-// them plus the conversation.
-const CTX = 32768;
+// Claude Code's system prompt and tools are ~21k tokens on these models; the context holds them,
+// the conversation and the subagent's.
+const CTX = 65536;
 const RUN_TIMEOUT_MS = 240_000;
+const KEY = { 'x-api-key': 'sk-lineage' };
+const TOOLS_ALLOWED = ['--allowedTools', 'Bash,Read,Edit,Write'];
+const SENTINEL = '\u2063';
 
-/** A proxy on 127.0.0.1 that forwards everything to `target` and records POST /v1/messages
- *  bodies (in order). */
-function recordingProxy(target) {
-  const bodies = [];
-  const server = http.createServer((req, res) => {
-    const chunks = [];
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      if (req.method === 'POST' && req.url.startsWith('/v1/messages') && !req.url.includes('count_tokens')) {
-        bodies.push(JSON.parse(body.toString('utf8')));
-      }
-      const up = http.request(`${target}${req.url}`, { method: req.method, headers: req.headers }, (r) => {
-        res.writeHead(r.statusCode, r.headers);
-        r.pipe(res);
-      });
-      up.on('error', (e) => { res.writeHead(502); res.end(String(e)); });
-      up.end(body);
-    });
-  });
-  return new Promise((resolve) => {
-    server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${server.address().port}`, bodies, server }));
-  });
+/** The scripts of the session's phases, for the project folders `p1` and `p2` (markers: M). */
+function scripts(p1, p2) {
+  const bash = (command, description) => ({ name: 'Bash', arguments: { command, description } });
+  return {
+    A: [
+      { label: 'a1-read', when: { input: 'TASK-7f3a', tools: true }, reasoning: 'The task asks about the project. I should read the README first.',
+        tool_calls: [{ name: 'Read', arguments: { file_path: `${p1}/README.md` } }] },
+      { label: 'a2-search', when: { input: 'NOTES-7f3a' }, tool_calls: [bash('grep -rn NEEDLE-7f3a .', 'Search the project for the marker')] },
+      { label: 'a3-plan', when: { input: 'greet.py:2' },
+        tool_calls: [{ name: 'TaskCreate', arguments: { subject: 'PLAN-7f3a edit the README', description: 'Add a line to the README, then check it' } }] },
+      { label: 'a4-edit', when: { input: 'PLAN-7f3a' }, reasoning: 'The plan is in place; now the edit.',
+        tool_calls: [{ name: 'Edit', arguments: { file_path: `${p1}/README.md`, old_string: 'NOTES-7f3a: the project greets.',
+          new_string: 'NOTES-7f3a: the project greets. EDITED-7f3a' } }] },
+      { label: 'a5-shell', when: { input: 'has been updated successfully' }, tool_calls: [bash('echo SHELL-7f3a', 'Print a marker')] },
+      { label: 'a6-plan-done', when: { input: 'SHELL-7f3a' }, tool_calls: [{ name: 'TaskUpdate', arguments: { taskId: '1', status: 'completed' } }] },
+      // run_in_background as the text "false": the template renders a JSON false as Python's
+      // `False`, which the server's output parser does not take back (the todo below); "false"
+      // renders as `false`, which it parses as the boolean.
+      { label: 'a7-agent', when: { input: 'Updated task #1' },
+        tool_calls: [{ name: 'Agent', arguments: { description: 'Inspect greet.py', prompt: 'SUB-7f3a: read greet.py and say what greet returns.',
+          subagent_type: 'general-purpose', run_in_background: 'false' } }] },
+      { label: 'sub1-read', when: { input: 'SUB-7f3a', system: 'You are an agent for Claude Code' },
+        tool_calls: [{ name: 'Read', arguments: { file_path: `${p1}/greet.py` } }] },
+      { label: 'sub2-report', when: { input: 'NEEDLE-7f3a', system: 'You are an agent for Claude Code' }, content: 'SUBREPORT-7f3a: greet returns hello.' },
+      { label: 'a8-final', when: { input: 'SUBREPORT-7f3a' }, reasoning: 'The subagent reported back.',
+        content: 'FINAL-7f3a: the README is edited and greet returns hello.' },
+    ],
+    B: [
+      { label: 'b1-shell', when: { input: 'RESUME-7f3a' }, tool_calls: [bash('echo RESUMED-7f3a', 'Print a marker')] },
+      { label: 'b2-answer', when: { input: 'RESUMED-7f3a' }, content: 'RESUMEDONE-7f3a.' },
+    ],
+    C: [
+      { label: 'c1-summary', when: { input: 'create a detailed summary of the conversation' },
+        content: '<analysis>ANALYSIS-7f3a</analysis>\n<summary>SUMMARY-7f3a: the README was edited.</summary>' },
+    ],
+    D: [{ label: 'd1-answer', when: { input: 'AFTER-7f3a' }, content: 'AFTERDONE-7f3a.' }],
+    E: [
+      { label: 'e1-read', when: { input: 'TASK-7f3a', tools: true }, tool_calls: [{ name: 'Read', arguments: { file_path: `${p1}/README.md` } }] },
+      { label: 'e2-answer', when: { input: 'EDITED-7f3a' }, content: 'DONE-E-7f3a.' },
+    ],
+    F: [
+      { label: 'f1-read', when: { input: 'TASK-7f3a', tools: true }, tool_calls: [{ name: 'Read', arguments: { file_path: `${p2}/README.md` } }] },
+      { label: 'f2-answer', when: { input: 'NOTES2-7f3a' }, content: 'DONE-F-7f3a.' },
+    ],
+  };
 }
+const TASK = 'TASK-7f3a: look at the project, plan, edit the README and have a subagent check greet.py.';
+const RUNS = [
+  { phase: 'A', dir: 1, args: [TASK, ...TOOLS_ALLOWED] },
+  { phase: 'B', dir: 1, args: ['--continue', 'RESUME-7f3a: one more check.', ...TOOLS_ALLOWED] },
+  { phase: 'C', dir: 1, args: ['--continue', '/compact'] },
+  { phase: 'D', dir: 1, args: ['--continue', 'AFTER-7f3a: and now?', ...TOOLS_ALLOWED] },
+  { phase: 'E', dir: 1, args: [TASK, ...TOOLS_ALLOWED] },
+  { phase: 'F', dir: 2, args: [TASK, ...TOOLS_ALLOWED] },
+];
+/** The conversation a phase belongs to: resumed turns and the compaction continue A's. */
+const CONVERSATION = { A: 's1', B: 's1', C: 's1', D: 's1', E: 's2', F: 's3' };
 
-/** Runs `claude -p ...args` in `cwd`; resolves to {code, stdout, stderr}. */
-function runClaude(bin, args, { cwd, env }) {
-  return new Promise((resolve) => {
-    const p = spawn(bin, ['-p', ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (c) => { stdout += c; });
-    p.stderr.on('data', (c) => { stderr += c; });
-    const timer = setTimeout(() => p.kill('SIGKILL'), RUN_TIMEOUT_MS);
-    p.on('exit', (code, signal) => { clearTimeout(timer); resolve({ code, signal, stdout, stderr }); });
-  });
-}
+/** Server gaps measured and not fixed yet (node:test `todo`: a failure is listed, not counted), by
+ *  arch and the scripted reply of the request; each names what the decision trace showed. */
+const KNOWN_GAPS = {
+  // (a6-plan-done and b1-shell, hybrid: Claude Code's silent-turn reminder, a role "system" message
+  // after 5 tool turns without text, and a resumed turn's new user message are rendered as user
+  // messages, so the template drops the reasoning of every earlier assistant turn and the prompt
+  // parts 3 tokens after the user turn's history boundary; thinning used to drop that turn
+  // checkpoint after the fourth tool step ("no restore point between 19121 and 21352": the anchor,
+  // ~2,230 tokens prefilled again). The user turn's boundary is now the last turn checkpoint
+  // thinning drops: docs/prompt-cache.md "Commit, thinning, eviction".)
+  qwen35: {
+    // Timing-dependent: passes when the warm-up after a8's answer finished before the resumed turn
+    // arrived (Claude Code's start takes a few seconds), fails when the request preempted it.
+    'b1-shell': 'hybrid: the resumed turn parts 3 tokens after a6\'s history boundary (21888), which the entry keeps; but when ' +
+      'the request preempts the warm-up of a8\'s answer, the warm-up parks what it prefilled ("parked at 21864/22265 ' +
+      'tokens") as an entry without the absorbed entry\'s checkpoints, and the turn restores 21864 of the promised 21888',
+  },
+};
 
 const install = ensureClaudeCode();
 if (install.skip) process.stderr.write(`[agent-claude] SKIPPED: ${install.skip}\n`);
 
-describe('Claude Code against lineage-server [qwen35]', { timeout: 900_000, skip: install.skip }, () => {
-  let srv;
-  let proxy;
-  let home;
-  let project;
-  before(async () => {
-    srv = await startServer({ model: modelPath('qwen35'), name: 'agent-claude',
-      args: ['--parallel', '2', '--ctx-size', String(CTX), '--api-key', 'sk-lineage'] });
-    proxy = await recordingProxy(srv.url);
-    home = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-claude-home-'));
-    project = path.join(home, 'project');
-    fs.mkdirSync(project);
-    fs.writeFileSync(path.join(project, 'README.md'), '# demo\n\nA tiny project for the agent test.\n');
-  });
-  after(async () => {
-    proxy?.server.close();
-    await srv?.stopGracefully();
-    if (home) fs.rmSync(home, { recursive: true, force: true });
-  });
+/** Content blocks without cache_control (the client moves its marks every turn; they do not
+ *  change the rendered prompt). */
+function norm(m) {
+  const content = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
+  return { role: m.role, content: content.map(({ cache_control: _cc, ...b }) => b) };
+}
+/** Where two rendered prompts part: the text around the first differing character of each. */
+function textDiff(a, b) {
+  let k = 0;
+  while (k < a.length && a[k] === b[k]) k++;
+  return `at char ${k}: verbatim echo ${JSON.stringify(a.slice(Math.max(0, k - 80), k + 80))}, sent ${JSON.stringify(b.slice(Math.max(0, k - 80), k + 80))}`;
+}
+const short = (v, n = 160) => { const s = typeof v === 'string' ? v : JSON.stringify(v); return s.length > n ? `${s.slice(0, n)}...` : s; };
 
-  // Runs one `claude -p` turn; returns the server's /v1/messages request lines it caused.
-  async function turn(args, where) {
-    const before = requestLines(srv.log()).length;
-    const r = await runClaude(install.bin, args, { cwd: project, env: claudeEnv({ baseUrl: proxy.url, home }) });
-    const out = `${where}: exit ${r.code ?? r.signal}\n--- stdout ---\n${r.stdout.slice(-1500)}\n--- stderr ---\n${r.stderr.slice(-1500)}`;
-    // Random weights: a reply that runs into max_tokens is the client's "length" case.
-    const lengthHandled = /max.?tokens|output token maximum/i.test(r.stdout + r.stderr);
-    assert.ok(r.code === 0 || (r.code === 1 && lengthHandled), out);
-    const lines = requestLines(srv.log()).slice(before).filter((l) => l.dialect === 'messages');
-    assert.ok(lines.length >= 1, `${where}: no /v1/messages request reached the server\n${out}`);
-    for (const l of lines) assert.ok(l.status < 400, `${where}: req ${l.id} answered ${l.status}\n${srv.logTail(30)}`);
-    return { lines, r };
+/** What the agent did to its conversation between request `p` (with its reply `reply`) and request
+ *  `c`, in the terms of its body: [names]. */
+function behaviours(p, reply, c) {
+  const out = [];
+  const pm = p.messages;
+  const cm = c.messages;
+  const changed = [];
+  for (let i = 0; i < Math.min(pm.length, cm.length); i++) {
+    if (JSON.stringify(norm(pm[i])) !== JSON.stringify(norm(cm[i]))) changed.push(i);
   }
+  if (changed.length) {
+    const i = changed[0];
+    const a = JSON.stringify(norm(pm[i]));
+    const b = JSON.stringify(norm(cm[i]));
+    let k = 0;
+    while (a[k] === b[k]) k++;
+    const first = /This session is being continued from a previous conversation/.test(b)
+      ? 'replaces the conversation with the compaction summary'
+      : `rewrites message ${i} (${pm[i].role})`;
+    out.push(`${first}${changed.length > 1 ? ` (${changed.length} of the ${pm.length} earlier messages differ)` : ''}: ` +
+      `${JSON.stringify(a.slice(Math.max(0, k - 30), k + 50))} -> ${JSON.stringify(b.slice(Math.max(0, k - 30), k + 50))}`);
+  }
+  if (cm.length < pm.length + 1) {
+    if (changed[0] !== 0) out.push(`sends ${cm.length} messages where the conversation had ${pm.length} and a reply: the reply is not sent back`);
+    return out;
+  }
+  const echo = norm(cm[pm.length]);
+  if (echo.role !== 'assistant') {
+    out.push(`does not send the reply back as the next message (${echo.role} instead)`);
+  } else {
+    const gen = reply.map(({ cache_control: _cc, ...b }) => b);
+    if (JSON.stringify(gen) !== JSON.stringify(echo.content)) {
+      for (let i = 0; i < Math.max(gen.length, echo.content.length); i++) {
+        const g = gen[i];
+        const e = echo.content[i];
+        if (JSON.stringify(g) === JSON.stringify(e)) continue;
+        if (g?.type === 'tool_use' && e?.type === 'tool_use' && JSON.stringify(g.input) !== JSON.stringify(e.input)) {
+          out.push(`rewrites the ${g.name} call's input: ${short(g.input)} -> ${short(e.input)}`);
+        } else if (g?.type === 'thinking' && e?.type === 'thinking' && g.signature === e.signature) {
+          // the text travels in the signature (display "omitted"): no change to the prompt
+        } else {
+          out.push(`changes reply block ${i}: ${short(g)} -> ${short(e)}`);
+        }
+      }
+    }
+  }
+  // New user-role text after the tool result: Qwen3.5's template renders the assistant turns before
+  // the last user message without their reasoning (and without an empty think block).
+  for (const m of cm.slice(pm.length + 1)) {
+    const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
+    const texts = blocks.filter((b) => b.type === 'text').map((b) => b.text);
+    if (m.role === 'system' || texts.length) {
+      const t = texts.join(' ');
+      const what = /hasn't heard from you/.test(t) ? "the silent-turn reminder (a role \"system\" message after 5 tool turns without text)"
+        : /create a detailed summary/.test(t) ? 'the compaction instruction appended to the last user message'
+          : m.role === 'system' ? `a role "system" message (${short(t, 60)})` : `a new user message (${short(t, 60)})`;
+      out.push(`adds ${what} after the reply: a user-role message, before which the template renders the earlier assistant ` +
+        'turns without their reasoning');
+      break;
+    }
+  }
+  return out;
+}
 
-  it('two sessions and a resumed turn: exit 0, no errors, the second session and the resumed turn restore', async () => {
-    // The same task twice: Claude Code puts the task before its environment block (a role
-    // "system" message after the first user message), so sessions on different tasks share only
-    // the system prompt, the tools and the first reminder (~82% here); the same task shares all.
-    const task = 'Say hello to the project.';
-    const s1 = await turn([task], 'session 1');
-    const s2 = await turn([task], 'session 2');
-    const first = s2.lines[0];
-    assert.ok(first.cached >= 0.95 * first.prompt,
-      `session 2's first request restored ${first.cached} of ${first.prompt} tokens (< 95%); session 1: ` +
-      JSON.stringify(s1.lines));
+for (const arch of ARCHS) {
+  describe(`Claude Code in a scripted session against lineage-server [${arch}]`, { timeout: 900_000, skip: install.skip }, () => {
+    let srv;
+    let proxy;
+    let home;
+    let family;
+    let p1;
+    let p2;
+    const written = [];  // every script, in order
+    const results = [];  // {phase, r}
+    let posts;           // the generating requests, analysed
+    let script;
 
-    const sent = proxy.bodies.length;
-    const resumed = await turn(['--continue', 'And what is in README.md?'], 'resumed turn');
-    // The bodies of session 2's last request and of the resumed turn's first one, as the
-    // server renders them.
-    const prev = proxy.bodies[sent - 1];
-    const next = proxy.bodies[sent];
-    const tokens = async (body) => {
-      const t = await srv.post('/apply-template?api=messages', body, { 'x-api-key': 'sk-lineage' });
-      assert.equal(t.status, 200, `/apply-template?api=messages: ${t.text}`);
-      const k = await srv.post('/tokenize', { content: t.json.prompt, add_special: false, parse_special: true },
-        { 'x-api-key': 'sk-lineage' });
-      assert.equal(k.status, 200, k.text);
-      return k.json.tokens;
-    };
-    const [tp, tn] = [await tokens(prev), await tokens(next)];
-    assert.equal(tn.length, resumed.lines[0].prompt, 'the rendered resumed body is the prompt the server ran');
-    // Random weights never end a reply within max_tokens, so the session holds no assistant
-    // turn: Claude Code adds the new task to its first user message, before its environment
-    // block; the two prompts part there.
-    const shared = commonPrefix(tp, tn);
-    assert.ok(resumed.lines[0].cached >= shared - RERENDER_SHARED,
-      `resumed turn restored ${resumed.lines[0].cached} < shared prefix ${shared} - ${RERENDER_SHARED}`);
+    before(async () => {
+      home = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-claude-home-'));
+      p1 = path.join(home, 'project');
+      p2 = path.join(home, 'another-project-folder');
+      for (const d of [p1, p2]) fs.mkdirSync(d);
+      fs.writeFileSync(path.join(p1, 'README.md'), '# demo\n\nNOTES-7f3a: the project greets.\n');
+      fs.writeFileSync(path.join(p1, 'greet.py'), 'def greet():\n    return "hello"  # NEEDLE-7f3a\n');
+      fs.writeFileSync(path.join(p2, 'README.md'), '# other\n\nNOTES2-7f3a: another project.\n');
+      script = newScript([]);
+      srv = await startServer({ model: modelPath(arch), name: `agent-claude-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', String(CTX), '--api-key', 'sk-lineage', '--test-reply-script', script,
+          '--cache-warmup', '--cache-trace', '--log-level', 'debug'] });
+      srv.getHeaders = KEY;
+      family = (await srv.cacheStats()).family;
+      proxy = await sessionProxy(srv.port, { keepHeaders: ['anthropic-beta', 'anthropic-version', 'x-claude-code-session-id', 'x-app'] });
+      const env = { ...claudeEnv({ baseUrl: `http://127.0.0.1:${proxy.port}`, home, maxOutputTokens: 8192 }),
+        CLAUDE_CODE_ENABLE_TODO_TOOLS: 'true', ENABLE_TOOL_SEARCH: 'false' };
+      const all = scripts(p1, p2);
+      for (const run of RUNS) {
+        writeScript(script, all[run.phase]);
+        written.push({ phase: run.phase, replies: all[run.phase] });
+        proxy.run = run.phase;
+        const r = await runAgent(install.bin, ['-p', ...run.args], { cwd: run.dir === 1 ? p1 : p2, env, timeoutMs: RUN_TIMEOUT_MS });
+        results.push({ phase: run.phase, r });
+      }
+      await new Promise((r) => setTimeout(r, 300));  // the log pipe may lag the last response
+    });
+    after(async () => {
+      await proxy?.close();
+      await srv?.stopGracefully();
+      if (home) fs.rmSync(home, { recursive: true, force: true });
+      if (script) fs.rmSync(path.dirname(script), { recursive: true, force: true });
+    });
+
+    /** The generating requests with their tokens, log line, scripted reply and chain; computed once. */
+    async function analysed() {
+      if (posts) return posts;
+      const log = srv.log();
+      const recs = proxy.requests.filter((r) => r.method === 'POST' && /^\/v1\/messages(\?|$)/.test(r.path));
+      for (const r of recs) {
+        const prompt = await messagesPrompt(srv, r.body, KEY);
+        r.tokens = await tokensOf(srv, prompt, KEY);
+        r.text = prompt;
+        r.hist = (await tokensOf(srv, withoutGenerationPrompt(prompt), KEY)).length;
+        r.reply = messageBlocks(r.response);
+        const sys = (r.body.system ?? []).map((b) => b.text).filter((t) => !t.startsWith('x-anthropic-billing-header:')).join('\n');
+        r.chain = `${CONVERSATION[r.run]}|${sys.length}:${sys.slice(0, 200)}|${(r.body.tools ?? []).map((t) => t.name).join(',')}`;
+      }
+      const lines = pairLines(recs.map((r) => r.tokens.length), requestLines(log).filter((l) => l.dialect === 'messages'));
+      for (const [i, r] of recs.entries()) {
+        r.line = lines[i];
+        r.label = r.line ? new RegExp(`req ${r.line.id} scripted reply (\\S+):`).exec(log)?.[1] : undefined;
+        r.marks = r.line ? breakpointsOf(log, r.line.id) : [];
+      }
+      const prevOf = new Map();
+      for (const r of recs) {
+        const chain = recs.filter((x) => x.chain === r.chain);
+        const k = chain.indexOf(r);
+        r.chainIndex = k;
+        if (k > 0) prevOf.set(r, chain[k - 1]);
+        r.earlier = chain.slice(0, Math.max(0, k - 1));
+      }
+      for (const r of recs) {
+        const p = prevOf.get(r);
+        if (!p) continue;
+        r.prev = p;
+        r.shared = lcp(p.tokens, r.tokens);
+        // What a verbatim echo of the previous reply would share: the previous conversation, the
+        // reply as the template renders it, then a placeholder (the first call's result, or a user
+        // message after an answer).
+        const use = p.reply.find((b) => b.type === 'tool_use');
+        const placeholder = use
+          ? { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: SENTINEL }] }
+          : { role: 'user', content: SENTINEL };
+        const text = await messagesPrompt(srv, { ...p.body, messages: [...p.body.messages, { role: 'assistant', content: p.reply }, placeholder] }, KEY);
+        r.echoText = text;
+        const at = text.lastIndexOf('<|im_start|>', text.indexOf(SENTINEL));
+        const echoEnd = (await tokensOf(srv, text.slice(0, at), KEY)).length;
+        const echoShared = lcp(r.tokens, await tokensOf(srv, text, KEY));
+        r.echoEnd = echoEnd;
+        r.cost = echoEnd - Math.min(echoShared, echoEnd);
+        r.behaviours = behaviours(p.body, p.reply, r.body);
+        let region = 0;
+        if (r.shared < p.hist) {
+          // The system prompt + tools of the request it shares the most with (its anchor).
+          const best = [p, ...r.earlier].reduce((a, b) => (lcp(b.tokens, r.tokens) > lcp(a.tokens, r.tokens) ? b : a));
+          const bare = await messagesPrompt(srv, { ...best.body, messages: [{ role: 'user', content: SENTINEL }] }, KEY);
+          region = lcp(best.tokens, await tokensOf(srv, bare, KEY));
+        }
+        const earlier = r.earlier.map((e) => ({ hist: e.hist, shared: lcp(e.tokens, r.tokens), label: e.label }));
+        const { promised, why } = promisedRestore({ family, prompt: r.tokens.length, shared: r.shared, hist: p.hist, region, earlier,
+          sharedMax: Math.max(r.shared, ...earlier.map((e) => e.shared)),
+          marks: [p, ...r.earlier].flatMap((e) => e.marks) });
+        r.promised = promised;
+        r.why = why;
+      }
+      posts = recs;
+      return posts;
+    }
+
+    it('the scripted session runs: exit 0, HTTP 200 throughout, every scripted step used, the tools really ran', async (t) => {
+      for (const { phase, r } of results) {
+        assert.equal(r.code, 0, `run ${phase}: claude exited ${r.code ?? r.signal}\n--- stdout ---\n${r.stdout.slice(-1500)}\n` +
+          `--- stderr ---\n${r.stderr.slice(-1500)}`);
+      }
+      const recs = await analysed();
+      for (const r of proxy.requests) assert.equal(r.status, 200, `${r.run}: ${r.method} ${r.path} -> ${r.status}\n${srv.logTail(20)}`);
+      const file = saveSession(REPO_ROOT, { agent: 'claude-code', arch, version: CLAUDE_CODE_VERSION, api: 'messages',
+        scripts: written, requests: recs });
+      t.diagnostic(`recording: ${file} (${recs.length} requests)`);
+      assert.ok(recs.every((r) => r.line), `every request has its server log line:\n${recs.map((r) => `${r.run} ${r.tokens.length} ${r.line?.id}`).join('\n')}`);
+      // Every scripted reply was used once, in the order written (the subagent's between a7 and a8).
+      const labels = recs.map((r) => r.label);
+      const want = written.flatMap((s) => s.replies.map((x) => x.label));
+      assert.deepEqual(labels, want, `the scripted replies used, in order\n${srv.logTail(30)}`);
+      assert.match(results.find((x) => x.phase === 'A').r.stdout, /FINAL-7f3a/);
+      assert.match(results.find((x) => x.phase === 'B').r.stdout, /RESUMEDONE-7f3a/);
+      assert.match(results.find((x) => x.phase === 'D').r.stdout, /AFTERDONE-7f3a/);
+      // The tools ran: the edit is in the file, the tool results carried the markers back.
+      assert.match(fs.readFileSync(path.join(p1, 'README.md'), 'utf8'), /EDITED-7f3a/);
+      // The request's new input: its messages after the last assistant message.
+      const results_ = (r) => r.body.messages.slice(r.body.messages.findLastIndex((m) => m.role === 'assistant') + 1);
+      const byLabel = (l) => recs.find((r) => r.label === l);
+      assert.match(JSON.stringify(results_(byLabel('a3-plan'))), /greet\.py:2:.*NEEDLE-7f3a/, 'the Bash grep found the marker');
+      assert.match(JSON.stringify(results_(byLabel('a6-plan-done'))), /SHELL-7f3a/, 'the Bash echo ran');
+      assert.match(JSON.stringify(results_(byLabel('a8-final'))), /SUBREPORT-7f3a/, "the subagent's report came back");
+      // The subagent ran in its own chain: another system prompt and tools.
+      assert.notEqual(byLabel('sub1-read').chain, byLabel('a1-read').chain);
+      // The reasoning went back: a thinking block with the server's signature and empty text
+      // (display "omitted"), and the next prompt renders its text.
+      const a2 = byLabel('a2-search');
+      const thinking = a2.body.messages.find((m) => m.role === 'assistant').content.find((b) => b.type === 'thinking');
+      assert.ok(thinking?.signature, `a2's echo of a1 holds a signed thinking block: ${short(a2.body.messages.at(-2))}`);
+      t.diagnostic(`thinking block sent back: text ${JSON.stringify(thinking.thinking)}, signature ${thinking.signature.length} chars`);
+      assert.match(await messagesPrompt(srv, a2.body, KEY), /I should read the README first\.\n<\/think>/);
+    });
+
+    it("every request after a chain's first restores at least the restore point the rules promise", async (t) => {
+      const recs = await analysed();
+      const rows = [];
+      const failures = [];
+      for (const r of recs) {
+        if (!r.prev) {
+          rows.push(`${r.run} ${r.label ?? '?'}: prompt ${r.tokens.length} cached ${r.line?.cached} (first of its chain)`);
+          continue;
+        }
+        const gap = KNOWN_GAPS[arch]?.[r.label];
+        rows.push(`${r.run} ${r.label}: prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
+          `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
+        if (r.line.cached < r.promised && !gap) {
+          failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
+            traceLines(srv.log(), r.line.id).join('\n  '));
+        }
+      }
+      for (const row of rows) t.diagnostic(row);
+      assert.deepEqual(failures, [], 'requests that restored less than promised');
+    });
+
+    for (const [label, why] of Object.entries(KNOWN_GAPS[arch] ?? {})) {
+      it(`known gap (${label}) restores its promised restore point`, { todo: why }, async () => {
+        const r = (await analysed()).find((x) => x.label === label);
+        assert.ok(r?.prev, `no request answered by ${label}`);
+        assert.ok(r.line.cached >= r.promised, `cached ${r.line.cached} < promised ${r.promised} (${r.why})\n  ` +
+          traceLines(srv.log(), r.line.id).join('\n  '));
+      });
+    }
+
+    it('where a request shares less than a verbatim echo of the previous reply would, the agent behaviour is named', async (t) => {
+      const recs = await analysed();
+      const unnamed = [];
+      for (const r of recs.filter((x) => x.prev)) {
+        if (r.behaviours.length) t.diagnostic(`${r.run} ${r.label}: ${r.cost} tokens: ${r.behaviours.join('; ')}`);
+        if (r.cost > 0 && r.behaviours.length === 0) unnamed.push(`${r.label}: parts ${r.cost} tokens before the end of the echoed reply: ${textDiff(r.echoText, r.text)}`);
+      }
+      assert.deepEqual(unnamed, []);
+      // The behaviours this version is known for, each seen here (so that a change in the client is noticed).
+      const seen = recs.flatMap((r) => r.behaviours ?? []).join('\n');
+      assert.match(seen, /rewrites the Edit call's input: .* -> \{"replace_all":false,/, 'Claude Code adds replace_all: false to an Edit call it sends back');
+      assert.match(seen, /silent-turn reminder/, 'the silent-turn reminder after 5 tool turns');
+    });
+
+    it("the second session restores >= 95% of its first prompt; the one in another folder its shared prefix (minus the ladder's 64 on hybrid)", async (t) => {
+      const recs = await analysed();
+      const first = (phase) => recs.find((r) => r.run === phase);
+      const a = first('A');
+      const e = first('E');
+      t.diagnostic(`second session: cached ${e.line.cached} of ${e.tokens.length}`);
+      assert.ok(e.line.cached >= 0.95 * e.tokens.length, `second session restored ${e.line.cached} of ${e.tokens.length} (< 95%)`);
+      const f = first('F');
+      const shared = lcp(a.tokens, f.tokens);
+      assert.ok(shared < f.tokens.length - 16 && shared > 0.5 * f.tokens.length, `the other folder shares ${shared} of ${f.tokens.length}`);
+      const want = family === 'dense' ? Math.min(shared, f.tokens.length - 1) : shared - 64;
+      t.diagnostic(`another folder: cached ${f.line.cached} of ${f.tokens.length}, shared ${shared}, want >= ${want}`);
+      assert.ok(f.line.cached >= want, `another folder: cached ${f.line.cached} < ${want} (shared ${shared}, ${family})\n  ` +
+        traceLines(srv.log(), f.line.id).join('\n  '));
+    });
+
+    it('the resumed turn and the compaction restore at least their promised restore points', async (t) => {
+      const recs = await analysed();
+      for (const phase of ['B', 'C', 'D']) {
+        const r = recs.find((x) => x.run === phase);
+        assert.ok(r?.prev, `${phase}: no request continuing the session`);
+        t.diagnostic(`${phase} ${r.label}: cached ${r.line.cached} of ${r.tokens.length}, shared ${r.shared}, promised ${r.promised} (${r.why})`);
+        assert.ok(r.line.cached >= r.promised, `${phase}: cached ${r.line.cached} < promised ${r.promised}`);
+      }
+    });
+
+    it('known gap: a ToolSearch result (tool_reference blocks) is accepted', {
+      todo: 'Claude Code defers most tools behind ToolSearch by default; its result is a tool_result holding ' +
+        '`tool_reference` blocks, which /v1/messages refuses with HTTP 400 ("a tool_result message cannot hold here"): ' +
+        'the agent retries three times, then declares every tool in full (a new tools block: the prompt parts inside it)',
+    }, async () => {
+      const recs = await analysed();
+      const body = structuredClone(recs.find((r) => r.label === 'a2-search').body);
+      body.messages.push({ role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'ToolSearch', input: { query: 'select:WebFetch' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: [{ type: 'tool_reference', tool_name: 'WebFetch' }] },
+          { type: 'text', text: 'Tool loaded.' }] });
+      const r = await srv.post('/apply-template?api=messages', body, KEY);
+      assert.equal(r.status, 200, r.text);
+    });
+
+    it('known gap: a scripted boolean argument streams as valid JSON', {
+      todo: 'the Qwen3.5 template renders a JSON false argument as `False` (a past tool call, and so the scripted reply); the ' +
+        "server's output parser does not read it back: without streaming the whole call comes out as text, streamed the " +
+        'tool_use input stops at `..."run_in_background":` and the client gets JSON it cannot parse',
+    }, async () => {
+      const recs = await analysed();
+      writeScript(script, [{ label: 'bool', when: { input: 'TASK-7f3a' }, tool_calls: [{ name: 'Agent',
+        arguments: { description: 'd', prompt: 'p', subagent_type: 'general-purpose', run_in_background: false } }] }]);
+      const body = { ...recs[0].body, stream: true };
+      const res = await fetch(`${srv.url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json', ...KEY }, body: JSON.stringify(body) });
+      const blocks = messageBlocks(await res.text());
+      const use = blocks.find((b) => b.type === 'tool_use');
+      assert.deepEqual(use?.input?.run_in_background, false, JSON.stringify(blocks));
+    });
   });
-});
+}

@@ -118,3 +118,251 @@ export function lcp(a, b) {
   while (n < a.length && n < b.length && a[n] === b[n]) n++;
   return n;
 }
+
+// --- Scripted agent sessions (agent-claude.test.mjs, agent-codex.test.mjs) -----------------------
+
+/**
+ * A recording proxy for a whole agent session, as a benchmark replays it: every request
+ * ({t (Date.now() at arrival), method, path, body (parsed JSON or null), status, headers (only
+ * those named in `keepHeaders`, lower case), run (the proxy's `run` when it arrived), response (the
+ * server's response text: kept in memory for the test's own analysis, never saved)}) in arrival
+ * order. `before(rec)`, when given, is awaited before the request is forwarded (a test that must
+ * rewrite the reply script from what a request carries, e.g. an id the agent made up).
+ */
+export async function sessionProxy(targetPort, { keepHeaders = [], before } = {}) {
+  const requests = [];
+  const proxy = { port: 0, requests, run: null, close: null };
+  const server = http.createServer((req, res) => {
+    const t = Date.now();
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', async () => {
+      const raw = Buffer.concat(chunks);
+      let body = null;
+      try { body = raw.length ? JSON.parse(raw.toString('utf8')) : null; } catch { /* not JSON */ }
+      const headers = {};
+      for (const h of keepHeaders) if (req.headers[h] !== undefined) headers[h] = req.headers[h];
+      const rec = { t, method: req.method, path: req.url, body, status: null, headers, run: proxy.run };
+      // What the server answered so far (the client may close a stream before its end arrives here).
+      const out = [];
+      Object.defineProperty(rec, 'response', { get: () => Buffer.concat(out).toString('utf8') });
+      requests.push(rec);
+      if (before) {
+        try { await before(rec); } catch (e) { rec.beforeError = e; }
+      }
+      const up = http.request({ host: '127.0.0.1', port: targetPort, method: req.method, path: req.url,
+        headers: { ...req.headers, host: `127.0.0.1:${targetPort}` } }, (upRes) => {
+        rec.status = upRes.statusCode;
+        res.writeHead(upRes.statusCode, upRes.headers);
+        upRes.on('data', (c) => { out.push(c); res.write(c); });
+        upRes.on('end', () => res.end());
+      });
+      up.on('error', (e) => { rec.status = 502; res.writeHead(502); res.end(String(e)); });
+      res.on('close', () => up.destroy());
+      up.end(raw);
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  proxy.port = server.address().port;
+  proxy.close = () => new Promise((r) => server.close(r));
+  return proxy;
+}
+
+/**
+ * Writes an agent session's recording for a later benchmark replay to
+ * build/agent-sessions/<agent>-<arch>.json (outside the repository's tracked files: the recorded
+ * text is the agent's, generated at test time): {agent, arch, version, api, script: every script
+ * the test wrote, in order, requests: [{t_ms (since the first recorded request), method, path,
+ * body, status, headers, run}]} for the `requests` given (the generating POSTs). Returns the path.
+ */
+export function saveSession(repoRoot, { agent, arch, version, api, scripts, requests }) {
+  const dir = path.join(repoRoot, 'build/agent-sessions');
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `${agent}-${arch}.json`);
+  const t0 = requests.length ? requests[0].t : 0;
+  const out = { agent, arch, version, api, script: scripts,
+    requests: requests.map((r) => ({ t_ms: r.t - t0, method: r.method, path: r.path, body: r.body, status: r.status,
+      headers: r.headers, run: r.run })) };
+  fs.writeFileSync(`${file}.tmp`, JSON.stringify(out));
+  fs.renameSync(`${file}.tmp`, file);
+  return file;
+}
+
+/** The `cache-trace:` lines of request `id` in `log` (the server runs with --cache-trace), for the
+ *  evidence of a gap. */
+export function traceLines(log, id) {
+  const re = new RegExp(`cache-trace: request ${id}:.*`, 'g');
+  return [...log.matchAll(re)].map((m) => m[0]);
+}
+
+/** The server's debug line `req N cache_control breakpoints at a,b,c tokens` (--log-level debug):
+ *  the lengths of request N's cache_control marks, or [] when it has none. */
+export function breakpointsOf(log, id) {
+  const m = new RegExp(`req ${id} cache_control breakpoints at ([\\d,]+) tokens`).exec(log);
+  return m ? m[1].split(',').map(Number) : [];
+}
+
+/**
+ * Pairs recorded requests with the server's per-request log lines (`req N DIALECT stream|json
+ * STATUS: prompt=P ...`): in arrival order, each takes the first line not yet taken, in id order,
+ * whose prompt length is the one computed for it (`prompts[i]`). The server numbers requests as
+ * they arrive, so two requests in flight at once still pair right unless their prompts have the
+ * same length and arrive in the other order (then they are interchangeable for every check).
+ * Returns lines[i] (undefined where no line matched).
+ */
+export function pairLines(prompts, lines) {
+  const taken = new Set();
+  return prompts.map((p) => {
+    const l = lines.find((x) => x.prompt === p && !taken.has(x.id));
+    if (l) taken.add(l.id);
+    return l;
+  });
+}
+
+/** The text of a rendered prompt without its generation prompt: everything before the last
+ *  `<|im_start|>assistant` (the Qwen3.5 template of every tiny model). */
+export function withoutGenerationPrompt(prompt) {
+  const i = prompt.lastIndexOf('<|im_start|>assistant');
+  if (i < 0) throw new Error(`no generation prompt at the end of ${JSON.stringify(prompt.slice(-200))}`);
+  return prompt.slice(0, i);
+}
+
+/** Tokens of a rendered prompt text (POST /tokenize, special tokens parsed). */
+export async function tokensOf(srv, text, headers = {}) {
+  const k = await srv.post('/tokenize', { content: text, add_special: false, parse_special: true }, headers);
+  if (k.status !== 200) throw new Error(`/tokenize -> ${k.status}: ${k.text}`);
+  return k.json.tokens;
+}
+
+/**
+ * The Responses request `req` (a /v1/responses body: instructions, input items, tools) as the chat
+ * body the server renders for it: the mapping of src/server/dialects/responses/response_items.cpp
+ * (chat_messages_of) and responses_request.cpp: instructions and the leading developer/system
+ * items joined by a blank line into one system message (one leading item alone is kept as sent);
+ * reasoning / assistant message / function_call items assembled into assistant turns (a second
+ * reasoning or message, or one after a call, opens a new turn); function_call_output items tool
+ * messages; a later developer/system message a user message; function and namespace tools
+ * flattened, hosted and custom tools left out. `reasoning` items carry their text in `content`
+ * (Codex sends it beside encrypted_content, which holds the same text sealed by the server).
+ */
+export function responsesChatBody(req) {
+  const items = typeof req.input === 'string' ? [{ type: 'message', role: 'user', content: req.input }] : (req.input ?? []);
+  const text = (c) => (typeof c === 'string' ? c : c.map((p) => p.text ?? p.refusal ?? '').join(''));
+  const content = (c) => (typeof c === 'string' ? c : c.map((p) => ({ type: 'text', text: p.text ?? p.refusal ?? '' })));
+  const isSystem = (it) => (it.type ?? 'message') === 'message' && ['developer', 'system'].includes(it.role);
+  const msgs = [];
+  let i = 0;
+  const lead = [];
+  while (i < items.length && isSystem(items[i])) lead.push(items[i++]);
+  const hasInstructions = req.instructions !== undefined && req.instructions !== null;
+  if (!hasInstructions && lead.length === 1) {
+    msgs.push({ role: lead[0].role, content: content(lead[0].content) });
+  } else if (hasInstructions || lead.length) {
+    let c = hasInstructions ? req.instructions : '';
+    for (const it of lead) c += (c === '' ? '' : '\n\n') + text(it.content);
+    msgs.push({ role: hasInstructions ? 'system' : lead[0].role, content: c });
+  }
+  let turn = null;
+  let hasReasoning = false;
+  let hasMessage = false;
+  const open = () => {
+    turn = { role: 'assistant', content: '' };
+    msgs.push(turn);
+    hasReasoning = false;
+    hasMessage = false;
+  };
+  for (; i < items.length; i++) {
+    const it = items[i];
+    const type = it.type ?? 'message';
+    if (type === 'reasoning') {
+      if (!turn || hasReasoning || hasMessage || turn.tool_calls) open();
+      turn.reasoning_content = (it.content ?? []).map((p) => p.text).join('');
+      hasReasoning = true;
+    } else if (type === 'message' && it.role === 'assistant') {
+      if (!turn || hasMessage || turn.tool_calls) open();
+      turn.content = text(it.content);
+      hasMessage = true;
+    } else if (type === 'message') {
+      turn = null;
+      msgs.push({ role: 'user', content: content(it.content) });
+    } else if (type === 'function_call') {
+      if (!turn) open();
+      (turn.tool_calls ??= []).push({ id: it.call_id, type: 'function', function: { name: it.name, arguments: it.arguments } });
+    } else if (type === 'function_call_output') {
+      turn = null;
+      msgs.push({ role: 'tool', tool_call_id: it.call_id, content: typeof it.output === 'string' ? it.output : text(it.output) });
+    } else {
+      throw new Error(`responsesChatBody: item type ${type} is not handled`);
+    }
+  }
+  const tools = [];
+  for (const t of req.tools ?? []) {
+    const fns = t.type === 'function' ? [t] : t.type === 'namespace' ? t.tools.filter((x) => x.type === 'function') : [];
+    for (const f of fns) {
+      tools.push({ type: 'function', function: { name: f.name, ...(f.description !== undefined ? { description: f.description } : {}),
+        ...(f.parameters ? { parameters: f.parameters } : {}) } });
+    }
+  }
+  const kwargs = ['none', 'minimal'].includes(req.reasoning?.effort) ? { enable_thinking: false } : undefined;
+  return { messages: msgs, ...(tools.length ? { tools } : {}), ...(kwargs ? { chat_template_kwargs: kwargs } : {}) };
+}
+
+/** The output items of a streamed Responses answer (its `response.completed` event), or [] . */
+export function responsesOutput(sse) {
+  for (const line of sse.split('\n')) {
+    if (!line.startsWith('data: ')) continue;
+    let e;
+    try { e = JSON.parse(line.slice(6)); } catch { continue; }
+    if (e.type === 'response.completed' || e.type === 'response.incomplete') return e.response.output ?? [];
+  }
+  try { return JSON.parse(sse).output ?? []; } catch { return []; }
+}
+
+/**
+ * The restore point the cache rules promise a request of a session (docs/prompt-cache.md "Restore
+ * points"), from numbers the test computed from the recorded bodies:
+ *   dense: every token it shares with the session's previous request (`shared`), or with an earlier
+ *     one (`sharedMax`) when that is more (a compaction in between), one less when that is the whole
+ *     prompt (a dense entry restores any prefix of itself);
+ *   hybrid: the previous request's history boundary (`hist`: its prompt without the generation
+ *     prompt) when the request extends it; else the longest of the other restore points at or
+ *     before where it parts from the request that holds them: an earlier request's history boundary
+ *     it extends (`earlier`: [{hist, shared: the tokens it shares with that request, label}]), a
+ *     cache_control mark of the session's earlier requests (`marks`: lengths the server logged, each
+ *     minus --cache-anchor-slack, counted where the request shares them with the session:
+ *     `sharedMax`, the most it shares with any earlier request of the session), the anchor (the end
+ *     of the system prompt + tools of the earlier request it shares the most with, `region`, minus
+ *     the slack) and, when it parts from that request inside that region, its ladder: in the
+ *     region's last --cache-ladder-near-tokens (512) a rung at most --cache-ladder-near-step (64)
+ *     tokens before the parting point, before that one per prefill pass (--batch-size, 512).
+ * Either way nothing shorter than --prompt-cache-min-prefix (32) is restored.
+ * Returns {promised, why}.
+ */
+export function promisedRestore({ family, prompt, shared, hist, earlier = [], marks = [], region = 0, sharedMax = shared, slack = 2,
+  minPrefix = 32 }) {
+  const floor = (r) => (r.promised < minPrefix ? { promised: 0, why: `${r.why}: under --prompt-cache-min-prefix ${minPrefix}` } : r);
+  if (family === 'dense') {
+    return floor({ promised: Math.min(Math.max(shared, sharedMax), prompt - 1),
+      why: sharedMax > shared ? 'dense: the prefix shared with an earlier request' : 'dense: the shared prefix' });
+  }
+  if (shared >= hist) return floor({ promised: hist, why: "the previous request's history boundary" });
+  const c = [{ n: 0, why: 'nothing' }];
+  for (const e of earlier) if (e.shared >= e.hist) c.push({ n: e.hist, why: `an earlier request's history boundary (${e.label})` });
+  for (const m of marks) if (m - slack <= sharedMax) c.push({ n: m - slack, why: `a cache_control mark at ${m}` });
+  if (region > 0 && region - slack <= sharedMax) c.push({ n: region - slack, why: 'the anchor' });
+  if (region > 0 && sharedMax < region) {
+    const near = sharedMax >= region - 512;
+    c.push({ n: sharedMax - (near ? 64 : 512), why: near ? 'a near ladder rung (parts in the last 512 tokens of the system prompt/tools)'
+      : 'a far ladder rung (parts in the system prompt/tools, before its last 512 tokens)' });
+  }
+  const best = c.reduce((a, b) => (b.n > a.n ? b : a));
+  return floor({ promised: Math.min(best.n, prompt - 1), why: best.why });
+}
+
+/** JSON text with object keys sorted (arrays keep their order): two values that differ only in
+ *  key order compare equal. */
+export function canonicalJSON(v) {
+  if (Array.isArray(v)) return `[${v.map(canonicalJSON).join(',')}]`;
+  if (v && typeof v === 'object') return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonicalJSON(v[k])}`).join(',')}}`;
+  return JSON.stringify(v);
+}

@@ -74,3 +74,44 @@ export function requestLines(log) {
   }
   return out;
 }
+
+// --- Scripted agent sessions (agent-claude.test.mjs) -----------------------------------------------
+
+/** The prompt text the server renders for a Messages body (POST /apply-template?api=messages). */
+export async function messagesPrompt(srv, body, headers = {}) {
+  const t = await srv.post('/apply-template?api=messages', body, headers);
+  if (t.status !== 200) throw new Error(`/apply-template?api=messages -> ${t.status}: ${t.text}`);
+  return t.json.prompt;
+}
+
+/** The content blocks of a streamed (or JSON) Messages answer, as a client assembles them: text,
+ *  thinking (with its signature) and tool_use (input parsed from its input_json_deltas). */
+export function messageBlocks(sse) {
+  if (!sse.startsWith('event:') && !sse.startsWith('data:')) {
+    try { return JSON.parse(sse).content ?? []; } catch { return []; }
+  }
+  const blocks = [];
+  const json = [];
+  for (const line of sse.split('\n')) {
+    if (!line.startsWith('data: ')) continue;
+    let e;
+    try { e = JSON.parse(line.slice(6)); } catch { continue; }
+    if (e.type === 'content_block_start') {
+      blocks[e.index] = { ...e.content_block };
+      json[e.index] = '';
+    } else if (e.type === 'content_block_delta') {
+      const b = blocks[e.index];
+      const d = e.delta;
+      if (d.type === 'text_delta') b.text = (b.text ?? '') + d.text;
+      else if (d.type === 'thinking_delta') b.thinking = (b.thinking ?? '') + d.thinking;
+      else if (d.type === 'signature_delta') b.signature = (b.signature ?? '') + d.signature;
+      else if (d.type === 'input_json_delta') json[e.index] += d.partial_json;
+    } else if (e.type === 'content_block_stop') {
+      const b = blocks[e.index];
+      if (b.type === 'tool_use' && json[e.index]) {
+        try { b.input = JSON.parse(json[e.index]); } catch { b.input = { __unparsed: json[e.index] }; }
+      }
+    }
+  }
+  return blocks.filter(Boolean);
+}
