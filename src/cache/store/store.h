@@ -476,15 +476,7 @@ private:
      *  into a point at most config::guard_merge tokens before it: `from` itself, or a split
      *  capture already in `p` of a kind the entry keeps (turn, divergence, ladder). */
     bool merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt) const;
-    /** Drops checkpoints of `cps` (ascending) over their caps (--cache-max-checkpoints; message
-     *  rungs and reply checkpoints apart), in the order of drop_candidate (store_commit.cpp). The turn
-     *  checkpoint at `keep_turn` (the entry's history boundary: the last user message's turn, which
-     *  an agent loop's tool steps keep) goes only when nothing else can: when the next user message
-     *  comes, a template that renders past reasoning only after the last user query (Qwen3.5)
-     *  re-renders every assistant turn of the loop without it, and the prompt parts a few tokens
-     *  after that boundary (a tool loop of more than --cache-max-checkpoints steps used to thin it
-     *  away and fall back to the anchor: tests/e2e/agent-claude.test.mjs). -1: none kept. */
-    void thin(std::vector<checkpoint> & cps, int32_t keep_turn);
+    void thin(std::vector<checkpoint> & cps);
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
      *  appends it to p.reason (store_trace.cpp). */

@@ -16,13 +16,11 @@ uint64_t size_of(const blob_ptr & b) {
 
 
 // Thinning order (docs/prompt-cache.md "Commit, thinning, eviction"): old guard points first (only
-// the newest guard is a live resend point), then the oldest turn boundaries but the user turn's
-// (`keep_turn`, the entry's history boundary: see thin()), then the oldest divergence points, then
-// the newest guard, then the user turn's boundary; message rungs and reply checkpoints never
-// (thin() caps them apart). `cps` ascends by length, so the first match is the oldest. Returns the
-// index to drop (REQUIRES: cps holds a checkpoint that is neither a message rung nor a reply
-// checkpoint).
-size_t drop_candidate(const std::vector<checkpoint> & cps, int32_t keep_turn) {
+// the newest guard is a live resend point), then the oldest turn boundaries, then the oldest
+// divergence points, then the newest guard; message rungs and reply checkpoints never (thin() caps
+// them apart). `cps` ascends by length, so the first match is the oldest. Returns the index to drop
+// (REQUIRES: cps holds a checkpoint that is neither a message rung nor a reply checkpoint).
+size_t drop_candidate(const std::vector<checkpoint> & cps) {
     std::optional<size_t> newest_guard;
     for (size_t i = 0; i < cps.size(); ++i) {
         if (cps[i].kind == point_kind::guard) {
@@ -38,7 +36,7 @@ size_t drop_candidate(const std::vector<checkpoint> & cps, int32_t keep_turn) {
     // they go first.
     for (point_kind k : {point_kind::ladder, point_kind::turn, point_kind::divergence}) {
         for (size_t i = 0; i < cps.size(); ++i) {
-            if (cps[i].kind == k && !(k == point_kind::turn && cps[i].n_tokens == keep_turn)) {
+            if (cps[i].kind == k) {
                 return i;
             }
         }
@@ -57,7 +55,7 @@ size_t drop_candidate(const std::vector<checkpoint> & cps, int32_t keep_turn) {
 
 }  // namespace
 
-void store::thin(std::vector<checkpoint> & cps, int32_t keep_turn) {
+void store::thin(std::vector<checkpoint> & cps) {
     // Message rungs have their own cap: the oldest go first (only the newest message's are
     // kept at commit, so this bites only on a twin's rungs).
     auto n_of = [&](point_kind k) {
@@ -79,7 +77,7 @@ void store::thin(std::vector<checkpoint> & cps, int32_t keep_turn) {
         cps.erase(it);
     }
     while (static_cast<int32_t>(cps.size()) - n_message() - n_of(point_kind::reply) > cfg_.max_checkpoints) {
-        const size_t i = drop_candidate(cps, keep_turn);
+        const size_t i = drop_candidate(cps);
         LINEAGE_TRACE(trace_, "thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
                       cps[i].n_tokens, cfg_.max_checkpoints);
         cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(i));
@@ -158,7 +156,7 @@ bool store::commit(commit_input in, double now_s) {
                 uniq.push_back(std::move(c));
             }
         }
-        thin(uniq, e.history);
+        thin(uniq);
         e.checkpoints = std::move(uniq);
     }
     // A verbatim resend that did not absorb (it restored an earlier point) leaves an entry with
@@ -194,7 +192,7 @@ bool store::commit(commit_input in, double now_s) {
     }
     std::sort(e.checkpoints.begin(), e.checkpoints.end(),
               [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
-    thin(e.checkpoints, e.history);
+    thin(e.checkpoints);
     const uint64_t id = e.id;
     if (trace_.on()) {
         std::string cps;

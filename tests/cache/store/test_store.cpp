@@ -328,43 +328,6 @@ TEST_F(StoreTest, ThinningDropsOldGuardsThenOldestTurns) {
     EXPECT_EQ(st.entries()[0].checkpoints, want);
 }
 
-TEST_F(StoreTest, ThinningKeepsTheUserTurnsBoundaryThroughAToolLoop) {
-    // An agent loop: the user turn's boundary at 100 (the entry's history), then a turn
-    // checkpoint per tool step. Over the cap, the later steps' oldest turns go, not the user
-    // turn's: the next user message re-renders the loop's assistant turns without their reasoning
-    // (Qwen3.5) and parts a few tokens after 100.
-    config c = small_config();
-    c.max_checkpoints = 3;
-    store st(c, true);
-    commit_input in;
-    in.k = key{"b", "s"};
-    in.toks = seq(0, 1000);
-    in.seq = 0;
-    in.hints.history_tokens = 100;
-    in.captured = {{100, point_kind::turn, fake(10)}, {300, point_kind::turn, fake(10)},
-                   {500, point_kind::turn, fake(10)}, {700, point_kind::turn, fake(10)},
-                   {900, point_kind::turn, fake(10)}};
-    st.commit(std::move(in), 1.0);
-    st.check_invariants();
-    std::vector<std::pair<int32_t, point_kind>> want = {
-        {100, point_kind::turn}, {700, point_kind::turn}, {900, point_kind::turn}};
-    EXPECT_EQ(st.entries()[0].checkpoints, want);
-    // It is the last turn checkpoint to go: with a cap of one, the later step's goes.
-    config one = small_config();
-    one.max_checkpoints = 1;
-    store st1(one, true);
-    commit_input in1;
-    in1.k = key{"b", "s"};
-    in1.toks = seq(0, 1000);
-    in1.seq = 0;
-    in1.hints.history_tokens = 100;
-    in1.captured = {{100, point_kind::turn, fake(10)}, {300, point_kind::turn, fake(10)}};
-    st1.commit(std::move(in1), 1.0);
-    st1.check_invariants();
-    want = {{100, point_kind::turn}};
-    EXPECT_EQ(st1.entries()[0].checkpoints, want);
-}
-
 TEST_F(StoreTest, SessionFirstCrossSessionOnlyWhenStrictlyLonger) {
     store st(small_config(), false);
     run(st, key{"b", "alice"}, seq(0, 100));
