@@ -150,19 +150,21 @@ const CONVERSATION = { A: 's1', B: 's1', C: 's1', D: 's1', E: 's2', F: 's3' };
 /** Server gaps measured and not fixed yet (node:test `todo`: a failure is listed, not counted), by
  *  arch and the scripted reply of the request; each names what the decision trace showed. */
 const KNOWN_GAPS = {
-  // (a6-plan-done and b1-shell, hybrid: Claude Code's silent-turn reminder, a role "system" message
-  // after 5 tool turns without text, and a resumed turn's new user message are rendered as user
-  // messages, so the template drops the reasoning of every earlier assistant turn and the prompt
-  // parts 3 tokens after the user turn's history boundary; thinning used to drop that turn
-  // checkpoint after the fourth tool step ("no restore point between 19121 and 21352": the anchor,
-  // ~2,230 tokens prefilled again). The user turn's boundary is now the last turn checkpoint
-  // thinning drops: docs/prompt-cache.md "Commit, thinning, eviction".)
   qwen35: {
+    'a6-plan-done': 'hybrid: Claude Code\'s silent-turn reminder (a role "system" message after 5 tool turns without text) is rendered as a ' +
+      'user message, so the template drops the reasoning of every earlier assistant turn and the prompt parts at the first ' +
+      'one (~21350 of ~21890 tokens); the history boundary of the session\'s first request, 3 tokens before, is a documented ' +
+      'restore point there, but thinning (--cache-max-checkpoints 4 per lineage, the oldest turn boundaries first) dropped it ' +
+      'after the fourth turn: the trace says "no restore point between 19121 and 21352" and the anchor (19121) is restored: ' +
+      '~2,230 tokens prefilled again',
     // Timing-dependent: passes when the warm-up after a8's answer finished before the resumed turn
     // arrived (Claude Code's start takes a few seconds), fails when the request preempted it.
-    'b1-shell': 'hybrid: the resumed turn parts 3 tokens after a6\'s history boundary (21888), which the entry keeps; but when ' +
-      'the request preempts the warm-up of a8\'s answer, the warm-up parks what it prefilled ("parked at 21864/22265 ' +
-      'tokens") as an entry without the absorbed entry\'s checkpoints, and the turn restores 21864 of the promised 21888',
+    'b1-shell': 'hybrid, the same thinning: the resumed turn\'s new user message re-renders the assistant turns since the ' +
+      'silent-turn reminder without their empty think blocks, so the prompt parts 3 tokens after a6\'s history boundary ' +
+      '(21888), which a8\'s commit thinned ("thinned: dropped the turn checkpoint at 21888 (over 4 per lineage)"); the ' +
+      'warm-up after a8\'s answer restores the divergence at 21352 and prefills from there: when it finishes first the ' +
+      'turn restores more than promised, when the request preempts it ("parked at 21864/22265 tokens", no checkpoint ' +
+      'carried) the turn restores 21864',
   },
 };
 

@@ -132,12 +132,13 @@ const CONVERSATION = { A: 's1', B: 's1', C: 's1', E: 's2', F: 's3' };
 
 /** Server gaps measured and not fixed yet (node:test `todo`), by arch and scripted reply. */
 const KNOWN_GAPS = {
-  // (a8-final, hybrid: wait_agent's answer comes with a <subagent_notification> user message, so the
-  // template drops the reasoning of every earlier assistant turn and the prompt parts 3 tokens after
-  // the session's first request's history boundary; thinning used to drop that turn checkpoint after
-  // the fourth tool step and the anchor was restored, ~330 tokens prefilled again. The user turn's
-  // boundary is now the last turn checkpoint thinning drops: docs/prompt-cache.md "Commit, thinning,
-  // eviction".)
+  qwen35: {
+    'a8-final': 'hybrid: wait_agent\'s answer comes with a <subagent_notification> user message, so the template drops the ' +
+      'reasoning of every earlier assistant turn and the prompt parts at the first one (~10000 of ~10880 tokens); the ' +
+      'history boundary of the session\'s first request, 3 tokens before, is a documented restore point there, but thinning ' +
+      '(--cache-max-checkpoints 4 per lineage, the oldest turn boundaries first) dropped it: the trace says "no restore point ' +
+      'between 9667 and 10002" and the anchor (9667) is restored: ~330 tokens prefilled again',
+  },
 };
 
 const codex = codexBinary();
