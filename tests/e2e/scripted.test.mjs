@@ -11,13 +11,19 @@
 //  - a raw prompt (/v1/completions) gets a `text` reply; a structured one is refused for it;
 //  - a request no reply matches gets HTTP 400 no_scripted_reply in the dialect's error shape, and
 //    the server goes on serving; the script is read again when its file changes;
-//  - --help and the log say it is a test instrument.
+//  - --help and the log say it is a test instrument;
+//  - a tool loop longer than --cache-max-checkpoints (6 steps, reasoning in each), then a new user
+//    message (the template re-renders the loop's turns without their reasoning: the prompt parts
+//    just after the first user turn's boundary), then a new session with the same first message:
+//    both restore at least that boundary (thinning keeps a lineage's first and last user turn
+//    boundaries; the agent sessions of Claude Code and Codex part there).
 //
 //   cd tests/e2e && node --test scripted.test.mjs
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 
+import { chatTokens } from './lib/agents.mjs';
 import { anthropic } from './lib/anthropic.mjs';
 import { assertError, assertToolCalls, streamChat, usageOf } from './lib/chat.mjs';
 import { newScript, writeScript } from './lib/script.mjs';
@@ -143,6 +149,49 @@ for (const arch of ARCHS) {
         400, 'structured reply for a raw prompt');
       assert.equal(e.code, 'no_scripted_reply');
       assert.match(e.message, /has no "text"/);
+    });
+
+    it("a tool loop longer than the checkpoint cap keeps the first user turn's boundary: the next user message and a " +
+      'new session with the same first message restore it', async () => {
+      const N = 6;  // tool steps: more than --cache-max-checkpoints (4)
+      writeScript(script, [
+        ...Array.from({ length: N }, (_, i) => ({ label: `loop-${i + 1}`, when: { input: i === 0 ? 'TASK-loop' : `RESULT-loop-${i}:` },
+          reasoning: `Step ${i + 1}: the next check.`, tool_calls: [{ name: 'run_shell', arguments: { command: `echo step-${i + 1}` } }] })),
+        { label: 'loop-done', when: { input: `RESULT-loop-${N}:` }, content: 'All checks ran.' },
+        { label: 'loop-next', when: { input: 'NEXT-loop' }, content: 'Nothing more to do.' },
+        { label: 'loop-again', when: { input: 'TASK-loop' }, content: 'A new session on the same task.' },
+      ]);
+      const first = [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'TASK-loop: run the checks one by one. ' +
+        'The project has a README, a greet.py and a notes folder; every check prints its step number. '.repeat(6) }];
+      const hist1 = (await chatTokens(srv, { messages: first, tools: TOOLS }, false)).length;
+      const messages = [...first];
+      const rows = [];
+      for (let i = 1; i <= N + 1; i++) {
+        const r = await srv.openai.chat.completions.create({ model: 'tiny', messages, tools: TOOLS, max_tokens: 200 });
+        const m = r.choices[0].message;
+        rows.push(`step ${i}: prompt ${usageOf(r).prompt} cached ${usageOf(r).cached}`);
+        if (i === N + 1) {
+          assert.equal(m.content, 'All checks ran.', rows.join('\n'));
+          messages.push({ role: 'assistant', content: m.content });
+          break;
+        }
+        assert.equal(r.choices[0].finish_reason, 'tool_calls', `step ${i}: ${JSON.stringify(r.choices[0])}`);
+        messages.push({ role: 'assistant', content: m.content ?? '', reasoning_content: m.reasoning_content, tool_calls: m.tool_calls },
+          { role: 'tool', tool_call_id: m.tool_calls[0].id, content: `RESULT-loop-${i}: step-${i}` });
+      }
+      messages.push({ role: 'user', content: 'NEXT-loop: anything else?' });
+      const next = await srv.openai.chat.completions.create({ model: 'tiny', messages, tools: TOOLS, max_tokens: 200 });
+      assert.equal(next.choices[0].message.content, 'Nothing more to do.');
+      const un = usageOf(next);
+      rows.push(`next user message: prompt ${un.prompt} cached ${un.cached}; first user turn's boundary ${hist1}`);
+      assert.ok(un.cached >= hist1, `${rows.join('\n')}\n${srv.logTail(30)}`);
+      // A new session (its own key) that sends the same first message.
+      const again = await srv.openai.chat.completions.create({ model: 'tiny', messages: first, tools: TOOLS, max_tokens: 200,
+        prompt_cache_key: 'another-session' });
+      assert.equal(again.choices[0].message.content, 'A new session on the same task.');
+      const ua = usageOf(again);
+      rows.push(`new session, same first message: prompt ${ua.prompt} cached ${ua.cached}`);
+      assert.ok(ua.cached >= hist1, `${rows.join('\n')}\n${srv.logTail(30)}`);
     });
 
     it('a request no reply matches gets 400 no_scripted_reply, and the server goes on serving', async () => {

@@ -313,6 +313,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         p.source = e.id;
         p.source_tokens = static_cast<int32_t>(e.toks.size());
         p.source_history = e.history;
+        p.source_first_turn = e.first_turn;
         p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
         // Absorption (docs/prompt-cache.md "Entries and lineages"): a prompt that continues a
         // conversation entry takes it.

@@ -123,6 +123,8 @@ struct restore_plan {
     int32_t source_tokens = 0;             ///< that entry's full length, tokens
     bool source_anchor = false;            ///< load_disk: the copy is a pinned anchor's (system prompt + tools)
     int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
+    /** That entry's first turn boundary (entry::first_turn; -1: unknown, e.g. a tier copy). */
+    int32_t source_first_turn = -1;
     int32_t device_seq = -1;               ///< take_device / share_device
     blob_ptr full;                         ///< load_ram
     blob_ptr recurrent;                    ///< checkpoint to apply after the KV (hybrid, n < full length)
@@ -445,6 +447,11 @@ private:
         std::vector<checkpoint> checkpoints;
         bool anchor = false;
         int32_t history = -1;  // history boundary of the prompt that made it (-1: unknown)
+        // The lineage's first turn boundary: the history boundary of the first prompt of the
+        // conversation this entry continues (kept through absorptions that restore at or past it),
+        // where a new session that sends the same first message parts (-1: unknown; not persisted:
+        // an entry read back from a tier starts over from the next prompt's boundary).
+        int32_t first_turn = -1;
         double last_use = 0;
         double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
         copy_id tier_copy = 0;             // its copy in the first tier below RAM (0: none)
@@ -476,7 +483,14 @@ private:
      *  into a point at most config::guard_merge tokens before it: `from` itself, or a split
      *  capture already in `p` of a kind the entry keeps (turn, divergence, ladder). */
     bool merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt) const;
-    void thin(std::vector<checkpoint> & cps);
+    /** Drops checkpoints of `cps` (ascending by length) over their caps (--cache-max-checkpoints;
+     *  message rungs and reply checkpoints have their own), in the order of drop_candidate
+     *  (store_commit.cpp, docs/prompt-cache.md "Commit, thinning, eviction"): the turn
+     *  checkpoints at `first_turn` (the lineage's first user turn's boundary, where a new session
+     *  sending the same first message parts) and at `history` (the last user turn's boundary, which
+     *  a tool loop's steps keep and where the next user message parts after a template drops the
+     *  loop's reasoning) go only when nothing else can, `history` last. -1: none protected. */
+    void thin(std::vector<checkpoint> & cps, int32_t first_turn, int32_t history);
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
      *  appends it to p.reason (store_trace.cpp). */

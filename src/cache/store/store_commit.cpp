@@ -16,11 +16,13 @@ uint64_t size_of(const blob_ptr & b) {
 
 
 // Thinning order (docs/prompt-cache.md "Commit, thinning, eviction"): old guard points first (only
-// the newest guard is a live resend point), then the oldest turn boundaries, then the oldest
-// divergence points, then the newest guard; message rungs and reply checkpoints never (thin() caps
-// them apart). `cps` ascends by length, so the first match is the oldest. Returns the index to drop
-// (REQUIRES: cps holds a checkpoint that is neither a message rung nor a reply checkpoint).
-size_t drop_candidate(const std::vector<checkpoint> & cps) {
+// the newest guard is a live resend point), then ladder rungs, then the oldest turn boundaries
+// but the two kept ones (`first_turn`, `history`: see store::thin), then the oldest divergence
+// points, then the newest guard, then the first turn's boundary, then the last user turn's; message
+// rungs and reply checkpoints never (thin() caps them apart). `cps` ascends by length, so the first
+// match is the oldest. Returns the index to drop (REQUIRES: cps holds a checkpoint that is neither a
+// message rung nor a reply checkpoint).
+size_t drop_candidate(const std::vector<checkpoint> & cps, int32_t first_turn, int32_t history) {
     std::optional<size_t> newest_guard;
     for (size_t i = 0; i < cps.size(); ++i) {
         if (cps[i].kind == point_kind::guard) {
@@ -32,17 +34,27 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
             return i;
         }
     }
+    auto kept_turn = [&](const checkpoint & c) {
+        return c.kind == point_kind::turn && (c.n_tokens == first_turn || c.n_tokens == history);
+    };
     // Ladder rungs reach a conversation entry only when their anchor was not pinned (no RAM):
     // they go first.
     for (point_kind k : {point_kind::ladder, point_kind::turn, point_kind::divergence}) {
         for (size_t i = 0; i < cps.size(); ++i) {
-            if (cps[i].kind == k) {
+            if (cps[i].kind == k && !kept_turn(cps[i])) {
                 return i;
             }
         }
     }
     if (newest_guard) {
         return *newest_guard;
+    }
+    for (int32_t n : {first_turn, history}) {
+        for (size_t i = 0; i < cps.size(); ++i) {
+            if (cps[i].kind == point_kind::turn && cps[i].n_tokens == n) {
+                return i;
+            }
+        }
     }
     // Anything but a message rung or a reply checkpoint (those have their own caps in thin()).
     for (size_t i = 0; i < cps.size(); ++i) {
@@ -55,7 +67,7 @@ size_t drop_candidate(const std::vector<checkpoint> & cps) {
 
 }  // namespace
 
-void store::thin(std::vector<checkpoint> & cps) {
+void store::thin(std::vector<checkpoint> & cps, int32_t first_turn, int32_t history) {
     // Message rungs have their own cap: the oldest go first (only the newest message's are
     // kept at commit, so this bites only on a twin's rungs).
     auto n_of = [&](point_kind k) {
@@ -77,7 +89,7 @@ void store::thin(std::vector<checkpoint> & cps) {
         cps.erase(it);
     }
     while (static_cast<int32_t>(cps.size()) - n_message() - n_of(point_kind::reply) > cfg_.max_checkpoints) {
-        const size_t i = drop_candidate(cps);
+        const size_t i = drop_candidate(cps, first_turn, history);
         LINEAGE_TRACE(trace_, "thinned: dropped the {} checkpoint at {} (over {} per lineage)", to_string(cps[i].kind),
                       cps[i].n_tokens, cfg_.max_checkpoints);
         cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(i));
@@ -112,6 +124,14 @@ bool store::commit(commit_input in, double now_s) {
     e.resend_twin = in.absorbed ? in.absorbed->twin : 0;
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
+    }
+    // The conversation's first turn boundary stays the lineage's while the prompt still holds it
+    // (restored at or past it); a lineage started here (a miss, an anchor, an edit before it)
+    // starts from this prompt's.
+    e.first_turn = e.history;
+    if (in.absorbed && in.absorbed->source_first_turn >= 0 &&
+        in.absorbed->source_first_turn <= in.absorbed->n_restore) {
+        e.first_turn = in.absorbed->source_first_turn;
     }
     if (in.absorbed) {
         e.ancestors = std::move(in.absorbed->tier_ancestors);
@@ -156,7 +176,7 @@ bool store::commit(commit_input in, double now_s) {
                 uniq.push_back(std::move(c));
             }
         }
-        thin(uniq);
+        thin(uniq, e.first_turn, e.history);
         e.checkpoints = std::move(uniq);
     }
     // A verbatim resend that did not absorb (it restored an earlier point) leaves an entry with
@@ -192,7 +212,7 @@ bool store::commit(commit_input in, double now_s) {
     }
     std::sort(e.checkpoints.begin(), e.checkpoints.end(),
               [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
-    thin(e.checkpoints);
+    thin(e.checkpoints, e.first_turn, e.history);
     const uint64_t id = e.id;
     if (trace_.on()) {
         std::string cps;

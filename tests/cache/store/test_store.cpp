@@ -328,6 +328,91 @@ TEST_F(StoreTest, ThinningDropsOldGuardsThenOldestTurns) {
     EXPECT_EQ(st.entries()[0].checkpoints, want);
 }
 
+TEST_F(StoreTest, ThinningKeepsTheUserTurnsBoundaryThroughAToolLoop) {
+    // An agent loop: the user turn's boundary at 100 (the entry's history), then a turn
+    // checkpoint per tool step. Over the cap, the later steps' oldest turns go, not the user
+    // turn's: the next user message re-renders the loop's assistant turns without their reasoning
+    // (Qwen3.5) and parts a few tokens after 100 (tests/e2e/agent-claude.test.mjs, a6).
+    config c = small_config();
+    c.max_checkpoints = 3;
+    store st(c, true);
+    commit_input in;
+    in.k = key{"b", "s"};
+    in.toks = seq(0, 1000);
+    in.seq = 0;
+    in.hints.history_tokens = 100;
+    in.captured = {{100, point_kind::turn, fake(10)}, {300, point_kind::turn, fake(10)},
+                   {500, point_kind::turn, fake(10)}, {700, point_kind::turn, fake(10)},
+                   {900, point_kind::turn, fake(10)}};
+    st.commit(std::move(in), 1.0);
+    st.check_invariants();
+    std::vector<std::pair<int32_t, point_kind>> want = {
+        {100, point_kind::turn}, {700, point_kind::turn}, {900, point_kind::turn}};
+    EXPECT_EQ(st.entries()[0].checkpoints, want);
+    // Divergence points and the newest guard go before it; with a cap of one, it is what stays.
+    config one = small_config();
+    one.max_checkpoints = 1;
+    store st1(one, true);
+    commit_input in1;
+    in1.k = key{"b", "s"};
+    in1.toks = seq(0, 1000);
+    in1.seq = 0;
+    in1.hints.history_tokens = 100;
+    in1.captured = {{100, point_kind::turn, fake(10)}, {300, point_kind::turn, fake(10)},
+                    {400, point_kind::divergence, fake(10)}, {990, point_kind::guard, fake(10)}};
+    st1.commit(std::move(in1), 1.0);
+    st1.check_invariants();
+    want = {{100, point_kind::turn}};
+    EXPECT_EQ(st1.entries()[0].checkpoints, want);
+}
+
+TEST_F(StoreTest, ThinningKeepsTheFirstTurnsBoundaryForTheNextSession) {
+    // The conversation's first prompt (history boundary 290), then a long second turn whose
+    // captures go over the cap: the first turn's boundary stays beside the new user turn's (650),
+    // so a new session that sends the same first message (it parts a few tokens after 290, where
+    // the user's own words begin: tests/e2e/agent-claude.test.mjs, the second session) restores
+    // it, not the anchor.
+    config c = small_config();
+    c.max_checkpoints = 3;
+    store st(c, true);
+    const key k{"b", "s1"};
+    commit_input in;
+    in.k = k;
+    in.toks = seq(0, 300);
+    in.seq = 0;
+    in.hints.history_tokens = 290;
+    in.captured = {{290, point_kind::turn, fake(10)}};
+    st.commit(std::move(in), 1.0);
+    st.check_invariants();
+    plan_hints h;
+    h.history_tokens = 650;
+    const tokens second = seq(0, 800);
+    restore_plan p = st.plan(k, second, h, 2.0);
+    ASSERT_TRUE(p.absorbs);
+    ASSERT_EQ(p.n_restore, 300);
+    commit_input in2;
+    in2.k = k;
+    in2.toks = second;
+    in2.seq = p.device_seq;
+    in2.hints.history_tokens = 650;
+    for (int32_t n : {400, 500, 600, 650, 700}) {
+        in2.captured.push_back({n, point_kind::turn, fake(10)});
+    }
+    in2.absorbed = p;
+    st.commit(std::move(in2), 2.0);
+    st.check_invariants();
+    std::vector<std::pair<int32_t, point_kind>> want = {
+        {290, point_kind::turn}, {650, point_kind::turn}, {700, point_kind::turn}};
+    ASSERT_EQ(st.entries().size(), 1u);
+    EXPECT_EQ(st.entries()[0].checkpoints, want);
+    // The next session: the same first message but its last tokens.
+    const tokens other = cat(seq(0, 293), seq(5000, 5100));
+    h.history_tokens = 380;
+    restore_plan q = st.plan(key{"b", "s2"}, other, h, 3.0);
+    EXPECT_EQ(q.n_restore, 290);
+    EXPECT_EQ(q.kind, point_kind::turn);
+}
+
 TEST_F(StoreTest, SessionFirstCrossSessionOnlyWhenStrictlyLonger) {
     store st(small_config(), false);
     run(st, key{"b", "alice"}, seq(0, 100));

@@ -175,11 +175,12 @@ TEST_F(TraceTest, EvictionsAndThinningHaveReasons) {
     store st = make(true, c);
     const key k{"b", "s"};
     run(st, k, seq(0, 200), {-1, 195}, 1.0);
-    // The next turn brings a third checkpoint: at most 2 per lineage; the newest guard stays
-    // (the live resend point), the oldest turn boundary goes.
+    // The next turn brings a third checkpoint: at most 2 per lineage; the conversation's first
+    // turn boundary (195: a new session that sends the same first message restores it) and the
+    // new user turn's (215) stay, the guard goes.
     run(st, k, cat(seq(0, 197), seq(9000, 20)), {-1, 215}, 2.0);
     const auto thin = take();
-    EXPECT_NE(std::find(thin.begin(), thin.end(), "thinned: dropped the turn checkpoint at 195 (over 2 per lineage)"),
+    EXPECT_NE(std::find(thin.begin(), thin.end(), "thinned: dropped the guard checkpoint at 184 (over 2 per lineage)"),
               thin.end());
     // 30 s later the entry has expired (TTL 10 s).
     st.expire(32.0);
