@@ -102,10 +102,6 @@ common_sampler * make(const model & m, const sampler_params & p) {
     return s;
 }
 
-}  // namespace
-
-namespace {
-
 // A forced reply is not sampled: its chain keeps no grammar (a tool-call grammar would reject
 // nothing it is never asked about, but a user grammar could fail to build for text it never sees).
 sampler_params without_grammar_when_forced(const sampler_params & p) {

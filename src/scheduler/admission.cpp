@@ -84,6 +84,33 @@ const slot * prefix_hold(const std::vector<slot> & slots, const generation_reque
     return nullptr;
 }
 
+std::vector<size_t> admission_order(const std::deque<std::shared_ptr<generation_request>> & queue,
+                                    const std::vector<int64_t> & new_tokens) {
+    std::vector<size_t> order(queue.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        order[i] = i;
+    }
+    auto starving = [&](size_t i) { return queue[i]->passed_over >= max_passed_over; };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        if (starving(a) != starving(b)) {
+            return starving(a);
+        }
+        return !starving(a) && new_tokens[a] < new_tokens[b];
+    });
+    return order;
+}
+
+void count_passed_over(std::deque<std::shared_ptr<generation_request>> & queue, const std::vector<bool> & taken) {
+    bool later_taken = false;
+    for (size_t i = queue.size(); i-- > 0;) {
+        if (taken[i]) {
+            later_taken = true;
+        } else if (later_taken) {
+            queue[i]->passed_over++;
+        }
+    }
+}
+
 void warmup_queue::push(std::shared_ptr<generation_request> job) {
     received++;
     renders += job->prepared.renders;

@@ -5,6 +5,10 @@
 //    request's client is known to be there (or gone: it is then cancelled and committed first),
 //    so a retry sent right after a dropped stream restores what the dropped request computed
 //    instead of racing its cancellation (docs/architecture.md "Retries");
+//  - the admission order: among queued requests, the one with the fewest tokens left to compute
+//    (its prompt less what the cache holds of it) goes first, so a warm agent turn does not wait
+//    behind a cold prefill of a long prompt; a request passed over max_passed_over times goes
+//    first (docs/architecture.md "Admission order");
 //  - the warm-up queue: background warm-ups waiting for an idle engine, one per conversation
 //    (a newer one replaces the job it extends), bounded (docs/prompt-cache.md "Warm-up").
 // Thread safety: retry_hold runs on the engine thread; a warmup_queue is guarded by its
@@ -25,6 +29,26 @@ namespace lineage::scheduler {
 /** The longest a repeated request is held for its predecessor's probe: a client answers
  *  within one event or one poll of its HTTP thread (100 ms); past this it is admitted anyway. */
 inline constexpr std::chrono::milliseconds retry_hold_limit{250};
+
+/** Times a queued request may see a later one admitted before it (admission_order) before it goes
+ *  first whatever its size: a cold prefill of a long prompt then waits at most this many shorter
+ *  requests' service (seconds each for a warm turn) beyond its place in arrival order, against
+ *  the minutes its own prefill takes on a CPU. */
+inline constexpr int32_t max_passed_over = 8;
+
+/** The order in which the queued requests `queue` (arrival order) may be admitted, as indices
+ *  into it: first those passed over max_passed_over times or more (arrival order), then the
+ *  others by `new_tokens` of each (the prompt tokens it would compute: its length less the
+ *  longest prefix a stored state holds, an estimate: a hybrid restores only at a restore point
+ *  at or before it), ascending, ties in arrival order. Shortest-job-first on what the cache
+ *  leaves to compute is the policy of SGLang's cache-aware scheduler ("lpm", longest prefix
+ *  match first, python/sglang/srt/managers/schedule_policy.py), with a bound on the wait. */
+std::vector<size_t> admission_order(const std::deque<std::shared_ptr<generation_request>> & queue,
+                                    const std::vector<int64_t> & new_tokens);
+
+/** After an admission round: every request still queued (`taken[i]` false) that arrived before
+ *  an admitted one (`taken[j]` true, j > i) counts one more pass-over. */
+void count_passed_over(std::deque<std::shared_ptr<generation_request>> & queue, const std::vector<bool> & taken);
 
 /** Times a warm-up may be preempted and resumed before it is dropped. */
 inline constexpr int32_t max_warmup_preemptions = 3;

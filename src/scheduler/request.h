@@ -228,6 +228,9 @@ struct generation_request {
     /** Queued: when the prefix hold started (admission.h prefix_hold); unset while not held. */
     std::optional<std::chrono::steady_clock::time_point> prefix_held_since;
     int32_t preemptions = 0;  ///< warm-up: times a foreground request interrupted it
+    /** Queued: requests that arrived after it and were admitted before it (admission.h
+     *  admission_order); at max_passed_over it goes first. */
+    int32_t passed_over = 0;
 };
 
 }  // namespace lineage::scheduler

@@ -244,15 +244,35 @@ void scheduler::impl::loop() {
             // One that shares a prefix with a request still prefilling it waits for that one to
             // compute it (the prefix hold) and lets the requests behind it go first.
             const auto now = clock::now();
-            auto next = queue_.begin();
+            // In admission order (admission.h): the fewest tokens left to compute first, a request
+            // passed over max_passed_over times before all.
+            const bool idle_slot = idle_tasks_.empty() &&
+                                   std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
+            std::vector<size_t> order;
+            if (idle_slot && queue_.size() > 1) {
+                std::vector<int64_t> new_tokens;
+                new_tokens.reserve(queue_.size());
+                for (const auto & r : queue_) {
+                    const bool cached = p_.cache.enabled && r->cache.cache_prompt;
+                    new_tokens.push_back(static_cast<int64_t>(r->prompt.size()) -
+                                         (cached ? store_.longest_match(r->cache.bucket, r->prompt) : 0));
+                }
+                order = admission_order(queue_, new_tokens);
+            } else {
+                for (size_t i = 0; i < queue_.size(); ++i) {
+                    order.push_back(i);
+                }
+            }
+            std::vector<bool> taken(queue_.size(), false);
+            size_t next = 0;
             for (auto & s : slots_) {
                 if (s.active() || !idle_tasks_.empty()) {
                     continue;
                 }
-                while (next != queue_.end()) {
-                    auto & r = **next;
+                while (next < order.size()) {
+                    auto & r = *queue_[order[next]];
                     if (retry_hold(slots_, r, now)) {
-                        next = queue_.end();
+                        next = order.size();
                         break;
                     }
                     if (held_for_prefix(r, now) || shares_with(admitted, r)) {
@@ -269,10 +289,26 @@ void scheduler::impl::loop() {
                                      "the prefix it shares)",
                                      r.id, std::chrono::duration<double, std::milli>(now - *r.prefix_held_since).count());
                     }
-                    admitted.push_back(std::move(*next));
-                    next = queue_.erase(next);
+                    const auto ahead = std::count(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(order[next]), false);
+                    if (ahead > 0) {
+                        spdlog::debug("request {}: admitted ahead of {} earlier request(s): fewer tokens to compute", r.id,
+                                      ahead);
+                    }
+                    taken[order[next]] = true;
+                    admitted.push_back(queue_[order[next]]);
+                    ++next;
                     break;
                 }
+            }
+            if (std::find(taken.begin(), taken.end(), true) != taken.end()) {
+                count_passed_over(queue_, taken);
+                std::deque<std::shared_ptr<generation_request>> rest;
+                for (size_t i = 0; i < queue_.size(); ++i) {
+                    if (!taken[i]) {
+                        rest.push_back(std::move(queue_[i]));
+                    }
+                }
+                queue_.swap(rest);
             }
             // A warm-up yields to any foreground request (parking what it did), and starts only
             // on an idle engine: it never delays a request by more than the chunk in flight.

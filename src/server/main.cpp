@@ -11,6 +11,7 @@
 #include "server/http/json_body.h"
 #include "server/prepare/lora_registry.h"
 #include "server/http/routes.h"
+#include "util/files.h"
 
 #include <httplib.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -20,13 +21,11 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <malloc.h>
 #include <memory>
 #include <pthread.h>
-#include <sstream>
 #include <thread>
 
 namespace {
@@ -39,17 +38,6 @@ void setup_logging(const std::string & level) {
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
     spdlog::set_level(spdlog::level::from_str(level == "warn" ? "warning" : level));
     spdlog::flush_on(spdlog::level::info);
-}
-
-bool read_file(const std::string & path, std::string & out) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-        return false;
-    }
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    out = ss.str();
-    return static_cast<bool>(f) || f.eof();
 }
 
 // The signal thread stops the HTTP server (no new connections) and the scheduler (requests in
@@ -96,9 +84,13 @@ int serve(const server::server_config & cfg) {
                  static_cast<double>(model->size_bytes()) / (1024.0 * 1024.0), model->n_ctx_train(), model->n_vocab());
 
     std::string template_override;
-    if (!cfg.chat_template_file.empty() && !read_file(cfg.chat_template_file, template_override)) {
-        spdlog::error("cannot read --chat-template-file {}", cfg.chat_template_file);
-        return 1;
+    if (!cfg.chat_template_file.empty()) {
+        auto text = util::read_whole_file(cfg.chat_template_file);
+        if (!text) {
+            spdlog::error("cannot read --chat-template-file {}", cfg.chat_template_file);
+            return 1;
+        }
+        template_override = std::move(*text);
     }
     std::unique_ptr<engine::chat_template> tmpl;
     try {

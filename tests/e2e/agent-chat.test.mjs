@@ -85,8 +85,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { installAgent, lcp, pairLines, promisedRestore, requestLines, runAgent, saveSession, sessionProxy, tokensOf,
-  traceLines } from './lib/agents.mjs';
+import { firstChange, installAgent, knownGapTests, lcp, pairLines, promiseReport, promisedRestore, requestLines, runAgent,
+  saveSession, sessionProxy, short, tokensOf, traceLines } from './lib/agents.mjs';
 import { newScript, writeScript } from './lib/script.mjs';
 import { ARCHS, REPO_ROOT, modelPath, startServer } from './lib/server.mjs';
 
@@ -489,7 +489,6 @@ function norm(m) {
   const content = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : (m.content ?? []);
   return { ...m, content };
 }
-const short = (v, n = 160) => { const s = typeof v === 'string' ? v : JSON.stringify(v); return s.length > n ? `${s.slice(0, n)}...` : s; };
 const textOf = (m) => norm(m).content.filter((p) => p.type === 'text').map((p) => p.text).join(' ');
 
 /** What the agent did to its conversation between request `p` (with its reply `reply`) and request
@@ -498,18 +497,10 @@ function behaviours(p, reply, c) {
   const out = [];
   const pm = p.messages;
   const cm = c.messages;
-  const changed = [];
-  for (let i = 0; i < Math.min(pm.length, cm.length); i++) {
-    if (JSON.stringify(norm(pm[i])) !== JSON.stringify(norm(cm[i]))) changed.push(i);
-  }
-  if (changed.length) {
-    const i = changed[0];
-    const a = JSON.stringify(norm(pm[i]));
-    const b = JSON.stringify(norm(cm[i]));
-    let k = 0;
-    while (a[k] === b[k]) k++;
-    out.push(`rewrites message ${i} (${pm[i].role})${changed.length > 1 ? ` (${changed.length} of the ${pm.length} earlier messages differ)` : ''}: ` +
-      `${JSON.stringify(a.slice(Math.max(0, k - 40), k + 60))} -> ${JSON.stringify(b.slice(Math.max(0, k - 40), k + 60))}`);
+  const change = firstChange(pm, cm, { norm, back: 40, ahead: 60 });
+  if (change) {
+    out.push(`rewrites message ${change.i} (${pm[change.i].role})` +
+      `${change.n > 1 ? ` (${change.n} of the ${pm.length} earlier messages differ)` : ''}: ${change.around}`);
   }
   if (cm.length < pm.length + 1) {
     out.push(`sends ${cm.length} messages where the conversation had ${pm.length} and a reply`);
@@ -730,35 +721,13 @@ for (const agent of AGENTS) {
       });
 
       it('every request restores at least the restore point the rules promise', async (t) => {
-        const recs = await analysed();
-        const rows = [];
-        const failures = [];
-        for (const r of recs) {
-          if (!r.prev) {
-            rows.push(`${r.run} ${r.label ?? '?'}: prompt ${r.tokens.length} cached ${r.line?.cached} (the first request)`);
-            continue;
-          }
-          const gap = KNOWN_GAPS[agent.name]?.[arch]?.[r.label];
-          rows.push(`${r.run} ${r.label}${r.crossChain ? ` (first of its chain; vs ${r.prev.run} ${r.prev.label})` : ''}: ` +
-            `prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
-            `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
-          if (r.line.cached < r.promised && !gap) {
-            failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
-              traceLines(srv.log(), r.line.id).join('\n  '));
-          }
-        }
+        const { rows, failures } = promiseReport(await analysed(), srv.log(), KNOWN_GAPS[agent.name]?.[arch]);
         for (const row of rows) t.diagnostic(row);
         assert.deepEqual(failures, [], 'requests that restored less than promised');
       });
 
-      for (const [label, why] of Object.entries(KNOWN_GAPS[agent.name]?.[arch] ?? {}).filter(([k]) => k !== 'folder')) {
-        it(`known gap (${label}) restores its promised restore point`, { todo: why }, async () => {
-          const r = (await analysed()).find((x) => x.label === label);
-          assert.ok(r?.prev, `no request answered by ${label}`);
-          assert.ok(r.line.cached >= r.promised, `cached ${r.line.cached} < promised ${r.promised} (${r.why})\n  ` +
-            traceLines(srv.log(), r.line.id).join('\n  '));
-        });
-      }
+      knownGapTests(it, Object.fromEntries(Object.entries(KNOWN_GAPS[agent.name]?.[arch] ?? {}).filter(([k]) => k !== 'folder')),
+        analysed, srv);
 
       it('where a request shares less than a verbatim echo of the previous reply would, the agent behaviour is named', async (t) => {
         const recs = await analysed();

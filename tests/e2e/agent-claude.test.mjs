@@ -75,8 +75,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { CLAUDE_CODE_VERSION, claudeEnv, ensureClaudeCode } from './agents/claude-code.mjs';
-import { breakpointsOf, lcp, pairLines, promisedRestore, requestLines, runAgent, saveSession, sessionProxy,
-  tokensOf, traceLines, withoutGenerationPrompt } from './lib/agents.mjs';
+import { breakpointsOf, firstChange, knownGapTests, lcp, pairLines, promiseReport, promisedRestore, requestLines, runAgent,
+  saveSession, sessionProxy, short, textDiff, tokensOf, traceLines, withoutGenerationPrompt } from './lib/agents.mjs';
 import { messageBlocks, messagesPrompt } from './lib/anthropic.mjs';
 import { newScript, writeScript } from './lib/script.mjs';
 import { ARCHS, REPO_ROOT, modelPath, startServer } from './lib/server.mjs';
@@ -162,38 +162,21 @@ function norm(m) {
   const content = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
   return { role: m.role, content: content.map(({ cache_control: _cc, ...b }) => b) };
 }
-/** Where two rendered prompts part: the text around the first differing character of each. */
-function textDiff(a, b) {
-  let k = 0;
-  while (k < a.length && a[k] === b[k]) k++;
-  return `at char ${k}: verbatim echo ${JSON.stringify(a.slice(Math.max(0, k - 80), k + 80))}, sent ${JSON.stringify(b.slice(Math.max(0, k - 80), k + 80))}`;
-}
-const short = (v, n = 160) => { const s = typeof v === 'string' ? v : JSON.stringify(v); return s.length > n ? `${s.slice(0, n)}...` : s; };
-
 /** What the agent did to its conversation between request `p` (with its reply `reply`) and request
  *  `c`, in the terms of its body: [names]. */
 function behaviours(p, reply, c) {
   const out = [];
   const pm = p.messages;
   const cm = c.messages;
-  const changed = [];
-  for (let i = 0; i < Math.min(pm.length, cm.length); i++) {
-    if (JSON.stringify(norm(pm[i])) !== JSON.stringify(norm(cm[i]))) changed.push(i);
-  }
-  if (changed.length) {
-    const i = changed[0];
-    const a = JSON.stringify(norm(pm[i]));
-    const b = JSON.stringify(norm(cm[i]));
-    let k = 0;
-    while (a[k] === b[k]) k++;
-    const first = /This session is being continued from a previous conversation/.test(b)
+  const change = firstChange(pm, cm, { norm });
+  if (change) {
+    const first = /This session is being continued from a previous conversation/.test(change.b)
       ? 'replaces the conversation with the compaction summary'
-      : `rewrites message ${i} (${pm[i].role})`;
-    out.push(`${first}${changed.length > 1 ? ` (${changed.length} of the ${pm.length} earlier messages differ)` : ''}: ` +
-      `${JSON.stringify(a.slice(Math.max(0, k - 30), k + 50))} -> ${JSON.stringify(b.slice(Math.max(0, k - 30), k + 50))}`);
+      : `rewrites message ${change.i} (${pm[change.i].role})`;
+    out.push(`${first}${change.n > 1 ? ` (${change.n} of the ${pm.length} earlier messages differ)` : ''}: ${change.around}`);
   }
   if (cm.length < pm.length + 1) {
-    if (changed[0] !== 0) out.push(`sends ${cm.length} messages where the conversation had ${pm.length} and a reply: the reply is not sent back`);
+    if (change?.i !== 0) out.push(`sends ${cm.length} messages where the conversation had ${pm.length} and a reply: the reply is not sent back`);
     return out;
   }
   const echo = norm(cm[pm.length]);
@@ -385,34 +368,12 @@ for (const arch of ARCHS) {
     });
 
     it("every request after a chain's first restores at least the restore point the rules promise", async (t) => {
-      const recs = await analysed();
-      const rows = [];
-      const failures = [];
-      for (const r of recs) {
-        if (!r.prev) {
-          rows.push(`${r.run} ${r.label ?? '?'}: prompt ${r.tokens.length} cached ${r.line?.cached} (first of its chain)`);
-          continue;
-        }
-        const gap = KNOWN_GAPS[arch]?.[r.label];
-        rows.push(`${r.run} ${r.label}: prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
-          `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
-        if (r.line.cached < r.promised && !gap) {
-          failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
-            traceLines(srv.log(), r.line.id).join('\n  '));
-        }
-      }
+      const { rows, failures } = promiseReport(await analysed(), srv.log(), KNOWN_GAPS[arch]);
       for (const row of rows) t.diagnostic(row);
       assert.deepEqual(failures, [], 'requests that restored less than promised');
     });
 
-    for (const [label, why] of Object.entries(KNOWN_GAPS[arch] ?? {})) {
-      it(`known gap (${label}) restores its promised restore point`, { todo: why }, async () => {
-        const r = (await analysed()).find((x) => x.label === label);
-        assert.ok(r?.prev, `no request answered by ${label}`);
-        assert.ok(r.line.cached >= r.promised, `cached ${r.line.cached} < promised ${r.promised} (${r.why})\n  ` +
-          traceLines(srv.log(), r.line.id).join('\n  '));
-      });
-    }
+    knownGapTests(it, KNOWN_GAPS[arch] ?? {}, analysed, srv);
 
     it('where a request shares less than a verbatim echo of the previous reply would, the agent behaviour is named', async (t) => {
       const recs = await analysed();

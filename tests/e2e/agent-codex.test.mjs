@@ -62,8 +62,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { canonicalJSON, installAgent, lcp, pairLines, promisedRestore, requestLines, responsesChatBody, responsesOutput, runAgent,
-  saveSession, sessionProxy, tokensOf, traceLines, withoutGenerationPrompt } from './lib/agents.mjs';
+import { canonicalJSON, firstChange, installAgent, knownGapTests, lcp, pairLines, promiseReport, promisedRestore, requestLines,
+  responsesChatBody, responsesOutput, runAgent, saveSession, sessionProxy, short, textDiff, tokensOf, traceLines,
+  withoutGenerationPrompt } from './lib/agents.mjs';
 import { newScript, writeScript } from './lib/script.mjs';
 import { ARCHS, REPO_ROOT, modelPath, startServer } from './lib/server.mjs';
 
@@ -147,14 +148,6 @@ function normItem(it) {
   }
   return rest;
 }
-/** Where two rendered prompts part: the text around the first differing character of each. */
-function textDiff(a, b) {
-  let k = 0;
-  while (k < a.length && a[k] === b[k]) k++;
-  return `at char ${k}: verbatim echo ${JSON.stringify(a.slice(Math.max(0, k - 80), k + 80))}, sent ${JSON.stringify(b.slice(Math.max(0, k - 80), k + 80))}`;
-}
-const short = (v, n = 160) => { const s = typeof v === 'string' ? v : JSON.stringify(v); return s.length > n ? `${s.slice(0, n)}...` : s; };
-
 /** What the agent did to its conversation between request `p` (with its output items `out`) and
  *  request `c`, in the terms of its body: [names]. */
 function behaviours(p, out, c) {
@@ -164,27 +157,21 @@ function behaviours(p, out, c) {
   if ((p.instructions ?? null) !== (c.instructions ?? null)) names.push('changes its instructions');
   const pi = p.input.map(normItem);
   const ci = c.input.map(normItem);
-  const changed = [];
-  for (let i = 0; i < Math.min(pi.length, ci.length); i++) if (canonicalJSON(pi[i]) !== canonicalJSON(ci[i])) changed.push(i);
-  if (changed.length) {
-    const i = changed[0];
-    const a = JSON.stringify(pi[i]);
-    const b = JSON.stringify(ci[i]);
-    let k = 0;
-    while (a[k] === b[k]) k++;
+  const change = firstChange(pi, ci, { same: (x, y) => canonicalJSON(x) === canonicalJSON(y) });
+  if (change) {
+    const { i, n } = change;
     // After a compaction request, the history is replaced: the summary (the compaction's output)
     // comes back inside a user message.
     const summary = out.filter((it) => it.type === 'message').map((it) => it.content.map((x) => x.text).join('')).join('');
     const compacted = !p.tools?.length && summary && ci.some((it) => it.type === 'message' && JSON.stringify(it.content).includes(summary));
     names.push(`${compacted ? 'replaces the history with the compacted one (the summary in a user message); ' : ''}` +
       `rewrites input item ${i} (${pi[i].type}${pi[i].role ? ` ${pi[i].role}` : ''})` +
-      `${changed.length > 1 ? ` (${changed.length} of the ${pi.length} earlier items differ)` : ''}: ` +
-      `${JSON.stringify(a.slice(Math.max(0, k - 30), k + 50))} -> ${JSON.stringify(b.slice(Math.max(0, k - 30), k + 50))}`);
+      `${n > 1 ? ` (${n} of the ${pi.length} earlier items differ)` : ''}: ${change.around}`);
   }
   const echo = ci.slice(pi.length, pi.length + out.length);
   const gen = out.map(normItem);
   if (ci.length < pi.length + out.length) {
-    if (!changed.length) names.push(`sends ${ci.length} items where the conversation had ${pi.length} and ${out.length} output items: the output is not sent back`);
+    if (!change) names.push(`sends ${ci.length} items where the conversation had ${pi.length} and ${out.length} output items: the output is not sent back`);
   } else if (canonicalJSON(echo) !== canonicalJSON(gen)) {
     for (let i = 0; i < gen.length; i++) {
       if (canonicalJSON(echo[i]) !== canonicalJSON(gen[i])) names.push(`changes output item ${i}: ${short(gen[i])} -> ${short(echo[i])}`);
@@ -395,32 +382,12 @@ for (const arch of ARCHS) {
     });
 
     it("every request after a chain's first restores at least the restore point the rules promise", async (t) => {
-      const recs = await analysed();
-      const failures = [];
-      for (const r of recs) {
-        if (!r.prev) {
-          t.diagnostic(`${r.run} ${r.label ?? '?'}: prompt ${r.tokens.length} cached ${r.line?.cached} (first of its chain)`);
-          continue;
-        }
-        const gap = KNOWN_GAPS[arch]?.[r.label];
-        t.diagnostic(`${r.run} ${r.label}: prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
-          `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
-        if (r.line.cached < r.promised && !gap) {
-          failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
-            traceLines(srv.log(), r.line.id).join('\n  '));
-        }
-      }
+      const { rows, failures } = promiseReport(await analysed(), srv.log(), KNOWN_GAPS[arch]);
+      for (const row of rows) t.diagnostic(row);
       assert.deepEqual(failures, [], 'requests that restored less than promised');
     });
 
-    for (const [label, why] of Object.entries(KNOWN_GAPS[arch] ?? {})) {
-      it(`known gap (${label}) restores its promised restore point`, { todo: why }, async () => {
-        const r = (await analysed()).find((x) => x.label === label);
-        assert.ok(r?.prev, `no request answered by ${label}`);
-        assert.ok(r.line.cached >= r.promised, `cached ${r.line.cached} < promised ${r.promised} (${r.why})\n  ` +
-          traceLines(srv.log(), r.line.id).join('\n  '));
-      });
-    }
+    knownGapTests(it, KNOWN_GAPS[arch] ?? {}, analysed, srv);
 
     it('where a request shares less than a verbatim echo of the previous output would, the agent behaviour is named', async (t) => {
       const recs = await analysed();

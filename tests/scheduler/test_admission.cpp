@@ -1,7 +1,8 @@
 // Unit tests of the admission decisions (admission.h), no engine: the retry hold asks a running
 // request that a queued one repeats whether its client is there, holds the queued one until the
 // answer (or the running one is cancelled, or the hold times out), and leaves other requests
-// alone; the warm-up queue keeps one job per conversation, newest first, and stays bounded.
+// alone; the admission order puts the request with the fewest tokens left to compute first and
+// bounds how often one is passed over; the warm-up queue keeps one job per conversation, newest first, and stays bounded.
 #include "scheduler/admission.h"
 
 #include "lifecycle_fixture.h"
@@ -165,6 +166,44 @@ TEST_F(PrefixHold, NoHoldWhenNothingLongerThanTheStoredStateOrTheMinimumComes) {
     slots_[0].ph = slot::phase::prefill;
     slots_[0].req->warmup = true;  // a warm-up is never waited for
     EXPECT_EQ(prefix_hold(slots_, *same, false, 0, 32), nullptr);
+}
+
+TEST(AdmissionOrder, FewestTokensToComputeFirstTiesInArrivalOrder) {
+    std::deque<std::shared_ptr<generation_request>> q;
+    for (int i = 0; i < 4; ++i) {
+        q.push_back(request(seq_of(i * 1000, 10)));
+    }
+    // A cold 20k-token prompt, two warm turns (100 new tokens each), a 2k-token one.
+    EXPECT_EQ(admission_order(q, {20000, 100, 2000, 100}), (std::vector<size_t>{1, 3, 2, 0}));
+    // One queued request: the order is the queue's.
+    std::deque<std::shared_ptr<generation_request>> one{request(seq_of(0, 10))};
+    EXPECT_EQ(admission_order(one, {5}), (std::vector<size_t>{0}));
+}
+
+TEST(AdmissionOrder, ARequestPassedOverTooOftenGoesFirst) {
+    std::deque<std::shared_ptr<generation_request>> q;
+    for (int i = 0; i < 3; ++i) {
+        q.push_back(request(seq_of(i * 1000, 10)));
+    }
+    const std::vector<int64_t> cost{20000, 100, 50};
+    // Admitting the shorter later ones counts a pass-over for each earlier request left queued.
+    for (int32_t round = 0; round < max_passed_over; ++round) {
+        const auto order = admission_order(q, cost);
+        ASSERT_EQ(order.front(), 2u) << "round " << round;
+        std::vector<bool> taken(q.size(), false);
+        taken[order.front()] = true;  // one slot: the first in order is admitted
+        count_passed_over(q, taken);
+        q.back() = request(seq_of(9000 + round, 10));  // another short one arrives in its place
+    }
+    EXPECT_EQ(q[0]->passed_over, max_passed_over);
+    EXPECT_EQ(q[1]->passed_over, max_passed_over);
+    // Both have waited long enough: arrival order among them, before the short newcomer.
+    EXPECT_EQ(admission_order(q, cost), (std::vector<size_t>{0, 1, 2}));
+    // The newest request, admitted first, counts nothing; one admitted ahead of nothing neither.
+    std::deque<std::shared_ptr<generation_request>> q2{request(seq_of(0, 10)), request(seq_of(100, 10))};
+    count_passed_over(q2, {true, false});
+    EXPECT_EQ(q2[1]->passed_over, 0);
+    EXPECT_EQ(q2[0]->passed_over, 0);
 }
 
 TEST(WarmupQueue, ANewerPrefixOfTheSameConversationReplacesTheQueuedOne) {

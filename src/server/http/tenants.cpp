@@ -2,10 +2,9 @@
 #include "server/http/tenants.h"
 
 #include "server/http/http_guard.h"
+#include "util/files.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -76,12 +75,11 @@ util::status parse_key_file(const std::string & text, std::vector<tenant_key> & 
 util::status load_tenant_keys(const std::string & path, const std::string & api_key, const std::string & admin_key,
                               std::vector<tenant_key> & out) {
     if (!path.empty()) {
-        std::ifstream f(path, std::ios::binary);
-        if (!f) {
+        const std::optional<std::string> text = util::read_whole_file(path);
+        if (!text) {
             return util::status::error("--api-key-file '" + path + "': cannot read the file");
         }
-        const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-        if (const util::status err = parse_key_file(text, out); !err.is_ok()) {
+        if (const util::status err = parse_key_file(*text, out); !err.is_ok()) {
             return util::status::error("--api-key-file '" + path + "': " + err.message());
         }
     }

@@ -4,13 +4,12 @@
 #include "engine/model.h"
 #include "server/dialects/chat/chat_request.h"
 #include "server/prepare/chat_prepare.h"
+#include "util/files.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 namespace lineage::server {
@@ -148,17 +147,6 @@ std::optional<std::string> parse_reply(const json & j, const std::string & where
         }
     }
     return std::nullopt;
-}
-
-bool read_whole(const std::string & path, std::string & out) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-        return false;
-    }
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    out = ss.str();
-    return static_cast<bool>(f) || f.eof();
 }
 
 std::string label_of(const std::vector<scripted_reply> & replies, int32_t i) {
@@ -302,11 +290,11 @@ std::optional<api_error> reply_script::refresh() {
     }
     mtime_ = st.st_mtim;
     size_ = st.st_size;
-    std::string text;
+    const std::optional<std::string> text = util::read_whole_file(path_);
     std::vector<scripted_reply> replies;
-    if (!read_whole(path_, text)) {
+    if (!text) {
         load_error_ = "the reply script " + path_ + " cannot be read";
-    } else if (auto e = parse_reply_script(text, replies)) {
+    } else if (auto e = parse_reply_script(*text, replies)) {
         load_error_ = "the reply script " + path_ + " does not parse: " + *e;
     } else {
         load_error_.clear();
