@@ -100,6 +100,10 @@ std::vector<size_t> admission_order(const std::deque<std::shared_ptr<generation_
     return order;
 }
 
+bool admission_blocked(int64_t new_tokens, int32_t long_tokens, int32_t long_running, int32_t parallel) {
+    return new_tokens > long_tokens && long_running >= std::max(1, parallel - 1);
+}
+
 void count_passed_over(std::deque<std::shared_ptr<generation_request>> & queue, const std::vector<bool> & taken) {
     bool later_taken = false;
     for (size_t i = queue.size(); i-- > 0;) {

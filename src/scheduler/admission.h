@@ -8,7 +8,7 @@
 //  - the admission order: among queued requests, the one with the fewest tokens left to compute
 //    (its prompt less what the cache holds of it) goes first, so a warm agent turn does not wait
 //    behind a cold prefill of a long prompt; a request passed over max_passed_over times goes
-//    first (docs/architecture.md "Admission order");
+//    first; a long prefill leaves one slot to the others (docs/architecture.md "Admission order");
 //  - the warm-up queue: background warm-ups waiting for an idle engine, one per conversation
 //    (a newer one replaces the job it extends), bounded (docs/prompt-cache.md "Warm-up").
 // Thread safety: retry_hold runs on the engine thread; a warmup_queue is guarded by its
@@ -45,6 +45,19 @@ inline constexpr int32_t max_passed_over = 8;
  *  match first, python/sglang/srt/managers/schedule_policy.py), with a bound on the wait. */
 std::vector<size_t> admission_order(const std::deque<std::shared_ptr<generation_request>> & queue,
                                     const std::vector<int64_t> & new_tokens);
+
+/** A prefill of more than this many --batch-size chunks is long (admission_blocked): on a CPU a
+ *  few seconds' work at least, a cold first prompt of an agent session tens of them. */
+inline constexpr int32_t long_prefill_batches = 4;
+
+/** True when a request with `new_tokens` to compute (admission_order's estimate) must wait
+ *  although a slot is idle: it is a long prefill (more than `long_tokens`) and `long_running`
+ *  slots already run one (a prefill with more than `long_tokens` left), as many as may at once:
+ *  all but one of the `parallel` slots (one when there is one). The slot left free serves the warm
+ *  turns that arrive meanwhile in seconds instead of after the long prefills; the engine computes
+ *  about as many tokens a second with one long prefill as with two, so the long ones lose little
+ *  (the first of two ends its prefill sooner, the second about as late). */
+bool admission_blocked(int64_t new_tokens, int32_t long_tokens, int32_t long_running, int32_t parallel);
 
 /** After an admission round: every request still queued (`taken[i]` false) that arrived before
  *  an admitted one (`taken[j]` true, j > i) counts one more pass-over. */

@@ -249,8 +249,10 @@ void scheduler::impl::loop() {
             const bool idle_slot = idle_tasks_.empty() &&
                                    std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
             std::vector<size_t> order;
-            if (idle_slot && queue_.size() > 1) {
-                std::vector<int64_t> new_tokens;
+            std::vector<int64_t> new_tokens;
+            const int32_t long_tokens = long_prefill_batches * p_.n_batch;
+            int32_t long_running = 0;
+            if (idle_slot && !queue_.empty()) {
                 new_tokens.reserve(queue_.size());
                 for (const auto & r : queue_) {
                     const bool cached = p_.cache.enabled && r->cache.cache_prompt;
@@ -258,9 +260,11 @@ void scheduler::impl::loop() {
                                          (cached ? store_.longest_match(r->cache.bucket, r->prompt) : 0));
                 }
                 order = admission_order(queue_, new_tokens);
-            } else {
-                for (size_t i = 0; i < queue_.size(); ++i) {
-                    order.push_back(i);
+                for (const auto & s : slots_) {
+                    long_running += s.ph == slot::phase::prefill && s.req && !s.req->warmup &&
+                                            s.prompt_size() - s.n_past > long_tokens
+                                        ? 1
+                                        : 0;
                 }
             }
             std::vector<bool> taken(queue_.size(), false);
@@ -279,6 +283,12 @@ void scheduler::impl::loop() {
                         ++next;  // a request admitted this round shares its prefix: decided next round
                         continue;
                     }
+                    const int64_t cost = new_tokens[order[next]];
+                    if (admission_blocked(cost, long_tokens, long_running, static_cast<int32_t>(slots_.size()))) {
+                        ++next;  // a long prefill runs already: the free slot waits for shorter requests
+                        continue;
+                    }
+                    long_running += cost > long_tokens ? 1 : 0;
                     if (r.held_since) {
                         spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
                                      "request's prompt)",

@@ -206,6 +206,20 @@ TEST(AdmissionOrder, ARequestPassedOverTooOftenGoesFirst) {
     EXPECT_EQ(q2[0]->passed_over, 0);
 }
 
+TEST(AdmissionOrder, ALongPrefillLeavesOneSlotToTheOthers) {
+    const int32_t long_tokens = long_prefill_batches * 512;
+    // Two slots, one running a long prefill: another long one waits, a warm turn does not.
+    EXPECT_TRUE(admission_blocked(20000, long_tokens, 1, 2));
+    EXPECT_FALSE(admission_blocked(100, long_tokens, 1, 2));
+    EXPECT_FALSE(admission_blocked(long_tokens, long_tokens, 1, 2));  // at the bound: not long
+    // None running: the long one goes. Four slots: three long prefills at once, not four.
+    EXPECT_FALSE(admission_blocked(20000, long_tokens, 0, 2));
+    EXPECT_FALSE(admission_blocked(20000, long_tokens, 2, 4));
+    EXPECT_TRUE(admission_blocked(20000, long_tokens, 3, 4));
+    // One slot: nothing to keep free, a long prefill goes when the slot is idle.
+    EXPECT_FALSE(admission_blocked(20000, long_tokens, 0, 1));
+}
+
 TEST(WarmupQueue, ANewerPrefixOfTheSameConversationReplacesTheQueuedOne) {
     warmup_queue q(4);
     auto a1 = request(seq_of(0, 50));
