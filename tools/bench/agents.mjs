@@ -269,7 +269,10 @@ async function replay(base, sessions) {
   const records = [];
   const send = opt.kind === 'lineage' ? sendLineage : sendLlama;
   const one = async (s, r) => {
-    const x = await send(base, r);
+    // A request the server answers with no headers for 300 s (undici's headersTimeout in Node's
+    // fetch: lineage-server opens a stream at its first token) is recorded as an error, not fatal.
+    const t = now();
+    const x = await send(base, r).catch((e) => ({ error: `fetch failed: ${e.cause?.code ?? e.message}`, t0: t }));
     const rec = { agent: s.agent, i: r.i, run: r.run, api: r.api, t_send_ms: x.t0, t_done_ms: x.t0 + (x.total ?? 0),
       prompt_tokens: x.prompt, cached_tokens: x.cached, computed: x.computed, ttft_ms: x.ttft, total_ms: x.total,
       reply_tokens: r.replyTokens.length, reply_prefill: x.reply_prefill ?? null, error: x.error ?? null };
