@@ -250,14 +250,16 @@ void scheduler::impl::loop() {
                                    std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
             std::vector<size_t> order;
             std::vector<int64_t> new_tokens;
+            std::vector<int32_t> stored;  // the longest prefix of each a stored state holds (the prefix hold's too)
             const int32_t long_tokens = long_prefill_batches * p_.n_batch;
             int32_t long_running = 0;
             if (idle_slot && !queue_.empty()) {
                 new_tokens.reserve(queue_.size());
+                stored.reserve(queue_.size());
                 for (const auto & r : queue_) {
-                    const bool cached = p_.cache.enabled && r->cache.cache_prompt;
+                    stored.push_back(p_.cache.enabled ? store_.longest_match(r->cache.bucket, r->prompt) : 0);
                     new_tokens.push_back(static_cast<int64_t>(r->prompt.size()) -
-                                         (cached ? store_.longest_match(r->cache.bucket, r->prompt) : 0));
+                                         (r->cache.cache_prompt ? stored.back() : 0));
                 }
                 order = admission_order(queue_, new_tokens);
                 for (const auto & s : slots_) {
@@ -279,7 +281,7 @@ void scheduler::impl::loop() {
                         next = order.size();
                         break;
                     }
-                    if (held_for_prefix(r, now) || shares_with(admitted, r)) {
+                    if (held_for_prefix(r, stored[order[next]], now) || shares_with(admitted, r)) {
                         ++next;  // a request admitted this round shares its prefix: decided next round
                         continue;
                     }
@@ -789,12 +791,11 @@ bool scheduler::impl::shares_with(const std::deque<std::shared_ptr<generation_re
     });
 }
 
-bool scheduler::impl::held_for_prefix(generation_request & r, clock::time_point now) {
+bool scheduler::impl::held_for_prefix(generation_request & r, int32_t stored, clock::time_point now) {
     if (!p_.cache.enabled || !p_.cache.lineage) {
         return false;
     }
-    const slot * by = prefix_hold(slots_, r, hybrid_, store_.longest_match(r.cache.bucket, r.prompt),
-                                  p_.cache.min_prefix);
+    const slot * by = prefix_hold(slots_, r, hybrid_, stored, p_.cache.min_prefix);
     if (by == nullptr) {
         return false;
     }

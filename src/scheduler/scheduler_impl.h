@@ -102,8 +102,9 @@ struct scheduler::impl {
      *  whether the chunk was cut short at a capture point (request_stats::prefill_splits). */
     void count_pass(slot & s);
     /** True while queued `r` waits for a running request to compute the prefix they share
-     *  (admission.h prefix_hold); counts the hold once. Engine thread, under mu_. */
-    bool held_for_prefix(generation_request & r, clock::time_point now);
+     *  (admission.h prefix_hold; `stored`: the longest prefix of `r` a stored state holds,
+     *  store::longest_match); counts the hold once. Engine thread, under mu_. */
+    bool held_for_prefix(generation_request & r, int32_t stored, clock::time_point now);
     /** True when a request admitted in this round (`admitted`) shares at least
      *  --prompt-cache-min-prefix tokens of `r`'s prompt in its bucket: `r` is then decided in the
      *  next round, when that one is running and the prefix hold can see it. */
