@@ -26,8 +26,18 @@ inline constexpr uint32_t redis_format_version = 1;
  *  replica's mirror of it likewise): a bound on the index's and the mirrors' memory. */
 inline constexpr int64_t redis_max_index = 65536;
 
+/** Adds entry key ARGV[1] to the index KEYS[2] scored by the next sequence number (INCR KEYS[1])
+ *  and trims the index to the newest ARGV[2] entries, atomically (a script runs alone in Redis):
+ *  a replica that reads sequence n finds every index entry scored up to n. Returns n. */
+inline constexpr const char * redis_index_script =
+    "local n = redis.call('INCR', KEYS[1]) "
+    "redis.call('ZADD', KEYS[2], n, ARGV[1]) "
+    "redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[2]) + 1)) "
+    "return n";
+
 /** Key names of one namespace (--cache-redis-namespace). Shapes:
- *  `<ns>:seq` (INCR counter), `<ns>:index` (sorted set: entry key scored by write sequence),
+ *  `<ns>:seq` (INCR counter), `<ns>:index` (sorted set: entry key scored by write sequence, both
+ *  written by redis_index_script),
  *  `<ns>:meta:<ek>` (string: encode_redis_meta), `<ns>:chunk:<ek>:<i>` (string: a chunk). */
 struct redis_keys {
     std::string ns;

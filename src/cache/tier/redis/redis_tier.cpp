@@ -314,16 +314,16 @@ tier_completion redis_tier::write_now(tier_write & w) {
     }
     cmds.push_back(
         {"SET", keys_.meta(ek), encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec)});
-    cmds.push_back({"INCR", keys_.seq()});
+    // The index entry last: a reader that sees it finds the chunks (unless evicted since). The
+    // sequence number and the index entry in one script (Redis runs a script atomically): with
+    // INCR and ZADD apart, a reader that polled between them read the new sequence, found no
+    // index entry above its last, moved past it and never mirrored the entry (an e2e run saw a
+    // replica stuck one entry short); so did one whose ZADD of sequence n landed after another
+    // writer's n + 1 had been read.
+    cmds.push_back({"EVAL", redis_index_script, "2", keys_.seq(), keys_.index(), ek,
+                    std::to_string(redis_max_index)});
     reply_set rs;
-    bool ok = pipeline(cmds, rs);
-    if (ok) {
-        const long long seq = rs.r.back()->integer;
-        // The index entry last: a reader that sees it finds the chunks (unless evicted since).
-        ok = pipeline({{"ZADD", keys_.index(), std::to_string(seq), ek},
-                       {"ZREMRANGEBYRANK", keys_.index(), "0", std::to_string(-(redis_max_index + 1))}},
-                      rs);
-    }
+    const bool ok = pipeline(cmds, rs);
     util::lock_guard lk(mu_);
     if (!ok) {
         stats_.write_failures++;
