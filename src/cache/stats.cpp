@@ -25,7 +25,8 @@ std::vector<stat_figure> warmup_stats::describe() const {
                "Warmed entries that left the cache before a hit, and warm-ups dropped unfinished."),
         figure_map("skipped", skipped, "warmup_skipped_total",
                    "Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often, "
-                   "superseded (not rendered: a newer reply of the conversation came while requests were served).",
+                   "superseded (not rendered: a newer reply of the conversation came while requests were served), "
+                   "reset (dropped by a cache reset of its scope).",
                    "cause", skip_causes),
     };
 }

@@ -51,12 +51,13 @@ struct warmup_stats {
     /** Jobs not run, by cause: not_needed (an entry already holds the prefix), replaced (a newer
      *  job of the same conversation came first), queue_full, preempted_too_often, superseded (not
      *  even rendered: a newer reply of the same conversation came while the engine was serving
-     *  requests; server/run/warmup.h, filled by the server, not the scheduler). */
+     *  requests; server/run/warmup.h, filled by the server, not the scheduler), reset (queued, or
+     *  running, when a POST /v1/cache/reset of its scope ran: dropped). */
     std::map<std::string, int64_t> skipped;
 
     /** The causes of `skipped`, listed (at 0) before their first event. */
     static inline const std::vector<std::string> skip_causes = {"not_needed", "replaced", "queue_full",
-                                                                "preempted_too_often", "superseded"};
+                                                                "preempted_too_often", "superseded", "reset"};
 
     /** Every figure, in the order GET /v1/cache/stats lists them under "warmup"; those on /metrics
      *  are lineage_prompt_cache_warmup(s)_*. renders and tokenizations are JSON here: /metrics shows

@@ -187,7 +187,8 @@ void lifecycle::guard_by_rollback(slot & s, const cache::capture_point & c) {
 
 void lifecycle::after_decode(slot & s) {
     const auto & cfg = store_.cfg();
-    if (!hybrid_ || !s.use_cache || !cfg.lineage || !cfg.keep_reply || cfg.reply_step <= 0 || !s.prompt_end_recurrent) {
+    if (!hybrid_ || !s.use_cache || s.reset_since || !cfg.lineage || !cfg.keep_reply || cfg.reply_step <= 0 ||
+        !s.prompt_end_recurrent) {
         return;
     }
     const int32_t decoded = s.n_past - s.prompt_size();
@@ -228,7 +229,7 @@ void lifecycle::after_decode(slot & s) {
 void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) {
     const auto t0 = clock::now();
     const bool whole = c.kind == cache::point_kind::anchor;
-    if (!whole && !hybrid_) {
+    if ((!whole && !hybrid_) || s.reset_since) {  // reset_since: nothing is kept (an anchor would be pinned now)
         return;
     }
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
@@ -280,6 +281,13 @@ void lifecycle::commit(slot & s, double now_s) {
         return;
     }
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
+    if (s.reset_since) {
+        LINEAGE_TRACE(store_.trace(), "not stored: the cache was reset while this request was served");
+        store_.abandon(s.plan, s.reserved_bytes);
+        pool_.release(s.seq);
+        s.seq = -1;
+        return;
+    }
     // The entry is everything decoded: for dense models any prefix of their KV is a restore
     // point; for hybrids (--cache-keep-reply) a next prompt that parts inside the reply (a
     // re-rendered reply, a regenerate) restores the resend guard at prompt - 1 (or, with that

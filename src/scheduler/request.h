@@ -78,6 +78,11 @@ struct cache_hints : cache::prompt_hints {
     std::string tenant;                ///< the API key's tenant ("" without keys): per-tenant stats and reset
     cache::key_dims dims;              ///< the bucket's dimensions; filled only with --cache-trace
     std::string session_key;           ///< prompt_cache_key > user > "" (anonymous)
+    /** scheduler::reset_epoch() when the request arrived (a warm-up: when the reply it warms
+     *  arrived); unset: stamped by scheduler::submit(). A request a POST /v1/cache/reset of its
+     *  scope ran after reads the cache as it is now but stores nothing it computed (the reset is a
+     *  barrier: nothing computed before it is committed after it); such a warm-up is dropped. */
+    std::optional<uint64_t> reset_epoch;
 };
 
 /** The work the HTTP thread did to prepare a request's prompt (server::chat_preparer; what

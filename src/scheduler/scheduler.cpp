@@ -182,6 +182,9 @@ void scheduler::impl::stop() {
 }
 
 void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
+    if (!req->cache.reset_epoch) {
+        req->cache.reset_epoch = resets_.load();
+    }
     {
         util::lock_guard lk(mu_);
         if (!stopping_ && req->warmup) {
@@ -451,6 +454,21 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         LINEAGE_TRACE(store_.trace(), "cache bypassed ({}); {} prompt tokens to prefill",
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
+    if (s.use_cache && reset_since(*s.req)) {
+        if (s.req->warmup) {
+            // Queued (or rendered) before a reset of its scope: what it would store is what the
+            // reset removed.
+            store_.warmup_counters().skipped["reset"]++;
+            LINEAGE_TRACE(store_.trace(), "warm-up of {} tokens dropped: the cache was reset after its reply",
+                          s.prompt_size());
+            reset_slot(s);
+            return;
+        }
+        s.use_cache = false;
+        store_.count_bypassed();
+        LINEAGE_TRACE(store_.trace(), "cache bypassed (the cache was reset after this request arrived: nothing it "
+                      "computes is stored); {} prompt tokens to prefill", s.prompt_size());
+    }
     if (s.req->warmup && store_.covers(s.key, s.req->prompt)) {
         // The committed entry already holds the next turn's prefix (a dense tool step whose
         // re-render is the generated text), or a later request got there first.
@@ -522,6 +540,37 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
     start_prefill(s);
 }
 
+bool scheduler::impl::reset_since(const generation_request & r) const {
+    const uint64_t at = r.cache.reset_epoch.value_or(0);
+    if (at < last_full_reset_) {
+        return true;
+    }
+    const auto it = tenant_resets_.find(r.cache.tenant);
+    return it != tenant_resets_.end() && at < it->second;
+}
+
+void scheduler::impl::fence_reset(const std::optional<std::string> & tenant) {
+    for (auto & s : slots_) {
+        if (!s.active() || !s.use_cache || s.reset_since || (tenant && s.req->cache.tenant != *tenant)) {
+            continue;
+        }
+        cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
+        if (s.req->warmup) {
+            store_.warmup_counters().skipped["reset"]++;
+            LINEAGE_TRACE(store_.trace(), "warm-up dropped at {}/{} tokens: the cache was reset", s.n_past,
+                          s.prompt_size());
+            life_->abandon(s);
+            s.load = {};  // a read in flight: its result is dropped
+            reset_slot(s);
+            continue;
+        }
+        // Served to the end; nothing it computed (a read in flight included) is stored.
+        s.reset_since = true;
+        LINEAGE_TRACE(store_.trace(), "the cache was reset at {}/{} tokens: this request stores nothing", s.n_past,
+                      s.prompt_size());
+    }
+}
+
 void scheduler::impl::end_warmup(slot & s, bool whole) {
     // What was prefilled is parked as the conversation's entry, a preempted part included.
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
@@ -567,6 +616,11 @@ void scheduler::impl::complete_load(slot & s) {
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     cache::tier_load_result r = s.load.get();
     s.plan.tier_read_s = r.seconds;
+    if (s.reset_since) {  // read from a copy the reset deleted: not restored
+        r.error = cache::tier_load_error::missing;
+        r.detail = "the cache was reset while it was read";
+        r.record.reset();
+    }
     if (auto st = store_.tier_loaded(s.key, s.plan, std::move(r), now_s()); !st) {
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
     }
@@ -810,7 +864,7 @@ bool scheduler::impl::held_for_prefix(generation_request & r, int32_t stored, cl
 std::vector<cache::live_state> scheduler::impl::live_states(const slot & s) const {
     std::vector<cache::live_state> out;
     for (const auto & o : slots_) {
-        if (&o == &s || (o.ph != slot::phase::prefill && o.ph != slot::phase::decode) || !o.use_cache ||
+        if (&o == &s || (o.ph != slot::phase::prefill && o.ph != slot::phase::decode) || !o.use_cache || o.reset_since ||
             o.req->warmup || !o.req->media.empty() || o.replay != 0 || o.seq < 0 || o.n_past <= 0 ||
             o.key.bucket != s.key.bucket) {
             continue;

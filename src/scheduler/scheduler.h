@@ -98,6 +98,11 @@ public:
      *  every tier: device, RAM, its tier-2 files and its tier-3 entries in Redis. REQUIRES:
      *  `tenant` non-empty. */
     cache::reset_result reset_cache_of(const std::string & tenant);
+    /** The reset generation: how many resets (of everything or of a tenant) have run. A request
+     *  stamped with it when it arrives (cache_hints::reset_epoch) and that a reset of its scope
+     *  follows stores nothing: requests in flight, queued or still being prepared then, and the
+     *  warm-ups of their replies. Any thread. */
+    uint64_t reset_epoch() const;
     /** Reloads LoRA adapter `id` from its file (its content changed) once no request is in
      *  flight: admission pauses until then, requests queued meanwhile wait. From then on the
      *  engine's adapter generation is `epoch` (generation_request::lora_epoch). Returns ok on

@@ -54,8 +54,14 @@ request_log_snapshot scheduler::snapshot_requests(const std::string * tenant) co
     return impl_->requests_.snapshot(tenant, now);
 }
 
+uint64_t scheduler::reset_epoch() const {
+    return impl_->resets_.load();
+}
+
 cache::reset_result scheduler::reset_cache() {
     return impl_->run_on_engine([this] {
+        impl_->last_full_reset_ = ++impl_->resets_;
+        impl_->fence_reset(std::nullopt);
         auto r = impl_->store_.reset();
         impl_->pool_->drain_released();
         impl_->tiers_->reset(r, std::nullopt);
@@ -66,6 +72,8 @@ cache::reset_result scheduler::reset_cache() {
 
 cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
     return impl_->run_on_engine([this, &tenant] {
+        impl_->tenant_resets_[tenant] = ++impl_->resets_;
+        impl_->fence_reset(tenant);
         auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
         impl_->pool_->drain_released();
         impl_->tiers_->reset(r, tenant);

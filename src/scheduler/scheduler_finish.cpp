@@ -125,6 +125,7 @@ void scheduler::impl::reset_slot(slot & s) {
     s.seq = -1;
     s.n_past = 0;
     s.use_cache = false;
+    s.reset_since = false;
     s.guard_rollback = false;
     s.replay = 0;
     s.plan = cache::restore_plan{};

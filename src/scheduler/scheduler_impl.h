@@ -30,10 +30,12 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <thread>
 
@@ -141,6 +143,15 @@ struct scheduler::impl {
     std::unique_ptr<lifecycle> life_;
     std::atomic<bool> load_ready_{false};  // set by the disk thread when a load finished
     std::atomic<bool> serving_{false};     // scheduler::serving()
+    /** Resets run (scheduler::reset_epoch); bumped on the engine thread by a reset. */
+    std::atomic<uint64_t> resets_{0};
+    uint64_t last_full_reset_ = 0;                       // engine thread: resets_ after the last reset of everything
+    std::map<std::string, uint64_t> tenant_resets_;      // engine thread: resets_ after each tenant's last reset
+    /** A reset of `r`'s scope (everything, or its tenant) ran after it arrived (engine thread). */
+    bool reset_since(const generation_request & r) const;
+    /** After a reset (engine thread): the slots in its scope (`tenant`; nullopt: all) store
+     *  nothing of what they computed, a warm-up among them is dropped. */
+    void fence_reset(const std::optional<std::string> & tenant);
     metrics metrics_;
     request_log requests_;  // the last requests and their outcomes (GET /v1/cache/requests)
     std::vector<slot> slots_;

@@ -36,6 +36,9 @@ struct slot {
     int32_t seq = -1;                 ///< llama.cpp sequence id holding this request's state
     int32_t n_past = 0;               ///< tokens in the sequence (positions [0, n_past))
     bool use_cache = false;           ///< cache on and cache_prompt true
+    /** A POST /v1/cache/reset of its scope ran while it was active (scheduler fence_reset): it
+     *  is served to the end, and captures, pins and commits nothing. */
+    bool reset_since = false;
     /** The resend guard (prompt - 1) is taken by rolling the recurrent state back after the
      *  prefill, not by splitting it (config::guard_rollback; engine support; not a warm-up). */
     bool guard_rollback = false;

@@ -16,14 +16,7 @@ import { after, before, describe, it } from 'node:test';
 
 import { words } from './lib/chat.mjs';
 import { FAMILY, SERVER_ARGS, Scenario, expectHit, replyOf, sys, user } from './lib/scenario.mjs';
-import { ARCHS, MKMODEL_BIN, modelPath, startServer } from './lib/server.mjs';
-
-/** Writes a LoRA adapter for `model` with weights of `seed` to `file` (lineage-mkmodel --lora-only). */
-function makeAdapter(model, file, seed) {
-  const r = spawnSync(MKMODEL_BIN, ['-o', model, '--lora-only', '--lora-out', file, '--lora-seed', String(seed)],
-    { encoding: 'utf8', timeout: 120_000 });
-  assert.equal(r.status, 0, `lineage-mkmodel --lora-out failed:\n${r.stdout}\n${r.stderr}`);
-}
+import { ARCHS, makeAdapter, modelPath, startServer } from './lib/server.mjs';
 
 const GEN = 8;
 

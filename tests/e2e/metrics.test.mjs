@@ -134,7 +134,7 @@ for (const arch of ARCHS) {
         rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
         disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
         redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format'),
-        warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded'),
+        warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded', 'reset'),
       });
 
       // Turn 1: cold.

@@ -20,7 +20,7 @@ import OpenAI from 'openai';
 
 import { words } from './lib/chat.mjs';
 import { FAMILY, GEN } from './lib/scenario.mjs';
-import { ARCHS, modelPath, startServer } from './lib/server.mjs';
+import { ARCHS, makeAdapter, modelPath, startServer } from './lib/server.mjs';
 
 const KEYS = { alice: 'sk-alice-0123456789', alice2: 'sk-alice-second-key', bob: 'sk-bob-0123456789', admin: 'sk-admin-0123456789' };
 const KEY_FILE_TEXT = [
@@ -50,14 +50,18 @@ for (const arch of ARCHS) {
   describe(`tenants [${arch}]`, { timeout: 240_000 }, () => {
     let srv;
     let dir;
+    let adapter;
     const client = {};
     const usage = { alice: [], bob: [] };
     before(async () => {
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-tenants-'));
       const keyFile = path.join(dir, 'keys.txt');
       fs.writeFileSync(keyFile, KEY_FILE_TEXT);
+      adapter = path.join(dir, 'adapter.gguf');
+      makeAdapter(modelPath(arch), adapter, 2);
       srv = await startServer({ model: modelPath(arch), name: `tenants-${arch}`,
-        args: ['--parallel', '1', '--ctx-size', '1024', '--api-key-file', keyFile, '--metrics', '--cache-disk=false'],
+        args: ['--parallel', '1', '--ctx-size', '1024', '--api-key-file', keyFile, '--metrics', '--cache-disk=false',
+          '--lora-scaled', `${adapter}:0`],
         env: { LINEAGE_ADMIN_API_KEY: KEYS.admin } });
       for (const [name, key] of Object.entries(KEYS)) {
         client[name] = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: key, maxRetries: 0, timeout: 120_000 });
@@ -170,6 +174,35 @@ for (const arch of ARCHS) {
       const m = await get('/metrics', KEYS.admin);
       assert.equal(m.status, 200, m.text);
       assert.match(m.text, /^lineage_/m);
+    });
+
+    it('POST /lora-adapters needs the admin key; a tenant sees the adapters without their paths', async () => {
+      const set = (key, scale) => srv.post('/lora-adapters', [{ id: 0, scale }], { Authorization: `Bearer ${key}` });
+      // The whole reply (the tiny models may answer in reasoning_content only).
+      const reply = async (name) => {
+        const c = (await client[name].chat.completions.create(body('Name one colour.', { max_tokens: 8 }))).choices[0];
+        return JSON.stringify([c.message, c.finish_reason]);
+      };
+      const before = await reply('bob');
+      // A tenant's change of a server-wide setting is refused, and changes nothing for the others.
+      const t = await set(KEYS.alice, 1);
+      assert.equal(t.status, 403, t.text);
+      assert.equal(t.json.error.code, 'admin_key_required');
+      assert.match(t.json.error.message, /every tenant/);
+      assert.equal(await reply('bob'), before, 'bob\'s output unchanged by alice\'s refused POST');
+      const mine = await get('/lora-adapters', KEYS.alice);
+      assert.equal(mine.status, 200, mine.text);
+      assert.deepEqual(mine.json.map((a) => Object.keys(a).sort()), [['digest', 'id', 'scale']], 'no server path for a tenant');
+      assert.equal(mine.json[0].scale, 0);
+      assert.ok(!mine.text.includes(dir), mine.text);
+      // The admin's change works (and the admin sees the path).
+      const a = await set(KEYS.admin, 1);
+      assert.equal(a.status, 200, a.text);
+      const all = await get('/lora-adapters', KEYS.admin);
+      assert.deepEqual(all.json.map(({ id, path: p, scale }) => ({ id, path: p, scale })), [{ id: 0, path: adapter, scale: 1 }]);
+      assert.notEqual(await reply('bob'), before, 'the adapter applied at scale 1 changes the reply');
+      assert.equal((await set(KEYS.admin, 0)).status, 200);
+      assert.equal(await reply('bob'), before);
     });
   });
 }

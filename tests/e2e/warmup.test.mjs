@@ -373,7 +373,7 @@ for (const arch of ARCHS) {
       assert.equal(value('lineage_prompt_cache_warmup_tokens_total'), s.warmup.tokens);
       assert.equal(value('lineage_prompt_cache_warmup_hits_total'), s.warmup.hits);
       // Every skip cause is listed, 0 included, with the /metrics count.
-      assert.deepEqual(Object.keys(s.warmup.skipped), ['not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded']);
+      assert.deepEqual(Object.keys(s.warmup.skipped), ['not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded', 'reset']);
       for (const [cause, n] of Object.entries(s.warmup.skipped)) {
         assert.equal(value(`lineage_prompt_cache_warmup_skipped_total{cause="${cause}"}`), n, cause);
       }
@@ -427,6 +427,77 @@ for (const arch of ARCHS) {
       const s2 = await srv.waitWarmup(s1.warmup.runs, 'after the background request');
       assert.ok(s2.warmup.queued > s1.warmup.queued, JSON.stringify(s2.warmup));
       assert.ok(s2.warmup.runs > s1.warmup.runs);
+    });
+  });
+}
+
+// POST /v1/cache/reset is a barrier (docs/prompt-cache.md "GET /v1/cache/stats"): nothing that
+// arrived before it is stored after it. A warm-up of a reply that came before the reset (queued,
+// rendering or running when it ran) is dropped; a request in flight is served but stores nothing.
+// Which of those paths a trial takes is timing's choice (the warm-up may also have run before
+// the reset, which then deletes it): every trial asserts the outcome, a resend that restores 0,
+// and the paths taken are reported; the positive case (no reset) restores the conversation.
+for (const arch of ARCHS) {
+  describe(`a cache reset is a barrier [${arch}]`, { timeout: 300_000 }, () => {
+    let srv;
+    before(async () => {
+      srv = await startServer({ model: modelPath(arch), name: `reset-barrier-${arch}`,
+        args: ['--parallel', '2', '--ctx-size', '4096', '--cache-warmup', '--cache-trace'] });
+    });
+    after(async () => { await srv?.stopGracefully(); });
+
+    const reset = async () => {
+      const r = await srv.post('/v1/cache/reset', {});
+      assert.equal(r.status, 200, r.text);
+    };
+    /** Warm-up jobs that ended, by any way. */
+    const ended = (w) => w.runs + w.skipped.not_needed + w.skipped.reset + w.skipped.superseded + w.skipped.replaced +
+      w.skipped.queue_full;
+    const settle = (n, what) => waitStats(srv, (s) => ended(s.warmup) >= n, what);
+    const conv = (seed) => [{ role: 'system', content: `${SYSTEM} ${words(20, 900 + seed)}` },
+      { role: 'user', content: words(12, 950 + seed) }];
+    const next = (m, r) => [...m, echo(r.choices[0].message), { role: 'user', content: 'And then?' }];
+
+    it('a warm-up queued before the reset stores nothing after it: the next turn restores 0 (20 trials)', async (t) => {
+      let base = ended((await srv.cacheStats()).warmup);
+      // The positive case: with no reset, the warmed next turn restores the conversation.
+      const m0 = conv(0);
+      const r0 = await chat(srv, m0, { prompt_cache_key: 'barrier-0' }, 'positive case');
+      await settle(++base, 'the positive case\'s warm-up');
+      const h0 = usageOf(await chat(srv, next(m0, r0), { prompt_cache_key: 'barrier-0' }, 'positive case, next turn'));
+      assert.ok(h0.cached > h0.prompt / 2, `no reset: the next turn restores the conversation: ${JSON.stringify(h0)}`);
+      await settle(++base, 'the positive case\'s next warm-up');
+      const d0 = (await srv.cacheStats()).warmup.skipped.reset;
+      for (let i = 1; i <= 20; i++) {
+        const m = conv(i);
+        const r = await chat(srv, m, { prompt_cache_key: `barrier-${i}` }, `trial ${i}`);
+        await reset();
+        await settle(++base, `trial ${i}: the warm-up ran or was dropped`);
+        const u = usageOf(await chat(srv, next(m, r), { prompt_cache_key: `barrier-${i}` }, `trial ${i}, next turn`));
+        assert.equal(u.cached, 0, `trial ${i}: the next turn after the reset restores nothing: ${JSON.stringify(u)}`);
+        await settle(++base, `trial ${i}: the next turn's warm-up`);
+      }
+      const s = await srv.cacheStats();
+      t.diagnostic(`warm-ups dropped by the reset: ${s.warmup.skipped.reset - d0} of 20 (the others ran before it)`);
+    });
+
+    it('a request in flight during the reset stores nothing: its resend restores 0, the one after hits', async (t) => {
+      const long = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(2500, 960) }];
+      const s0 = await srv.cacheStats();
+      let base = ended(s0.warmup);
+      const mark = srv.log().length;
+      const pending = chat(srv, long, { prompt_cache_key: 'inflight', max_tokens: 4 }, 'the long request');
+      await waitStats(srv, (s) => s.lookups > s0.lookups, 'the long request admitted');
+      await reset();
+      await pending;
+      await settle(++base, 'the long request\'s warm-up');
+      const again = usageOf(await chat(srv, long, { prompt_cache_key: 'inflight', max_tokens: 4 }, 'resend'));
+      assert.equal(again.cached, 0, `the resend after the reset restores nothing: ${JSON.stringify(again)}`);
+      await settle(++base, 'the resend\'s warm-up');
+      const third = usageOf(await chat(srv, long, { prompt_cache_key: 'inflight', max_tokens: 4 }, 'second resend'));
+      assert.ok(third.cached >= third.prompt - 8, `the positive case: the second resend restores the first's: ${JSON.stringify(third)}`);
+      const barrier = srv.log().slice(mark).includes('this request stores nothing');
+      t.diagnostic(barrier ? 'the reset came during the long request' : 'the long request ended before the reset reached the engine');
     });
   });
 }

@@ -604,6 +604,38 @@ TEST_F(Lifecycle, AbandonReleasesTheSequenceAndItsReservations) {
     store_->check_invariants();
 }
 
+// POST /v1/cache/reset while a request is served (scheduler::impl::fence_reset empties the store
+// and flags the slot): the rest of its prefill captures nothing, its commit stores nothing and
+// gives back what it reserved and its sequence, and the same prompt then misses; the request
+// after the reset stores its entry as usual (the positive case). Hybrid and dense.
+TEST_F(Lifecycle, ARequestServedAcrossAResetStoresNothing) {
+    for (const bool hybrid : {true, false}) {
+        SCOPED_TRACE(hybrid ? "hybrid" : "dense");
+        make(hybrid, 2);
+        auto s = admit(seq_of(0, 300), 290);
+        while (s->n_past < 295) {
+            const int32_t n = std::min({64, s->next_stop() - s->n_past, 295 - s->n_past});
+            st_->decode(s->seq, n);
+            s->n_past += n;
+            life_->after_chunk(*s, now_);
+        }
+        EXPECT_EQ(s->captured.size(), hybrid ? 1u : 0u);  // the turn checkpoint at 290
+        store_->reset();
+        pool_->drain_released();
+        s->reset_since = true;
+        finish(*s);
+        EXPECT_TRUE(store_->entries().empty());
+        EXPECT_EQ(store_->ram_bytes(), 0u);
+        EXPECT_EQ(pool_->n_free(), 2u);
+        auto again = admit(seq_of(0, 300), 290);
+        EXPECT_EQ(again->stats.hit_kind, "miss");
+        EXPECT_EQ(again->n_past, 0);
+        finish(*again);
+        ASSERT_EQ(store_->entries().size(), 1u);
+        EXPECT_EQ(store_->entries().front().n_tokens, hybrid ? 300 : 303);  // dense: the reply's 3 too
+    }
+}
+
 // The scheduler moves a restored sequence next to a running one (scheduler::impl::
 // place_next_to_active): the pool offers a free id beside an active one, else the id of the
 // shortest parked entry there, which leaves the device for RAM first; never an active id.

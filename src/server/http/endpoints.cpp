@@ -54,10 +54,14 @@ constexpr std::array table{
              .handler = handle_cache_reset},
     endpoint{.method = "POST", .path = "/tokenize", .handler = handle_tokenize},
     endpoint{.method = "POST", .path = "/apply-template", .handler = handle_apply_template},
-    endpoint{.method = "GET", .path = "/lora-adapters", .handler = handle_get_lora_adapters},
-    endpoint{.method = "POST", .path = "/lora-adapters", .handler = handle_set_lora_adapters},
-    endpoint{.method = "GET", .path = "/metrics", .access = admin, .note = "with --metrics; the admin key",
-             .handler = handle_metrics},
+    endpoint{.method = "GET", .path = "/lora-adapters", .note = "the adapters' file paths with the admin key only",
+             .handler = handle_get_lora_adapters},
+    endpoint{.method = "POST", .path = "/lora-adapters", .access = admin,
+             .admin_why = "changes the adapters' scales for every tenant", .note = "the admin key",
+             .handler = handle_set_lora_adapters},
+    endpoint{.method = "GET", .path = "/metrics", .access = admin,
+             .admin_why = "shows every tenant's figures (a tenant's own are at GET /v1/cache/stats)",
+             .note = "with --metrics; the admin key", .handler = handle_metrics},
 };
 
 bool serves(const endpoint & e, std::string_view path) {

@@ -43,6 +43,9 @@ struct endpoint {
     std::string_view path = {};    ///< ":id" stands for one path segment
     std::string_view alias = {};   ///< a second path served the same ("" = none), e.g. "/chat/completions"
     endpoint_access access = endpoint_access::tenant;
+    /** access admin: why a tenant's key is refused, after "METHOD PATH " in the 403 (e.g. "shows
+     *  every tenant's figures"). */
+    std::string_view admin_why = {};
     error_shape errors = error_shape::openai;
     bool body_optional = false;  ///< a POST that may come without a body (and so without Content-Type)
     /** Read by a web browser (the cache page and the JSON it polls): the key may also come as the

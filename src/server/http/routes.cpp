@@ -247,7 +247,10 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             return reject(e);
         }
         // Who may call the path (endpoint::access); an unknown path needs a key like the rest.
-        const endpoint * target = find_path(req.path);
+        const endpoint * target = find_endpoint(req.method, req.path);
+        if (target == nullptr) {
+            target = find_path(req.path);  // another method: answered 405 after the key check
+        }
         const endpoint_access access = target ? target->access : endpoint_access::tenant;
         if (ctx.access.open() || access == endpoint_access::open) {
             return httplib::Server::HandlerResponse::Unhandled;
@@ -262,8 +265,8 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
         if (access == endpoint_access::admin && !c.admin) {
             api_error e;
             e.status = 403;
-            e.message = req.method + " " + req.path + " shows every tenant's figures: send the admin key (--admin-api-key); a tenant's "
-                        "own figures are at GET /v1/cache/stats";
+            e.message = req.method + " " + req.path + " " + std::string(target->admin_why) +
+                        ": send the admin key (the server's --admin-api-key)";
             e.code = "admin_key_required";
             return reject(e);
         }

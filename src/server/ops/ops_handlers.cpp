@@ -170,10 +170,16 @@ void handle_apply_template(const http_request & req, http_response & res, server
 // part of the cache key); POST [{id, scale}] sets the global scales (adapters not named go
 // to 0), re-reads every adapter file and reloads those whose content changed (once the
 // requests in flight are done) -> {success: true, reloaded: [ids]}.
-void handle_get_lora_adapters(const http_request &, http_response & res, server_context & ctx) {
+void handle_get_lora_adapters(const http_request & req, http_response & res, server_context & ctx) {
+    // A tenant's key: no server paths (the admin key, or a server without tenants, sees them).
+    const bool admin = ctx.caller_of(req).admin;
     json list = json::array();
     for (const auto & e : ctx.loras.list()) {
-        list.push_back({{"id", e.id}, {"path", e.path}, {"scale", e.scale}, {"digest", e.digest}});
+        json a = {{"id", e.id}, {"scale", e.scale}, {"digest", e.digest}};
+        if (admin) {
+            a["path"] = e.path;
+        }
+        list.push_back(std::move(a));
     }
     send_json_body(res, list);
 }

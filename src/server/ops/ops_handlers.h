@@ -22,9 +22,9 @@ void handle_tokenize(const http_request & req, http_response & res, server_conte
 /** POST /apply-template (llama-server's): a chat completion body -> {prompt}; ?api=messages
  *  takes an Anthropic Messages body. */
 void handle_apply_template(const http_request & req, http_response & res, server_context & ctx);
-/** GET /lora-adapters: [{id, path, scale, digest}]. */
+/** GET /lora-adapters: [{id, path, scale, digest}]; `path` only for the admin key (or without keys). */
 void handle_get_lora_adapters(const http_request & req, http_response & res, server_context & ctx);
-/** POST /lora-adapters: [{id, scale}] -> {success, reloaded}. */
+/** POST /lora-adapters: [{id, scale}] -> {success, reloaded}; the admin key only (endpoints.cpp). */
 void handle_set_lora_adapters(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/cache/stats: the global figures for the admin key (or without keys), else the
  *  caller's tenant's. */

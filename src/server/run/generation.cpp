@@ -359,6 +359,8 @@ void generation_job::finish(std::unique_ptr<response_writer> w, chat_request && 
 }
 
 void handle_generation(const dialect & d, const http_request & req, http_response & res, server_context & ctx) {
+    // Before the render: a reset that runs while it is prepared or queued is after its arrival.
+    const uint64_t reset_epoch = ctx.sched.reset_epoch();
     generation_job job;
     if (auto err = d.prepare(req, ctx, job)) {
         spdlog::debug("{} request rejected: {}", d.name, err->message);
@@ -367,6 +369,7 @@ void handle_generation(const dialect & d, const http_request & req, http_respons
     }
     auto gr = make_generation_request(ctx, job.prep, job.sampling);
     gr->answers_probe = true;
+    gr->cache.reset_epoch = reset_epoch;
     if (ctx.script) {
         if (auto err = force_scripted_reply(*ctx.script, job, *gr)) {
             spdlog::info("req {} {}: no scripted reply: {}", gr->id, d.name, err->message);

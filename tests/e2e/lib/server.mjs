@@ -30,6 +30,13 @@ import OpenAI from 'openai';
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const SERVER_BIN = process.env.LINEAGE_SERVER || path.join(REPO_ROOT, 'build/bin/lineage-server');
 export const MKMODEL_BIN = process.env.LINEAGE_MKMODEL || path.join(REPO_ROOT, 'build/bin/lineage-mkmodel');
+
+/** Writes a LoRA adapter for `model` with weights of `seed` to `file` (lineage-mkmodel --lora-only). */
+export function makeAdapter(model, file, seed) {
+  const r = spawnSync(MKMODEL_BIN, ['-o', model, '--lora-only', '--lora-out', file, '--lora-seed', String(seed)],
+    { encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, `lineage-mkmodel --lora-out failed:\n${r.stdout}\n${r.stderr}`);
+}
 export const MODELS_DIR = process.env.LINEAGE_MODELS_DIR || path.join(REPO_ROOT, 'build/models');
 export const LOG_DIR = path.join(REPO_ROOT, 'build/e2e-logs');
 

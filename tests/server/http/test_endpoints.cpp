@@ -56,6 +56,12 @@ TEST(EndpointTable, RowsAreCompleteAndUnique) {
     EXPECT_EQ(find_endpoint("POST", "/chat/completions")->path, "/v1/chat/completions");
     EXPECT_EQ(find_endpoint("GET", "/models")->path, "/v1/models");
     EXPECT_EQ(find_path("/metrics")->access, endpoint_access::admin);
+    // A server-wide setting: the admin key; reading the adapters: any key (without their paths).
+    EXPECT_EQ(find_endpoint("POST", "/lora-adapters")->access, endpoint_access::admin);
+    EXPECT_EQ(find_endpoint("GET", "/lora-adapters")->access, endpoint_access::tenant);
+    for (const auto & e : endpoint_table()) {
+        EXPECT_EQ(e.access == endpoint_access::admin, !e.admin_why.empty()) << "the 403 says why: " << e.path;
+    }
     EXPECT_EQ(find_path("/health")->access, endpoint_access::open);
     EXPECT_EQ(find_path("/")->access, endpoint_access::open);
     EXPECT_EQ(find_path("/v1/chat/completions")->access, endpoint_access::tenant);

@@ -362,13 +362,14 @@ lineage_prompt_cache_warmup_hits_total 5
 # HELP lineage_prompt_cache_warmup_wasted_total Warmed entries that left the cache before a hit, and warm-ups dropped unfinished.
 # TYPE lineage_prompt_cache_warmup_wasted_total counter
 lineage_prompt_cache_warmup_wasted_total 1
-# HELP lineage_prompt_cache_warmup_skipped_total Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often, superseded (not rendered: a newer reply of the conversation came while requests were served).
+# HELP lineage_prompt_cache_warmup_skipped_total Warm-up jobs not run, by cause: not_needed, replaced, queue_full, preempted_too_often, superseded (not rendered: a newer reply of the conversation came while requests were served), reset (dropped by a cache reset of its scope).
 # TYPE lineage_prompt_cache_warmup_skipped_total counter
 lineage_prompt_cache_warmup_skipped_total{cause="not_needed"} 3
 lineage_prompt_cache_warmup_skipped_total{cause="replaced"} 1
 lineage_prompt_cache_warmup_skipped_total{cause="queue_full"} 0
 lineage_prompt_cache_warmup_skipped_total{cause="preempted_too_often"} 0
 lineage_prompt_cache_warmup_skipped_total{cause="superseded"} 0
+lineage_prompt_cache_warmup_skipped_total{cause="reset"} 0
 # HELP lineage_requests_total Requests that ended, by finish reason (stop, length, cancelled, error).
 # TYPE lineage_requests_total counter
 lineage_requests_total{finish_reason="stop"} 5

@@ -47,7 +47,7 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
               R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"not_regular":0,"index_row":0,"index":0})");
     EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0})");
     EXPECT_EQ(dump(j["warmup"]["skipped"]),
-              R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0,"superseded":0})");
+              R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0,"superseded":0,"reset":0})");
 }
 
 TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
@@ -65,7 +65,7 @@ TEST(StatsJson, CountsGoUnderTheirKeysAndNewKeysFollow) {
               (std::vector<std::string>{"lru", "ttl", "capacity", "superseded", "anchor_cap", "released", "brand_new"}));
     EXPECT_EQ(j["evictions"]["brand_new"], 7);
     EXPECT_EQ(dump(j["warmup"]["skipped"]),
-              R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0,"superseded":0})");
+              R"({"not_needed":0,"replaced":3,"queue_full":0,"preempted_too_often":0,"superseded":0,"reset":0})");
     EXPECT_EQ(j["warmup"]["renders"], 4);
     EXPECT_EQ(j["warmup"]["tokenizations"], 4);
 }
@@ -109,7 +109,7 @@ TEST(StatsJson, WarmupAndBufferPoolAreTheirOwnFiguresInOrder) {
                                                            "active", "tokens", "hits", "wasted", "skipped"}));
     EXPECT_EQ(dump(j["warmup"]), R"({"queued":9,"renders":18,"tokenizations":17,"runs":5,"preempted":2,"active":1,)"
                                  R"("tokens":1234,"hits":3,"wasted":1,"skipped":{"not_needed":0,"replaced":0,)"
-                                 R"("queue_full":0,"preempted_too_often":0,"superseded":0}})");
+                                 R"("queue_full":0,"preempted_too_often":0,"superseded":0,"reset":0}})");
     EXPECT_EQ(dump(j["buffer_pool"]), R"({"reused":40,"allocated":6,"idle_buffers":2,"idle_bytes":10485760,)"
                                       R"("max_idle_bytes":67108864})");
     const std::string m = render_metrics(s, scheduler::metrics_snapshot{});
