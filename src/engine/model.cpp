@@ -325,6 +325,57 @@ model & model::operator=(model && o) noexcept {
 }
 
 std::vector<token> model::tokenize(const std::string & text, bool parse_special, bool add_special) const {
+    if (!reuse_tokens_ || add_special || text.size() <= tokenize_window_bytes) {
+        return tokenize_whole(text, parse_special, add_special);
+    }
+    std::vector<token> out;
+    size_t at = 0;  // bytes of `text` whose tokens are in `out`; a special token starts there
+    size_t window = tokenize_window_bytes;
+    while (at < text.size()) {
+        const std::string_view rest = std::string_view(text).substr(at);
+        if (rest.size() <= window) {
+            const std::vector<token> last = tokenize_whole(rest, parse_special, false);
+            out.insert(out.end(), last.begin(), last.end());
+            break;
+        }
+        size_t end = window;  // not inside a UTF-8 sequence
+        while (end > 0 && (static_cast<unsigned char>(rest[end]) & 0xC0) == 0x80) {
+            --end;
+        }
+        const std::string_view piece = rest.substr(0, end);
+        const std::vector<token> toks = tokenize_whole(piece, parse_special, false);
+        // Kept: the tokens before the piece's last special token (not its first) that starts
+        // twice the longest special token's bytes before the piece ends, as tokenize_reusing:
+        // no special token of the whole text that the piece's end cuts can change them.
+        size_t offset = 0;
+        size_t cut = 0;
+        size_t cut_byte = 0;
+        for (size_t i = 0; i < toks.size(); ++i) {
+            const auto t = static_cast<size_t>(toks[i]);
+            if (t >= piece_bytes_.size()) {
+                return tokenize_whole(text, parse_special, false);
+            }
+            if (special_[t] && i > 0 && offset + 2 * static_cast<size_t>(max_special_bytes_) <= piece.size()) {
+                cut = i;
+                cut_byte = offset;
+            }
+            offset += piece_bytes_[t];
+        }
+        if (offset != piece.size()) {
+            return tokenize_whole(text, parse_special, false);  // the tokens do not spell the text
+        }
+        if (cut == 0) {
+            window *= 2;  // no special token to cut at: a longer window
+            continue;
+        }
+        out.insert(out.end(), toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(cut));
+        at += cut_byte;
+        window = tokenize_window_bytes;
+    }
+    return out;
+}
+
+std::vector<token> model::tokenize_whole(std::string_view text, bool parse_special, bool add_special) const {
     if (text.size() > static_cast<size_t>(INT32_MAX)) {
         throw std::runtime_error("text too long to tokenize");
     }

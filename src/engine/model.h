@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -57,8 +58,24 @@ public:
 
     /** Tokenizes UTF-8 `text`; `parse_special` turns "<|im_start|>" etc. into control tokens.
      *  Adds BOS/EOS only when `add_special` (and the vocabulary asks for them); chat templates
-     *  carry their own, so the server never does. */
+     *  carry their own, so the server never does. A text over tokenize_window_bytes (BPE or SPM,
+     *  without add_special) is tokenized a window at a time, each cut at its last special token
+     *  as tokenize_reusing() cuts (the same tokens): llama.cpp's cut at special tokens
+     *  (tokenizer_st_partition) walks its fragment list from the start for every special token
+     *  it finds, so its time grows with the square of their count (40,000 "<|im_start|>" took
+     *  2.8 s, 330,000 no answer in 120 s); a window bounds that count. Throws
+     *  std::runtime_error when llama.cpp refuses the text. */
     std::vector<token> tokenize(const std::string & text, bool parse_special = true, bool add_special = false) const;
+
+    /** The window of tokenize(), bytes: at most ~1,400 special tokens of 12 bytes each in one
+     *  llama_tokenize call (~3 ms), and a few % of a window tokenized twice where special tokens
+     *  are a few hundred bytes apart (chat turns). 330,000 "<|im_start|>" (3.96 MB): 2.0 s with
+     *  32 KiB windows, measured on 2 busy cores. */
+    static constexpr size_t tokenize_window_bytes = 16 * 1024;
+
+    /** One llama_tokenize call over `text`: tokenize() without windows (what it must equal;
+     *  tests/engine/test_tokenize_reusing.cpp). Throws as tokenize(). */
+    std::vector<token> tokenize_whole(std::string_view text, bool parse_special, bool add_special) const;
 
     /** tokenize(text, true, false), reusing `prev_tokens` (that call's result for `prev_text`)
      *  up to a special token both texts hold at the same byte offset: only the text from there

@@ -158,6 +158,23 @@ describe('per-request work limits on the default flags [qwen35]', { timeout: 180
     });
   }
 
+  // llama.cpp cuts a text at its special tokens in time that grows with the square of their
+  // count (40,000 took 2.8 s, 330,000 no answer in 120 s, holding a core after the client left);
+  // the server tokenizes a long text in windows (engine::model::tokenize): 1.2 s (/tokenize) and
+  // 1.5 s (chat) measured on 2 busy cores. The bound here is 10 s: far under the quadratic time.
+  it('330,000 special tokens (3.96 MB): /tokenize answers all of them, a chat request gets a 400, within 10 s', async () => {
+    const text = '<|im_start|>'.repeat(330_000);
+    const t = await timedPost(srv, '/tokenize', { content: text, parse_special: true });
+    assert.equal(t.status, 200, t.text.slice(0, 300));
+    assert.equal(t.json.tokens.length, 330_000);
+    assert.ok(new Set(t.json.tokens).size === 1, 'one special token, 330,000 times');
+    assert.ok(t.ms < 10_000, `/tokenize took ${t.ms} ms`);
+    const c = await timedPost(srv, '/v1/chat/completions', { model: 'tiny', max_tokens: 1, messages: [{ role: 'user', content: text }] });
+    assert.equal(assertError(c, 400, 'chat').code, 'context_length_exceeded');
+    assert.ok(c.ms < 10_000, `the chat request took ${c.ms} ms`);
+    await srv.openai.chat.completions.create(OK_BODY);
+  });
+
   it('just under the limits (1,024 tools; 4,096 messages) the answer still comes within 5 s', async () => {
     for (const [path, body] of [
       ['/apply-template', { messages: [{ role: 'user', content: 'hi' }], tools: toolList(1024) }],

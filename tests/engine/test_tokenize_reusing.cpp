@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lineage::engine {
@@ -67,6 +68,41 @@ TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken
     // Earlier tokens that do not spell the earlier text: not reused.
     EXPECT_EQ(m_.tokenize_reusing(prev, prev + "x", prev_tokens, &reused), prev_tokens);
     EXPECT_EQ(reused, 0u);
+}
+
+// tokenize() of a text over its window cuts it into windows at special tokens: the tokens equal
+// one llama_tokenize call over the whole text (tokenize_whole), for a long chat (multi-byte
+// UTF-8 where windows end), special tokens back to back, a special token spelled across a window's
+// end, plain text with no special token (the window grows), and with parse_special off.
+TEST_P(TokenizeReusing, AWindowedTokenizationEqualsAWholeOne) {
+    std::string chat;
+    for (int i = 0; chat.size() < 5 * model::tokenize_window_bytes; ++i) {
+        chat += turn(i % 2 == 0 ? "user" : "assistant",
+                     "Step " + std::to_string(i) + ": read src/cache/store.cpp — naïve café 中文 🙂, then run\n\t"
+                     "ctest -R Store." + std::string(static_cast<size_t>(i % 7) * 37, i % 3 == 0 ? ' ' : 'x'));
+    }
+    std::string specials;
+    for (int i = 0; i < 10000; ++i) {
+        specials += "<|im_start|>";
+    }
+    // A special token that starts 5 bytes before the first window ends.
+    std::string across(model::tokenize_window_bytes - 5, 'a');
+    across += "<|im_end|>" + chat.substr(0, 3 * model::tokenize_window_bytes);
+    std::string plain;
+    while (plain.size() < 3 * model::tokenize_window_bytes) {
+        plain += "plain words and more words, no markup at all; ";
+    }
+    const std::vector<std::pair<std::string, std::string>> texts{
+        {"a long chat", chat}, {"10,000 special tokens back to back", specials},
+        {"a special token across a window's end", across}, {"no special token", plain}};
+    for (const auto & [what, text] : texts) {
+        ASSERT_GT(text.size(), model::tokenize_window_bytes) << what;
+        for (const bool parse_special : {true, false}) {
+            EXPECT_EQ(m_.tokenize(text, parse_special, false), m_.tokenize_whole(text, parse_special, false))
+                << GetParam() << ": " << what << (parse_special ? "" : ", parse_special off");
+        }
+    }
+    EXPECT_EQ(m_.tokenize(specials).size(), 10000u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),

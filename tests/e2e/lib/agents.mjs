@@ -420,7 +420,14 @@ export function promiseReport(recs, log, gaps = {}) {
     rows.push(`${r.run} ${r.label}${r.crossChain ? ` (first of its chain; vs ${r.prev.run} ${r.prev.label})` : ''}: ` +
       `prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
       `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
-    if (r.line.cached < r.promised && !gap) {
+    // The tier cost rule (docs/prompt-cache.md "The tier cost rule"): a lower tier's copy that
+    // restores a few tokens more than the best above it is not read when recomputing them is
+    // cheaper; the request then restores the best above it, k tokens short of the copy.
+    const declined = traceLines(log, r.line.id).map((l) =>
+      /restores (\d+) tokens, (\d+) more than the best above it: reading it .* costs more than recomputing them/.exec(l))
+      .find((m) => m && Number(m[1]) >= r.promised && r.line.cached >= Number(m[1]) - Number(m[2]));
+    if (declined) rows.push(`  (a tier copy of ${declined[1]} tokens was not read: recomputing its ${declined[2]} more is cheaper)`);
+    if (r.line.cached < r.promised && !gap && !declined) {
       failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
         traceLines(log, r.line.id).join('\n  '));
     }
