@@ -11,6 +11,7 @@
 #include "sampling.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -177,6 +178,36 @@ util::status check_grammar(const model & m, const grammar_spec & g) {
         return util::status::error(e.what());
     }
     return util::status::ok();
+}
+
+double grammar_step_seconds(const model & m, const grammar_spec & g) {
+    if (g.empty() || g.lazy) {
+        return 0.0;
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(m.raw());
+    llama_sampler * gs = llama_sampler_init_grammar(vocab, g.gbnf.c_str(), "root");
+    if (gs == nullptr) {
+        throw std::invalid_argument("the grammar does not parse");
+    }
+    // Every stride-th token id (the ids spread over the vocabulary), the time scaled up: the probe
+    // itself costs a few % of a step, as the grammar's cost grows with the tokens it checks.
+    const int32_t n = llama_vocab_n_tokens(vocab);
+    const int32_t stride = std::max<int32_t>(1, n / grammar_probe_tokens);
+    std::vector<llama_token_data> cand;
+    double best = 0.0;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        cand.clear();
+        for (int32_t i = 0; i < n; i += stride) {
+            cand.push_back({i, 0.0f, 0.0f});
+        }
+        llama_token_data_array arr{cand.data(), cand.size(), -1, false};
+        const auto t0 = std::chrono::steady_clock::now();
+        llama_sampler_apply(gs, &arr);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = attempt == 0 ? s : std::min(best, s);
+    }
+    llama_sampler_free(gs);
+    return best * static_cast<double>(n) / static_cast<double>((n + stride - 1) / stride);
 }
 
 util::status check_json_schema(const std::string & schema_json) {

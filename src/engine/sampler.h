@@ -111,6 +111,19 @@ private:
  *  For the routes, to answer a bad grammar with a 400 before the request is queued. */
 util::status check_grammar(const model & m, const grammar_spec & g);
 
+/** Seconds one sampling step can spend enforcing grammar `g` (`g` checked by check_grammar):
+ *  llama.cpp's grammar sampler applied at the grammar's start to every token of the vocabulary,
+ *  estimated from grammar_probe_tokens of them, the best of two tries. common_sampler_sample pays that whenever the token the chain
+ *  chose breaks the grammar (it then filters the whole vocabulary), and it grows with the
+ *  grammar's live alternatives: a grammar of 5,000 alternatives took ~19 s a token on the
+ *  engine thread, where every other request waits. 0 for no grammar and for a lazy one (a
+ *  tool-call grammar, inactive until its trigger; its size is bounded by --max-tools). Any
+ *  thread. */
+double grammar_step_seconds(const model & m, const grammar_spec & g);
+/** Tokens grammar_step_seconds() applies the grammar to (every n_vocab / this-th id), its time
+ *  scaled to the whole vocabulary. */
+inline constexpr int32_t grammar_probe_tokens = 4096;
+
 /** ok when llama.cpp's json-schema-to-grammar converts `schema_json` (a JSON Schema as JSON
  *  text); else why not (an unsupported keyword, an unresolvable $ref). Any thread. */
 util::status check_json_schema(const std::string & schema_json);

@@ -118,6 +118,20 @@ value_parser seconds(double & out, bool allow_zero = false) {
     };
 }
 
+/** Milliseconds > 0. */
+value_parser milliseconds(double & out) {
+    return [&out](const std::string & s) -> util::status {
+        const std::string t = trim(s);
+        double v = 0;
+        const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !std::isfinite(v) || v <= 0) {
+            return util::status::error("expected a number of milliseconds > 0");
+        }
+        out = v;
+        return util::status::ok();
+    };
+}
+
 /** Seconds >= 0, or "auto" (also -1): -1, resolved where the value depends on the device. */
 value_parser seconds_or_auto(double & out) {
     return [&out](const std::string & s) -> util::status {
@@ -446,6 +460,15 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "most bytes of text given to the tokenizer for one request (the rendered chat prompt, a /v1/completions "
         "text prompt, /tokenize's content); more get HTTP 400 prompt_too_large before tokenizing",
         bytes_min(c.limits.max_prompt_bytes, 1024));
+    add("--max-logit-bias", "LINEAGE_MAX_LOGIT_BIAS", "N", std::to_string(d.limits.max_logit_bias),
+        "most logit_bias entries one request may send (OpenAI's API takes 300); more get HTTP 400 "
+        "too_many_logit_bias (the sampler walks them every generated token)",
+        int64_min(c.limits.max_logit_bias, 1));
+    add("--max-grammar-ms", "LINEAGE_MAX_GRAMMAR_MS", "MS", fmt_double(d.limits.max_grammar_ms),
+        "most milliseconds a generated token may spend enforcing a request's grammar, JSON Schema or "
+        "response_format (measured over the vocabulary before the request is queued); costlier constraints get "
+        "HTTP 400 grammar_too_costly, as every other request waits while one is enforced",
+        milliseconds(c.limits.max_grammar_ms));
     add("--memory-trim-interval", "LINEAGE_MEMORY_TRIM_INTERVAL", "SECONDS", fmt_double(d.memory_trim_interval_s),
         "every this many seconds, if requests ended since the last time, give the heap memory they freed back to "
         "the system (glibc malloc_trim), so that RSS returns to its baseline after a burst; 0 = never",

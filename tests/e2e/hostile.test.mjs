@@ -9,8 +9,9 @@
 //    code) -> 400 naming the field
 //  - a number that overflows a double (1e400; before: 500 with the library's message)
 //  - --max-json-depth N: depth N accepted, N+1 refused
-//  - 10,000 tools, the same on /apply-template, 200,000 messages: a 400 naming the
-//    limit and its flag within 2 s on the default flags; each of --max-tools, --max-tools-bytes,
+//  - 10,000 tools, the same on /apply-template, 200,000 messages, a grammar of 5,000
+//    alternatives, 151,936 logit_bias entries: a 400 naming the limit and its flag within 2 s on
+//    the default flags; 330,000 special tokens tokenized (windows) or refused within 10 s; each of --max-tools, --max-tools-bytes,
 //    --max-messages, --max-content-parts, --max-prompt-bytes at its value and one over, in
 //    every dialect that takes tools, messages or a prompt text
 //
@@ -142,6 +143,17 @@ describe('per-request work limits on the default flags [qwen35]', { timeout: 180
       'too_many_tools', 'tools', /at most 1024 \(--max-tools\)/],
     ['200,000 messages', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: conversation(200_000) }),
       'too_many_messages', 'messages', /this request has 200000 messages; this server accepts at most 4096 \(--max-messages\)/],
+    // Before: ~19 s a generated token on the engine thread, another request waiting 37 s.
+    ['a grammar of 5,000 alternatives', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
+      grammar: `root ::= ${Array.from({ length: 5000 }, (_, i) => `"word${i}x"`).join(' | ')}` }),
+      'grammar_too_costly', 'grammar', /^'grammar' costs [\d.]+ ms a generated token to enforce .* at most 1000 ms \(--max-grammar-ms\)/],
+    // Before: 20.5 s on the engine thread (18 s of it parsing the object's 151,936 keys).
+    ['151,936 logit_bias entries', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
+      logit_bias: Object.fromEntries(Array.from({ length: 151_936 }, (_, i) => [String(i), -1])) }),
+      'json_too_large', null, /an object in the request body has more than 8192 keys/],
+    ['2,000 logit_bias entries', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
+      logit_bias: Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [String(i), -1])) }),
+      'too_many_logit_bias', 'logit_bias', /this request has 2000 logit_bias entries; this server accepts at most 1024 \(--max-logit-bias\)/],
   ];
   for (const [what, path, body, code, param, message] of cases) {
     it(`${what} to ${path} -> 400 ${code} within 2 s, while a normal request is served`, async () => {

@@ -2,6 +2,7 @@
 #include "server/http/json_body.h"
 
 #include <string>
+#include <vector>
 
 namespace lineage::server {
 
@@ -20,9 +21,23 @@ public:
     bool number_float(number_float_t, const string_t &) override { return value(); }
     bool string(string_t &) override { return value(); }
     bool binary(binary_t &) override { return value(); }
-    bool start_object(std::size_t) override { return open(); }
-    bool key(string_t &) override { return true; }
-    bool end_object() override { return close(); }
+    bool start_object(std::size_t) override {
+        keys_.push_back(0);
+        return open();
+    }
+    bool key(string_t &) override {
+        if (++keys_.back() > lim_.max_object_keys) {
+            error_ = invalid_request("an object in the request body has more than " +
+                                         std::to_string(lim_.max_object_keys) + " keys; send a smaller request",
+                                     "", "json_too_large");
+            return false;
+        }
+        return true;
+    }
+    bool end_object() override {
+        keys_.pop_back();
+        return close();
+    }
     bool start_array(std::size_t) override { return open(); }
     bool end_array() override { return close(); }
     bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception & ex) override {
@@ -65,6 +80,7 @@ private:
     const json_limits & lim_;
     size_t depth_ = 0;
     size_t values_ = 0;
+    std::vector<size_t> keys_;  // keys so far of each open object, innermost last
     std::optional<api_error> error_;
 };
 

@@ -3,6 +3,8 @@
 
 #include "server/dialects/chat/chat_request.h"
 
+#include <fmt/format.h>
+
 namespace lineage::server {
 
 namespace {
@@ -84,6 +86,26 @@ std::optional<api_error> check_prompt_bytes(uint64_t bytes, const std::string & 
                                    " (--max-prompt-bytes): send a shorter prompt, or start the server with a larger "
                                    "--max-prompt-bytes",
                                param, "prompt_too_large");
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> check_logit_bias_count(size_t n, const request_limits & lim) {
+    if (n > static_cast<uint64_t>(lim.max_logit_bias)) {
+        return over(n, "logit_bias entries", static_cast<uint64_t>(lim.max_logit_bias), "--max-logit-bias", "logit_bias",
+                    "too_many_logit_bias");
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> check_grammar_cost(double ms, const std::string & param, const request_limits & lim) {
+    if (ms > lim.max_grammar_ms) {
+        return invalid_request(fmt::format("'{}' costs {:.1f} ms a generated token to enforce (its grammar applied to the "
+                                           "vocabulary); this server allows at most {:g} ms (--max-grammar-ms), as the "
+                                           "other requests wait while it runs: send a smaller constraint (fewer "
+                                           "alternatives), or start the server with a larger --max-grammar-ms",
+                                           param, ms, lim.max_grammar_ms),
+                               param, "grammar_too_costly");
     }
     return std::nullopt;
 }

@@ -41,6 +41,16 @@ struct request_limits {
      *  2 shared cores (measured), so 4 MiB (about 1M tokens of English, more than any context)
      *  tokenizes in ~1.3 s. */
     uint64_t max_prompt_bytes = 4ull << 20;
+    /** --max-logit-bias: entries of one request's logit_bias. OpenAI's API accepts at most 300;
+     *  llama.cpp's logit-bias sampler walks them every generated token (151,936 entries held
+     *  the engine thread for 20 s of one request, every other request waiting). */
+    int64_t max_logit_bias = 1024;
+    /** --max-grammar-ms: milliseconds one sampling step may spend enforcing a request's
+     *  constraint (`grammar`, a `json_schema` or `response_format` schema turned into one),
+     *  measured before the request is queued by applying it to the whole vocabulary
+     *  (engine::grammar_step_seconds): the engine thread pays that on a step where the model's
+     *  choice breaks the grammar, and every other request waits for it. */
+    double max_grammar_ms = 1000;
 };
 
 /** The process-wide limits the request parsers and the preparer use (set once at startup,
@@ -64,6 +74,15 @@ std::optional<api_error> check_message_count(size_t n, const std::string & param
  *  before the tools are converted). */
 std::optional<api_error> check_tool_count(size_t n, const std::string & param,
                                           const request_limits & lim = default_request_limits());
+
+/** A 400 "too_many_logit_bias" (param "logit_bias") when a logit_bias of `n` entries is over
+ *  lim.max_logit_bias. */
+std::optional<api_error> check_logit_bias_count(size_t n, const request_limits & lim = default_request_limits());
+
+/** A 400 "grammar_too_costly" (param `param`) when enforcing a constraint costs `ms`
+ *  milliseconds a sampling step, over lim.max_grammar_ms. */
+std::optional<api_error> check_grammar_cost(double ms, const std::string & param,
+                                            const request_limits & lim = default_request_limits());
 
 /** A 400 "prompt_too_large" (param `param`) when `bytes` of text to tokenize are over
  *  lim.max_prompt_bytes; `what` says which text ("the rendered prompt", "'content'"). */

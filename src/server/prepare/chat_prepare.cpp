@@ -415,6 +415,11 @@ std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const
         if (const util::status why = engine::check_grammar(model_, g); !why.is_ok()) {
             return invalid_request("'" + std::string(param) + "' cannot be enforced: " + why.message(), param);
         }
+        const double ms = engine::grammar_step_seconds(model_, g) * 1e3;
+        spdlog::debug("grammar: {:.2f} ms a step over the vocabulary", ms);
+        if (auto err = check_grammar_cost(ms, param)) {
+            return err;
+        }
     }
     spdlog::debug("grammar: kind {} ({} bytes, lazy {}, {} triggers), format {}", static_cast<int>(g.type), g.gbnf.size(),
                   g.lazy, g.triggers.size(), out.format);

@@ -61,6 +61,21 @@ TEST(JsonBody, ValueCountLimit) {
     EXPECT_EQ(e->code, "json_too_large");
 }
 
+TEST(JsonBody, KeysPerObjectAtTheLimitAreAcceptedOneMoreIsRefused) {
+    json_limits lim;
+    lim.max_object_keys = 3;
+    json j;
+    // Each object counts its own keys: 3 at the top (one holding an object of 3).
+    EXPECT_FALSE(parse_json_body(R"({"a":1,"b":{"x":1,"y":2,"z":3},"c":[{"p":1}]})", j, true, lim));
+    for (const char * body : {R"({"a":1,"b":2,"c":3,"d":4})", R"({"a":{"w":1,"x":1,"y":2,"z":3}})"}) {
+        const auto e = parse_json_body(body, j, true, lim);
+        ASSERT_TRUE(e) << body;
+        EXPECT_EQ(e->code, "json_too_large");
+        EXPECT_EQ(e->message, "an object in the request body has more than 3 keys; send a smaller request");
+    }
+    EXPECT_EQ(json_limits{}.max_object_keys, 8192u);
+}
+
 TEST(JsonBody, MalformedAndNonObject) {
     json j;
     auto e = parse_json_body(R"({"a":)", j);

@@ -29,6 +29,8 @@ protected:
         lim.max_messages = 4;
         lim.max_content_parts = 6;
         lim.max_prompt_bytes = 1024;
+        lim.max_logit_bias = 2;
+        lim.max_grammar_ms = 50;
     }
     void TearDown() override { default_request_limits() = saved_; }
 
@@ -199,6 +201,30 @@ TEST_F(RequestLimits, ACompletionsTextPromptIsLimitedBeforeTokenizing) {
     EXPECT_EQ(e->param, "prompt");
 }
 
+TEST_F(RequestLimits, LogitBiasEntriesAtTheLimitAreAcceptedOneMoreIsRefused) {
+    EXPECT_FALSE(chat(R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"1":5,"2":-5}})"));
+    const auto e = chat(R"({"messages":[{"role":"user","content":"hi"}],"logit_bias":{"1":5,"2":-5,"3":1}})");
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->code, "too_many_logit_bias");
+    EXPECT_EQ(e->param, "logit_bias");
+    EXPECT_EQ(e->message, "this request has 3 logit_bias entries; this server accepts at most 2 (--max-logit-bias): "
+                          "send fewer, or start the server with a larger --max-logit-bias");
+}
+
+TEST_F(RequestLimits, AGrammarCostlierThanTheBoundIsRefusedNamingItsCost) {
+    EXPECT_FALSE(check_grammar_cost(50.0, "grammar"));
+    const auto e = check_grammar_cost(2919.1, "response_format");
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->code, "grammar_too_costly");
+    EXPECT_EQ(e->param, "response_format");
+    EXPECT_EQ(e->message, "'response_format' costs 2919.1 ms a generated token to enforce (its grammar applied to the "
+                          "vocabulary); this server allows at most 50 ms (--max-grammar-ms), as the other requests "
+                          "wait while it runs: send a smaller constraint (fewer alternatives), or start the server "
+                          "with a larger --max-grammar-ms");
+}
+
 TEST(RequestLimitsDefaults, AreWhatTheDocsSay) {
     const request_limits d;
     EXPECT_EQ(d.max_tools, 1024);
@@ -206,6 +232,8 @@ TEST(RequestLimitsDefaults, AreWhatTheDocsSay) {
     EXPECT_EQ(d.max_messages, 4096);
     EXPECT_EQ(d.max_content_parts, 8192);
     EXPECT_EQ(d.max_prompt_bytes, 4u << 20);
+    EXPECT_EQ(d.max_logit_bias, 1024);
+    EXPECT_EQ(d.max_grammar_ms, 1000.0);
 }
 
 bool wait_for_trims(const memory_trimmer & t, uint64_t n) {

@@ -2,6 +2,7 @@
 #include "server/dialects/chat/chat_request_options.h"
 
 #include "server/http/json_fields.h"
+#include "server/http/request_limits.h"
 
 #include <algorithm>
 #include <charconv>
@@ -63,6 +64,9 @@ void parse_response_format(const json & rf, chat_request & r) {
 void parse_logit_bias(const json & lb, chat_request & r) {
     if (!lb.is_object()) {
         fail("logit_bias", "'logit_bias' must be an object mapping token ids to biases, got " + std::string(type_name(lb)));
+    }
+    if (auto err = check_logit_bias_count(lb.size())) {
+        throw fields::bad_field{*err};
     }
     for (auto it = lb.begin(); it != lb.end(); ++it) {
         const std::string & k = it.key();
