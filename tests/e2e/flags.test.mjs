@@ -29,7 +29,7 @@ function numericFlags() {
   let cur = null;
   const flush = () => {
     if (!cur) return;
-    const m = cur.match(/^\s*(?:-\w,)?(--[a-z0-9-]+)(?:,[^\s]+)?\s+(N|TOKENS|SECONDS|BYTES|PORT|MIB)\b/);
+    const m = cur.match(/^\s*(?:-\w,)?(--[a-z0-9-]+)(?:,[^\s]+)?\s+(N|TOKENS|SECONDS|MS|BYTES|PORT|MIB)\b/);
     const env = cur.match(/\[env (\S+);/)?.[1];
     if (m) out.push({ flag: m[1], kind: m[2], env });
   };
@@ -41,7 +41,7 @@ function numericFlags() {
   return out;
 }
 
-const HUGE = { N: '2147483647', TOKENS: '2147483647', PORT: '2147483647', SECONDS: '1e300', BYTES: '1000000T', MIB: '2147483647' };
+const HUGE = { N: '2147483647', TOKENS: '2147483647', PORT: '2147483647', SECONDS: '1e300', MS: '1e300', BYTES: '1000000T', MIB: '2147483647' };
 
 /** Runs the server with `flag value`; resolves {started, code, signal, log, port}. When it
  *  starts, `use(port)` runs before the SIGTERM. */
