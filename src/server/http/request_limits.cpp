@@ -3,7 +3,7 @@
 
 #include "server/dialects/chat/chat_request.h"
 
-#include <fmt/format.h>
+#include <cstdio>
 
 namespace lineage::server {
 
@@ -100,11 +100,14 @@ std::optional<api_error> check_logit_bias_count(size_t n, const request_limits &
 
 std::optional<api_error> check_grammar_cost(double ms, const std::string & param, const request_limits & lim) {
     if (ms > lim.max_grammar_ms) {
-        return invalid_request(fmt::format("'{}' costs {:.1f} ms a generated token to enforce (its grammar applied to the "
-                                           "vocabulary); this server allows at most {:g} ms (--max-grammar-ms), as the "
-                                           "other requests wait while it runs: send a smaller constraint (fewer "
-                                           "alternatives), or start the server with a larger --max-grammar-ms",
-                                           param, ms, lim.max_grammar_ms),
+        char cost[32];
+        char bound[32];
+        std::snprintf(cost, sizeof cost, "%.1f", ms);
+        std::snprintf(bound, sizeof bound, "%g", lim.max_grammar_ms);
+        return invalid_request("'" + param + "' costs " + cost + " ms a generated token to enforce (its grammar applied "
+                                   "to the vocabulary); this server allows at most " + bound +
+                                   " ms (--max-grammar-ms), as the other requests wait while it runs: send a smaller "
+                                   "constraint (fewer alternatives), or start the server with a larger --max-grammar-ms",
                                param, "grammar_too_costly");
     }
     return std::nullopt;
