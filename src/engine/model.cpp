@@ -324,6 +324,18 @@ model & model::operator=(model && o) noexcept {
     return *this;
 }
 
+namespace {
+thread_local const std::function<bool()> * tokenize_stop = nullptr;  // the innermost scope's probe
+}  // namespace
+
+tokenize_stop_scope::tokenize_stop_scope(std::function<bool()> stop) : stop_(std::move(stop)), outer_(tokenize_stop) {
+    tokenize_stop = &stop_;
+}
+
+tokenize_stop_scope::~tokenize_stop_scope() {
+    tokenize_stop = outer_;
+}
+
 std::vector<token> model::tokenize(const std::string & text, bool parse_special, bool add_special) const {
     if (!reuse_tokens_ || add_special || text.size() <= tokenize_window_bytes) {
         return tokenize_whole(text, parse_special, add_special);
@@ -332,6 +344,9 @@ std::vector<token> model::tokenize(const std::string & text, bool parse_special,
     size_t at = 0;  // bytes of `text` whose tokens are in `out`; a special token starts there
     size_t window = tokenize_window_bytes;
     while (at < text.size()) {
+        if (tokenize_stop != nullptr && *tokenize_stop && (*tokenize_stop)()) {
+            throw tokenize_stopped();
+        }
         const std::string_view rest = std::string_view(text).substr(at);
         if (rest.size() <= window) {
             const std::vector<token> last = tokenize_whole(rest, parse_special, false);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,6 +46,28 @@ struct model_params {
     bool use_mmap = true;
     /** Lock the weights in RAM so that they are never swapped out (--mlock). */
     bool use_mlock = false;
+};
+
+/** Thrown by model::tokenize() when the calling thread's tokenize_stop_scope says stop (the
+ *  client that asked has gone): the rest of a long text is not tokenized. */
+struct tokenize_stopped : std::runtime_error {
+    tokenize_stopped() : std::runtime_error("tokenization stopped: the client closed the connection") {}
+};
+
+/** While alive, model::tokenize() on the constructing thread asks `stop` between windows of a
+ *  long text and throws tokenize_stopped when it says true (the HTTP thread's "has my client
+ *  gone" probe, so a departed client's megabytes are not tokenized to the end). Scopes
+ *  nest: the innermost one is asked. Thread safety: thread-local; `stop` runs on this thread. */
+class tokenize_stop_scope {
+public:
+    explicit tokenize_stop_scope(std::function<bool()> stop);
+    ~tokenize_stop_scope();
+    tokenize_stop_scope(const tokenize_stop_scope &) = delete;
+    tokenize_stop_scope & operator=(const tokenize_stop_scope &) = delete;
+
+private:
+    std::function<bool()> stop_;
+    const std::function<bool()> * outer_;
 };
 
 class model {

@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 
@@ -180,7 +183,73 @@ util::status check_grammar(const model & m, const grammar_spec & g) {
     return util::status::ok();
 }
 
-double grammar_step_seconds(const model & m, const grammar_spec & g) {
+namespace {
+
+// Seconds llama.cpp's grammar sampler `gs` takes to filter `ids` (a candidate array built from
+// them); the faster of `tries`.
+double time_apply(llama_sampler * gs, const std::vector<llama_token> & ids, int tries) {
+    std::vector<llama_token_data> cand;
+    double best = 0.0;
+    for (int attempt = 0; attempt < tries; ++attempt) {
+        cand.clear();
+        for (const llama_token id : ids) {
+            cand.push_back({id, 0.0f, 0.0f});
+        }
+        llama_token_data_array arr{cand.data(), cand.size(), -1, false};
+        const auto t0 = std::chrono::steady_clock::now();
+        llama_sampler_apply(gs, &arr);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = attempt == 0 ? s : std::min(best, s);
+    }
+    return best;
+}
+
+// The ids among `ids` the grammar allows next, at most `max_n` of them, spread over the list.
+std::vector<llama_token> allowed(llama_sampler * gs, const std::vector<llama_token> & ids, size_t max_n) {
+    std::vector<llama_token_data> cand;
+    cand.reserve(ids.size());
+    for (const llama_token id : ids) {
+        cand.push_back({id, 0.0f, 0.0f});
+    }
+    llama_token_data_array arr{cand.data(), cand.size(), -1, false};
+    llama_sampler_apply(gs, &arr);
+    std::vector<llama_token> all;
+    for (const auto & c : cand) {
+        if (c.logit != -INFINITY) {
+            all.push_back(c.id);
+        }
+    }
+    if (all.size() <= max_n) {
+        return all;
+    }
+    std::vector<llama_token> out;
+    for (size_t i = 0; i < max_n; ++i) {
+        out.push_back(all[i * all.size() / max_n]);
+    }
+    return out;
+}
+
+// The vocabulary's tokens whose text is one byte, listed once per vocabulary (a walk of ~150k
+// pieces).
+const std::vector<llama_token> & one_byte_tokens(const llama_vocab * vocab) {
+    static std::mutex mu;
+    static std::map<const llama_vocab *, std::vector<llama_token>> lists;
+    const std::lock_guard<std::mutex> lock(mu);
+    auto [it, added] = lists.try_emplace(vocab);
+    if (added) {
+        const int32_t n = llama_vocab_n_tokens(vocab);
+        for (int32_t i = 0; i < n; ++i) {
+            if (common_token_to_piece(vocab, i, false).size() == 1) {
+                it->second.push_back(i);
+            }
+        }
+    }
+    return it->second;
+}
+
+}  // namespace
+
+double grammar_step_seconds(const model & m, const grammar_spec & g, double stop_above_s) {
     if (g.empty() || g.lazy) {
         return 0.0;
     }
@@ -189,25 +258,97 @@ double grammar_step_seconds(const model & m, const grammar_spec & g) {
     if (gs == nullptr) {
         throw std::invalid_argument("the grammar does not parse");
     }
-    // Every stride-th token id (the ids spread over the vocabulary), the time scaled up: the probe
-    // itself costs a few % of a step, as the grammar's cost grows with the tokens it checks.
-    const int32_t n = llama_vocab_n_tokens(vocab);
-    const int32_t stride = std::max<int32_t>(1, n / grammar_probe_tokens);
-    std::vector<llama_token_data> cand;
-    double best = 0.0;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        cand.clear();
-        for (int32_t i = 0; i < n; i += stride) {
-            cand.push_back({i, 0.0f, 0.0f});
+    struct free_on_exit {
+        llama_sampler * s;
+        ~free_on_exit() { llama_sampler_free(s); }
+    } guard{gs};
+    // Where sampling starts: common_sampler_init feeds an output-format or tool-call grammar the
+    // generation prompt's tokens (common/sampling.cpp, "prefill tokens"), so a grammar that
+    // spells out the template's `<|im_start|>assistant\n` costs what comes after it. A grammar
+    // whose costly part lies there (an enum of 20,000 values after an optional reasoning block:
+    // 9 ms at its raw start, ~14 s a token once the prompt is in) was measured at the wrong place.
+    try {
+        if (g.type != grammar_spec::kind::user && !g.generation_prompt.empty()) {
+            const std::vector<llama_token> pre = common_tokenize(vocab, g.generation_prompt, false, true);
+            for (size_t i = 0; i < pre.size(); ++i) {
+                const std::string piece = common_token_to_piece(vocab, pre[i], true);
+                // As common_sampler_init: a space some tokenizers add before a first special token.
+                if (i == 0 && !piece.empty() && std::isspace(static_cast<unsigned char>(piece[0])) &&
+                    !std::isspace(static_cast<unsigned char>(g.generation_prompt[0]))) {
+                    continue;
+                }
+                llama_sampler_accept(gs, pre[i]);
+            }
         }
-        llama_token_data_array arr{cand.data(), cand.size(), -1, false};
-        const auto t0 = std::chrono::steady_clock::now();
-        llama_sampler_apply(gs, &arr);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best = attempt == 0 ? s : std::min(best, s);
+    } catch (const std::exception & e) {
+        throw std::invalid_argument(std::string("the grammar does not accept the generation prompt: ") + e.what());
     }
-    llama_sampler_free(gs);
-    return best * static_cast<double>(n) / static_cast<double>((n + stride - 1) / stride);
+    // The filter's time is a part per live alternative plus a part per token checked, so it is
+    // measured on two spreads of token ids over the vocabulary (the faster of two tries each) and
+    // extrapolated to the whole vocabulary along that line: the probe costs ~grammar_probe_tokens
+    // / n_vocab of a step (3% on a 152k vocabulary).
+    const int32_t n = llama_vocab_n_tokens(vocab);
+    const auto spread = [n](int32_t k) {
+        std::vector<llama_token> ids;
+        const int32_t stride = std::max<int32_t>(1, n / k);
+        for (int32_t i = 0; i < n; i += stride) {
+            ids.push_back(i);
+        }
+        return ids;
+    };
+    const std::vector<llama_token> small = spread(16);
+    const std::vector<llama_token> large = spread(grammar_probe_tokens);
+    const auto estimate = [&](llama_sampler * at) {
+        const double t_small = time_apply(at, small, 2);
+        const double t_large = time_apply(at, large, 2);
+        const double per_token = std::max(0.0, (t_large - t_small) / static_cast<double>(large.size() - small.size()));
+        return t_small + per_token * static_cast<double>(n - static_cast<int32_t>(small.size()));
+    };
+    // A step also advances the grammar past the token it sampled (common_sampler_accept), which
+    // grows with the square of the live alternatives (llama_grammar_advance_stack's duplicate
+    // check): each place's cost is its filter's plus the dearest advance out of it.
+    const std::vector<llama_token> & bytes = one_byte_tokens(vocab);
+    double here = estimate(gs);
+    double worst = here;
+    for (int step = 0; step < grammar_probe_steps && worst <= stop_above_s; ++step) {
+        llama_sampler * next = nullptr;
+        double next_cost = -1.0;
+        double next_accept_s = 0.0;
+        for (const llama_token t : allowed(gs, bytes, grammar_probe_branches)) {
+            if (llama_vocab_is_eog(vocab, t)) {
+                continue;
+            }
+            llama_sampler * c = llama_sampler_clone(gs);
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+                llama_sampler_accept(c, t);
+            } catch (const std::exception &) {
+                llama_sampler_free(c);  // the grammar is complete there
+                continue;
+            }
+            const double accept_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const double cost = accept_s + time_apply(c, small, 1);
+            if (cost > next_cost) {
+                if (next != nullptr) {
+                    llama_sampler_free(next);
+                }
+                next = c;
+                next_cost = cost;
+                next_accept_s = accept_s;
+            } else {
+                llama_sampler_free(c);
+            }
+        }
+        if (next == nullptr) {
+            break;  // nothing but the end is allowed
+        }
+        worst = std::max(worst, here + next_accept_s);
+        llama_sampler_free(guard.s);
+        guard.s = gs = next;
+        here = estimate(gs);
+        worst = std::max(worst, here);
+    }
+    return worst;
 }
 
 util::status check_json_schema(const std::string & schema_json) {

@@ -11,6 +11,7 @@
 #include "util/status.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,17 +113,29 @@ private:
 util::status check_grammar(const model & m, const grammar_spec & g);
 
 /** Seconds one sampling step can spend enforcing grammar `g` (`g` checked by check_grammar):
- *  llama.cpp's grammar sampler applied at the grammar's start to every token of the vocabulary,
- *  estimated from grammar_probe_tokens of them, the best of two tries. common_sampler_sample pays that whenever the token the chain
- *  chose breaks the grammar (it then filters the whole vocabulary), and it grows with the
- *  grammar's live alternatives: a grammar of 5,000 alternatives took ~19 s a token on the
- *  engine thread, where every other request waits. 0 for no grammar and for a lazy one (a
- *  tool-call grammar, inactive until its trigger; its size is bounded by --max-tools). Any
+ *  llama.cpp's grammar sampler applied to every token of the vocabulary, estimated from
+ *  grammar_probe_tokens of them (and 16), at the costliest of the first grammar_probe_steps + 1 places
+ *  sampling reaches: where generation starts (an output-format or tool-call grammar advanced past
+ *  the generation prompt, as common_sampler_init does), then after each of grammar_probe_steps
+ *  one-byte tokens the grammar allows, each the costliest next place of grammar_probe_branches
+ *  tried. common_sampler_sample pays that whenever the token the
+ *  chain chose breaks the grammar (it then filters the whole vocabulary), and it grows with the
+ *  grammar's live alternatives: a grammar of 5,000 alternatives took ~19 s a token on the engine
+ *  thread, where every other request waits. The walk stops at the first place over
+ *  `stop_above_s`. 0 for no grammar and for a
+ *  lazy one (a tool-call grammar, inactive until its trigger; its size is bounded by
+ *  --max-tools; the scheduler still bounds each step: sampling_params::max_step_s). Throws
+ *  std::invalid_argument when the grammar does not parse or refuses the generation prompt. Any
  *  thread. */
-double grammar_step_seconds(const model & m, const grammar_spec & g);
-/** Tokens grammar_step_seconds() applies the grammar to (every n_vocab / this-th id), its time
- *  scaled to the whole vocabulary. */
-inline constexpr int32_t grammar_probe_tokens = 4096;
+double grammar_step_seconds(const model & m, const grammar_spec & g,
+                            double stop_above_s = std::numeric_limits<double>::infinity());
+/** Tokens grammar_step_seconds() applies the grammar to (every n_vocab / this-th id, and 16
+ *  ids), its time extrapolated to the whole vocabulary. */
+inline constexpr int32_t grammar_probe_tokens = 512;
+/** One-byte steps grammar_step_seconds() walks past the start. */
+inline constexpr int grammar_probe_steps = 8;
+/** Allowed one-byte tokens grammar_step_seconds() tries at each step of its walk. */
+inline constexpr size_t grammar_probe_branches = 16;
 
 /** ok when llama.cpp's json-schema-to-grammar converts `schema_json` (a JSON Schema as JSON
  *  text); else why not (an unsupported keyword, an unresolvable $ref). Any thread. */

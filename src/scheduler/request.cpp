@@ -8,6 +8,7 @@ std::string_view to_string(failure_kind k) {
     switch (k) {
         case failure_kind::prompt_too_long: return "prompt_too_long";
         case failure_kind::bad_grammar: return "bad_grammar";
+        case failure_kind::grammar_too_costly: return "grammar_too_costly";
         case failure_kind::no_free_sequence: return "no_free_sequence";
         case failure_kind::kv_full: return "kv_full";
         case failure_kind::decode_failed: return "decode_failed";

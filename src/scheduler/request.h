@@ -49,6 +49,10 @@ struct sampling_params {
     /** A scripted reply's tokens (--test-reply-script, a test instrument): sampled in this order
      *  whatever the logits (engine::sampler_params::forced); empty: sampled. */
     std::vector<token> forced;
+    /** Seconds one sampling step may take (the grammar's work on the engine thread, which every
+     *  other request waits for: --max-grammar-ms); a step over it ends the request with
+     *  failure_kind::grammar_too_costly. 0: no bound. The server sets it with a grammar. */
+    double max_step_s = 0;
 
     /** The engine's sampler settings for these, with the seed to use. */
     engine::sampler_params engine_params(uint32_t seed_value) const {
@@ -99,6 +103,7 @@ struct prepare_work {
 enum class failure_kind {
     prompt_too_long,   ///< the prompt does not fit one sequence (the client's to fix)
     bad_grammar,       ///< the request's grammar cannot be sampled with (the client's to fix)
+    grammar_too_costly,  ///< a sampling step took over sampling_params::max_step_s (the client's to fix)
     no_free_sequence,  ///< every sequence id is busy (retry shortly)
     kv_full,           ///< the KV cache is full with the requests in flight (retry)
     decode_failed,     ///< the engine failed to decode the batch

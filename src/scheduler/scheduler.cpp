@@ -819,7 +819,7 @@ void scheduler::impl::step() {
             s.n_past += 1 + s.replay;
             s.replay = 0;
             life_->after_decode(s);
-            emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
+            sample_and_emit(s);
         }
     }
 }

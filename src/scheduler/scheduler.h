@@ -2,7 +2,7 @@
 // cache's device and RAM tiers, and the queue of admitted requests; it runs continuous
 // batching: up to n_parallel sequences prefill/decode together in one llama_decode per step,
 // and new requests join between steps (docs/architecture.md "Threads and checked rules").
-// Thread safety: submit(), snapshot_stats(), snapshot_metrics(), reset_cache(), reload_lora() and stop() may be
+// Thread safety: submit(), readiness(), snapshot_stats(), snapshot_metrics(), reset_cache(), reload_lora() and stop() may be
 // called from any thread; everything else happens on the engine thread. Ownership: move-only owner of the
 // engine thread; the model must outlive it.
 #pragma once
@@ -10,6 +10,7 @@
 #include "cache/config.h"
 #include "cache/stats.h"
 #include "cache/store/store.h"
+#include "cache/tier/lower_tier.h"
 #include "engine/device.h"
 #include "scheduler/metrics.h"
 #include "scheduler/request.h"
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lineage::engine {
@@ -73,6 +75,10 @@ public:
 
     /** Largest prompt + completion a single sequence may hold, tokens. */
     int32_t max_sequence_tokens() const;
+
+    /** Each tier below RAM and whether it is warm (cache::lower_tier::readiness; GET /ready);
+     *  empty when none is open. Does not wait for the engine thread. */
+    std::vector<std::pair<std::string, cache::tier_state>> readiness() const;
 
     /** A consistent copy of the cache counters (taken on the engine thread). */
     cache::stats snapshot_stats();

@@ -32,6 +32,10 @@ int32_t scheduler::max_sequence_tokens() const {
     return impl_->max_seq_tokens_;
 }
 
+std::vector<std::pair<std::string, cache::tier_state>> scheduler::readiness() const {
+    return impl_->tiers_->readiness();
+}
+
 cache::stats scheduler::snapshot_stats() {
     return impl_->run_on_engine([this] {
         cache::stats s = impl_->store_.get_stats();

@@ -2,6 +2,8 @@
 // slot, and the per-request metrics; see scheduler_impl.h.
 #include "scheduler/scheduler_impl.h"
 
+#include <cstdio>
+
 namespace lineage::scheduler {
 
 void scheduler::impl::after_prefill_chunk(slot & s) {
@@ -16,7 +18,30 @@ void scheduler::impl::after_prefill_chunk(slot & s) {
     s.ph = slot::phase::decode;
     s.first_token_at = clock::now();
     s.stats.ttft_s = seconds_since(s.req->submitted);
-    emit(s, s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs));
+    sample_and_emit(s);
+}
+
+void scheduler::impl::sample_and_emit(slot & s) {
+    const auto t0 = clock::now();
+    const engine::sampled_token st = s.smpl->sample(*ctx_, s.logits_idx, s.req->sampling.logprobs);
+    const double dt = seconds_since(t0);
+    const double bound = s.req->sampling.max_step_s;
+    if (bound > 0 && dt > bound) {
+        // The probe at admission (engine::grammar_step_seconds) walks only the grammar's first
+        // steps; a grammar whose cost grows later is stopped at its first step over the bound,
+        // so the other requests wait at most one such step on its account.
+        char took[32];
+        char lim[32];
+        std::snprintf(took, sizeof took, "%.0f", dt * 1e3);
+        std::snprintf(lim, sizeof lim, "%g", bound * 1e3);
+        fail(s, {failure_kind::grammar_too_costly,
+                 std::string("enforcing this request's grammar took ") + took + " ms for one generated token; this "
+                     "server allows at most " + lim + " ms (--max-grammar-ms), as the other requests wait while it "
+                     "runs: send a smaller constraint (fewer alternatives), or start the server with a larger "
+                     "--max-grammar-ms"});
+        return;
+    }
+    emit(s, st);
 }
 
 void scheduler::impl::emit(slot & s, const engine::sampled_token & st) {

@@ -122,6 +122,9 @@ struct scheduler::impl {
      *  logits_idx with it. */
     void order_by_sequence(std::vector<engine::batch_token> & batch);
     void emit(slot & s, const engine::sampled_token & st);
+    /** Samples slot `s`'s next token and emits it; fails the request instead when the step took
+     *  over its sampling_params::max_step_s. */
+    void sample_and_emit(slot & s);
     void finish(slot & s, finish_reason why);
     void fail(slot & s, request_failure why);
     void reset_slot(slot & s);

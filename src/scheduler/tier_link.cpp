@@ -70,6 +70,14 @@ tier_link::~tier_link() {
     close();
 }
 
+std::vector<std::pair<std::string, cache::tier_state>> tier_link::readiness() const {
+    std::vector<std::pair<std::string, cache::tier_state>> out;
+    for (const auto & t : tiers_) {
+        out.emplace_back(t->traits().name, t->readiness());
+    }
+    return out;
+}
+
 void tier_link::close() {
     store_.detach_tiers();
     tiers_.clear();

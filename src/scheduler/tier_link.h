@@ -61,6 +61,9 @@ public:
     /** Every tier's figures into `s.tiers`, in the table's order: an open tier's own
      *  (lower_tier::report), a tier that is off its zeros; then any open tier outside the table. */
     void report(cache::stats & s) const;
+    /** Each open tier's name and readiness (lower_tier::readiness), in the store's order. Any
+     *  thread between construction and close() (the list of tiers changes only there). */
+    std::vector<std::pair<std::string, cache::tier_state>> readiness() const;
     /** Deletes every tier's copies (`tenant`: only that tenant's) and records what was freed in
      *  `r`; after a full reset the writes finished before it are dropped (their copies are gone
      *  and the store forgot their entries). */

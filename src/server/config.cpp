@@ -386,7 +386,7 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--host", "LINEAGE_HOST", "HOST", d.host, "address to listen on", text(c.host, false));
     add("--port", "LINEAGE_PORT", "PORT", std::to_string(d.port), "TCP port to listen on", int_in(c.port, 1, 65535));
     add("--api-key", "LINEAGE_API_KEY", "KEY", "(none)",
-        "require 'Authorization: Bearer KEY' on every endpoint except /health", text(c.api_key));
+        "require 'Authorization: Bearer KEY' on every endpoint except /health and /ready", text(c.api_key));
     add("--api-key-file", "LINEAGE_API_KEY_FILE", "PATH", "(none)",
         "tenants: a file of 'KEY TENANT' lines (# comments and blank lines allowed); each tenant has its own "
         "prompt cache (no hit across tenants), stats and reset; may be combined with --api-key (tenant default)",
@@ -467,8 +467,14 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--max-grammar-ms", "LINEAGE_MAX_GRAMMAR_MS", "MS", fmt_double(d.limits.max_grammar_ms),
         "most milliseconds a generated token may spend enforcing a request's grammar, JSON Schema or "
         "response_format (measured over the vocabulary before the request is queued); costlier constraints get "
-        "HTTP 400 grammar_too_costly, as every other request waits while one is enforced",
+        "HTTP 400 grammar_too_costly, as every other request waits while one is enforced, and a request whose "
+        "step takes longer while it runs is ended with that error",
         milliseconds(c.limits.max_grammar_ms));
+    add("--max-grammar-alternatives", "LINEAGE_MAX_GRAMMAR_ALTERNATIVES", "N",
+        std::to_string(d.limits.max_grammar_alternatives),
+        "most alternatives in a request's constraint ('|' in a grammar; enum values, properties and anyOf/oneOf "
+        "branches in a JSON Schema); more get HTTP 400 grammar_too_large before the grammar is built",
+        int64_min(c.limits.max_grammar_alternatives, 1));
     add("--memory-trim-interval", "LINEAGE_MEMORY_TRIM_INTERVAL", "SECONDS", fmt_double(d.memory_trim_interval_s),
         "every this many seconds, if requests ended since the last time, give the heap memory they freed back to "
         "the system (glibc malloc_trim), so that RSS returns to its baseline after a burst; 0 = never",
@@ -484,6 +490,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "HTTP worker threads; an open connection (streaming, slow or idle) holds one, so this many connections "
         "are served at once; must exceed --parallel",
         int_in(c.http_threads, 2, 65536));
+    add("--http-nice", "LINEAGE_HTTP_NICE", "N", std::to_string(d.http_nice),
+        "nice value (1-19; 0 = the engine's priority) at which a request with a body over 256 KiB or a grammar or "
+        "JSON Schema is parsed, rendered, tokenized and probed: such work then takes the CPU the engine leaves, so "
+        "that costly bodies on a machine with few cores slow the other requests less; other requests are "
+        "prepared at the engine's priority",
+        int_in(c.http_nice, 0, 19));
     add("--http-queue", "LINEAGE_HTTP_QUEUE", "N", std::to_string(d.http_queue),
         "accepted connections waiting for a free worker; beyond it new connections are closed at once; 0 = "
         "no bound",
@@ -497,6 +509,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         seconds(c.http_write_timeout_s));
     add("--http-keep-alive-max", "LINEAGE_HTTP_KEEP_ALIVE_MAX", "N", std::to_string(d.http_keep_alive_max),
         "requests served on one connection before it is closed", int_in(c.http_keep_alive_max, 1, 1000000));
+    add("--stream-keepalive", "LINEAGE_STREAM_KEEPALIVE", "SECONDS", fmt_double(d.stream_keepalive_s),
+        "a streamed request whose output has not started within this many seconds (queued, or a long prefill) gets "
+        "its response headers then and an SSE comment line every this many seconds until it starts, so clients "
+        "(Node's fetch gives up waiting for headers after 300 s) and proxies (nginx's 60 s read timeout) keep the "
+        "connection; an error after that comes as an error event in the stream, not as an HTTP status; 0 = "
+        "headers with the first token",
+        seconds(c.stream_keepalive_s, /*allow_zero=*/true));
     add("--http-keep-alive-timeout", "LINEAGE_HTTP_KEEP_ALIVE_TIMEOUT", "SECONDS",
         std::to_string(d.http_keep_alive_timeout_s), "an idle kept-alive connection is closed after this many whole seconds",
         int_in(c.http_keep_alive_timeout_s, 1, 3600));

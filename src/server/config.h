@@ -50,10 +50,15 @@ struct server_config {
     double memory_trim_interval_s = 5;
     // Connections (cpp-httplib; docs/prompt-cache.md "Security and failure model")
     int32_t http_threads = 128;           ///< --http-threads: worker threads (one per open connection); > --parallel
+    int32_t http_nice = 10;               ///< --http-nice: nice value a large or constrained body is prepared at (0: off)
     int32_t http_queue = 256;             ///< --http-queue: connections waiting for a worker; more are closed
     double http_read_timeout_s = 5;       ///< --http-read-timeout: longest wait for the next bytes of a request
     double http_write_timeout_s = 5;      ///< --http-write-timeout: longest wait for a client to take bytes
     int32_t http_keep_alive_max = 100;    ///< --http-keep-alive-max: requests per connection
+    /** --stream-keepalive: a streamed request whose first event has not come within this many
+     *  seconds (queued, or a long prefill) gets its response headers then, and an SSE comment
+     *  line every this many seconds until its output starts; 0 = headers with the first event. */
+    double stream_keepalive_s = 10;
     int32_t http_keep_alive_timeout_s = 5;  ///< --http-keep-alive-timeout: idle seconds before a kept-alive connection closes
     uint64_t max_uri_bytes = 8192;        ///< --max-uri-bytes: longer request targets get 414
     uint64_t max_header_bytes = 32768;    ///< --max-header-bytes: more header bytes get 431

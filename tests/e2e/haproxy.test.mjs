@@ -7,35 +7,20 @@
 //
 //   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test haproxy.test.mjs
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
+import { startHaproxy } from './lib/haproxy.mjs';
 import { startRedis } from './lib/redis.mjs';
 import { FAMILY, GEN, RERENDER_SHARED, SERVER_ARGS, SYSTEM } from './lib/scenario.mjs';
-import { ARCHS, LOG_DIR, REPO_ROOT, freePort, modelPath, startServer } from './lib/server.mjs';
+import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const arch = ARCHS[0];
 const hybrid = FAMILY[arch] === 'hybrid';
 
-/** deploy/haproxy.cfg with one server line per port, checked with haproxy -c. */
-function haproxyConfig(ports, bind) {
-  const lines = ports.map((p, i) => `    server r${i + 1} 127.0.0.1:${p} check`).join('\n');
-  const cfg = fs.readFileSync(path.join(REPO_ROOT, 'deploy/haproxy.cfg'), 'utf8').replace(/^ {4}# @SERVERS@$/m, lines);
-  assert.notEqual(cfg.indexOf('server r2'), -1, 'the SERVERS marker was replaced');
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'lineage-haproxy-')), 'haproxy.cfg');
-  fs.writeFileSync(file, cfg);
-  const c = spawnSync('haproxy', ['-c', '-f', file], { encoding: 'utf8', env: { ...process.env, LINEAGE_LB_BIND: bind } });
-  assert.equal(c.status, 0, `haproxy -c: ${c.stdout}${c.stderr}`);
-  return file;
-}
-
 describe(`HAProxy in front of two replicas sharing Redis [${arch}]`, { timeout: 300_000 }, () => {
-  let redis, lbProc, lb;
+  let redis, proxy, lb;
   const replicas = [];
   before(async () => {
     redis = await startRedis(`haproxy-${arch}`);
@@ -43,25 +28,11 @@ describe(`HAProxy in front of two replicas sharing Redis [${arch}]`, { timeout: 
     for (const name of ['r1', 'r2']) {
       replicas.push(await startServer({ model: modelPath(arch), name: `haproxy-${name}-${arch}`, args }));
     }
-    const port = await freePort();
-    const bind = `127.0.0.1:${port}`;
-    const cfg = haproxyConfig(replicas.map((r) => Number(new URL(r.url).port)), bind);
-    fs.mkdirSync(LOG_DIR, { recursive: true });
-    const log = fs.openSync(path.join(LOG_DIR, `haproxy-${arch}.log`), 'a');
-    lbProc = spawn('haproxy', ['-f', cfg], { stdio: ['ignore', log, log], env: { ...process.env, LINEAGE_LB_BIND: bind } });
-    lb = `http://${bind}`;
-    for (let i = 0; i < 100; i++) {
-      try {
-        if ((await fetch(`${lb}/health`)).status === 200) break;
-      } catch { /* not up yet */ }
-      await sleep(100);
-    }
+    proxy = await startHaproxy(`haproxy-${arch}`, replicas.map((r) => Number(new URL(r.url).port)), { waitPath: '/health' });
+    lb = proxy.url;
   });
   after(async () => {
-    if (lbProc && lbProc.exitCode === null) {
-      process.kill(lbProc.pid, 'SIGTERM');
-      await new Promise((r) => lbProc.on('exit', r));
-    }
+    await proxy?.stop();
     for (const r of replicas) await r.stop();
     await redis?.kill();
   });

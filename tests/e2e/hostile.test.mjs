@@ -9,9 +9,11 @@
 //    code) -> 400 naming the field
 //  - a number that overflows a double (1e400; before: 500 with the library's message)
 //  - --max-json-depth N: depth N accepted, N+1 refused
-//  - 10,000 tools, the same on /apply-template, 200,000 messages, a grammar of 5,000
-//    alternatives, 151,936 logit_bias entries: a 400 naming the limit and its flag within 2 s on
-//    the default flags; 330,000 special tokens tokenized (windows) or refused within 10 s; each of --max-tools, --max-tools-bytes,
+//  - 10,000 tools, the same on /apply-template, 200,000 messages, grammars of 5,000 and 20,000
+//    alternatives, a JSON Schema enum of 20,000 values and one of 1,000 properties, 151,936
+//    logit_bias entries: a 400 naming the limit and its flag within 2 s on the default flags;
+//    constraints under the alternatives limit (500 alternatives, 500 enum values, 256
+//    properties, thinking on and off): a 400 grammar_too_costly within 2 s or an answer within 5 s; 330,000 special tokens tokenized (windows) or refused within 10 s; each of --max-tools, --max-tools-bytes,
 //    --max-messages, --max-content-parts, --max-prompt-bytes at its value and one over, in
 //    every dialect that takes tools, messages or a prompt text
 //
@@ -120,6 +122,11 @@ const toolList = (n) => Array.from({ length: n }, (_, i) => tool(i));
 const conversation = (n) => Array.from({ length: n },
   (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}` }));
 
+/** A GBNF grammar of `n` string alternatives (n - 1 '|'). */
+const alternatives = (n) => `root ::= ${Array.from({ length: n }, (_, i) => `"word${i}x"`).join(' | ')}`;
+/** response_format for JSON Schema `schema`. */
+const schemaFormat = (schema) => ({ type: 'json_schema', json_schema: { name: 'x', schema } });
+
 /** POSTs `body` and returns the response with `ms`, the time it took. */
 async function timedPost(srv, path, body) {
   const t0 = Date.now();
@@ -145,8 +152,21 @@ describe('per-request work limits on the default flags [qwen35]', { timeout: 180
       'too_many_messages', 'messages', /this request has 200000 messages; this server accepts at most 4096 \(--max-messages\)/],
     // Before: ~19 s a generated token on the engine thread, another request waiting 37 s.
     ['a grammar of 5,000 alternatives', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
-      grammar: `root ::= ${Array.from({ length: 5000 }, (_, i) => `"word${i}x"`).join(' | ')}` }),
-      'grammar_too_costly', 'grammar', /^'grammar' costs [\d.]+ ms a generated token to enforce .* at most 1000 ms \(--max-grammar-ms\)/],
+      grammar: alternatives(5000) }),
+      'grammar_too_large', 'grammar', /^this request has 4999 alternatives in its grammar \('\|'\); this server accepts at most 512 \(--max-grammar-alternatives\)/],
+    // Before: 2.5 min, going on 32 s after its client left; another request waited 26 s.
+    ['a grammar of 20,000 alternatives', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
+      grammar: alternatives(20_000) }),
+      'grammar_too_large', 'grammar', /this request has 19999 alternatives in its grammar/],
+    // Before: no answer in 60 s (served in 110 s for 8 tokens: the enum's stacks live beside the
+    // optional reasoning block from the first token on).
+    ['a JSON Schema enum of 20,000 values', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }],
+      response_format: schemaFormat({ type: 'string', enum: Array.from({ length: 20_000 }, (_, i) => `value${i}`) }) }),
+      'grammar_too_large', 'response_format', /this request has 20000 alternatives in its JSON Schema \(enum values, properties, anyOf\/oneOf branches\); this server accepts at most 512 \(--max-grammar-alternatives\)/],
+    // Before: 3.7-5.5 s of rendering (json-schema-to-grammar), then a 400 "failed to parse grammar".
+    ['a JSON Schema of 1,000 optional properties', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }],
+      response_format: schemaFormat({ type: 'object', properties: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`p${i}`, { type: 'string' }])) }) }),
+      'grammar_too_large', 'response_format', /this request has 1000 alternatives in its JSON Schema/],
     // Before: 20.5 s on the engine thread (18 s of it parsing the object's 151,936 keys).
     ['151,936 logit_bias entries', '/v1/chat/completions', () => ({ model: 'tiny', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }],
       logit_bias: Object.fromEntries(Array.from({ length: 151_936 }, (_, i) => [String(i), -1])) }),
@@ -168,6 +188,42 @@ describe('per-request work limits on the default flags [qwen35]', { timeout: 180
       assert.ok(r.ms < 2000, `${what} to ${path} took ${r.ms} ms`);
       assertCompletion(normal, { maxTokens: 4 }, `normal request beside ${what}`);
     });
+  }
+
+  // Under the alternatives limit, a constraint's cost per generated token decides: the probe
+  // before the queue (engine::grammar_step_seconds) refuses what costs more than --max-grammar-ms
+  // (200) a step, the scheduler ends a request whose step takes longer while it runs. Which of
+  // the three happens depends on the machine's speed; each must be quick (the done-when of the
+  // hostile-input work: a 400 within 2 s or an answer within 5 s), with thinking on (the
+  // constraint's alternatives live beside the reasoning from the first token) and off.
+  const underTheLimit = [
+    ['a grammar of 500 alternatives', () => ({ grammar: alternatives(500) }), 'grammar'],
+    ['a JSON Schema enum of 500 values', () => ({ response_format: schemaFormat({ type: 'string', enum: Array.from({ length: 500 }, (_, i) => `value${i}`) }) }), 'response_format'],
+    ['a JSON Schema of 256 optional properties', () => ({ response_format: schemaFormat({ type: 'object', properties: Object.fromEntries(Array.from({ length: 256 }, (_, i) => [`p${i}`, { type: 'string' }])) }) }), 'response_format'],
+  ];
+  for (const [what, fields, param] of underTheLimit) {
+    for (const thinking of [true, false]) {
+      it(`${what} (thinking ${thinking ? 'on' : 'off'}): a 400 grammar_too_costly within 2 s or an answer within 5 s, while a normal request is served`, async () => {
+        const [r, normal] = await Promise.all([
+          timedPost(srv, '/v1/chat/completions', { model: 'tiny', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }],
+            chat_template_kwargs: { enable_thinking: thinking }, ...fields() }),
+          srv.openai.chat.completions.create(OK_BODY),
+        ]);
+        if (r.status === 200) {
+          assert.ok(r.ms < 5000, `${what}: served in ${r.ms} ms`);
+        } else {
+          const e = assertError(r, 400, what);
+          assert.equal(e.code, 'grammar_too_costly');
+          assert.match(e.message, /at most 200 ms \(--max-grammar-ms\)/);
+          // Refused by the probe before the queue (it names the field): within 2 s; or ended by
+          // the scheduler at a step over the bound while it was served (no param): within the
+          // 5 s an answer has.
+          assert.ok(e.param === param || e.param === null, `param ${e.param}`);
+          assert.ok(r.ms < (e.param === null ? 5000 : 2000), `${what}: refused in ${r.ms} ms (param ${e.param})`);
+        }
+        assertCompletion(normal, { maxTokens: 4 }, `normal request beside ${what}`);
+      });
+    }
   }
 
   // llama.cpp cuts a text at its special tokens in time that grows with the square of their
@@ -344,7 +400,7 @@ describe('access checks [qwen3]', { timeout: 180_000 }, () => {
     assert.ok(again.json.usage.prompt_tokens_details.cached_tokens > 0, `still a hit: ${again.text}`);
   });
 
-  it('with a key: any Host; wrong or missing key 401; the right key 200; /health open', async () => {
+  it('with a key: any Host; wrong or missing key 401; the right key 200; /health and /ready open', async () => {
     const r0 = await rawRequest(keyed.port, { path: '/v1/models', headers: { Host: 'gpu-box.lan' } });
     assert.equal(r0.status, 401, r0.text);
     for (const auth of ['', 'Bearer sk-wrong-key', 'Bearer sk-right-kez', 'Bearer sk-right-key2', 'sk-right-key']) {
@@ -354,5 +410,8 @@ describe('access checks [qwen3]', { timeout: 180_000 }, () => {
     const ok = await rawRequest(keyed.port, { path: '/v1/models', headers: { Authorization: 'Bearer sk-right-key', Host: 'gpu-box.lan' } });
     assert.equal(ok.status, 200, ok.text);
     assert.equal((await rawRequest(keyed.port, { path: '/health' })).status, 200);
+    const ready = await rawRequest(keyed.port, { path: '/ready' });  // a load balancer's probe has no key
+    assert.equal(ready.status, 200, ready.text);
+    assert.equal(JSON.parse(ready.text).status, 'ready');
   });
 });

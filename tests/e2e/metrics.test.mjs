@@ -133,7 +133,7 @@ for (const arch of ARCHS) {
         evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap', 'released'),
         rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
         disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
-        redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format'),
+        redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format', 'index', 'counter', 'wrong_type', 'too_large'),
         warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded', 'reset'),
       });
 

@@ -13,18 +13,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { assertCompletion, usageOf, words } from './lib/chat.mjs';
+import { usageOf } from './lib/chat.mjs';
 import { resendCached } from './lib/agents.mjs';
+import { dropThenRetry, retryMessages } from './lib/retry.mjs';
 import { ARCHS, modelPath, startServer } from './lib/server.mjs';
 
 const TRIALS = Number(process.env.LINEAGE_E2E_RETRY_TRIALS || 24);
 
-function messages(seed) {
-  return [
-    { role: 'system', content: `You are a helpful assistant. ${words(50, seed)}` },
-    { role: 'user', content: words(25, seed + 1) },
-  ];
-}
 
 for (const arch of ARCHS) {
   describe(`retry after a dropped stream [${arch}]`, { timeout: 300_000 }, () => {
@@ -35,35 +30,7 @@ for (const arch of ARCHS) {
     after(async () => { await srv?.stopGracefully(); });
 
     it(`restores the whole prompt but one token in ${TRIALS} of ${TRIALS} trials`, async () => {
-      const short = [];
-      let loading = true;
-      const load = (async () => {
-        const long = [{ role: 'user', content: words(2300, 5) }];
-        while (loading) {
-          await srv.openai.chat.completions.create({ model: 'tiny', messages: long, max_tokens: 1, cache_prompt: false });
-        }
-      })();
-      for (let t = 0; t < TRIALS; t++) {
-        const body = { model: 'tiny', messages: messages(1000 + 10 * t), max_tokens: 400, temperature: 0 };
-        const ac = new AbortController();
-        const stream = await srv.openai.chat.completions.create({ ...body, stream: true }, { signal: ac.signal });
-        let deltas = 0;
-        try {
-          for await (const chunk of stream) {
-            const d = chunk.choices?.[0]?.delta ?? {};
-            if ((d.content ?? '') + (d.reasoning_content ?? '') !== '' && ++deltas === 2) ac.abort();
-          }
-        } catch (e) {
-          assert.ok(ac.signal.aborted, `trial ${t}: the stream failed before the client dropped it: ${e}`);
-        }
-        assert.ok(ac.signal.aborted, `trial ${t}: the stream ended before two deltas`);
-        const retry = await srv.openai.chat.completions.create({ ...body, max_tokens: 4 });
-        assertCompletion(retry, { maxTokens: 4 }, `trial ${t} retry`);
-        const u = usageOf(retry);
-        if (u.cached !== await resendCached(srv, body, u.prompt)) short.push({ trial: t, prompt: u.prompt, cached: u.cached });
-      }
-      loading = false;
-      await load;
+      const short = await dropThenRetry(srv, srv.openai, { trials: TRIALS, seedBase: 1000 });
       srv.assertAlive();
       const raced = (srv.log().match(/retry hold/g) ?? []).length;
       process.stderr.write(`[retry] ${arch}: ${raced} of ${TRIALS} retries arrived before the drop was noticed\n`);
@@ -71,7 +38,7 @@ for (const arch of ARCHS) {
     });
 
     it('the retried reply equals a cold run', async () => {
-      const body = { model: 'tiny', messages: messages(7), max_tokens: 200, temperature: 0 };
+      const body = { model: 'tiny', messages: retryMessages(7), max_tokens: 200, temperature: 0 };
       const ac = new AbortController();
       const stream = await srv.openai.chat.completions.create({ ...body, stream: true }, { signal: ac.signal });
       let n = 0;

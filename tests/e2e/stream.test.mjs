@@ -5,11 +5,16 @@
 //    choices: []), no other chunk does; every chunk has the same id and object
 //    "chat.completion.chunk"; the first delta has role "assistant";
 //  - on the wire (raw fetch) the SSE stream ends with `data: [DONE]`;
-//  - a client that drops a stream after a few chunks leaves the server serving.
+//  - a client that drops a stream after a few chunks leaves the server serving;
+//  - a streamed request queued behind a long one (--parallel 1, --stream-keepalive 0.2) gets its
+//    headers before its output starts, SSE comment lines while it waits, and the official
+//    openai and Anthropic clients read its stream whole.
 //
 //   cd tests/e2e && node --test stream.test.mjs
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+
+import Anthropic from '@anthropic-ai/sdk';
 
 import { assertCompletion, assertUsage, readSSE, streamChat, words } from './lib/chat.mjs';
 import { resendCached } from './lib/agents.mjs';
@@ -105,3 +110,65 @@ for (const arch of ARCHS) {
     });
   });
 }
+
+describe('a streamed request that waits: headers and keep-alive comments before its output [qwen35]', { timeout: 180_000 }, () => {
+  let srv;
+  before(async () => {
+    srv = await startServer({ model: modelPath('qwen35'), name: 'stream-keepalive',
+      args: ['--parallel', '1', '--ctx-size', '4096', '--stream-keepalive', '0.2'] });
+  });
+  after(async () => { await srv?.stopGracefully(); });
+
+  // Holds the one slot: a stream of 1,500 tokens that cannot end early (end-of-generation
+  // banned), running once its first chunk came; `done` resolves to its status when it ends.
+  const blocker = async () => {
+    const r = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny', max_tokens: 1500, temperature: 0, ignore_eos: true, stream: true,
+        messages: [{ role: 'user', content: 'count' }] }) });
+    const it = r.body[Symbol.asyncIterator]();
+    await it.next();  // its first chunk: it holds the slot
+    return { done: (async () => { while (!(await it.next()).done); return r.status; })() };
+  };
+
+  it('raw: status 200 and a comment line before the first chunk; the stream ends with [DONE]', async () => {
+    const long = await blocker();
+    const t0 = performance.now();
+    const r = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny', max_tokens: 4, temperature: 0, stream: true, messages: [{ role: 'user', content: 'hi' }] }) });
+    const headersMs = performance.now() - t0;
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('content-type'), 'text/event-stream');
+    let text = '';
+    let firstChunkMs = null;
+    for await (const c of r.body) {
+      text += new TextDecoder().decode(c);
+      if (firstChunkMs === null && text.includes('data: {')) firstChunkMs = performance.now() - t0;
+    }
+    assert.equal(await long.done, 200);
+    assert.ok(firstChunkMs !== null, text.slice(0, 300));
+    assert.ok(headersMs < firstChunkMs, `headers at ${headersMs} ms, first chunk at ${firstChunkMs} ms`);
+    assert.match(text, /^: waiting for the first token\n\n/, 'the stream opens with a comment line');
+    assert.ok(text.indexOf(': waiting') < text.indexOf('data: {'), 'comments come before the output');
+    assert.match(text, /data: \[DONE\]\n\n$/);
+  });
+
+  it('the openai and Anthropic clients read such a stream whole', async () => {
+    const long = await blocker();
+    const { content, finish, chunks } = await streamChat(srv.openai, { model: 'tiny', max_tokens: 4, temperature: 0,
+      messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(typeof content, 'string');
+    assert.ok(chunks.length >= 2, `${chunks.length} chunks`);
+    assert.ok(['stop', 'length'].includes(finish), `finish_reason ${finish}`);
+    assert.equal(await long.done, 200);
+
+    const long2 = await blocker();
+    const anthropic = new Anthropic({ baseURL: srv.url, apiKey: 'sk-none', maxRetries: 0 });
+    const events = [];
+    const stream = await anthropic.messages.create({ model: 'tiny', max_tokens: 4, stream: true,
+      messages: [{ role: 'user', content: 'hi' }] });
+    for await (const ev of stream) events.push(ev.type);
+    assert.equal(events[0], 'message_start');
+    assert.equal(events.at(-1), 'message_stop');
+    assert.equal(await long2.done, 200);
+  });
+});

@@ -105,6 +105,29 @@ TEST_P(TokenizeReusing, AWindowedTokenizationEqualsAWholeOne) {
     EXPECT_EQ(m_.tokenize(specials).size(), 10000u);
 }
 
+// A tokenize_stop_scope whose probe says stop ends a long text's tokenization between windows
+// (tokenize_stopped); the probe is asked, a text of one window is not cut, and after the scope
+// (or with a probe that says go on) the same text tokenizes whole.
+TEST_P(TokenizeReusing, AStopScopeEndsALongTokenizationBetweenWindows) {
+    std::string specials;
+    while (specials.size() < 4 * model::tokenize_window_bytes) {
+        specials += "<|im_start|>user\nhi<|im_end|>\n";
+    }
+    const std::vector<token> whole = m_.tokenize_whole(specials, true, false);
+    int asked = 0;
+    {
+        const tokenize_stop_scope stop([&asked] { return ++asked >= 2; });  // stop at the second window
+        EXPECT_THROW(m_.tokenize(specials), tokenize_stopped);
+        EXPECT_EQ(asked, 2);
+        EXPECT_EQ(m_.tokenize("<|im_start|>user\nhi<|im_end|>"), m_.tokenize_whole("<|im_start|>user\nhi<|im_end|>", true, false));
+    }
+    {
+        const tokenize_stop_scope go_on([] { return false; });
+        EXPECT_EQ(m_.tokenize(specials), whole);
+    }
+    EXPECT_EQ(m_.tokenize(specials), whole);  // no scope
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),
                          [](const auto & info) {
                              std::string n = info.param;

@@ -10,7 +10,7 @@
 //
 //   node tools/bench/soak.mjs --url http://127.0.0.1:PORT --pid PID --out DIR --minutes N
 //     [--sample-s 10] [--warmup-s S] [--budget-bytes B] [--concurrency 2] [--conversations 8]
-//     [--max-tokens-max 32]
+//     [--max-tokens-max 32] [--hostile N] [--hostile-bodies all|constraints|sizes]
 //   node tools/bench/soak.mjs --resummarize DIR [--warmup-s S]   # the summary again from DIR's files
 //
 // Columns of soak.csv: t_s (since the start), rss_mib, cache_ram_mib, cache_device_mib,
@@ -19,11 +19,15 @@
 // Warm-up: the first --warmup-s seconds (default: a quarter of the run, at most 5 minutes) are
 // left out of the "after warm-up" figures. Budget: the RSS the process should stay within, the
 // RSS before the first request (model, KV buffers) plus the cache's RAM budget (--budget-bytes).
+// Hostile mode (--hostile N): N more clients send the bodies of tools/bench/hostile_bodies.mjs in
+// turn beside the trace for the whole run (their statuses and times in the summary's `hostile`);
+// compare the trace's latency with a run without them.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
+import { hostileBodies, hostileClient } from './hostile_bodies.mjs';
 import { makeTrace } from './trace.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -42,6 +46,8 @@ const { values: opt } = parseArgs({
     conversations: { type: 'string', default: '8' },
     'max-tokens-max': { type: 'string', default: '32' },
     resummarize: { type: 'string' },
+    hostile: { type: 'string', default: '0' },
+    'hostile-bodies': { type: 'string', default: 'all' },
   },
 });
 /** Adds the memory figures of the samples after warm-up to `base` (rss_budget_mib, after_warmup:
@@ -75,6 +81,9 @@ function report(base, samples, dir) {
       `vs budget ${r0(budgetMib)} MiB (RSS before the first request ${r0(summary.idle_rss_mib)} + cache RAM budget ` +
       `${r0(summary.cache_ram_budget_mib)}): ${a.rss_within_budget_plus_10pct ? 'within' : 'NOT within'} budget + 10%; ` +
       `drift ${a.rss_drift_mib >= 0 ? '+' : ''}${a.rss_drift_mib.toFixed(1)} MiB (last quarter of those samples vs the first)`,
+    ...(summary.hostile ? [`hostile: ${summary.hostile.clients} clients sent ${summary.hostile.sent} bodies (` +
+      `${summary.hostile.bodies}), statuses ${JSON.stringify(summary.hostile.statuses)}, p50 ${r0(summary.hostile.ms_p50)} ms, ` +
+      `max ${r0(summary.hostile.ms_max)} ms`] : []),
     `cache after warm-up: RAM max ${r0(a.cache_ram_max_mib)} MiB, disk max ${r0(a.cache_disk_max_mib)} MiB`,
     `files: ${path.join(dir, 'soak.csv')}, ${path.join(dir, 'summary.json')}`,
   ].join('\n') + '\n');
@@ -258,6 +267,10 @@ async function sample() {
 }
 
 const loading = load();
+const hostileTally = { sent: 0, statuses: {}, ms: [] };
+const hostileBodyList = Number(opt.hostile) > 0 ? hostileBodies(opt['hostile-bodies']) : [];
+const hostiles = Array.from({ length: Number(opt.hostile) },
+  (_, i) => hostileClient(opt.url, hostileBodyList, i, () => stopping, hostileTally));
 while (now() < durationMs) {
   await sleep(Math.min(sampleMs, durationMs - now()));
   const row = await sample();
@@ -268,6 +281,7 @@ while (now() < durationMs) {
 }
 stopping = true;
 const traces = await loading;
+await Promise.all(hostiles);
 await sample();
 
 // --- Summary ---------------------------------------------------------------------------------
@@ -280,4 +294,7 @@ report({
   latency_ms: { p50: percentile(all, 0.5), p95: percentile(all, 0.95), after_warmup_p50: percentile(warm, 0.5),
     after_warmup_p95: percentile(warm, 0.95) },
   idle_rss_mib: idleRss / MIB, cache_ram_budget_mib: budgetBytes / MIB,
+  hostile: hostiles.length === 0 ? null : {
+    clients: hostiles.length, bodies: opt['hostile-bodies'], sent: hostileTally.sent, statuses: hostileTally.statuses,
+    ms_p50: percentile([...hostileTally.ms].sort((a, b) => a - b), 0.5), ms_max: Math.max(0, ...hostileTally.ms) },
 }, rows, opt.out);

@@ -3,6 +3,15 @@
 
 namespace lineage::cache {
 
+const char * to_string(tier_readiness r) {
+    switch (r) {
+        case tier_readiness::warming: return "warming";
+        case tier_readiness::ready: return "ready";
+        case tier_readiness::unavailable: return "unavailable";
+    }
+    return "unknown";
+}
+
 lower_tier::lower_tier(worker_config cfg, tier_traits traits)
     : name_(cfg.name), traits_(std::move(traits)), ticks_(cfg.tick_s > 0), worker_(*this, std::move(cfg)) {}
 

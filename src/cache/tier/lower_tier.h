@@ -37,6 +37,19 @@ public:
                                                const tokens & prompt, int32_t longer_than) const = 0;
 };
 
+/** Whether a tier answers lookups with what it holds (GET /ready, docs/prompt-cache.md
+ *  "Readiness"): `warming` until it has read its index (a shared tier: until it has mirrored the
+ *  index every replica writes), `ready` once it has, `unavailable` when it was declared down
+ *  after its timeout (the replica serves without it; a lookup there finds nothing). Only
+ *  `warming` keeps a replica out of a load balancer. */
+enum class tier_readiness { warming, ready, unavailable };
+const char * to_string(tier_readiness r);
+
+struct tier_state {
+    tier_readiness state = tier_readiness::ready;
+    std::string detail;  ///< what it waits for, or why it is unavailable ("" when ready)
+};
+
 /** What the store knows of a tier below RAM besides its lookups (store::attach_tier). */
 struct tier_traits {
     /** "disk", "redis": the tier in restored_from() and the `tier` label of
@@ -98,6 +111,9 @@ public:
     /** A write forced by --cache-disk-max-unwritten-s and the engine thread's seconds spent
      *  reading its state, for a tier that counts them. Default: not counted. */
     virtual void count_overdue_write(double read_seconds) { (void) read_seconds; }
+    /** Whether it is warm (tier_readiness); any thread. Default: ready (a tier that reads its
+     *  index before its constructor returns, as the disk tier does). */
+    virtual tier_state readiness() const { return {}; }
     /** Jobs waiting on the tier's worker. */
     int64_t queued() const { return worker_.queued(); }
 

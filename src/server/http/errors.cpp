@@ -41,6 +41,11 @@ api_error to_api_error(const scheduler::request_failure & f) {
             e.status = 400;
             e.type = "invalid_request_error";
             break;
+        case scheduler::failure_kind::grammar_too_costly:
+            e.status = 400;
+            e.type = "invalid_request_error";
+            e.code = "grammar_too_costly";
+            break;
         case scheduler::failure_kind::no_free_sequence:
         case scheduler::failure_kind::kv_full:
         case scheduler::failure_kind::shutting_down:

@@ -39,6 +39,20 @@ std::optional<api_error> check_tool_count(size_t n, const std::string & param, c
 }
 
 std::optional<api_error> check_chat_limits(const chat_request & r, const request_limits & lim) {
+    // A constraint's alternatives, before the chat template turns a schema into a grammar and the
+    // cost probe runs it (both take time that grows with them).
+    const auto max_alt = static_cast<uint64_t>(lim.max_grammar_alternatives);
+    if (const uint64_t n = count_grammar_alternatives(r.grammar); n > max_alt) {
+        return over(n, "alternatives in its grammar ('|')", max_alt, "--max-grammar-alternatives", "grammar",
+                    "grammar_too_large");
+    }
+    if (!r.json_schema.empty()) {
+        const json schema = json::parse(r.json_schema, nullptr, /*allow_exceptions=*/false);
+        if (const uint64_t n = count_schema_alternatives(schema); n > max_alt) {
+            return over(n, "alternatives in its JSON Schema (enum values, properties, anyOf/oneOf branches)", max_alt,
+                        "--max-grammar-alternatives", "response_format", "grammar_too_large");
+        }
+    }
     if (auto err = check_tool_count(r.tools.size(), "tools", lim)) {
         return err;
     }
@@ -96,6 +110,53 @@ std::optional<api_error> check_logit_bias_count(size_t n, const request_limits &
                     "too_many_logit_bias");
     }
     return std::nullopt;
+}
+
+bool prepare_at_low_priority(std::string_view body) {
+    return body.size() > low_priority_body_bytes || body.find("\"grammar\"") != std::string_view::npos ||
+           body.find("\"json_schema\"") != std::string_view::npos;
+}
+
+uint64_t count_grammar_alternatives(std::string_view gbnf) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < gbnf.size(); ++i) {
+        const char c = gbnf[i];
+        if (c == '"' || c == '[') {
+            const char close = c == '"' ? '"' : ']';
+            for (++i; i < gbnf.size() && gbnf[i] != close; ++i) {
+                if (gbnf[i] == '\\') {
+                    ++i;  // an escaped character
+                }
+            }
+        } else if (c == '#') {
+            while (i < gbnf.size() && gbnf[i] != '\n') {
+                ++i;
+            }
+        } else if (c == '|') {
+            ++n;
+        }
+    }
+    return n;
+}
+
+uint64_t count_schema_alternatives(const json & schema) {
+    uint64_t n = 0;
+    if (schema.is_object()) {
+        for (const char * key : {"enum", "anyOf", "oneOf"}) {
+            if (const auto it = schema.find(key); it != schema.end() && it->is_array()) {
+                n += it->size();
+            }
+        }
+        if (const auto it = schema.find("properties"); it != schema.end() && it->is_object()) {
+            n += it->size();
+        }
+    }
+    if (schema.is_object() || schema.is_array()) {
+        for (const auto & v : schema) {
+            n += count_schema_alternatives(v);
+        }
+    }
+    return n;
 }
 
 std::optional<api_error> check_grammar_cost(double ms, const std::string & param, const request_limits & lim) {

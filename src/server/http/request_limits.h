@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace lineage::server {
 
@@ -50,7 +51,15 @@ struct request_limits {
      *  measured before the request is queued by applying it to the whole vocabulary
      *  (engine::grammar_step_seconds): the engine thread pays that on a step where the model's
      *  choice breaks the grammar, and every other request waits for it. */
-    double max_grammar_ms = 1000;
+    double max_grammar_ms = 200;
+    /** --max-grammar-alternatives: alternatives in a request's constraint: '|' in a `grammar`
+     *  (GBNF), enum values, properties and anyOf/oneOf branches in a JSON Schema. llama.cpp's
+     *  grammar sampler keeps one stack per live alternative and advances each with a duplicate
+     *  check that grows with the square of their number; the cost probe itself
+     *  (engine::grammar_step_seconds) would take seconds past a few thousand (a 20,000-value
+     *  enum: 90 s), and json-schema-to-grammar turns optional properties into rules that grow
+     *  with the square of their count (1,000 properties: 2.2 s of rendering). */
+    int64_t max_grammar_alternatives = 512;
 };
 
 /** The process-wide limits the request parsers and the preparer use (set once at startup,
@@ -78,6 +87,23 @@ std::optional<api_error> check_tool_count(size_t n, const std::string & param,
 /** A 400 "too_many_logit_bias" (param "logit_bias") when a logit_bias of `n` entries is over
  *  lim.max_logit_bias. */
 std::optional<api_error> check_logit_bias_count(size_t n, const request_limits & lim = default_request_limits());
+
+/** Alternatives in GBNF text `gbnf`: its '|' outside string literals, character classes and
+ *  comments. */
+uint64_t count_grammar_alternatives(std::string_view gbnf);
+/** Alternatives in the JSON Schema `schema`: enum values, properties and anyOf/oneOf branches,
+ *  at every depth. */
+uint64_t count_schema_alternatives(const json & schema);
+
+/** Bytes over which a request body's preparation (parsing, rendering, tokenizing) runs below the
+ *  engine's priority (--http-nice): 256 KiB, a conversation of ~60k tokens. */
+inline constexpr size_t low_priority_body_bytes = 256 * 1024;
+
+/** Whether a request with body `body` is prepared below the engine's priority: over
+ *  low_priority_body_bytes, or carrying a constraint (the text "grammar" or "json_schema" as a
+ *  key: its cost probe walks the vocabulary). The rest is prepared at the engine's priority, so
+ *  that an agent's turn is not starved while the engine is busy. */
+bool prepare_at_low_priority(std::string_view body);
 
 /** A 400 "grammar_too_costly" (param `param`) when enforcing a constraint costs `ms`
  *  milliseconds a sampling step, over lim.max_grammar_ms. */

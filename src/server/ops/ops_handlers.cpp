@@ -10,6 +10,7 @@
 #include "server/http/json_body.h"
 #include "server/http/json_fields.h"
 #include "server/ops/prometheus.h"
+#include "util/thread_priority.h"
 #include "server/http/request_limits.h"
 #include "server/http/routes.h"
 #include "server/ops/stats_json.h"
@@ -116,6 +117,41 @@ void handle_health(const http_request &, http_response & res, server_context &) 
     send_json_body(res, j);
 }
 
+// Liveness (/health) and readiness (/ready) apart, as Kubernetes probes them: a replica whose
+// shared tier is still warming is alive (restarting it would not help) but must not be sent
+// requests, which would miss what the other replicas stored.
+void handle_ready(const http_request &, http_response & res, server_context & ctx) {
+    json tiers = json::object();
+    std::string waiting;
+    for (const auto & [name, st] : ctx.sched.readiness()) {
+        json t = json::object();
+        t["state"] = cache::to_string(st.state);
+        t["detail"] = string_or_null(st.detail);
+        tiers[name] = std::move(t);
+        if (st.state == cache::tier_readiness::warming) {
+            waiting += (waiting.empty() ? "" : "; ") + name + ": " + st.detail;
+        }
+    }
+    if (waiting.empty()) {
+        json j = json::object();
+        j["status"] = "ready";
+        j["tiers"] = std::move(tiers);
+        send_json_body(res, j);
+        return;
+    }
+    api_error e;
+    e.status = 503;
+    e.type = "unavailable_error";
+    e.code = "warming_up";
+    e.message = "the prompt cache is warming up (" + waiting +
+                "); a load balancer should send requests once GET /ready answers 200";
+    json j = to_json(e);
+    j["status"] = "warming";
+    j["tiers"] = std::move(tiers);
+    res.set_header("Retry-After", "1");
+    send_json_body(res, j, e.status);
+}
+
 // llama-server's POST /tokenize: {content, add_special = false, parse_special = true} ->
 // {tokens}. With /apply-template it gives a client the exact prompt tokens of a chat
 // request (the benchmark's oracle needs them).
@@ -139,7 +175,17 @@ void handle_tokenize(const http_request & req, http_response & res, server_conte
         return;
     }
     json j = json::object();
-    j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
+    try {
+        // A large text is tokenized below the engine's priority (--http-nice), and stops between
+        // windows once the client has gone.
+        util::run_at_lower_priority(prepare_at_low_priority(req.body) ? ctx.cfg.http_nice : 0, [&] {
+            const engine::tokenize_stop_scope stop_when_gone([&req] { return req.closed(); });
+            j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
+        });
+    } catch (const engine::tokenize_stopped &) {
+        spdlog::info("/tokenize: the client closed the connection; tokenization stopped");
+        return;
+    }
     send_json_body(res, j);
 }
 

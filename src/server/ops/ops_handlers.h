@@ -13,8 +13,14 @@ struct server_context;
 
 /** GET / (and HEAD /): {"status": "ok", "service": "lineage-server"}; clients probe the base URL. */
 void handle_root(const http_request & req, http_response & res, server_context & ctx);
-/** GET /health: {"status": "ok"}, with or without API keys. */
+/** GET /health (liveness): {"status": "ok"} once the server listens (the model is loaded), with or
+ *  without API keys. */
 void handle_health(const http_request & req, http_response & res, server_context & ctx);
+/** GET /ready (readiness): 200 {"status": "ready", "tiers": {name: {state, detail}}} once every
+ *  tier below RAM is warm or declared unavailable (cache::tier_readiness); until then 503 in the
+ *  OpenAI error shape (type unavailable_error, code warming_up, the tiers waited for in the
+ *  message) with the same "status" ("warming") and "tiers", and Retry-After: 1. No key needed. */
+void handle_ready(const http_request & req, http_response & res, server_context & ctx);
 /** GET /v1/models: the served model under its id, then under each --model-alias. */
 void handle_models(const http_request & req, http_response & res, server_context & ctx);
 /** POST /tokenize (llama-server's): {content, add_special = false, parse_special = true} -> {tokens}. */

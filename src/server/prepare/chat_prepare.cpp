@@ -415,7 +415,12 @@ std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const
         if (const util::status why = engine::check_grammar(model_, g); !why.is_ok()) {
             return invalid_request("'" + std::string(param) + "' cannot be enforced: " + why.message(), param);
         }
-        const double ms = engine::grammar_step_seconds(model_, g) * 1e3;
+        double ms = 0;
+        try {
+            ms = engine::grammar_step_seconds(model_, g, default_request_limits().max_grammar_ms / 1e3) * 1e3;
+        } catch (const std::invalid_argument & e) {
+            return invalid_request("'" + std::string(param) + "' cannot be enforced: " + e.what(), param);
+        }
         spdlog::debug("grammar: {:.2f} ms a step over the vocabulary", ms);
         if (auto err = check_grammar_cost(ms, param)) {
             return err;

@@ -5,6 +5,8 @@
 #include "scheduler/scheduler.h"
 #include "server/dialects/chat/chat_request.h"
 #include "server/prepare/chat_prepare.h"
+#include "server/http/request_limits.h"
+#include "util/thread_priority.h"
 #include "server/http/routes.h"
 
 #include <spdlog/spdlog.h>
@@ -49,6 +51,8 @@ struct run_state {
     int32_t kept_tokens = 0;  ///< tokens received up to and including the one a stop string matched in
     std::chrono::steady_clock::time_point last_client_check = std::chrono::steady_clock::now();
     std::function<bool()> client_closed;  ///< streaming: the request's socket probe
+    /** Streaming: when bytes last went to the client (the headers count), for the keep-alive. */
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
     std::shared_ptr<const chat_request> conversation;  ///< for the warm-up; null: none
 
     void cancel() { req->cancelled->store(true); }
@@ -137,11 +141,22 @@ struct run_state {
 };
 
 // Waits for the next event while watching the client; nullopt when the client went away (the
-// request is then cancelled).
-std::optional<generation_event> wait_event(run_state & s, const http_request & req) {
+// request is then cancelled) or, with `until`, when that time came first (`gone` tells which).
+std::optional<generation_event> wait_event(run_state & s, const http_request & req,
+                                           std::optional<std::chrono::steady_clock::time_point> until = std::nullopt,
+                                           bool * gone = nullptr) {
     const std::function<bool()> closed = [&req] { return req.closed(); };
+    if (gone != nullptr) {
+        *gone = true;
+    }
     for (;;) {
         if (!s.answer_probe(closed)) {
+            return std::nullopt;
+        }
+        if (until && std::chrono::steady_clock::now() >= *until) {
+            if (gone != nullptr) {
+                *gone = false;
+            }
             return std::nullopt;
         }
         // Look at the socket every poll_interval even while events keep coming.
@@ -218,6 +233,17 @@ bool stream_step(const std::shared_ptr<run_state> & s, stream_sink & sink) {
             s->finished = true;  // already logged: the releaser stays quiet
             return false;
         }
+        // Before the output starts, a comment line (SSE: ignored by every client) every
+        // --stream-keepalive seconds, for the proxies between.
+        const double keepalive_s = s->ctx.cfg.stream_keepalive_s;
+        if (keepalive_s > 0 && std::chrono::steady_clock::now() - s->last_write >=
+                                   std::chrono::duration<double>(keepalive_s)) {
+            if (!sink.write(": waiting for the first token\n\n")) {
+                s->cancel();
+                return false;
+            }
+            s->last_write = std::chrono::steady_clock::now();
+        }
         return true;
     }
     // Drain what is already queued, so a burst of tokens goes out in one write.
@@ -257,9 +283,12 @@ bool stream_step(const std::shared_ptr<run_state> & s, stream_sink & sink) {
     if (!s->finished) {
         buf += s->out->take_stream();
     }
-    if (!buf.empty() && !sink.write(buf)) {
-        s->cancel();
-        return false;
+    if (!buf.empty()) {
+        if (!sink.write(buf)) {
+            s->cancel();
+            return false;
+        }
+        s->last_write = std::chrono::steady_clock::now();
     }
     if (s->finished) {
         sink.done();
@@ -272,18 +301,33 @@ bool stream_step(const std::shared_ptr<run_state> & s, stream_sink & sink) {
 
 void respond_stream(const std::shared_ptr<run_state> & s, const http_request & req, http_response & res) {
     // Wait for the first event before sending headers, so an error before any output (e.g. the
-    // scheduler refusing the request) still gets its HTTP status.
-    auto first = wait_event(*s, req);
-    if (!first) {
+    // scheduler refusing the request) still gets its HTTP status; but no longer than
+    // --stream-keepalive: a request queued or prefilling longer gets its headers then (clients
+    // and proxies give up on a response whose headers do not come), and a later error comes in
+    // the stream.
+    const double keepalive_s = s->ctx.cfg.stream_keepalive_s;
+    std::optional<std::chrono::steady_clock::time_point> until;
+    if (keepalive_s > 0) {
+        until = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(keepalive_s));
+    }
+    bool gone = true;
+    auto first = wait_event(*s, req, until, &gone);
+    if (!first && gone) {
         return;
     }
-    if (first->type == ev_kind::error) {
+    if (first && first->type == ev_kind::error) {
         const api_error err = run_state::error_of(*first);
         s->send_error(res, err);
         s->log_done(err.status, first->stats, "error");
         return;
     }
+    if (!first) {
+        spdlog::debug("req {}: no output after {:.1f} s: response headers sent, keep-alive comments until it starts",
+                      s->req->id, keepalive_s);
+    }
     s->pending = std::move(first);
+    s->last_write = std::chrono::steady_clock::now();
     s->client_closed = req.connection_closed;  // valid while the stream runs
     res.status = 200;
     res.content_type = "text/event-stream";
@@ -333,6 +377,9 @@ std::shared_ptr<scheduler::generation_request> make_generation_request(server_co
         gr->sampling.max_tokens = ctx.cfg.n_predict;  // --n-predict: the default cap
     }
     gr->sampling.grammar = prep.grammar;  // response_format / tool-call / client grammar, from the render
+    if (!gr->sampling.grammar.empty()) {
+        gr->sampling.max_step_s = default_request_limits().max_grammar_ms / 1e3;  // --max-grammar-ms
+    }
     gr->cache = prep.cache;
     gr->prepared = prep.work;
     gr->lora = prep.lora.scales;
@@ -362,7 +409,19 @@ void handle_generation(const dialect & d, const http_request & req, http_respons
     // Before the render: a reset that runs while it is prepared or queued is after its arrival.
     const uint64_t reset_epoch = ctx.sched.reset_epoch();
     generation_job job;
-    if (auto err = d.prepare(req, ctx, job)) {
+    std::optional<api_error> failed;
+    // A large or constrained body is prepared below the engine's priority (--http-nice), so a
+    // client sending costly bodies slows the engine's compute threads less on few cores.
+    util::run_at_lower_priority(prepare_at_low_priority(req.body) ? ctx.cfg.http_nice : 0, [&] {
+        // A long text's tokenization stops between windows once the client has gone.
+        const engine::tokenize_stop_scope stop_when_gone([&req] { return req.closed(); });
+        failed = d.prepare(req, ctx, job);
+    });
+    if (auto err = failed) {
+        if (req.closed()) {
+            spdlog::info("{} request: the client closed the connection while it was prepared", d.name);
+            return;
+        }
         spdlog::debug("{} request rejected: {}", d.name, err->message);
         send_json_body(res, error_json(d.errors, *err), err->status);
         return;

@@ -63,6 +63,7 @@ TEST(EndpointTable, RowsAreCompleteAndUnique) {
         EXPECT_EQ(e.access == endpoint_access::admin, !e.admin_why.empty()) << "the 403 says why: " << e.path;
     }
     EXPECT_EQ(find_path("/health")->access, endpoint_access::open);
+    EXPECT_EQ(find_path("/ready")->access, endpoint_access::open);  // a load balancer's probe has no key
     EXPECT_EQ(find_path("/")->access, endpoint_access::open);
     EXPECT_EQ(find_path("/v1/chat/completions")->access, endpoint_access::tenant);
     EXPECT_EQ(find_path("/v1/messages/count_tokens")->errors, error_shape::anthropic);

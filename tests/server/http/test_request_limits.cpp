@@ -31,6 +31,7 @@ protected:
         lim.max_prompt_bytes = 1024;
         lim.max_logit_bias = 2;
         lim.max_grammar_ms = 50;
+        lim.max_grammar_alternatives = 3;
     }
     void TearDown() override { default_request_limits() = saved_; }
 
@@ -212,6 +213,45 @@ TEST_F(RequestLimits, LogitBiasEntriesAtTheLimitAreAcceptedOneMoreIsRefused) {
                           "send fewer, or start the server with a larger --max-logit-bias");
 }
 
+TEST(GrammarAlternatives, CountsTheBarsOutsideLiteralsClassesAndComments) {
+    EXPECT_EQ(count_grammar_alternatives(""), 0U);
+    EXPECT_EQ(count_grammar_alternatives(R"(root ::= "a" | "b" | "c")"), 2U);
+    EXPECT_EQ(count_grammar_alternatives(R"(root ::= "a|b" [|] "\"|" # a | comment
+x ::= y | z)"), 1U);
+    EXPECT_EQ(count_grammar_alternatives(R"(root ::= [\]|] | "q")"), 1U);
+}
+
+TEST(GrammarAlternatives, CountsEnumValuesPropertiesAndBranchesAtEveryDepth) {
+    EXPECT_EQ(count_schema_alternatives(json::parse(R"({"type":"string"})")), 0U);
+    EXPECT_EQ(count_schema_alternatives(json::parse(R"({"type":"string","enum":["a","b","c"]})")), 3U);
+    EXPECT_EQ(count_schema_alternatives(json::parse(
+                  R"({"type":"object","properties":{"a":{"enum":[1,2]},"b":{"anyOf":[{"type":"string"},)"
+                  R"({"type":"array","items":{"oneOf":[{"const":1},{"const":2},{"const":3}]}}]}}})")),
+              2U + 2U + 2U + 3U);
+}
+
+TEST_F(RequestLimits, AConstraintOfTooManyAlternativesIsRefusedBeforeItIsBuilt) {
+    const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+    EXPECT_FALSE(chat("{" + msgs + R"(,"grammar":"root ::= \"a\" | \"b\" | \"c\" | \"d\""})"));
+    const auto g = chat("{" + msgs + R"(,"grammar":"root ::= \"a\" | \"b\" | \"c\" | \"d\" | \"e\""})");
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->status, 400);
+    EXPECT_EQ(g->code, "grammar_too_large");
+    EXPECT_EQ(g->param, "grammar");
+    EXPECT_EQ(g->message, "this request has 4 alternatives in its grammar ('|'); this server accepts at most 3 "
+                          "(--max-grammar-alternatives): send fewer, or start the server with a larger "
+                          "--max-grammar-alternatives");
+    const std::string rf = R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)";
+    EXPECT_FALSE(chat("{" + msgs + rf + R"({"type":"string","enum":["a","b","c"]}}}})"));
+    const auto s = chat("{" + msgs + rf + R"({"type":"object","properties":{"a":{"enum":[1,2]},"b":{}}}}}})");
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->code, "grammar_too_large");
+    EXPECT_EQ(s->param, "response_format");
+    EXPECT_EQ(s->message, "this request has 4 alternatives in its JSON Schema (enum values, properties, anyOf/oneOf "
+                          "branches); this server accepts at most 3 (--max-grammar-alternatives): send fewer, or "
+                          "start the server with a larger --max-grammar-alternatives");
+}
+
 TEST_F(RequestLimits, AGrammarCostlierThanTheBoundIsRefusedNamingItsCost) {
     EXPECT_FALSE(check_grammar_cost(50.0, "grammar"));
     const auto e = check_grammar_cost(2919.1, "response_format");
@@ -233,7 +273,8 @@ TEST(RequestLimitsDefaults, AreWhatTheDocsSay) {
     EXPECT_EQ(d.max_content_parts, 8192);
     EXPECT_EQ(d.max_prompt_bytes, 4u << 20);
     EXPECT_EQ(d.max_logit_bias, 1024);
-    EXPECT_EQ(d.max_grammar_ms, 1000.0);
+    EXPECT_EQ(d.max_grammar_ms, 200.0);
+    EXPECT_EQ(d.max_grammar_alternatives, 512);
 }
 
 bool wait_for_trims(const memory_trimmer & t, uint64_t n) {

@@ -339,13 +339,17 @@ lineage_prompt_cache_redis_errors_total 3
 # HELP lineage_prompt_cache_redis_vanished_total Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses.
 # TYPE lineage_prompt_cache_redis_vanished_total counter
 lineage_prompt_cache_redis_vanished_total 2
-# HELP lineage_prompt_cache_redis_damaged_total Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.
+# HELP lineage_prompt_cache_redis_damaged_total Damaged or foreign tier-3 chunks and index entries, and bad values in the index (never served; deleted, skipped or repaired), by kind.
 # TYPE lineage_prompt_cache_redis_damaged_total counter
 lineage_prompt_cache_redis_damaged_total{kind="corrupt"} 1
 lineage_prompt_cache_redis_damaged_total{kind="truncated"} 0
 lineage_prompt_cache_redis_damaged_total{kind="bad_magic"} 0
 lineage_prompt_cache_redis_damaged_total{kind="identity"} 0
 lineage_prompt_cache_redis_damaged_total{kind="other_format"} 0
+lineage_prompt_cache_redis_damaged_total{kind="index"} 0
+lineage_prompt_cache_redis_damaged_total{kind="counter"} 0
+lineage_prompt_cache_redis_damaged_total{kind="wrong_type"} 0
+lineage_prompt_cache_redis_damaged_total{kind="too_large"} 0
 # HELP lineage_prompt_cache_warmups_total Background warm-ups of a conversation's next turn, by outcome: stored (the whole prefix), preempted (a request came first; what was done is parked).
 # TYPE lineage_prompt_cache_warmups_total counter
 lineage_prompt_cache_warmups_total{outcome="stored"} 6

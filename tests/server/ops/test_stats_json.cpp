@@ -45,7 +45,8 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
                                      R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0})");
     EXPECT_EQ(dump(j["disk"]["damage"]),
               R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"not_regular":0,"index_row":0,"index":0})");
-    EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0})");
+    EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0,)"
+                                          R"("index":0,"counter":0,"wrong_type":0,"too_large":0})");
     EXPECT_EQ(dump(j["warmup"]["skipped"]),
               R"({"not_needed":0,"replaced":0,"queue_full":0,"preempted_too_often":0,"superseded":0,"reset":0})");
 }

@@ -16,6 +16,7 @@
 #include "server/dialects/completions/completions_handler.h"
 #include "server/dialects/responses/responses_handler.h"
 #include "server/http/endpoints.h"
+#include "server/http/errors.h"
 #include "server/http/routes.h"
 #include "server/prepare/lora_registry.h"
 #include "server/run/generation.h"
@@ -250,6 +251,51 @@ TEST_F(GenerationHandler, AClientThatIsGoneCancelsItsRequest) {
     }
     EXPECT_EQ(ended, 1U);
     EXPECT_EQ(cancelled, 1U);
+}
+
+// The runtime bound on a sampling step (sampling_params::max_step_s, from --max-grammar-ms): a
+// grammar whose step takes longer than the bound ends its request with grammar_too_costly, which
+// the routes answer as a 400 of that code; the same request with no bound generates.
+TEST_F(GenerationHandler, AGrammarStepOverItsBoundEndsTheRequest) {
+    const auto run = [&](double max_step_s) {
+        auto gr = std::make_shared<scheduler::generation_request>();
+        gr->id = 1000 + static_cast<uint64_t>(max_step_s > 0);
+        gr->prompt = model_->tokenize("Name a colour of the rainbow:", /*parse_special=*/false);
+        gr->sampling.temperature = 0;
+        gr->sampling.max_tokens = 4;
+        gr->sampling.grammar.type = engine::grammar_spec::kind::user;
+        gr->sampling.grammar.gbnf = "root ::= [a-z]+";
+        gr->sampling.max_step_s = max_step_s;
+        gr->cache.cache_prompt = false;
+        sched_->submit(gr);
+        std::vector<scheduler::generation_event> events;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (std::chrono::steady_clock::now() < deadline) {
+            auto e = gr->events->pop(std::chrono::milliseconds(100));
+            if (!e) {
+                continue;
+            }
+            events.push_back(std::move(*e));
+            if (events.back().type != scheduler::generation_event::kind::token) {
+                break;
+            }
+        }
+        return events;
+    };
+    const auto bounded = run(1e-9);  // any step takes longer
+    ASSERT_FALSE(bounded.empty());
+    EXPECT_EQ(bounded.size(), 1U) << "no token is emitted from the step over the bound";
+    ASSERT_EQ(bounded.back().type, scheduler::generation_event::kind::error);
+    EXPECT_EQ(bounded.back().failure.kind, scheduler::failure_kind::grammar_too_costly);
+    EXPECT_NE(bounded.back().failure.message.find("(--max-grammar-ms)"), std::string::npos) << bounded.back().failure.message;
+    const api_error e = to_api_error(bounded.back().failure);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "grammar_too_costly");
+
+    const auto free_run = run(0);  // the positive case: the same request generates
+    ASSERT_FALSE(free_run.empty());
+    EXPECT_EQ(free_run.back().type, scheduler::generation_event::kind::done);
+    EXPECT_GE(free_run.size(), 2U);
 }
 
 // Every generating row's error shape is its dialect's (routes before any handler answer in the

@@ -6,7 +6,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace lineage::cache {
@@ -57,6 +60,54 @@ std::string redis_entry_key(const std::string & model, const std::string & bucke
     return h.hex();
 }
 
+std::optional<int64_t> parse_redis_sequence(std::string_view score) {
+    // Redis writes a score as an integer ("5") or a double ("1.5", "1e+20", "inf"); only a
+    // whole number in range is a sequence. strtod wants a terminated string, and a short one.
+    if (score.empty() || score.size() > 32 || score.find_first_not_of("0123456789.eE+-") != std::string_view::npos ||
+        !(score[0] >= '0' && score[0] <= '9')) {
+        return std::nullopt;  // inf, nan, hex, spaces: strtod would take them
+    }
+    if (score.find_first_not_of("0123456789") == std::string_view::npos) {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(score.data(), score.data() + score.size(), v);
+        if (ec != std::errc() || end != score.data() + score.size() || v < 1 || v > redis_max_sequence) {
+            return std::nullopt;
+        }
+        return v;
+    }
+    const std::string text(score);
+    char * end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size() || !std::isfinite(v) || v < 1 ||
+        v > static_cast<double>(redis_max_sequence) || v != std::floor(v)) {
+        return std::nullopt;
+    }
+    return static_cast<int64_t>(v);
+}
+
+bool valid_redis_entry_key(std::string_view ek) {
+    return ek.size() == 32 &&
+           std::all_of(ek.begin(), ek.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::string check_redis_geometry(uint64_t payload_bytes, uint32_t n_chunks) {
+    const std::string what = std::to_string(payload_bytes) + " bytes in " + std::to_string(n_chunks) + " chunks";
+    if (n_chunks == 0 || n_chunks > redis_max_chunks) {
+        return what + ": the count is not in [1, " + std::to_string(redis_max_chunks) + "]";
+    }
+    if (payload_bytes > redis_max_payload_bytes) {
+        return what + ": more than " + std::to_string(redis_max_payload_bytes) + " bytes";
+    }
+    if (n_chunks == 1) {
+        return payload_bytes <= redis_max_chunk_bytes ? std::string() : what + ": one chunk over 512 MiB";
+    }
+    // Chunks of c bytes but the last, which holds the rest (1..c): (n - 1) c < payload <= n c.
+    const uint64_t n = n_chunks;
+    const uint64_t lo = std::max(redis_min_chunk_bytes, (payload_bytes + n - 1) / n);
+    const uint64_t hi = payload_bytes == 0 ? 0 : std::min(redis_max_chunk_bytes, (payload_bytes - 1) / (n - 1));
+    return lo <= hi ? std::string() : what + ": no chunk size of 1 KiB to 512 MiB splits it so";
+}
+
 std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec) {
     disk_record bare;
     bare.id = rec.id;
@@ -91,8 +142,8 @@ tier_load_result decode_redis_meta(std::string_view bytes, const std::string & m
     if (version != redis_format_version) {
         return failed(tier_load_error::other_format, "tier-3 format version " + std::to_string(version));
     }
-    if (out.n_chunks == 0) {
-        return failed(tier_load_error::corrupt, "index entry of 0 chunks");
+    if (std::string bad = check_redis_geometry(out.payload_bytes, out.n_chunks); !bad.empty()) {
+        return failed(tier_load_error::corrupt, "index entry of " + bad);
     }
     tier_load_result r = decode_disk_record(c.s, model);
     if (r.error == tier_load_error::none) {
@@ -125,50 +176,79 @@ std::vector<std::string> split_chunks(std::string_view ek, std::string_view payl
     return out;
 }
 
+tier_load_result check_chunk(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks, uint32_t i,
+                             std::string_view raw, uint64_t & chunk_size, std::string_view & data) {
+    const std::string where = "chunk " + std::to_string(i) + " of " + std::to_string(n_chunks);
+    if (raw.size() < chunk_fixed) {
+        return failed(tier_load_error::truncated, where + ": " + std::to_string(raw.size()) + " bytes");
+    }
+    if (std::memcmp(raw.data(), redis_chunk_magic, sizeof redis_chunk_magic) != 0) {
+        return failed(tier_load_error::bad_magic, where + ": not a lineage chunk");
+    }
+    uint64_t stored = 0;
+    std::memcpy(&stored, raw.data() + raw.size() - sizeof stored, sizeof stored);
+    if (stored != XXH3_64bits(raw.data(), raw.size() - sizeof stored)) {
+        return failed(tier_load_error::corrupt, where + ": checksum mismatch");
+    }
+    cursor c{raw.substr(8, raw.size() - 8 - sizeof stored)};
+    uint32_t version = 0, index = 0, count = 0, ek_len = 0, data_len = 0;
+    uint64_t total = 0;
+    std::string_view key;
+    if (!c.get(version) || !c.get(index) || !c.get(count) || !c.get(total) || !c.get(ek_len) ||
+        !c.take(key, ek_len) || !c.get(data_len) || !c.take(data, data_len) || !c.s.empty()) {
+        return failed(tier_load_error::corrupt, where + ": sizes do not add up");
+    }
+    if (version != redis_format_version) {
+        return failed(tier_load_error::other_format, where + ": format version " + std::to_string(version));
+    }
+    if (index != i || count != n_chunks || total != payload_bytes || key != ek) {
+        return failed(tier_load_error::identity, where + ": holds chunk " + std::to_string(index) + " of " +
+                                                     std::to_string(count) + " of entry " + std::string(key));
+    }
+    // The chunk size: chunk 0's data, which must split the payload into exactly n_chunks.
+    const uint64_t n = n_chunks;
+    if (i == 0) {
+        chunk_size = data_len;
+        const bool fits = n == 1 ? data_len == payload_bytes
+                                 : data_len > 0 && (n - 1) * data_len < payload_bytes &&  // n, data_len < 2^32
+                                       payload_bytes <= n * data_len;
+        if (!fits) {
+            return failed(tier_load_error::identity, where + ": " + std::to_string(data_len) + " bytes do not split " +
+                                                         std::to_string(payload_bytes) + " bytes into " +
+                                                         std::to_string(n) + " chunks");
+        }
+    } else {
+        const uint64_t want = i + 1 < n ? chunk_size : payload_bytes - (n - 1) * chunk_size;
+        if (data_len != want) {
+            return failed(tier_load_error::identity,
+                          where + ": " + std::to_string(data_len) + " bytes, expected " + std::to_string(want));
+        }
+    }
+    return {};
+}
+
 tier_load_result join_chunks(std::string_view ek, uint64_t payload_bytes, uint32_t n_chunks,
                              const std::vector<std::optional<std::string>> & chunks, std::string & payload) {
     payload.clear();
+    if (n_chunks == 0) {
+        return failed(tier_load_error::corrupt, "an entry of 0 chunks");  // split_chunks makes one at least
+    }
     if (chunks.size() != n_chunks) {
         return failed(tier_load_error::identity, "read " + std::to_string(chunks.size()) + " chunks of " +
                                                      std::to_string(n_chunks));
     }
+    uint64_t chunk_size = 0;
     for (uint32_t i = 0; i < n_chunks; ++i) {
-        const std::string where = "chunk " + std::to_string(i) + " of " + std::to_string(n_chunks);
         if (!chunks[i]) {
-            return failed(tier_load_error::missing, where + " is not in Redis (evicted or flushed)");
+            return failed(tier_load_error::missing, "chunk " + std::to_string(i) + " of " + std::to_string(n_chunks) +
+                                                        " is not in Redis (evicted or flushed)");
         }
-        const std::string & raw = *chunks[i];
-        if (raw.size() < chunk_fixed) {
-            return failed(tier_load_error::truncated, where + ": " + std::to_string(raw.size()) + " bytes");
-        }
-        if (std::memcmp(raw.data(), redis_chunk_magic, sizeof redis_chunk_magic) != 0) {
-            return failed(tier_load_error::bad_magic, where + ": not a lineage chunk");
-        }
-        uint64_t stored = 0;
-        std::memcpy(&stored, raw.data() + raw.size() - sizeof stored, sizeof stored);
-        if (stored != XXH3_64bits(raw.data(), raw.size() - sizeof stored)) {
-            return failed(tier_load_error::corrupt, where + ": checksum mismatch");
-        }
-        cursor c{std::string_view(raw).substr(8, raw.size() - 8 - sizeof stored)};
-        uint32_t version = 0, index = 0, count = 0, ek_len = 0, data_len = 0;
-        uint64_t total = 0;
-        std::string_view key, data;
-        if (!c.get(version) || !c.get(index) || !c.get(count) || !c.get(total) || !c.get(ek_len) ||
-            !c.take(key, ek_len) || !c.get(data_len) || !c.take(data, data_len) || !c.s.empty()) {
-            return failed(tier_load_error::corrupt, where + ": sizes do not add up");
-        }
-        if (version != redis_format_version) {
-            return failed(tier_load_error::other_format, where + ": format version " + std::to_string(version));
-        }
-        if (index != i || count != n_chunks || total != payload_bytes || key != ek) {
-            return failed(tier_load_error::identity, where + ": holds chunk " + std::to_string(index) + " of " +
-                                                         std::to_string(count) + " of entry " + std::string(key));
+        std::string_view data;
+        tier_load_result r = check_chunk(ek, payload_bytes, n_chunks, i, *chunks[i], chunk_size, data);
+        if (r.error != tier_load_error::none) {
+            return r;
         }
         payload.append(data);
-    }
-    if (payload.size() != payload_bytes) {
-        return failed(tier_load_error::corrupt, "chunks of " + std::to_string(payload.size()) + " bytes, expected " +
-                                                    std::to_string(payload_bytes));
     }
     return {};
 }

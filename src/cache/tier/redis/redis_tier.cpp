@@ -1,6 +1,8 @@
 // cache::redis_tier: tier 3 in Redis; see redis_tier.h.
 #include "cache/tier/redis/redis_tier.h"
 
+#include "cache/tier/redis/redis_reply.h"
+
 #include <hiredis/hiredis.h>
 #include <spdlog/spdlog.h>
 
@@ -11,29 +13,16 @@
 
 namespace lineage::cache {
 
+using namespace redis_reply;
+
 namespace {
 
 double mono_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-struct reply_free {
-    void operator()(redisReply * r) const { freeReplyObject(r); }
-};
-using reply_ptr = std::unique_ptr<redisReply, reply_free>;
-
-std::optional<std::string> string_of(const redisReply * r) {
-    if (r != nullptr && r->type == REDIS_REPLY_STRING) {
-        return std::string(r->str, r->len);
-    }
-    return std::nullopt;
-}
-
 }  // namespace
 
-struct redis_tier::reply_set {
-    std::vector<reply_ptr> r;
-};
 
 util::expected<redis_url> parse_redis_url(const std::string & url) {
     const std::string scheme = "redis://";
@@ -92,8 +81,10 @@ redis_tier::redis_tier(redis_config cfg)
         stats_.enabled = true;
         stats_.url = cfg_.url;
         stats_.ns = cfg_.ns;
+        ready_ = {tier_readiness::warming, "connecting to Redis at " + cfg_.url + " to read its index"};
     }
     start();
+    request_tick();  // the first read of the index now, not after poll_s: the replica is not ready before it
 }
 
 redis_tier::~redis_tier() {
@@ -107,6 +98,11 @@ std::optional<tier_candidate> redis_tier::best(const std::string & bucket, const
                                                const tokens & prompt, int32_t longer_than) const {
     util::lock_guard lk(mu_);
     return mirror_.best(bucket, session, prompt, longer_than);
+}
+
+tier_state redis_tier::readiness() const {
+    util::lock_guard lk(mu_);
+    return ready_;
 }
 
 void redis_tier::write_dropped() {
@@ -157,8 +153,9 @@ tier_report describe(const redis_stats & r) {
                    "Tier-3 hits whose chunks were gone (Redis eviction, FLUSHALL): misses."),
             figure("damaged", r.damaged),
             figure_map("damage", r.damage, "damaged_total",
-                       "Damaged or foreign tier-3 chunks and index entries (never served; deleted), by kind.", "kind",
-                       {"corrupt", "truncated", "bad_magic", "identity", "other_format"}),
+                       "Damaged or foreign tier-3 chunks and index entries, and bad values in the index (never served; deleted, skipped or repaired), by kind.", "kind",
+                       {"corrupt", "truncated", "bad_magic", "identity", "other_format", "index", "counter",
+                        "wrong_type", "too_large"}),
             figure("index_resets", r.index_resets),
             figure("queued", r.queued),
         }};
@@ -192,9 +189,13 @@ redis_stats redis_tier::get_stats() const {
 }
 
 void redis_tier::count_damage(tier_load_error e) {
+    count_damage(std::string(to_string(e)));
+}
+
+void redis_tier::count_damage(const std::string & kind) {
     util::lock_guard lk(mu_);
     stats_.damaged++;
-    stats_.damage[to_string(e)]++;
+    stats_.damage[kind]++;
 }
 
 void redis_tier::drop_connection(const std::string & why) {
@@ -204,13 +205,17 @@ void redis_tier::drop_connection(const std::string & why) {
                           why.find("timed out") != std::string::npos);
     {
         util::lock_guard lk(mu_);
-        if (stats_.connected) {
+        if (ready_.state == tier_readiness::warming) {
+            spdlog::warn("tier 3: Redis at {} unavailable at startup ({}); ready without it, retrying every {:.0f} s",
+                         cfg_.url, why, cfg_.retry_s);
+        } else if (stats_.connected) {
             spdlog::warn("tier 3: Redis at {} failed ({}); requests go on without it, retrying in {:.0f} s", cfg_.url,
                          why, cfg_.retry_s);
         }
         stats_.errors++;
         stats_.timeouts += timeout ? 1 : 0;
         stats_.connected = false;
+        ready_ = {tier_readiness::unavailable, "Redis at " + cfg_.url + " failed (" + why + "); retrying"};
     }
     if (ctx_ != nullptr) {
         redisFree(ctx_);
@@ -241,6 +246,10 @@ bool redis_tier::connected() {
     if (url_.db != 0) {
         reply_set rs;
         if (!pipeline({{"SELECT", std::to_string(url_.db)}}, rs)) {
+            return false;
+        }
+        if (is_error(rs.r[0].get())) {
+            drop_connection("SELECT " + std::to_string(url_.db) + ": " + std::string(rs.r[0]->str, rs.r[0]->len));
             return false;
         }
     }
@@ -274,8 +283,12 @@ bool redis_tier::pipeline(const std::vector<std::vector<std::string>> & cmds, re
         }
         out.r.emplace_back(static_cast<redisReply *>(r));
     }
-    for (const auto & r : out.r) {
-        if (r->type == REDIS_REPLY_ERROR) {
+    return true;
+}
+
+bool redis_tier::all_ok(const reply_set & rs) {
+    for (const auto & r : rs.r) {
+        if (is_error(r.get())) {
             // An error reply (e.g. OOM under maxmemory noeviction): the connection is fine.
             const std::string msg(r->str, r->len);
             util::lock_guard lk(mu_);
@@ -289,10 +302,15 @@ bool redis_tier::pipeline(const std::vector<std::vector<std::string>> & cmds, re
 
 void redis_tier::forget(copy_id id) {
     util::lock_guard lk(mu_);
+    unmirror(id);
+}
+
+void redis_tier::unmirror(copy_id id) {
     auto it = remote_.find(id);
     if (it == remote_.end()) {
         return;
     }
+    mirror_tokens_ -= it->second.n_tokens;
     by_key_.erase(it->second.ek);
     remote_.erase(it);
     mirror_.remove(id);
@@ -306,24 +324,41 @@ tier_completion redis_tier::write_now(tier_write & w) {
     const std::string ek = redis_entry_key(rec.model, rec.bucket, rec.toks);
     const std::string payload = encode_disk_record(rec);
     const auto chunks = split_chunks(ek, payload, cfg_.chunk_bytes);
+    std::string meta = encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec);
+    if (chunks.size() > redis_max_chunks || meta.size() > redis_max_meta_bytes || payload.size() > redis_max_payload_bytes) {
+        // What every reader would reject (redis_format.h bounds): not written.
+        util::lock_guard lk(mu_);
+        stats_.write_failures++;
+        spdlog::warn("tier 3: an entry of {} bytes in {} chunks (index entry {} bytes) is past what a reader accepts; "
+                     "not written (raise --cache-redis-chunk-bytes)",
+                     payload.size(), chunks.size(), meta.size());
+        return {w.entry_id, 0, util::status::error("tier 3: entry too large for Redis")};
+    }
     std::vector<std::vector<std::string>> cmds;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < chunks.size(); ++i) {
         cmds.push_back({"SET", keys_.chunk(ek, i), chunks[i]});
         bytes += chunks[i].size();
     }
-    cmds.push_back(
-        {"SET", keys_.meta(ek), encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec)});
+    cmds.push_back({"SET", keys_.meta(ek), std::move(meta)});
     // The index entry last: a reader that sees it finds the chunks (unless evicted since). The
     // sequence number and the index entry in one script (Redis runs a script atomically): with
     // INCR and ZADD apart, a reader that polled between them read the new sequence, found no
     // index entry above its last, moved past it and never mirrored the entry (an e2e run saw a
     // replica stuck one entry short); so did one whose ZADD of sequence n landed after another
     // writer's n + 1 had been read.
-    cmds.push_back({"EVAL", redis_index_script, "2", keys_.seq(), keys_.index(), ek,
-                    std::to_string(redis_max_index)});
+    // The script checks and repairs the counter and the index first (redis_check_script): a
+    // counter set to garbage or a key of another type must not stop every later write.
+    cmds.push_back({"EVAL", redis_index_script, "2", keys_.seq(), keys_.index(), std::to_string(redis_max_sequence),
+                    ek, std::to_string(redis_max_index)});
     reply_set rs;
-    const bool ok = pipeline(cmds, rs);
+    bool ok = pipeline(cmds, rs);
+    if (ok) {
+        if (auto c = check_result_of(rs.r.back().get())) {
+            count_repairs(c->n, c->fixed, c->removed);
+        }
+        ok = all_ok(rs);
+    }
     util::lock_guard lk(mu_);
     if (!ok) {
         stats_.write_failures++;
@@ -335,103 +370,75 @@ tier_completion redis_tier::write_now(tier_write & w) {
     return {w.entry_id, 1, util::status::ok(), bytes};
 }
 
-bool redis_tier::tick_now() {
-    reply_set rs;
-    if (!pipeline({{"GET", keys_.seq()}}, rs)) {
-        return false;
-    }
-    const auto seq_text = string_of(rs.r[0].get());
-    const int64_t seq = seq_text ? std::stoll(*seq_text) : 0;
-    if (seq < last_seq_) {
-        // FLUSHALL, a Redis restart without persistence, or eviction of the counter: what the
-        // mirror lists is gone.
-        util::lock_guard lk(mu_);
-        spdlog::info("tier 3: the index in Redis restarted (sequence {} < {}): mirror of {} entries cleared", seq,
-                     last_seq_, remote_.size());
-        stats_.index_resets++;
-        mirror_.clear();
-        remote_.clear();
-        by_key_.clear();
-        order_.clear();
-        last_seq_ = 0;
-    }
-    if (seq == last_seq_) {
-        return false;
-    }
-    if (!pipeline({{"ZRANGEBYSCORE", keys_.index(), "(" + std::to_string(last_seq_), "+inf", "WITHSCORES", "LIMIT", "0",
-                    "512"}},
-                  rs)) {
-        return false;
-    }
-    const redisReply * arr = rs.r[0].get();
-    std::vector<std::pair<std::string, int64_t>> fresh;
-    for (size_t i = 0; arr->type == REDIS_REPLY_ARRAY && i + 1 < arr->elements; i += 2) {
-        auto ek = string_of(arr->element[i]);
-        auto score = string_of(arr->element[i + 1]);
-        if (ek && score) {
-            fresh.emplace_back(*ek, std::stoll(*score));
+tier_load_result redis_tier::read_chunks(const remote_entry & e, std::string & payload, uint64_t & bytes,
+                                         uint32_t & n_owned) {
+    // Chunk 0 alone first: its checksummed header must agree with the index entry's count and
+    // size, and its data length gives the chunk size, before any other chunk is asked for; then
+    // batches of at most max_batch_bytes, each chunk read no longer than a sound one is (plus
+    // one byte, to see a longer one). So what a load holds follows the bytes Redis really has
+    // for a sound entry, whatever an index entry declares.
+    tier_load_result r;
+    n_owned = 1;
+    const uint64_t overhead = redis_chunk_overhead(e.ek);
+    uint64_t chunk_size = 0;
+    for (uint32_t i = 0; i < e.n_chunks;) {
+        std::vector<std::vector<std::string>> gets;
+        std::vector<uint64_t> sizes;
+        uint64_t batch = 0;
+        for (uint32_t k = i; k < e.n_chunks && (k == i || (i > 0 && batch + overhead + chunk_size <= max_batch_bytes));
+             ++k) {
+            const uint64_t data = k == 0 ? std::min(e.payload_bytes, redis_max_chunk_bytes)
+                                  : k + 1 < e.n_chunks ? chunk_size
+                                                       : e.payload_bytes - (e.n_chunks - 1) * chunk_size;
+            sizes.push_back(overhead + data);
+            batch += overhead + data;
+            gets.push_back({"GETRANGE", keys_.chunk(e.ek, k), "0", std::to_string(overhead + data)});
+            if (k == 0) {
+                break;
+            }
+        }
+        reply_set rs;
+        if (!pipeline(gets, rs)) {
+            r.error = tier_load_error::io;
+            r.detail = "Redis unreachable or slow";
+            return r;
+        }
+        for (size_t k = 0; k < gets.size(); ++k, ++i) {
+            const std::string where = "chunk " + std::to_string(i) + " of " + std::to_string(e.n_chunks);
+            const redisReply * x = rs.r[k].get();
+            if (is_wrong_type(x)) {
+                r.error = tier_load_error::bad_magic;
+                r.detail = where + " is a key of another Redis type";
+                return r;
+            }
+            if (is_error(x)) {
+                all_ok(rs);
+                r.error = tier_load_error::io;
+                r.detail = where + ": " + std::string(x->str, x->len);
+                return r;
+            }
+            const auto raw = string_of(x);
+            if (!raw || raw->empty()) {  // GETRANGE answers "" for a missing key
+                r.error = tier_load_error::missing;
+                r.detail = where + " is not in Redis (evicted or flushed)";
+                return r;
+            }
+            if (raw->size() > sizes[k]) {
+                r.error = tier_load_error::corrupt;
+                r.detail = where + " is longer than its index entry allows";
+                return r;
+            }
+            bytes += raw->size();
+            std::string_view data;
+            r = check_chunk(e.ek, e.payload_bytes, e.n_chunks, i, *raw, chunk_size, data);
+            if (r.error != tier_load_error::none) {
+                return r;
+            }
+            n_owned = e.n_chunks;  // chunk 0 agrees with the index entry: its keys are the entry's
+            payload.append(data);
         }
     }
-    if (fresh.empty()) {
-        last_seq_ = seq;
-        return false;
-    }
-    std::vector<std::vector<std::string>> gets;
-    for (const auto & [ek, s] : fresh) {
-        gets.push_back({"GET", keys_.meta(ek)});
-    }
-    if (!pipeline(gets, rs)) {
-        return false;
-    }
-    for (size_t i = 0; i < fresh.size(); ++i) {
-        last_seq_ = std::max(last_seq_, fresh[i].second);
-        const auto bytes = string_of(rs.r[i].get());
-        if (!bytes) {
-            continue;  // evicted since
-        }
-        redis_meta m;
-        const tier_load_result r = decode_redis_meta(*bytes, cfg_.model, m);
-        if (r.error == tier_load_error::other_model) {
-            continue;  // another model's replicas share the namespace: not ours
-        }
-        if (r.error != tier_load_error::none) {
-            count_damage(r.error);
-            spdlog::warn("tier 3: index entry {} ignored ({}: {})", fresh[i].first, to_string(r.error), r.detail);
-            continue;
-        }
-        util::lock_guard lk(mu_);
-        if (auto old = by_key_.find(fresh[i].first); old != by_key_.end()) {
-            const copy_id id = old->second;
-            mirror_.remove(id);
-            by_key_.erase(old);
-            remote_.erase(id);
-            std::erase(order_, id);
-        }
-        const copy_id id = next_id_++;
-        tier_catalog::file f;
-        f.id = id;
-        f.bucket = m.rec.bucket;
-        f.session = m.rec.session;
-        f.toks = std::move(m.rec.toks);
-        f.checkpoints = std::move(m.rec.checkpoints);
-        f.history = m.rec.history;
-        f.anchor = m.rec.anchor;
-        f.tenant = m.rec.tenant;
-        f.bytes = m.payload_bytes;
-        f.last_use = static_cast<double>(fresh[i].second);
-        mirror_.add(std::move(f));
-        remote_[id] = {fresh[i].first, m.payload_bytes, m.n_chunks};
-        by_key_[fresh[i].first] = id;
-        order_.push_back(id);
-        while (static_cast<int64_t>(order_.size()) > redis_max_index) {
-            const copy_id victim = order_.front();
-            order_.pop_front();
-            by_key_.erase(remote_[victim].ek);
-            remote_.erase(victim);
-            mirror_.remove(victim);
-        }
-    }
-    return fresh.size() == 512;  // more to read
+    return r;
 }
 
 tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
@@ -451,24 +458,10 @@ tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
         r.detail = "no longer in the mirror";
         return r;
     }
-    std::vector<std::vector<std::string>> gets;
-    for (uint32_t i = 0; i < e.n_chunks; ++i) {
-        gets.push_back({"GET", keys_.chunk(e.ek, i)});
-    }
-    reply_set rs;
-    if (!pipeline(gets, rs)) {
-        r.error = tier_load_error::io;
-        r.detail = "Redis unreachable or slow";
-        return r;
-    }
-    std::vector<std::optional<std::string>> chunks;
-    uint64_t bytes = 0;
-    for (const auto & x : rs.r) {
-        chunks.push_back(string_of(x.get()));
-        bytes += chunks.back() ? chunks.back()->size() : 0;
-    }
     std::string payload;
-    r = join_chunks(e.ek, e.payload_bytes, e.n_chunks, chunks, payload);
+    uint64_t bytes = 0;
+    uint32_t n_owned = 1;
+    r = read_chunks(e, payload, bytes, n_owned);
     if (r.error == tier_load_error::none) {
         r = decode_disk_record(payload, cfg_.model);
     }
@@ -499,9 +492,14 @@ tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
         count_damage(r.error);
         spdlog::warn("tier 3: entry {} rejected ({}: {}); deleted from Redis", e.ek, to_string(r.error), r.detail);
         forget(id);
-        std::vector<std::vector<std::string>> dels{{"ZREM", keys_.index(), e.ek}, {"DEL", keys_.meta(e.ek)}};
-        for (uint32_t i = 0; i < e.n_chunks; ++i) {
-            dels.push_back({"DEL", keys_.chunk(e.ek, i)});
+        // The chunk keys known to be the entry's, in UNLINKs of 1,024 keys (an index entry's
+        // count alone, unchecked, never sizes a pipeline).
+        std::vector<std::vector<std::string>> dels{{"ZREM", keys_.index(), e.ek}, {"UNLINK", keys_.meta(e.ek)}};
+        for (uint32_t i = 0; i < n_owned; ++i) {
+            if (i % 1024 == 0) {
+                dels.push_back({"UNLINK"});
+            }
+            dels.back().push_back(keys_.chunk(e.ek, i));
         }
         reply_set ignored;
         pipeline(dels, ignored);

@@ -80,7 +80,12 @@ struct redis_stats {
     int64_t connects = 0;             ///< connections opened
     int64_t vanished = 0;             ///< hits whose chunks were gone (evicted, FLUSHALL): misses
     /** Damaged or foreign chunks and index entries found (never served; deleted from Redis):
-     *  the sum of `damage`, by kind (corrupt, truncated, bad_magic, identity, other_format). */
+     *  the sum of `damage`, by kind: corrupt, truncated, bad_magic (a key of another Redis type
+     *  where a chunk belongs too), identity, other_format of an entry; index (an index member
+     *  that is no entry key scored by a sequence, or scored above the counter, e.g. +inf:
+     *  skipped or removed), counter (the sequence counter not a number in range: repaired),
+     *  wrong_type (the index or an index entry a key of another type), too_large (an index entry
+     *  past 32 MiB: skipped). */
     int64_t damaged = 0;
     std::map<std::string, int64_t> damage;
     int64_t index_resets = 0;         ///< the index vanished or restarted (FLUSHALL): mirror cleared
@@ -120,6 +125,10 @@ public:
     // entries -- and forgets them here even when Redis cannot be reached, so this replica never
     // restores them again; other models' entries in the namespace stay.
     redis_stats get_stats() const;
+    /** warming from the start until the first read of the whole index, or until the first call
+     *  fails (connect or read, each bounded by --cache-redis-timeout-ms): then unavailable, the
+     *  replica serving without tier 3, until a later read of the whole index makes it ready. */
+    tier_state readiness() const override;
     /** Its figures (describe) into stats::tiers. */
     void report(stats & s) const override;
     /** reset_result::redis (true), redis_entries_freed, redis_bytes_freed. */
@@ -133,6 +142,7 @@ private:
         std::string ek;
         uint64_t payload_bytes = 0;
         uint32_t n_chunks = 0;
+        uint64_t n_tokens = 0;  ///< its tokens in the mirror
     };
     /** One reply per command (nullptr for all when the connection failed: dropped, counted). */
     struct reply_set;
@@ -141,14 +151,45 @@ private:
     tier_completion write_now(tier_write & w) override;
     tier_load_result load_now(copy_id id, const tier_expect & want) override;
     std::pair<int64_t, uint64_t> reset_now(const std::optional<std::string> & tenant) override;
-    /** Reads the index for other replicas' entries; true when more is left to read. */
+    /** Reads the index for other replicas' entries; true when more is left to read
+     *  (redis_mirror.cpp). */
     bool tick_now() override;
+    /** The counter, after redis_poll_script checked and repaired it and the index; nullopt when
+     *  Redis could not be asked (then unavailable). */
+    std::optional<int64_t> read_counter();
+    /** The next page (index_page members) of the index after cursor_ up to `seq`: the members that
+     *  are entry keys scored by a sequence into `fresh` (the others counted); `last_score`: the
+     *  highest score read, `n_read`: members read. False when Redis failed. */
+    bool read_index_page(int64_t seq, std::vector<std::pair<std::string, int64_t>> & fresh, double & last_score,
+                         size_t & n_read);
+    /** The metas of `fresh`, each bounded before it is read, into the mirror (mirror_meta).
+     *  False when Redis failed. */
+    bool read_metas(const std::vector<std::pair<std::string, int64_t>> & fresh);
+    static constexpr size_t index_page = 512;
     bool connected();
     void drop_connection(const std::string & why);
-    /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout. */
+    /** Sends the commands as one pipeline; false (connection dropped) on an I/O error or timeout.
+     *  An error reply (WRONGTYPE, OOM, ...) is one of `out`'s replies, not a failure. */
     bool pipeline(const std::vector<std::vector<std::string>> & cmds, reply_set & out);
+    /** True when no reply of `rs` is an error; else counts one error (the connection is fine). */
+    bool all_ok(const reply_set & rs);
+    /** Counts and logs what redis_check_script repaired (redis_format.h: `fixed` bits, `removed`
+     *  members), the counter now at `n`. */
+    void count_repairs(int64_t n, int64_t fixed, int64_t removed);
+    /** Adds index entry `ek` (scored `seq`; its meta's `bytes`) to the mirror, replacing an older
+     *  copy of it; a meta that does not decode is counted as damage, another model's skipped. */
+    void mirror_meta(const std::string & ek, int64_t seq, const std::string & bytes);
+    /** Reads and checks entry `e`'s chunks into `payload` (chunk 0 first, then batches of at most
+     *  64 MiB); `bytes`: chunk bytes read; `n_owned`: how many of its chunk keys are known to be
+     *  the entry's (all once chunk 0 checked out, else 1), to delete on damage. */
+    tier_load_result read_chunks(const remote_entry & e, std::string & payload, uint64_t & bytes, uint32_t & n_owned);
     void forget(copy_id id);
+    /** Removes copy `id` from the mirror (forget() without the lock). */
+    void unmirror(copy_id id) REQUIRES(mu_);
     void count_damage(tier_load_error e);
+    void count_damage(const std::string & kind);
+    /** The whole index has been read (up to the sequence read before it): ready. */
+    void index_read();
     void write_dropped() override;
 
     redis_config cfg_;
@@ -156,15 +197,18 @@ private:
     redis_keys keys_;
     redisContext * ctx_ = nullptr;        // Redis thread
     double next_connect_ = 0;             // Redis thread: monotonic seconds
-    int64_t last_seq_ = 0;                // Redis thread: the index read up to this sequence
+    int64_t last_seq_ = 0;                // Redis thread: the counter when the index was last read whole
+    double cursor_ = 0;                   // Redis thread: the index read up to this score
 
     mutable util::mutex mu_;
     tier_catalog mirror_ GUARDED_BY(mu_);
     std::map<copy_id, remote_entry> remote_ GUARDED_BY(mu_);
     std::map<std::string, copy_id> by_key_ GUARDED_BY(mu_);
-    std::deque<copy_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bound
+    std::deque<copy_id> order_ GUARDED_BY(mu_);  // oldest first, for the mirror's bounds
+    uint64_t mirror_tokens_ GUARDED_BY(mu_) = 0;  // tokens the mirror holds (redis_max_mirror_tokens)
     copy_id next_id_ GUARDED_BY(mu_) = 1;
     redis_stats stats_ GUARDED_BY(mu_);
+    tier_state ready_ GUARDED_BY(mu_);
 };
 
 }  // namespace lineage::cache

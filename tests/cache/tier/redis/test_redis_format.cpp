@@ -9,6 +9,7 @@
 #include "disk_fixture.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <fstream>
@@ -180,6 +181,95 @@ TEST(RedisFormat, IndexEntryHasNoStates) {
     EXPECT_EQ(decode_redis_meta("LNGCHUNK" + m.substr(8), "model-a", out).error, tier_load_error::bad_magic);
 }
 
+// Issue #56: Redis is storage anyone with write access can fill. Every number read from it is
+// checked before it sizes anything.
+TEST(RedisHostile, ChunkCountsAnIndexEntryCannotHoldAreRejectedBeforeAnyRead) {
+    disk_record rec = record({7, 8, 9, 10}, 5000, {});
+    redis_meta out;
+    // The measured attack: the count set to 10,000,000 (a 30 s wait and 5 GB of RSS) and to 2^32-1
+    // (a bad_alloc), the payload left as it was.
+    for (uint32_t n : {10'000'000u, 0xFFFFFFFFu, 0u}) {
+        const auto r = decode_redis_meta(encode_redis_meta(123456, n, rec), "model-a", out);
+        EXPECT_EQ(r.error, tier_load_error::corrupt) << n;
+        EXPECT_NE(r.detail.find("chunks"), std::string::npos) << r.detail;
+    }
+    // A payload past 1 TiB, or more chunks than any chunk size of 1 KiB..512 MiB makes.
+    EXPECT_EQ(decode_redis_meta(encode_redis_meta(uint64_t{1} << 41, 4096, rec), "model-a", out).error,
+              tier_load_error::corrupt);
+    EXPECT_EQ(decode_redis_meta(encode_redis_meta(4096, 5, rec), "model-a", out).error, tier_load_error::corrupt);
+    EXPECT_EQ(decode_redis_meta(encode_redis_meta(uint64_t{2} << 30, 2, rec), "model-a", out).error,
+              tier_load_error::corrupt);  // two chunks of 1 GiB
+    EXPECT_EQ(decode_redis_meta(encode_redis_meta(4096, 4, rec), "model-a", out).error, tier_load_error::none);
+    EXPECT_EQ(decode_redis_meta(encode_redis_meta(0, 1, rec), "model-a", out).error, tier_load_error::none);
+}
+
+TEST(RedisHostile, GeometryAcceptsEveryWritersSplitAndNothingElse) {
+    for (uint64_t chunk : {uint64_t{1024}, uint64_t{4096}, uint64_t{4} << 20}) {
+        for (uint64_t payload : {uint64_t{0}, uint64_t{1}, chunk - 1, chunk, chunk + 1, 10 * chunk, 10 * chunk + 7}) {
+            const uint64_t n = std::max<uint64_t>(1, (payload + chunk - 1) / chunk);
+            EXPECT_EQ(check_redis_geometry(payload, static_cast<uint32_t>(n)), "") << payload << " / " << chunk;
+        }
+    }
+    EXPECT_NE(check_redis_geometry(0, 2), "");
+    EXPECT_EQ(check_redis_geometry(3000, 3), "");  // 1,024 + 1,024 + 952
+    EXPECT_NE(check_redis_geometry(2000, 3), "");  // chunks under 1 KiB
+    EXPECT_NE(check_redis_geometry(uint64_t{513} << 20, 1), "");
+    EXPECT_NE(check_redis_geometry(uint64_t{1} << 40, redis_max_chunks + 1), "");
+}
+
+TEST(RedisHostile, ChunkZeroMustAgreeWithTheIndexEntryBeforeAnotherIsRead) {
+    const std::string ek = "entry-a";
+    const auto chunks = split_chunks(ek, "0123456789", 4);  // 4 + 4 + 2
+    uint64_t size = 0;
+    std::string_view data;
+    EXPECT_EQ(check_chunk(ek, 10, 3, 0, chunks[0], size, data).error, tier_load_error::none);
+    EXPECT_EQ(size, 4u);
+    EXPECT_EQ(data, "0123");
+    EXPECT_EQ(check_chunk(ek, 10, 3, 2, chunks[2], size, data).error, tier_load_error::none);
+    EXPECT_EQ(data, "89");
+    // The index entry's count or size changed: chunk 0's checksummed header disagrees.
+    EXPECT_EQ(check_chunk(ek, 10, 10'000'000, 0, chunks[0], size, data).error, tier_load_error::identity);
+    EXPECT_EQ(check_chunk(ek, 11, 3, 0, chunks[0], size, data).error, tier_load_error::identity);
+    // A forged but self-consistent set (checksums recomputed) of a count its chunk size cannot
+    // make: 3 chunks of 4 bytes cannot hold 20.
+    const auto forged = split_chunks(ek, std::string(20, 'x'), 4);  // 5 chunks
+    EXPECT_EQ(check_chunk(ek, 20, 5, 0, forged[0], size, data).error, tier_load_error::none);
+    std::string lie = split_chunks(ek, std::string(20, 'x'), 4)[0];
+    // The same chunk 0 rewritten to claim 3 chunks (count at offset 16), checksum recomputed.
+    const uint32_t three = 3;
+    std::memcpy(lie.data() + 16, &three, 4);
+    const uint64_t sum = XXH3_64bits(lie.data(), lie.size() - 8);
+    std::memcpy(lie.data() + lie.size() - 8, &sum, 8);
+    EXPECT_EQ(check_chunk(ek, 20, 3, 0, lie, size, data).error, tier_load_error::identity);
+    // No chunks at all (found by fuzz_redis_format): no writer makes it.
+    std::string payload;
+    EXPECT_EQ(join_chunks(ek, 0, 0, {}, payload).error, tier_load_error::corrupt);
+    // A later chunk of another length than the chunk size.
+    EXPECT_EQ(check_chunk(ek, 10, 3, 0, chunks[0], size, data).error, tier_load_error::none);
+    const auto other = split_chunks(ek, "0123456789", 5);
+    EXPECT_NE(check_chunk(ek, 10, 3, 1, other[1], size, data).error, tier_load_error::none);
+}
+
+TEST(RedisHostile, SequencesAreWholeNumbersInRange) {
+    EXPECT_EQ(parse_redis_sequence("1"), 1);
+    EXPECT_EQ(parse_redis_sequence("9007199254740992"), redis_max_sequence);
+    for (const char * bad : {"", "0", "-1", "inf", "+inf", "-inf", "nan", "1.5", "abc", "9007199254740993",
+                             "18446744073709551616", "1e300", "5 ", " 5", "0x10"}) {
+        EXPECT_EQ(parse_redis_sequence(bad), std::nullopt) << bad;
+    }
+    EXPECT_EQ(parse_redis_sequence("1e+3"), 1000);  // Redis may write a whole double so
+}
+
+TEST(RedisHostile, EntryKeysHaveOneShape) {
+    disk_record rec = record({1, 2, 3}, 10, {});
+    EXPECT_TRUE(valid_redis_entry_key(redis_entry_key("model-a", rec.bucket, rec.toks)));
+    EXPECT_FALSE(valid_redis_entry_key(""));
+    EXPECT_FALSE(valid_redis_entry_key("entry-a"));
+    EXPECT_FALSE(valid_redis_entry_key(std::string(32, 'A')));
+    EXPECT_FALSE(valid_redis_entry_key(std::string(33, 'a')));
+    EXPECT_FALSE(valid_redis_entry_key(std::string(1 << 20, 'a')));
+}
+
 TEST(RedisUrl, Parses) {
     auto u = parse_redis_url("redis://127.0.0.1:6380/2");
     ASSERT_TRUE(u);
@@ -225,6 +315,11 @@ TEST(RedisTier, DownNeverThrowsAndCounts) {
     EXPECT_EQ(s.write_failures, 1);
     EXPECT_GE(s.errors, 1);
     EXPECT_EQ(s.connects, 0);
+    // Declared unavailable after the failed connect: the replica is ready (GET /ready) without
+    // tier 3 rather than warming for ever.
+    const tier_state ready = t.readiness();
+    EXPECT_EQ(ready.state, tier_readiness::unavailable);
+    EXPECT_NE(ready.detail.find("redis://127.0.0.1:1"), std::string::npos) << ready.detail;
     EXPECT_THROW(redis_tier(redis_config{}), std::invalid_argument);
 }
 
