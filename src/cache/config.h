@@ -10,6 +10,20 @@
 
 namespace lineage::cache {
 
+/** Which copy leaves RAM first when the budget is full (--cache-eviction; docs/prompt-cache.md
+ *  "Eviction by value"). */
+enum class eviction_policy : uint8_t {
+    /** The lowest value: the prefill time its restore saves beyond the next restore point below
+     *  it, times how likely it is to be restored again, per byte (store_value.cpp). */
+    value,
+    /** The least recently used (the policy before value; kept to compare against). */
+    recency,
+};
+
+constexpr const char * to_string(eviction_policy p) {
+    return p == eviction_policy::value ? "value" : "recency";
+}
+
 struct config {
     /** Master switch (--prompt-cache-enabled[=BOOL], alias --cache-prompt / --no-cache-prompt).
      *  Off: nothing read or written. */
@@ -28,6 +42,21 @@ struct config {
     /** --prompt-cache-snapshot-capacity-bytes: the budget on hybrid families, bytes; 0 =
      *  model-aware default (floor 512 MiB). */
     uint64_t snapshot_capacity_bytes = 0;
+    /** What leaves RAM first when the budget is full (--cache-eviction value|recency). */
+    eviction_policy eviction = eviction_policy::value;
+    /** Share of the RAM budget within which the pinned anchors and the entries of live
+     *  conversations (restored at least once, last used within live_window_s) are not eviction
+     *  victims while any other copy is (--cache-ram-protect; 0.5: half the budget, so that a
+     *  burst of one-off calls cannot push every running conversation out, while the other half
+     *  still takes the new ones). */
+    double ram_protect_share = 0.5;
+    /** A conversation is live while its entry was used within max(this, 4 x the measured reuse
+     *  gap) seconds (reuse_model::gap_s): an agent running a tool comes back within seconds. */
+    static constexpr double live_window_s = 60;
+    /** The eviction value looks at this many least recently used copies for its victim (as
+     *  Redis samples keys for its approximated LFU): its cost stays bounded by a few prompt
+     *  lengths of trie walk, however many entries the store holds. */
+    static constexpr int32_t eviction_candidates = 64;
     /** --prompt-cache-snapshot-max-entries / --prompt-cache-snapshot-ttl: max_entries and ttl_s
      *  on hybrid families (defaults 4096 entries, 7200 s: docs/prompt-cache.md "Configuration"). */
     int32_t snapshot_max_entries = 4096;

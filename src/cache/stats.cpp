@@ -56,7 +56,8 @@ std::vector<stat_figure> stats::describe() const {
     const std::map<std::string, int64_t> tier_bytes = signed_map(bytes);
     return {
         figure_info("enabled", enabled, "info",
-                    "Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).",
+                    "Prompt cache configuration: enabled, mode (lineage or exact), model family (dense or hybrid) and "
+                    "eviction policy (value or recency: --cache-eviction).",
                     "enabled"),
         figure_info("mode", mode, "info", "", "mode"),
         figure_info("family", family, "info", "", "family"),
@@ -116,6 +117,23 @@ std::vector<stat_figure> stats::describe() const {
                    "device entry), superseded (a resend replaced its twin), anchor_cap, released (idle and on disk: "
                    "RAM given back).",
                    "reason", eviction_reasons),
+        figure_map("evictions_by_uses", evictions_by_uses, "evictions_by_uses_total",
+                   "Entries evicted for room in the RAM budget, by how often they had been restored: unused (never), "
+                   "reused (at least once).",
+                   "uses", use_classes),
+        figure_info("eviction.policy", eviction.policy, "info", "", "eviction"),
+        figure_series("eviction.reuse_probability.unused", eviction.reuse_probability_unused, "reuse_probability",
+                      "The eviction value's learned chance that an entry is restored again, by how often it has been "
+                      "restored (0, 1, 2 or more).",
+                      "uses", "0"),
+        figure_series("eviction.reuse_probability.once", eviction.reuse_probability_once, "reuse_probability", "",
+                      "uses", "1"),
+        figure_series("eviction.reuse_probability.more", eviction.reuse_probability_more, "reuse_probability", "",
+                      "uses", "2+"),
+        figure("eviction.reuse_gap_s", eviction.reuse_gap_s, "reuse_gap_seconds",
+               "Moving average of the time between an entry's last use and its next restore, seconds."),
+        figure("eviction.prefill_s_per_token", eviction.prefill_s_per_token),
+        figure("eviction.prefill_s_per_token_position", eviction.prefill_s_per_token_position),
         figure_map("tier_hits", tier_hits, "tier_hits_total",
                    "Restores served from the tiers below RAM, by tier (disk, redis).", "tier", {}),
         figure_map("tier_reads_declined", tier_reads_declined, "tier_reads_declined_total",

@@ -115,6 +115,23 @@ struct stats {
     std::map<std::string, int64_t> key_differs;
     int64_t ghosts = 0;               ///< records of evicted entries kept to classify misses
     std::map<std::string, int64_t> evictions;    ///< by reason: lru, ttl, capacity, superseded, anchor_cap
+    /** Evictions for room (the RAM budget) by the evicted entry's reuse class: unused (never
+     *  restored while stored), reused (restored at least once: a conversation's entry). */
+    std::map<std::string, int64_t> evictions_by_uses;
+    /** The eviction value's policy and inputs (docs/prompt-cache.md "Eviction by value"): the
+     *  policy (--cache-eviction value|recency), the reuse model's probabilities by use class
+     *  (value.h: 0, 1, 2 or more uses), its reuse gap, seconds, and the prefill cost fit
+     *  (tier_cost::prefill_fit: seconds per token at position 0, and per token per position; 0
+     *  while unusable). */
+    struct {
+        std::string policy = "value";
+        double reuse_probability_unused = 0;
+        double reuse_probability_once = 0;
+        double reuse_probability_more = 0;
+        double reuse_gap_s = 0;
+        double prefill_s_per_token = 0;
+        double prefill_s_per_token_position = 0;
+    } eviction;
     /** Restores served by each tier below RAM, by tier_traits::name ("disk", "redis"); an
      *  attached tier is listed from the start (0). */
     std::map<std::string, int64_t> tier_hits;
@@ -160,7 +177,8 @@ struct stats {
                                                                      "superseded", "anchor_cap", "released"};
     static inline const std::vector<std::string> rejection_causes = {
         "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged",
-        "redis_failed"};
+        "redis_failed", "not_admitted"};
+    static inline const std::vector<std::string> use_classes = {"unused", "reused"};
     static inline const std::vector<std::string> checkpoint_kinds = {"turn",   "guard",   "divergence",
                                                                      "ladder", "message", "reply"};
 

@@ -148,6 +148,23 @@ void init_backends() {
 
 namespace {
 
+/** The GGUF file's general.architecture ("" when unreadable: llama.cpp's load then says why). */
+std::string gguf_architecture(const std::string & path) {
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gp.ctx = nullptr;
+    gguf_context * g = gguf_init_from_file(path.c_str(), gp);
+    if (g == nullptr) {
+        return {};
+    }
+    std::string arch;
+    if (const int64_t k = gguf_find_key(g, "general.architecture"); k >= 0 && gguf_get_kv_type(g, k) == GGUF_TYPE_STRING) {
+        arch = gguf_get_val_str(g, k);
+    }
+    gguf_free(g);
+    return arch;
+}
+
 const llama_vocab * vocab_of(const llama_model * m) {
     const llama_vocab * v = llama_model_get_vocab(m);
     if (!v) {
@@ -193,6 +210,18 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     mp.n_gpu_layers = p.n_gpu_layers;
     mp.load_mode = p.use_mlock ? (p.use_mmap ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MLOCK)
                                : (p.use_mmap ? LLAMA_LOAD_MODE_AUTO : LLAMA_LOAD_MODE_NONE);
+    mp.use_extra_bufts = p.use_repack;
+    if (p.use_repack) {
+        const std::string arch = gguf_architecture(p.path);
+        for (const char * a : no_repack_architectures) {
+            if (arch == a) {
+                mp.use_extra_bufts = false;
+                spdlog::info("model: {} is loaded without llama.cpp's extra CPU buffer types (as --no-repack): at the "
+                             "engine pin they abort this architecture's context on CPUs with Intel AMX",
+                             arch);
+            }
+        }
+    }
     model_ = llama_model_load_from_file(p.path.c_str(), mp);
     offloaded_ = p.n_gpu_layers != 0 && llama_supports_gpu_offload();
     if (!model_) {

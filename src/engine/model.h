@@ -46,7 +46,19 @@ struct model_params {
     bool use_mmap = true;
     /** Lock the weights in RAM so that they are never swapped out (--mlock). */
     bool use_mlock = false;
+    /** llama.cpp's extra CPU buffer types for the weights (repacked layouts, Intel AMX tiles;
+     *  llama_model_params::use_extra_bufts; --repack / --no-repack, llama-server's -nr). Off
+     *  for the architectures in no_repack_architectures whatever this says. */
+    bool use_repack = true;
 };
+
+/** Architectures (GGUF general.architecture) loaded without the extra CPU buffer types: at the
+ *  engine pin, on a CPU with Intel AMX (a Xeon Sapphire Rapids, 2026-12-06), llama.cpp places a
+ *  kimi-linear weight in the AMX buffer type that an operation other than its matrix product
+ *  reads; no backend then supports that operation and the context aborts while reserving its
+ *  graph (ggml-backend.cpp GGML_ASSERT(*cur_backend_id != -1)). llama-server at the pin aborts the
+ *  same way on the same model, and starts with --no-repack. */
+inline constexpr const char * no_repack_architectures[] = {"kimi-linear"};
 
 /** Thrown by model::tokenize() when the calling thread's tokenize_stop_scope says stop (the
  *  client that asked has gone): the rest of a long text is not tokenized. */

@@ -804,7 +804,11 @@ void scheduler::impl::step() {
     }
     if (std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.ph == slot::phase::prefill && s.chunk > 0; })) {
         // A prefill pass: the rate the tier cost rule weighs a tier copy's read against.
-        store_.cost().observe_prefill(static_cast<int32_t>(batch.size()), dt);
+        double positions = 0;
+        for (const auto & t : batch) {
+            positions += t.pos;
+        }
+        store_.cost().observe_prefill(static_cast<int32_t>(batch.size()), dt, positions);
     }
     for (auto & s : slots_) {
         if (s.ph == slot::phase::prefill && s.chunk > 0) {

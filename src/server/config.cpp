@@ -379,6 +379,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "memory-map the model file (llama.cpp decides when true: mmap unless a device cannot use it); "
         "--no-mmap reads the weights into memory instead (slower start, no page-outs)",
         boolean(c.use_mmap), true);
+    add("--repack,!--no-repack", "LINEAGE_REPACK", "[=BOOL]", "true",
+        "let llama.cpp put the weights in its extra CPU buffer types (repacked layouts, Intel AMX tiles) where "
+        "they are faster; --no-repack keeps them as stored (kimi-linear models are always loaded so: at the "
+        "engine pin the AMX buffer type aborts their context)",
+        boolean(c.use_repack), true);
+    s.back()->llama_short = {"-nr"};
     add("--mlock", "LINEAGE_MLOCK", "[=BOOL]", "false",
         "lock the weights in RAM so that they are never swapped out or compressed (may need a raised "
         "RLIMIT_MEMLOCK: ulimit -l)",
@@ -783,6 +789,33 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
     add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
         format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
         bytes_min(cc.max_anchor_bytes, 0));
+    add("--cache-eviction", "LINEAGE_CACHE_EVICTION", "POLICY", cache::to_string(dc.eviction),
+        "what leaves RAM first when its budget is full: value (the prefill time a copy saves beyond the next "
+        "restore point below it, times how likely it is to be restored again, learned from this run, per byte; "
+        "a parked entry worth less than what it would push out is not kept in RAM) or recency (least recently "
+        "used first)",
+        [&cc](const std::string & v) -> util::status {
+            const std::string t = trim(v);
+            if (t == "value" || t == "recency") {
+                cc.eviction = t == "value" ? cache::eviction_policy::value : cache::eviction_policy::recency;
+                return util::status::ok();
+            }
+            return util::status::error("expected one of value|recency");
+        });
+    add("--cache-ram-protect", "LINEAGE_CACHE_RAM_PROTECT", "FRACTION", fmt_double(dc.ram_protect_share),
+        "--cache-eviction value: share of the RAM budget within which the anchors and the live conversations' "
+        "entries (restored at least once, used within the last minute or four reuse gaps) are evicted only "
+        "after every other copy; 0 = none protected, 1 = all",
+        [&cc](const std::string & v) -> util::status {
+            const std::string t = trim(v);
+            double x = 0;
+            const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+            if (t.empty() || ec != std::errc() || p != t.data() + t.size() || !(x >= 0 && x <= 1)) {
+                return util::status::error("expected a fraction between 0 and 1");
+            }
+            cc.ram_protect_share = x;
+            return util::status::ok();
+        });
     // --- disk tier (T2) ---
     add("--cache-disk", "LINEAGE_CACHE_DISK", "[=BOOL]", "true",
         "keep a disk tier of the prompt cache in --cache-dir, so the first requests after a restart restore "

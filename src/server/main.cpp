@@ -74,7 +74,7 @@ int serve(const server::server_config & cfg) {
     std::unique_ptr<engine::model> model;
     try {
         model = std::make_unique<engine::model>(
-            engine::model_params{cfg.model_path, cfg.n_gpu_layers, cfg.use_mmap, cfg.use_mlock});
+            engine::model_params{cfg.model_path, cfg.n_gpu_layers, cfg.use_mmap, cfg.use_mlock, cfg.use_repack});
     } catch (const std::exception & e) {
         spdlog::error("cannot load the model: {}", e.what());
         return 1;

@@ -11,10 +11,51 @@ void blend(std::optional<double> & avg, double sample) {
 
 }  // namespace
 
-void tier_cost::observe_prefill(int32_t tokens, double seconds) {
-    if (tokens >= min_pass_tokens && seconds > 0) {
-        blend(prefill_, tokens / seconds);
+void tier_cost::observe_prefill(int32_t tokens, double seconds, double position_sum) {
+    if (tokens < min_pass_tokens || seconds <= 0) {
+        return;
     }
+    blend(prefill_, tokens / seconds);
+    if (position_sum >= 0) {
+        const double n = tokens;
+        const double s = position_sum;
+        const double keep = 1 - fit_weight;
+        snn_ = keep * snn_ + n * n;
+        sns_ = keep * sns_ + n * s;
+        sss_ = keep * sss_ + s * s;
+        sny_ = keep * sny_ + n * seconds;
+        ssy_ = keep * ssy_ + s * seconds;
+    }
+}
+
+std::optional<std::pair<double, double>> tier_cost::prefill_fit() const {
+    // The normal equations of min sum (y - a n - b S)^2. Passes all at one context length make
+    // n and S proportional (det ~ 0): the fit cannot tell a from b, and is not used.
+    const double det = snn_ * sss_ - sns_ * sns_;
+    if (snn_ <= 0 || sss_ <= 0 || det <= 1e-3 * snn_ * sss_) {
+        return std::nullopt;
+    }
+    const double a = (sny_ * sss_ - ssy_ * sns_) / det;
+    const double b = (snn_ * ssy_ - sns_ * sny_) / det;
+    if (!(a > 0) || !(b >= 0)) {
+        return std::nullopt;
+    }
+    return std::pair{a, b};
+}
+
+std::optional<double> tier_cost::prefill_seconds(int32_t from, int32_t to) const {
+    if (to <= from) {
+        return 0.0;
+    }
+    const double n = to - from;
+    if (const auto fit = prefill_fit()) {
+        const double positions = n * (static_cast<double>(from) + static_cast<double>(to) - 1) / 2;
+        return fit->first * n + fit->second * positions;
+    }
+    if (prefill_) {
+        return n / *prefill_;
+    }
+    return std::nullopt;
 }
 
 void tier_cost::observe_read(int32_t tier, uint64_t bytes, double seconds) {

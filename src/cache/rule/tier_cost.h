@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace lineage::cache {
@@ -58,9 +59,25 @@ public:
      *  write rate of every tier, not measured. */
     explicit tier_cost(bool on = true, double fixed_bytes_per_s = 0) : on_(on), fixed_bps_(fixed_bytes_per_s) {}
 
+    /** Weight of the newest pass in the prefill cost fit's sums (prefill_seconds): ~20 passes'
+     *  memory, so a fit spans passes at several context lengths. */
+    static constexpr double fit_weight = 0.05;
+
     /** One engine pass of `tokens` (prefill and decode tokens together) in `seconds`; ignored
-     *  below min_pass_tokens or for seconds <= 0. */
-    void observe_prefill(int32_t tokens, double seconds);
+     *  below min_pass_tokens or for seconds <= 0. `position_sum`: the sum of the pass's token
+     *  positions (>= 0; a token at position p attends to p earlier ones), which feeds the
+     *  per-length fit of prefill_seconds; < 0: unknown (the rate alone). */
+    void observe_prefill(int32_t tokens, double seconds, double position_sum = -1);
+    /** Seconds to prefill positions [from, to) of one sequence, attention included: the fit
+     *  seconds = a * tokens + b * (sum of positions) over this run's passes (least squares,
+     *  exponentially weighted by fit_weight; a cost per token that grows linearly with the
+     *  context, as attention's does), while it has 0 < a, 0 <= b and passes spread enough
+     *  over lengths to tell them apart; else (to - from) / the prefill rate; nullopt before any
+     *  pass was measured. Used by the eviction value (store_value.cpp). */
+    std::optional<double> prefill_seconds(int32_t from, int32_t to) const;
+    /** The fit's seconds per token at position 0 and per token per position of context (a, b),
+     *  when it is usable (see prefill_seconds). */
+    std::optional<std::pair<double, double>> prefill_fit() const;
     /** One restore of `bytes` from tier `tier` (the store's attach order) in `seconds`; ignored
      *  below min_sample_bytes. */
     void observe_read(int32_t tier, uint64_t bytes, double seconds);
@@ -89,6 +106,9 @@ private:
     bool on_;
     double fixed_bps_;
     std::optional<double> prefill_;       // tokens/s
+    // Exponentially weighted sums of the fit seconds = a * n + b * S over passes (n tokens,
+    // S their position sum, y seconds).
+    double snn_ = 0, sns_ = 0, sss_ = 0, sny_ = 0, ssy_ = 0;
     std::vector<std::optional<double>> read_;  // bytes/s by tier
     std::optional<double> write_;         // bytes/s
 };

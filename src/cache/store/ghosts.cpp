@@ -3,6 +3,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+
 namespace lineage::cache {
 
 std::vector<uint64_t> ghost_set::chain(const std::string & bucket, const tokens & toks, size_t max_blocks) {
@@ -19,46 +21,63 @@ std::vector<uint64_t> ghost_set::chain(const std::string & bucket, const tokens 
     return out;
 }
 
-void ghost_set::add(const std::string & bucket, const tokens & toks) {
+void ghost_set::add(const std::string & bucket, const tokens & toks, int32_t uses) {
     if (max_ == 0) {
         return;
     }
-    auto c = chain(bucket, toks, static_cast<size_t>(-1));
+    auto c = chain(bucket, toks, max_blocks);
     if (c.empty()) {
         return;
     }
     for (uint64_t h : c) {
-        refs_[h]++;
+        block & b = refs_[h];
+        b.refs++;
+        b.uses = std::max(b.uses, uses);
     }
+    refs_[c.back()].ends++;
+    n_blocks_ += c.size();
     ghosts_.push_back(std::move(c));
-    while (ghosts_.size() > max_) {
-        for (uint64_t h : ghosts_.front()) {
-            if (auto it = refs_.find(h); it != refs_.end() && --it->second <= 0) {
-                refs_.erase(it);
-            }
-        }
-        ghosts_.pop_front();
+    while (ghosts_.size() > max_ || n_blocks_ > max_blocks) {
+        pop_oldest();
     }
 }
 
-int32_t ghost_set::longest(const std::string & bucket, const tokens & prompt) const {
-    if (ghosts_.empty()) {
-        return 0;
+void ghost_set::pop_oldest() {
+    const auto & c = ghosts_.front();
+    if (auto it = refs_.find(c.back()); it != refs_.end()) {
+        it->second.ends--;
     }
-    const auto c = chain(bucket, prompt, static_cast<size_t>(-1));
-    int32_t n = 0;
     for (uint64_t h : c) {
-        if (refs_.count(h) == 0) {
+        if (auto it = refs_.find(h); it != refs_.end() && --it->second.refs <= 0) {
+            refs_.erase(it);
+        }
+    }
+    n_blocks_ -= ghosts_.front().size();
+    ghosts_.pop_front();
+}
+
+ghost_set::match ghost_set::longest(const std::string & bucket, const tokens & prompt) const {
+    match m;
+    if (ghosts_.empty()) {
+        return m;
+    }
+    const auto c = chain(bucket, prompt, max_blocks);
+    for (uint64_t h : c) {
+        const auto it = refs_.find(h);
+        if (it == refs_.end()) {
             break;
         }
-        n += block_tokens;
+        m.tokens += block_tokens;
+        m.uses = it->second.uses;
+        m.whole = it->second.ends > 0;
     }
-    return n;
+    return m;
 }
 
 void ghost_set::clear() {
     ghosts_.clear();
     refs_.clear();
+    n_blocks_ = 0;
 }
 
 }  // namespace lineage::cache

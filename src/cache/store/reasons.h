@@ -30,6 +30,9 @@ enum class rejection_reason {
     abandoned,         ///< a request that had taken an entry failed before its commit
     disk_damaged,      ///< a tier-2 file failed its checks on load
     redis_failed,      ///< a tier-3 (Redis) hit could not be loaded: vanished, damaged, or Redis unreachable
+    /** a parked entry leaving the device was worth less than the RAM copy it would push out
+     *  (--cache-eviction value: store_value.cpp) and was not kept */
+    not_admitted,
 };
 std::string_view to_string(rejection_reason r);
 

@@ -307,7 +307,13 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         const iter chosen_it = by_id_.at(chosen->id);
         entry & e = *chosen_it;
         uint64_t retire_twin = 0;
+        if (counted && !e.anchor) {
+            // The reuse model (value.h): an entry with e.uses uses came back after this long.
+            reuse_.reused(e.uses);
+            reuse_.observe_gap(now_s - e.last_use);
+        }
         e.last_use = now_s;
+        p.source_uses = e.uses;
         p.n_restore = chosen->n;
         p.kind = chosen->kind;
         p.source = e.id;
@@ -389,6 +395,9 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         } else {
             entries_.splice(entries_.begin(), entries_, chosen_it);
             e.mru = next_mru_++;
+            if (counted && !e.anchor) {
+                e.uses++;  // restored in place (an absorbing request's entry counts it at commit)
+            }
         }
     } else {
         stats_.misses += counted ? 1 : 0;

@@ -46,6 +46,7 @@
 #include "cache/rule/tier_cost.h"
 #include "cache/stats.h"
 #include "cache/store/trace.h"
+#include "cache/store/value.h"
 #include "cache/types.h"
 #include "util/status.h"
 
@@ -123,6 +124,12 @@ struct restore_plan {
     int32_t source_tokens = 0;             ///< that entry's full length, tokens
     bool source_anchor = false;            ///< load_disk: the copy is a pinned anchor's (system prompt + tools)
     int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
+    /** That entry's restores while stored (entry::uses; 0 for a tier copy or a running request):
+     *  an absorbing request's entry has one more (the eviction value's reuse class). */
+    int32_t source_uses = 0;
+    /** A miss or short hit caused by an eviction (cause evicted): the uses the evicted entry had
+     *  (ghost_set::match::uses); 0 otherwise. */
+    int32_t evicted_uses = 0;
     /** That entry's first turn boundary (entry::first_turn; -1: unknown, e.g. a tier copy). */
     int32_t source_first_turn = -1;
     int32_t device_seq = -1;               ///< take_device / share_device
@@ -201,6 +208,9 @@ struct commit_input {
     /** The plan, when it took an entry (absorption), or when it copied one whose restore points
      *  the new entry carries (restore_plan::inherited: a running request's, a resend twin's). */
     std::optional<restore_plan> absorbed;
+    /** The plan's evicted_uses: a conversation coming back after its entry was evicted keeps its
+     *  reuse class (value.h) in the new entry. */
+    int32_t evicted_uses = 0;
     uint64_t reserved_bytes = 0;       ///< sum of this request's reserve() calls
     /** A warm-up that prefilled its whole prefix: the entry is marked warmed at its length, and
      *  a later request restoring at least that much counts a warm-up hit. */
@@ -237,6 +247,7 @@ struct entry_view {
     copy_id tier_copy = 0;     ///< its copy in the first tier below RAM (0: none yet)
     std::vector<copy_id> tier_ancestors;
     int32_t warmed = 0;        ///< length a warm-up stored it at, not hit yet (0: none)
+    int32_t uses = 0;          ///< requests that restored it or the entries it absorbed (value.h)
 };
 
 /** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
@@ -257,8 +268,9 @@ public:
      *  anchor_slack (a dense entry restores any prefix of itself anyway). */
     restore_plan plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s);
 
-    /** Reserves `bytes` of RAM for a new state before it is allocated, evicting least
-     *  recently used entries first (never entry `protect`). Returns false (and counts a
+    /** Reserves `bytes` of RAM for a new state before it is allocated, evicting the entries of
+     *  least value first (--cache-eviction; least recently used with `recency`; never entry
+     *  `protect`: store_value.cpp). Returns false (and counts a
      *  rejection; WARN once when `bytes` alone exceeds the budget) when it cannot fit. The
      *  reservation is released by the commit/commit_anchor/demote/abandon that reports it. */
     bool reserve(uint64_t bytes, uint64_t protect = 0);
@@ -465,6 +477,9 @@ private:
         // The entry a warm-up left behind as this conversation's resend twin (restore_plan::twin);
         // retired when a request continues this entry (0: none).
         uint64_t resend_twin = 0;
+        // Requests that restored from it or from the entries it absorbed (warm-ups not counted):
+        // its reuse class in the eviction value (value.h).
+        int32_t uses = 0;
         uint64_t ram_bytes() const;
     };
     using iter = std::list<entry>::iterator;
@@ -502,7 +517,34 @@ private:
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
-    bool evict_one_lru(uint64_t protect_id, eviction_reason reason);
+    /** Evicts one RAM-holding conversation entry other than `protect_id` (anchors never): the one
+     *  of least value (value_of) among the config::eviction_candidates least recently used, the
+     *  live conversations' within the protected share last; the least recently used with
+     *  --cache-eviction recency (store_value.cpp). False when none can go. */
+    bool evict_one(uint64_t protect_id, eviction_reason reason);
+    /** The longest restore point the store holds for `e`'s tokens outside `e` itself (its
+     *  bucket's other entries and anchors), tokens: where its tokens would be recomputed from
+     *  were it gone. */
+    int32_t restore_point_below(const entry & e) const;
+    /** The seconds of prefill a restore of `e` saves: its tokens beyond restore_point_below
+     *  priced by tier_cost::prefill_seconds (its token count when unmeasured), or what reading
+     *  its copy back from the first tier costs when that is less (it has one, or it would be
+     *  written there on leaving RAM). */
+    double saved_seconds(const entry & e) const;
+    /** saved_seconds(e) x reuse_.likelihood(e.uses, its age) / its RAM bytes. */
+    double value_of(const entry & e) const;
+    /** The copy evict_one would take (`live`: one of the protected live conversations; `value`:
+     *  its value_of, 0 under recency); nullopt when none can go. */
+    struct victim_choice {
+        iter it;
+        bool live = false;
+        double value = 0;
+    };
+    std::optional<victim_choice> choose_victim(uint64_t protect_id);
+    /** Admission (--cache-eviction value): parked entry `id`, leaving the device with `bytes` of
+     *  state for RAM, is worth less per byte than the copy it would push out (reserve then
+     *  refuses it: rejection not_admitted). False for anything else. */
+    bool below_admission(uint64_t id, uint64_t bytes);
     /** A plan restores `n` tokens of `e` (store_warmup.cpp): a hit on its warmed length, or
      *  waste when the plan continues it short of that length. Clears the mark either way. */
     void note_warmed_restore(entry & e, int32_t n, bool absorbs, bool by_warmup);
@@ -560,6 +602,8 @@ private:
      *  does not, marks it declined (counted once, not offered again) and traces why. */
     bool worth_writing(entry & e, bool at_shutdown);
     tier_cost cost_;
+    reuse_model reuse_;   // the eviction value's reuse likelihood (value.h)
+    double now_s_ = 0;    // the latest monotonic time the store was given (plan, commit, expire)
     stats stats_;
     tracer trace_;
 };

@@ -97,6 +97,7 @@ void store::thin(std::vector<checkpoint> & cps, int32_t first_turn, int32_t hist
 }
 
 bool store::commit(commit_input in, double now_s) {
+    now_s_ = std::max(now_s_, now_s);
     stats_.requests_committed++;
     uint64_t release = in.reserved_bytes;
     if (in.absorbed) {
@@ -122,6 +123,12 @@ bool store::commit(commit_input in, double now_s) {
     e.history = in.hints.history_tokens;
     e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
     e.resend_twin = in.absorbed ? in.absorbed->twin : 0;
+    // The reuse class (value.h): a request that continues an entry adds one use to the
+    // lineage's; a warm-up's extension of it adds none.
+    if (in.absorbed && in.absorbed->absorbs) {
+        e.uses = in.absorbed->source_uses + (in.warmed ? 0 : 1);
+    }
+    e.uses = std::max(e.uses, in.evicted_uses);  // a conversation back after its entry was evicted
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }
@@ -208,6 +215,7 @@ bool store::commit(commit_input in, double now_s) {
         if (it->writing) {
             successor_[it->id] = e.id;
         }
+        e.uses = std::max(e.uses, it->uses);
         erase(it, eviction_reason::superseded, " (same tokens as the new entry)");
     }
     std::sort(e.checkpoints.begin(), e.checkpoints.end(),
@@ -231,7 +239,7 @@ bool store::commit(commit_input in, double now_s) {
     index_add(entries_.begin());
     // The reservations covered these bytes; what was freed since may let others in. Enforce
     // the budget and the entry cap on everything but the new entry.
-    while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(id, eviction_reason::capacity)) {
+    while (ram_bytes() > cfg_.ram_bytes && evict_one(id, eviction_reason::capacity)) {
     }
     int64_t n_conv = 0;
     for (const auto & x : entries_) {
@@ -261,6 +269,7 @@ bool store::commit(commit_input in, double now_s) {
 
 void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                           copy_id tier_copy, std::vector<checkpoint> rungs) {
+    now_s_ = std::max(now_s_, now_s);
     release_pending(reserved);
     const auto n = static_cast<int32_t>(toks.size());
     std::erase_if(rungs, [&](const checkpoint & c) {
@@ -342,7 +351,7 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
         LINEAGE_TRACE(trace_, "anchor entry {} written behind at once (a shared tier)", entries_.front().id);
         spills_.push_back(job_of(entries_.front()));
     }
-    while (ram_bytes() > cfg_.ram_bytes && evict_one_lru(entries_.front().id, eviction_reason::capacity)) {
+    while (ram_bytes() > cfg_.ram_bytes && evict_one(entries_.front().id, eviction_reason::capacity)) {
     }
 }
 

@@ -30,7 +30,11 @@ bool store::reserve(uint64_t bytes, uint64_t protect) {
         return false;
     }
     while (ram_bytes() + bytes > cfg_.ram_bytes) {
-        if (!evict_one_lru(protect, eviction_reason::capacity)) {
+        if (below_admission(protect, bytes)) {
+            count(rejection_reason::not_admitted);
+            return false;
+        }
+        if (!evict_one(protect, eviction_reason::capacity)) {
             count(rejection_reason::budget);
             LINEAGE_TRACE(
                 trace_, "rejected a state of {}: the RAM budget of {} is held by pinned, protected or reserved states",
@@ -40,17 +44,6 @@ bool store::reserve(uint64_t bytes, uint64_t protect) {
     }
     pending_bytes_ += bytes;
     return true;
-}
-
-bool store::evict_one_lru(uint64_t protect_id, eviction_reason reason) {
-    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-        if (it->anchor || it->id == protect_id || it->ram_bytes() == 0) {
-            continue;
-        }
-        erase(std::next(it).base(), reason);
-        return true;
-    }
-    return false;
 }
 
 tier_job store::job_of(entry & e) {
@@ -110,7 +103,10 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
         stats_.warmup.wasted++;  // warmed, never hit
     }
     if (lost) {
-        ghosts_.add(it->k.bucket, it->toks);  // a later miss on it is then "evicted"
+        ghosts_.add(it->k.bucket, it->toks, it->uses);  // a later miss on it is then "evicted"
+        if (!it->anchor) {
+            reuse_.left_unused(it->uses);  // the reuse model's failure (value.h)
+        }
     }
     if (reason) {
         stats_.evictions[std::string(to_string(*reason))]++;
@@ -142,6 +138,7 @@ checkpoint_filter store::checkpoints_to_read(const restore_plan & p) const {
 }
 
 util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s) {
+    now_s_ = std::max(now_s_, now_s);
     if (r.error == tier_load_error::none && r.record && hybrid_ && p.n_restore < p.source_tokens) {
         // A hybrid restore short of the file's length needs the checkpoint the index named.
         const auto & cps = r.record->checkpoints;
@@ -259,6 +256,7 @@ void store::abandon(const restore_plan & p, uint64_t reserved) {
 }
 
 void store::expire(double now_s) {
+    now_s_ = std::max(now_s_, now_s);
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
         if (now_s - it->last_use > cfg_.ttl_s) {
@@ -414,6 +412,7 @@ entry_view store::view(const entry & e) const {
     v.tier_copy = e.tier_copy;
     v.tier_ancestors = e.ancestors;
     v.warmed = e.warmed;
+    v.uses = e.uses;
     return v;
 }
 
@@ -461,6 +460,15 @@ stats store::get_stats() const {
             (e.anchor ? t.anchors : t.entries)++;
             t.bytes += e.ram_bytes() + e.device_bytes;
         }
+    }
+    s.eviction.policy = to_string(cfg_.eviction);
+    s.eviction.reuse_probability_unused = reuse_.probability(0);
+    s.eviction.reuse_probability_once = reuse_.probability(1);
+    s.eviction.reuse_probability_more = reuse_.probability(2);
+    s.eviction.reuse_gap_s = reuse_.gap_s();
+    if (const auto fit = cost_.prefill_fit()) {
+        s.eviction.prefill_s_per_token = fit->first;
+        s.eviction.prefill_s_per_token_position = fit->second;
     }
     s.tier_cost_prefill_tokens_per_s = cost_.prefill_tokens_per_s().value_or(0);
     s.tier_cost_read_bytes_per_s = writes_behind() ? cost_.read_bytes_per_s(0) : 0;

@@ -254,13 +254,20 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
             return;
         }
     }
-    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= limit) {
+    // A ghost of an evicted entry that the prompt holds whole (up to its last partial block),
+    // at least one block more than was restored and more than any live entry shares, names the
+    // eviction however few tokens it cost (its state at its end would have restored it): the
+    // short_hit_tokens slack is for the spacing of restore points, and an agent's conversation
+    // often holds only a few dozen tokens past its system prompt's anchor.
+    const ghost_set::match gm = ghosts_.longest(k.bucket, prompt);
+    const int32_t ghost = std::min(gm.tokens, limit);
+    const bool evicted_more = gm.whole && ghost >= p.n_restore + ghost_set::block_tokens && ghost > live;
+    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= limit && !evicted_more) {
         return;  // restored (nearly) the whole prompt: nothing can have shared more
     }
-    // What else shared more: a ghost of an evicted entry; an entry under another key (at most
-    // max_other_buckets buckets looked at: a cause label, not worth a scan of every bucket).
+    // What else shared more: an entry under another key (at most max_other_buckets buckets
+    // looked at: a cause label, not worth a scan of every bucket).
     constexpr size_t max_other_buckets = 16;
-    const int32_t ghost = std::min(ghosts_.longest(k.bucket, prompt), limit);
     int32_t other = 0;
     uint64_t other_id = 0;
     size_t looked = 0;
@@ -281,7 +288,7 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
     }
     other = std::min(other, limit);
     const int32_t known = std::max({live, ghost, other});
-    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= known) {
+    if (p.n_restore > 0 && p.n_restore + short_hit_tokens >= known && !(evicted_more && ghost >= known)) {
         return;  // a hit that restored what was shared
     }
     miss_cause c;
@@ -299,6 +306,13 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
     } else if (ghost >= known) {
         c = miss_cause::evicted;
         detail = fmt::format("an evicted entry shared {} tokens (raise the RAM budget to keep it)", ghost);
+        if (gm.whole) {
+            // The prompt holds the whole evicted entry: it would have been restored (value.h),
+            // and the lineage it continues keeps its reuse class. A prefix it shares with the
+            // entry (a system text of its kind) is no reuse of it.
+            reuse_.ghost_reused(gm.uses);
+            p.evicted_uses = gm.uses + 1;
+        }
     } else {
         c = miss_cause::key_differs;
         const entry & e = *by_id_.at(other_id);

@@ -42,6 +42,12 @@ cache::stats known_cache_stats() {
     s.short_hits_by_cause = {{"before_first_restore_point", 1}};
     s.key_differs = {{"lora_id", 1}};
     s.ghosts = 3;
+    s.evictions_by_uses["unused"] = 5;
+    s.eviction.policy = "value";
+    s.eviction.reuse_probability_unused = 0.25;
+    s.eviction.reuse_probability_once = 0.5;
+    s.eviction.reuse_probability_more = 0.75;
+    s.eviction.reuse_gap_s = 12.5;
     s.tier_hits["disk"] = 1;
     cache::disk_stats d;
     d.enabled = true;
@@ -119,9 +125,9 @@ scheduler::metrics_snapshot known_metrics() {
 }
 
 const char * const expected_text =
-    R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact) and model family (dense or hybrid).
+    R"(# HELP lineage_prompt_cache_info Prompt cache configuration: enabled, mode (lineage or exact), model family (dense or hybrid) and eviction policy (value or recency: --cache-eviction).
 # TYPE lineage_prompt_cache_info gauge
-lineage_prompt_cache_info{enabled="true",mode="lineage",family="hybrid"} 1
+lineage_prompt_cache_info{enabled="true",mode="lineage",family="hybrid",eviction="value"} 1
 # HELP lineage_prompt_cache_entries Conversation entries (every tier), anchors excluded.
 # TYPE lineage_prompt_cache_entries gauge
 lineage_prompt_cache_entries 3
@@ -200,6 +206,7 @@ lineage_prompt_cache_rejections_total{cause="anchor_too_large"} 0
 lineage_prompt_cache_rejections_total{cause="abandoned"} 0
 lineage_prompt_cache_rejections_total{cause="disk_damaged"} 0
 lineage_prompt_cache_rejections_total{cause="redis_failed"} 0
+lineage_prompt_cache_rejections_total{cause="not_admitted"} 0
 # HELP lineage_prompt_cache_misses_by_cause_total Misses by cause: no_shared_prefix (a new prompt), below_min_prefix, key_differs (an entry under another key shared more), before_first_restore_point (a live entry shared more but has no restore point in reach), evicted (an evicted entry shared more: the budget), bypassed (cache_prompt false).
 # TYPE lineage_prompt_cache_misses_by_cause_total counter
 lineage_prompt_cache_misses_by_cause_total{cause="no_shared_prefix"} 1
@@ -236,6 +243,18 @@ lineage_prompt_cache_evictions_total{reason="superseded"} 2
 lineage_prompt_cache_evictions_total{reason="anchor_cap"} 0
 lineage_prompt_cache_evictions_total{reason="released"} 0
 lineage_prompt_cache_evictions_total{reason="brand_new"} 7
+# HELP lineage_prompt_cache_evictions_by_uses_total Entries evicted for room in the RAM budget, by how often they had been restored: unused (never), reused (at least once).
+# TYPE lineage_prompt_cache_evictions_by_uses_total counter
+lineage_prompt_cache_evictions_by_uses_total{uses="unused"} 5
+lineage_prompt_cache_evictions_by_uses_total{uses="reused"} 0
+# HELP lineage_prompt_cache_reuse_probability The eviction value's learned chance that an entry is restored again, by how often it has been restored (0, 1, 2 or more).
+# TYPE lineage_prompt_cache_reuse_probability gauge
+lineage_prompt_cache_reuse_probability{uses="0"} 0.25
+lineage_prompt_cache_reuse_probability{uses="1"} 0.5
+lineage_prompt_cache_reuse_probability{uses="2+"} 0.75
+# HELP lineage_prompt_cache_reuse_gap_seconds Moving average of the time between an entry's last use and its next restore, seconds.
+# TYPE lineage_prompt_cache_reuse_gap_seconds gauge
+lineage_prompt_cache_reuse_gap_seconds 12.5
 # HELP lineage_prompt_cache_tier_hits_total Restores served from the tiers below RAM, by tier (disk, redis).
 # TYPE lineage_prompt_cache_tier_hits_total counter
 lineage_prompt_cache_tier_hits_total{tier="disk"} 1

@@ -42,7 +42,7 @@ TEST(StatsJson, EveryKnownKeyAtZeroOnAFreshCache) {
               R"({"tenant":0,"model_id":0,"lora_id":0,"rope_regime":0,"mm_digest":0,"kv_type":0})");
     EXPECT_EQ(dump(j["evictions"]), R"({"lru":0,"ttl":0,"capacity":0,"superseded":0,"anchor_cap":0,"released":0})");
     EXPECT_EQ(dump(j["rejections"]), R"({"too_large":0,"budget":0,"min_prefix":0,"disabled":0,)"
-                                     R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0})");
+                                     R"("anchor_too_large":0,"abandoned":0,"disk_damaged":0,"redis_failed":0,"not_admitted":0})");
     EXPECT_EQ(dump(j["disk"]["damage"]),
               R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"not_regular":0,"index_row":0,"index":0})");
     EXPECT_EQ(dump(j["redis"]["damage"]), R"({"corrupt":0,"truncated":0,"bad_magic":0,"identity":0,"other_format":0,)"
@@ -195,7 +195,7 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
                            "checkpoint_bytes", "bytes", "largest_lineage", "budget_bytes", "lookups", "misses", "hits",
                            "tokens_reused", "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
                            "rejections", "misses_by_cause", "short_hits_by_cause", "key_differs", "ghosts",
-                           "evictions", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
+                           "evictions", "evictions_by_uses", "eviction", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
                            "unique_block_hashes", "apc_active_entries", "disk_hits", "disk", "redis_hits", "redis",
                            "warmup", "buffer_pool"}));
     EXPECT_EQ(dump(j["checkpoints"]), R"({"turn":2})");
@@ -214,7 +214,7 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
     EXPECT_EQ(j["apc_enabled"], true);
     EXPECT_EQ(j["total_blocks_stored"], 40);
     const std::string m = render_metrics(s, scheduler::metrics_snapshot{});
-    for (const char * line : {"lineage_prompt_cache_info{enabled=\"true\",mode=\"lineage\",family=\"hybrid\"} 1",
+    for (const char * line : {"lineage_prompt_cache_info{enabled=\"true\",mode=\"lineage\",family=\"hybrid\",eviction=\"value\"} 1",
                               "lineage_prompt_cache_hits_total 3", "lineage_prompt_cache_bytes 5396",
                               "lineage_prompt_cache_tier_bytes{tier=\"disk\"} 0",
                               "lineage_prompt_cache_checkpoints{kind=\"guard\"} 0",

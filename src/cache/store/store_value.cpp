@@ -1,0 +1,159 @@
+// cache::store: the eviction value (docs/prompt-cache.md "Eviction by value"): which copy leaves
+// RAM first when the budget is full, and whether a parked entry leaving the device is worth a RAM
+// copy at all. See store.h (evict_one, value_of) and value.h (the reuse model).
+//
+//   value(e) = saved_seconds(e) x likelihood(e.uses, age) / RAM bytes of e
+//   saved_seconds(e) = prefill_seconds(restore_point_below(e), |e|)   (attention included:
+//                      tier_cost::prefill_seconds), or reading its tier copy back when cheaper
+//
+// The idea is Marconi's (Pan et al., "Marconi: Prefix Caching for the Era of Hybrid LLMs",
+// arXiv 2411.19379): FLOPs saved per byte, weighed with recency. A hybrid model's entry holds a
+// whole recurrent state whatever its length, so a one-off call's entry and a long conversation's
+// can cost the same bytes while the first saves a few hundred tokens on its own system text
+// (already an anchor) and the second thousands; and a conversation's entry is restored again
+// within seconds while a title request's never is, which the reuse model learns (value.h).
+#include "cache/store/store.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace lineage::cache {
+
+int32_t store::restore_point_below(const entry & e) const {
+    const auto t = tries_.find(e.k.bucket);
+    if (t == tries_.end()) {
+        return 0;
+    }
+    int32_t best = 0;
+    t->second.match(e.toks, [&](uint64_t id, int32_t lcp) {
+        if (lcp <= best) {
+            return false;  // descending: nothing later restores more
+        }
+        if (id == e.id) {
+            return true;
+        }
+        const entry & x = *by_id_.at(id);
+        const auto n = static_cast<int32_t>(x.toks.size());
+        int32_t r = 0;
+        if (lcp >= n || !hybrid_) {
+            r = std::min(lcp, n);  // its whole state; a dense KV restores any prefix of itself
+        } else {
+            for (const auto & c : x.checkpoints) {  // ascending
+                if (c.n_tokens > lcp) {
+                    break;
+                }
+                r = c.n_tokens;
+            }
+        }
+        best = std::max(best, r);
+        return true;
+    });
+    return best;
+}
+
+double store::saved_seconds(const entry & e) const {
+    const auto n = static_cast<int32_t>(e.toks.size());
+    const int32_t below = std::min(restore_point_below(e), n);
+    const double recompute = cost_.prefill_seconds(below, n).value_or(static_cast<double>(n - below));
+    // With a tier below RAM, the copy leaving RAM is read back instead of recomputed where it has
+    // a copy there or would be written on leaving (erase's spill): it saves at most that read.
+    const bool copy_below = e.tier_copy != 0 || (writes_behind() && !e.write_failed && !e.write_declined);
+    if (copy_below && cost_.prefill_tokens_per_s()) {
+        const double read = static_cast<double>(e.ram_bytes() + e.device_bytes) / cost_.read_bytes_per_s(0);
+        return std::min(recompute, read);
+    }
+    return recompute;
+}
+
+double store::value_of(const entry & e) const {
+    const double bytes = static_cast<double>(std::max<uint64_t>(e.ram_bytes(), 1));
+    return saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use) / bytes;
+}
+
+std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
+    auto evictable = [&](const entry & x) { return !x.anchor && x.id != protect_id && x.ram_bytes() > 0; };
+    if (cfg_.eviction == eviction_policy::recency) {
+        for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+            if (evictable(*it)) {
+                return victim_choice{std::next(it).base(), false, 0};
+            }
+        }
+        return std::nullopt;
+    }
+    // The protected share: the anchors' bytes, then the live conversations' entries, most
+    // recently used first, while they fit in ram_protect_share of the budget.
+    const double window = std::max(config::live_window_s, 4 * reuse_.gap_s());
+    const auto share = static_cast<uint64_t>(cfg_.ram_protect_share * static_cast<double>(cfg_.ram_bytes));
+    uint64_t held = 0;
+    for (const auto & x : entries_) {
+        held += x.anchor ? x.ram_bytes() : 0;
+    }
+    std::unordered_set<uint64_t> live;
+    for (const auto & x : entries_) {
+        if (!x.anchor && x.uses > 0 && now_s_ - x.last_use <= window && held + x.ram_bytes() <= share) {
+            held += x.ram_bytes();
+            live.insert(x.id);
+        }
+    }
+    // The least value among the least recently used candidates, an unprotected one if any.
+    std::optional<victim_choice> v;
+    int32_t looked = 0;
+    for (auto it = entries_.rbegin(); it != entries_.rend() && looked < config::eviction_candidates; ++it) {
+        if (!evictable(*it)) {
+            continue;
+        }
+        ++looked;
+        const bool is_live = live.count(it->id) > 0;
+        const double value = value_of(*it);
+        if (!v || (v->live && !is_live) || (is_live == v->live && value < v->value)) {
+            v = victim_choice{std::next(it).base(), is_live, value};
+        }
+    }
+    return v;
+}
+
+bool store::evict_one(uint64_t protect_id, eviction_reason reason) {
+    const auto v = choose_victim(protect_id);
+    if (!v) {
+        return false;
+    }
+    const entry & x = *v->it;
+    stats_.evictions_by_uses[x.uses > 0 ? "reused" : "unused"]++;
+    if (cfg_.eviction == eviction_policy::recency) {
+        erase(v->it, reason);
+        return true;
+    }
+    erase(v->it, reason,
+          !trace_.on() ? std::string()
+                       : fmt::format(" (value {:.3g} s/MB: saves {:.3g} s, reuse likelihood {:.2f} after {} uses{})", v->value * 1e6,
+                      saved_seconds(x), reuse_.likelihood(x.uses, now_s_ - x.last_use), x.uses,
+                      v->live ? "; a live conversation past the protected share" : ""));
+    return true;
+}
+
+bool store::below_admission(uint64_t id, uint64_t bytes) {
+    if (cfg_.eviction != eviction_policy::value || id == 0) {
+        return false;
+    }
+    const auto it = by_id_.find(id);
+    if (it == by_id_.end() || it->second->anchor || it->second->where != tier::device) {
+        return false;  // only a parked entry leaving the device is admitted to RAM, or not
+    }
+    const entry & e = *it->second;
+    const auto v = choose_victim(id);
+    if (!v) {
+        return false;
+    }
+    // Its value once its whole state is in RAM, against what it would push out.
+    const double mine = saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use) /
+                        static_cast<double>(std::max<uint64_t>(e.ram_bytes() + bytes, 1));
+    if (mine >= v->value) {
+        return false;
+    }
+    LINEAGE_TRACE(trace_, "entry {} ({} tokens) not kept in RAM: its value {:.3g} s/MB is below entry {}'s {:.3g} s/MB, "
+                          "which it would push out",
+                  e.id, e.toks.size(), mine * 1e6, v->it->id, v->value * 1e6);
+    return true;
+}
+
+}  // namespace lineage::cache

@@ -1,0 +1,275 @@
+// The eviction value (store_value.cpp, value.h, tier_cost::prefill_seconds): the reuse model's
+// estimates, the prefill cost fit, which copy leaves RAM under --cache-eviction value and under
+// recency, admission of a parked entry, and the miss cause of a short hit an eviction caused.
+#include "cache/rule/tier_cost.h"
+#include "cache/store/store.h"
+#include "cache/store/value.h"
+
+#include "fake_states.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace lineage::cache {
+namespace {
+
+using fakes::cat;
+using fakes::fake;
+using fakes::seq;
+
+TEST(ReuseModel, LaplaceEstimatesPerUseClassFromOutcomesOnly) {
+    reuse_model m;
+    EXPECT_DOUBLE_EQ(m.probability(0), 0.5) << "no outcome yet: the prior";
+    m.left_unused(0);
+    m.left_unused(0);
+    m.left_unused(0);
+    m.reused(0);
+    EXPECT_DOUBLE_EQ(m.probability(0), 2.0 / 6.0);  // (1 + 1) / (1 + 3 + 2)
+    m.reused(1);
+    m.reused(5);  // 2 or more: one class
+    m.reused(2);
+    EXPECT_DOUBLE_EQ(m.probability(1), 2.0 / 3.0);
+    EXPECT_DOUBLE_EQ(m.probability(2), 3.0 / 4.0);
+    EXPECT_DOUBLE_EQ(m.probability(9), 3.0 / 4.0);
+    // A ghost found again: the failure becomes a success.
+    m.ghost_reused(0);
+    EXPECT_EQ(m.reused_count(0), 2);
+    EXPECT_EQ(m.left_count(0), 2);
+    EXPECT_DOUBLE_EQ(m.probability(0), 3.0 / 6.0);
+}
+
+TEST(ReuseModel, LikelihoodFallsWithAgeInUnitsOfTheReuseGap) {
+    reuse_model m;
+    EXPECT_DOUBLE_EQ(m.gap_s(), reuse_model::prior_gap_s);
+    m.observe_gap(10);
+    EXPECT_DOUBLE_EQ(m.gap_s(), 10) << "the first gap replaces the prior";
+    m.observe_gap(20);
+    EXPECT_DOUBLE_EQ(m.gap_s(), 0.9 * 10 + 0.1 * 20);
+    const double g = m.gap_s();
+    EXPECT_DOUBLE_EQ(m.likelihood(0, 0), 0.5);
+    EXPECT_DOUBLE_EQ(m.likelihood(0, g), 0.25);
+    EXPECT_DOUBLE_EQ(m.likelihood(0, 3 * g), 0.125);
+}
+
+TEST(TierCostPrefill, TheFitRecoversACostPerTokenThatGrowsWithTheContext) {
+    tier_cost c;
+    EXPECT_FALSE(c.prefill_seconds(0, 100));
+    // Passes of 512 tokens starting at 0, 2048, 4096, ...: seconds = a n + b (sum of positions).
+    const double a = 2e-3;
+    const double b = 1e-7;
+    for (int i = 0; i < 40; ++i) {
+        const int32_t from = (i % 8) * 2048;
+        const int32_t n = 512;
+        const double positions = n * (2.0 * from + n - 1) / 2;
+        c.observe_prefill(n, a * n + b * positions, positions);
+    }
+    const auto fit = c.prefill_fit();
+    ASSERT_TRUE(fit);
+    EXPECT_NEAR(fit->first, a, a * 1e-6);
+    EXPECT_NEAR(fit->second, b, b * 1e-6);
+    // 1,000 tokens at the start cost less than 1,000 tokens after 10,000.
+    const double early = *c.prefill_seconds(0, 1000);
+    const double late = *c.prefill_seconds(10000, 11000);
+    EXPECT_NEAR(early, a * 1000 + b * 1000 * 999 / 2, 1e-9);
+    EXPECT_NEAR(late, a * 1000 + b * 1000 * (10000 + 10999) / 2.0, 1e-9);
+    EXPECT_NEAR(late - early, b * 1000 * 10000, 1e-9) << "attention: 10,000 positions more per token";
+    EXPECT_DOUBLE_EQ(*c.prefill_seconds(5, 5), 0);
+}
+
+TEST(TierCostPrefill, PassesAtOneLengthFallBackToTheRate) {
+    tier_cost c;
+    for (int i = 0; i < 10; ++i) {
+        c.observe_prefill(1000, 1.0, 1000 * 999 / 2.0);  // every pass [0, 1000): a and b not separable
+    }
+    EXPECT_FALSE(c.prefill_fit());
+    EXPECT_DOUBLE_EQ(*c.prefill_seconds(0, 500), 0.5);  // 1,000 tokens/s
+    tier_cost no_positions;
+    no_positions.observe_prefill(1000, 2.0);
+    EXPECT_FALSE(no_positions.prefill_fit());
+    EXPECT_DOUBLE_EQ(*no_positions.prefill_seconds(100, 600), 1.0);
+}
+
+// A hybrid store with fake states: two conversations taking turns (each turn continues the
+// entry before it) and one-off side calls, each on a short system text of its own, pushing
+// on a RAM budget that holds only some of them.
+class ValueEvictionTest : public ::testing::Test {
+protected:
+    static config tight(eviction_policy policy, double protect = 0.0) {
+        config c = fakes::small_config();
+        c.ladder_step = 0;
+        c.message_rungs = 0;
+        c.max_anchors = 0;      // no anchors: the entries alone hold the RAM
+        c.max_checkpoints = 0;  // an entry is its final state alone: 500 bytes
+        c.ram_bytes = 3000;
+        c.eviction = policy;
+        c.ram_protect_share = protect;
+        return c;
+    }
+    // One request: plan, no captures kept (the final state alone, `bytes`), commit.
+    restore_plan run(store & st, const key & k, const tokens & prompt, double now, size_t bytes) {
+        restore_plan p = st.plan(k, prompt, {}, now);
+        st.check_invariants();
+        commit_input in;
+        in.k = k;
+        in.toks = prompt;
+        in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
+        in.device_bytes = 1000;
+        EXPECT_TRUE(st.reserve(bytes));
+        in.reserved_bytes = bytes;
+        in.final_recurrent = fake(bytes);
+        in.evicted_uses = p.evicted_uses;
+        if (p.absorbs) {
+            in.absorbed = p;
+        }
+        st.commit(std::move(in), now);
+        st.check_invariants();
+        (void)st.take_released_seqs();
+        return p;
+    }
+    // Conversation c's prompt at turn t (1-based): its system text and first message, then
+    // 40 tokens a turn.
+    static tokens conversation(int c, int t) {
+        tokens p = seq(10000 * (c + 1), 200);
+        for (int i = 1; i < t; ++i) {
+            p = cat(p, seq(10000 * (c + 1) + 1000 + 40 * i, 40));
+        }
+        return p;
+    }
+    // Side call n: a 60-token system text of its kind (4 kinds), then `own` tokens of its own.
+    static tokens side_call(int n, int32_t own = 40) {
+        return cat(seq(90000 + 1000 * (n % 4), 60), seq(200000 + 1000 * n, own));
+    }
+
+    // Runs `turns` turns of two conversations, each followed by four side calls; returns how
+    // many conversation turns after the first restored the whole previous turn.
+    int session(store & st, int turns, int32_t side_own = 40) {
+        int restored = 0;
+        double now = 1;
+        int n_side = 0;
+        for (int t = 1; t <= turns; ++t) {
+            for (int c = 0; c < 2; ++c) {
+                const tokens prompt = conversation(c, t);
+                const auto p = run(st, key{"b", "conv" + std::to_string(c)}, prompt, now, 500);
+                now += 1;
+                if (t > 1 && p.n_restore >= static_cast<int32_t>(conversation(c, t - 1).size())) {
+                    ++restored;
+                }
+                for (int i = 0; i < 4; ++i) {
+                    run(st, key{"b", "side" + std::to_string(n_side)}, side_call(n_side, side_own), now, 500);
+                    ++n_side;
+                    now += 1;
+                }
+            }
+        }
+        return restored;
+    }
+    int32_t next_seq_ = 0;
+};
+
+TEST_F(ValueEvictionTest, TheConversationsStayWhileTheSideCallsGo) {
+    // Six 500-byte states fit; each turn of a conversation is followed by four side calls.
+    // By recency the side calls push the conversations out before their next turn; by value
+    // the side calls, never restored, go first once the model has seen them go unused.
+    store by_value(tight(eviction_policy::value), true);
+    store by_recency(tight(eviction_policy::recency), true);
+    const int turns = 8;
+    const int v = session(by_value, turns);
+    const int r = session(by_recency, turns);
+    const int next_turns = 2 * (turns - 1);
+    EXPECT_EQ(r, 0) << "recency: every next turn found its conversation evicted";
+    EXPECT_EQ(v, next_turns) << "value: every next turn restored its conversation";
+    const auto s = by_value.get_stats();
+    EXPECT_GT(s.evictions_by_uses.at("unused"), 0);
+    EXPECT_EQ(s.eviction.policy, "value");
+    EXPECT_LT(s.eviction.reuse_probability_unused, 0.2) << "side calls are seldom restored";
+    EXPECT_GT(s.eviction.reuse_probability_more, 0.7) << "conversations are";
+    std::vector<int32_t> uses;
+    for (const auto & e : by_value.entries()) {
+        uses.push_back(e.uses);
+    }
+    EXPECT_GE(*std::max_element(uses.begin(), uses.end()), turns - 2) << "a conversation's entry counts its turns";
+}
+
+TEST_F(ValueEvictionTest, SideCallsThatSaveMorePerByteGoOnceTheyProveUnused) {
+    // Side calls of 460 tokens save more per byte than a conversation's 200-480 at first; the
+    // reuse model learns that they never come back (and that the conversations do, from their
+    // ghosts), and from then on they go first. The protected share keeps the live
+    // conversations while the model learns.
+    const int turns = 8;
+    const int next_turns = 2 * (turns - 1);
+    store learning(tight(eviction_policy::value, 0.0), true);
+    store protecting(tight(eviction_policy::value, 0.5), true);
+    store by_recency(tight(eviction_policy::recency), true);
+    const int l = session(learning, turns, 400);
+    const int p = session(protecting, turns, 400);
+    const int r = session(by_recency, turns, 400);
+    EXPECT_EQ(r, 0) << "recency: every next turn found its conversation evicted";
+    // Unprotected, the second and third turns of both conversations miss while the model
+    // learns (the first turns' entries are as unused as a side call's); then every turn hits.
+    EXPECT_EQ(l, next_turns - 4);
+    // Protected, only the second turns miss: a conversation is live once it has been restored
+    // (or has come back after its eviction: its new entry keeps the evicted one's uses).
+    EXPECT_EQ(p, next_turns - 2);
+}
+
+TEST_F(ValueEvictionTest, AParkedEntryWorthLessThanWhatItWouldPushOutIsNotAdmitted) {
+    config c = tight(eviction_policy::value);
+    c.ram_bytes = 2000;
+    store st(c, true);
+    // A conversation restored three times: valuable.
+    for (int t = 1; t <= 4; ++t) {
+        run(st, key{"b", "conv"}, conversation(0, t), t, 900);
+    }
+    // A one-off call, long ago (its age weighs on its likelihood), that would need the
+    // conversation's bytes to leave the device.
+    run(st, key{"b", "side"}, side_call(0), 5, 900);
+    const auto es = st.entries();
+    const auto side = std::find_if(es.begin(), es.end(), [](const entry_view & e) { return e.n_tokens == 100; });
+    ASSERT_NE(side, es.end());
+    const uint64_t side_id = side->id;
+    st.expire(500);
+    EXPECT_FALSE(st.reserve(900, side_id)) << "its whole state is worth less than the conversation's";
+    EXPECT_EQ(st.get_stats().rejections.at("not_admitted"), 1);
+    EXPECT_EQ(st.get_stats().entries, 2) << "nothing was evicted for it";
+    // By recency the same demotion evicts the conversation.
+    store lru(tight(eviction_policy::recency), true);
+    for (int t = 1; t <= 4; ++t) {
+        run(lru, key{"b", "conv"}, conversation(0, t), t, 900);
+    }
+    run(lru, key{"b", "side"}, side_call(0), 5, 900);
+    uint64_t lru_side = 0;
+    for (const auto & e : lru.entries()) {
+        lru_side = e.n_tokens == 100 ? e.id : lru_side;
+    }
+    EXPECT_TRUE(lru.reserve(2000 - 900, lru_side));
+}
+
+TEST_F(ValueEvictionTest, AShortHitOfAFewTokensCausedByAnEvictionSaysEvicted) {
+    // An anchor-like prefix entry and a conversation 40 tokens past it; the conversation is
+    // evicted; its next turn restores the prefix: 40 tokens short, under short_hit_tokens, and
+    // the cause is still named.
+    config c = fakes::small_config();
+    c.max_entries = 1;  // each new entry evicts the one before
+    store st(c, false);
+    const tokens prefix = seq(0, 100);
+    run(st, key{"b", "s"}, prefix, 1, 0);
+    const tokens conv = cat(prefix, seq(5000, 40));
+    run(st, key{"b", "s2"}, conv, 2, 0);   // a new lineage (other session): the prefix entry goes
+    run(st, key{"b", "s3"}, prefix, 3, 0); // the prefix again: the conversation goes
+    const auto p = st.plan(key{"b", "s2"}, cat(conv, seq(7000, 10)), {}, 4);
+    EXPECT_EQ(p.n_restore, 100);
+    ASSERT_TRUE(p.cause);
+    EXPECT_EQ(*p.cause, miss_cause::evicted) << p.reason;
+    EXPECT_GT(p.evicted_uses, 0) << "the lineage keeps its reuse class";
+    // The positive case: with the conversation stored, the same turn restores it and names no cause.
+    store kept(fakes::small_config(), false);
+    run(kept, key{"b", "s"}, prefix, 1, 0);
+    run(kept, key{"b", "s2"}, conv, 2, 0);
+    const auto q = kept.plan(key{"b", "s2"}, cat(conv, seq(7000, 10)), {}, 4);
+    EXPECT_EQ(q.n_restore, static_cast<int32_t>(conv.size()));
+    EXPECT_FALSE(q.cause);
+}
+
+}  // namespace
+}  // namespace lineage::cache
