@@ -131,7 +131,7 @@ for (const arch of ARCHS) {
         short_hits_by_cause: causes,
         key_differs: zeros('tenant', 'model_id', 'lora_id', 'rope_regime', 'mm_digest', 'kv_type'),
         evictions: zeros('lru', 'ttl', 'capacity', 'superseded', 'anchor_cap', 'released'),
-        rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed'),
+        rejections: zeros('too_large', 'budget', 'min_prefix', 'disabled', 'anchor_too_large', 'abandoned', 'disk_damaged', 'redis_failed', 'not_admitted'),
         disk_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'not_regular', 'index_row', 'index'),
         redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format', 'index', 'counter', 'wrong_type', 'too_large'),
         warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded', 'reset'),

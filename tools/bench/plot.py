@@ -26,6 +26,7 @@ KINDS = [
     ("after_restart", "after restart", "#d62728"),
     ("cold", "cold", "#7f7f7f"),
     ("dropped", "dropped stream", "#bcbd22"),
+    ("side", "side call", "#e377c2"),
 ]
 
 

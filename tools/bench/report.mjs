@@ -49,7 +49,9 @@ if (t) {
     `tool results ${t.toolMin}-${t.toolMax}, max_tokens ${t.maxTokensMin}-${t.maxTokensMax}, ` +
     `regenerate ${t.pRegenerate}, edit ${t.pEdit}, dropped stream ${t.pDrop}, persona scale ${t.personaScale}` +
     `${t.systemVariation ? `, system variation ${t.systemVariation}` : ''}${t.thinkMs ? `, think time ${t.thinkMs} ms` : ''}` +
-    `${t.coldPersonas ? ', every session a new persona (cold-heavy)' : ''}. ` +
+    `${t.coldPersonas ? ', every session a new persona (cold-heavy)' : ''}` +
+    `${t.sideCalls ? `, ${t.sideCalls} side calls after each step (${['title', 'summary', 'classify', 'subagent'].slice(0, t.sideCalls).join(', ')}${t.sideCalls > 4 ? ', in turn' : ''}; ` +
+      `quotes of ${t.sideQuoteMin}-${t.sideQuoteMax} tokens, max_tokens ${t.sideMaxTokensMin}-${t.sideMaxTokensMax})` : ''}. ` +
     `Model: \`${runs[0].summary.model}\`.`, '');
 }
 
@@ -58,15 +60,19 @@ if (t) {
 const ref = runs.find((r) => r.name === 'llama-server');
 const ratio = (a, b, d = 2) => (a && b ? (a / b).toFixed(d) : '-');
 const generated = (r) => r.records.reduce((a, x) => a + (x.completion_tokens ?? 0), 0);
+// With side calls: TTFT over the conversations' own requests too (side calls apart).
+const withSide = runs.some((r) => r.agg.ttft.turns);
 out.push('## Time', '');
 out.push(table(['configuration', 'wall time s', 'generated tokens', 'streams ended by a reply parse error',
-  'generated tokens/s over the wall time', 'TTFT p50 / p95 ms', ...(ref ? ['wall vs llama-server', 'TTFT p50 vs llama-server', 'TTFT p95 vs llama-server'] : [])],
+  'generated tokens/s over the wall time', 'TTFT p50 / p95 ms', ...(withSide ? ['TTFT p50 / p95 ms, turns only (no side calls)'] : []),
+  ...(ref ? ['wall vs llama-server', 'TTFT p50 vs llama-server', 'TTFT p95 vs llama-server'] : [])],
 runs.map((r) => {
   const s = r.summary;
   const g = generated(r);
   const row = [r.name, fmt(s.run_seconds, 1), fmt(g), fmt(s.parse_errors_kept ?? 0),
     fmt(s.run_seconds ? g / s.run_seconds : null, 1),
     `${ms(r.agg.ttft.all.p50)} / ${ms(r.agg.ttft.all.p95)}`];
+  if (withSide) row.push(r.agg.ttft.turns ? `${ms(r.agg.ttft.turns.p50)} / ${ms(r.agg.ttft.turns.p95)}` : '-');
   if (ref) {
     row.push(`**${ratio(s.run_seconds, ref.summary.run_seconds)}**`, ratio(r.agg.ttft.all.p50, ref.agg.ttft.all.p50),
       ratio(r.agg.ttft.all.p95, ref.agg.ttft.all.p95));
@@ -150,12 +156,25 @@ out.push(table(
     const cached = e.prompt ? (100 * (e.prompt - e.computed)) / e.prompt : null;
     const a = s.after_run ?? {};
     const peak = Math.max(a.peak_rss_bytes ?? 0, s.restart?.before?.peak_rss_bytes ?? 0);
-    return [s.replicas > 1 ? `${name} (${s.replicas} replicas: sums)` : name, `${s.requests} (${s.failures})`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
+    return [s.replicas > 1 ? `${name} (${s.replicas} replicas: sums)` : name,
+      `${s.requests} (${s.failures})${s.side_calls ? `, ${s.side_calls} of them side calls` : ''}`, fmt(e.prompt), fmt(e.computed), fmt(e.oracle), `**${fmt(e.ratio, 2)}**`,
       fmt(cached, 1), `${fmt(s.run_seconds)} s (${fmt(s.load1_mean, 1)})`, `${mib(a.rss_bytes)} (${mib(peak)})`, mib(a.cache?.ram_bytes),
       (Math.max(0, (a.disk_write_bytes ?? 0) + (s.restart?.before?.disk_write_bytes ?? 0) - (s.server_log_bytes ?? 0)) / 1048576).toFixed(1)];
   })));
 out.push('', 'Prefill efficiency sums the prefill tokens each server computed and divides by the oracle\'s: the tokens no ' +
   'earlier prompt or reply of the trace had covered (1.00 is the limit). Dropped streams are left out (no usage comes back).', '');
+if (runs.some((r) => r.agg.history?.n > 0)) {
+  out.push(`Next turns of a conversation (a user message or a tool step after a reply) whose reported cached tokens ` +
+    `reached their history boundary (the prefix their conversation had sent before their own new messages; where the ` +
+    `oracle reaches less, its reach less a message header): ${runs.map((r) => { const h = r.agg.history;
+      return `${r.name} ${h?.n ? `${h.restored} of ${h.n} (${fmt(100 * h.fraction, 0)}%)` : '-'}`; }).join('; ')}.`, '');
+}
+if (withSide) {
+  out.push(`Side calls apart: prefill efficiency of the conversations' own requests ${runs.map((r) => { const e = r.agg.efficiency.turns;
+    return `${r.name} ${e ? `${fmt(e.ratio, 2)} (${fmt(e.computed)} / ${fmt(e.oracle)})` : '-'}`; }).join('; ')}; ` +
+    `of the side calls, by kind: ${runs.map((r) => `${r.name} ${Object.entries(r.agg.efficiency.side ?? {}).map(([k, e]) =>
+      `${k} ${fmt(e.ratio, 2)} (n=${e.n})`).join(', ') || '-'}`).join('; ')}.`, '');
+}
 
 // Memory against the budget: per process (each replica of a cluster), RSS once first ready +
 // its cache RAM budget; and a cluster's Redis.

@@ -14,7 +14,11 @@
 // per-project line at ~80% of it, as agents write them), --cold-personas 1 (every session a new
 // persona: a system text of its own after the shared tool block; the cold-heavy trace), --think-ms (a pause before each user
 // turn after the first, the user reading the reply and typing: 0, the default, is closed loop;
-// agent-loop tool steps never pause).
+// agent-loop tool steps never pause), --side-calls N (after each step's requests, N short side
+// requests of the same conversation's flow: a title, a summary, a classification, a subagent's
+// first step, in turn; each kind with its own short system text, no tools, a user message quoting
+// the conversation's latest text, max_tokens --side-max-tokens-min/max (8-16), quotes of
+// --side-quote-min/max tokens (40-240); 0, the default, is the trace without them).
 // A cluster (--replicas N, N > 1; tools/bench/cluster.mjs): a redis-server (no persistence,
 // --redis-maxmemory, default 2gb, allkeys-lru), N servers from SERVER ARGV ({port}, {replica}
 // (1-based) and {redis} (its redis:// URL) replaced per replica) and HAProxy with --haproxy-cfg
@@ -29,8 +33,11 @@
 // (tools/bench/dialects.mjs), echo the assistant's blocks/items back verbatim as those clients
 // do, and read usage in that API's terms; the oracle is the same (chat form, /apply-template).
 //
+// Every side call carries its kind's own key (bench-SEED-side-KIND), not its conversation's.
+//
 // Per request (DIR/NAME.jsonl, one JSON object a line): conversation, persona, step, kind
-// (cold, sibling, new_session, warm, regenerate, edit, dropped, retry, after_restart), prompt
+// (cold, sibling, new_session, warm, regenerate, edit, dropped, retry, after_restart, side; a side
+// call has `side`: title, summary, classify or subagent), prompt
 // tokens and cached tokens as reported (usage), prefill tokens computed (llama-server:
 // timings.prompt_n; otherwise prompt - cached), TTFT (client side, to the first streamed delta
 // with content, reasoning or a tool call), total latency, and the oracle: prompt length minus the
@@ -39,6 +46,12 @@
 // ids: after the run every prompt is rendered by the server (POST /apply-template) and tokenized
 // (POST /tokenize); a reply's tokens are its text as the model emitted it, tokenized the same
 // way (reconstructed from reasoning_content and content: see generatedText()).
+// A conversation's next turn (base kind warm: a user message or a tool step after a reply) also
+// gets `history_tokens`, its history boundary: the tokens before its own new messages (its
+// history, the echoed replies included, as this prompt renders them: historyBoundary()), and
+// `history_restored`: whether the cached tokens reported reached that boundary, or the oracle's
+// reach where the oracle reaches less (a reply the template renders otherwise than the model
+// emitted it).
 // After the run (DIR/NAME.summary.json): RSS and peak RSS of the server (/proc; a cluster: summed
 // over the replicas, and each replica's against its budget, RSS once ready + --cache-ram-bytes,
 // in `memory`), bytes written to disk by it (/proc/PID/io), bytes held in RAM by its cache
@@ -66,7 +79,8 @@ const TRACE_FLAGS = {
   'tool-max': 'toolMax', 'max-tokens-min': 'maxTokensMin', 'max-tokens-max': 'maxTokensMax', 'p-tool': 'pTool',
   'p-regenerate': 'pRegenerate', 'p-edit': 'pEdit', 'p-drop': 'pDrop', 'restart-at': 'restartAt',
   'persona-scale': 'personaScale', 'system-variation': 'systemVariation', 'think-ms': 'thinkMs',
-  'cold-personas': 'coldPersonas',
+  'cold-personas': 'coldPersonas', 'side-calls': 'sideCalls', 'side-quote-min': 'sideQuoteMin',
+  'side-quote-max': 'sideQuoteMax', 'side-max-tokens-min': 'sideMaxTokensMin', 'side-max-tokens-max': 'sideMaxTokensMax',
 };
 
 const dash = process.argv.indexOf('--');
@@ -120,8 +134,11 @@ if (opt['dry-run']) {
   process.stdout.write(`trace: ${t.conversations.length} conversations, ${t.totalRequests} requests, restart after ${t.restartAfter}\n`);
   process.stdout.write(`options: ${JSON.stringify(t.options)}\n`);
   for (const c of t.conversations) {
-    const ev = c.steps.map((s) => `${s.turn === 'user' ? 'U' : 'T'}${s.event ? `(${s.event})` : ''}`).join(' ');
+    const ev = c.steps.map((s) => `${s.turn === 'user' ? 'U' : 'T'}${s.event ? `(${s.event})` : ''}${s.side?.length ? `+${s.side.length}s` : ''}`).join(' ');
     process.stdout.write(`  #${c.id} ${c.persona}/${c.session} system ${c.system.length} chars: ${ev}\n`);
+  }
+  if (t.sideSystems) {
+    process.stdout.write(`side calls (+Ns: N after the step): ${Object.entries(t.sideSystems).map(([k, v]) => `${k} (system ${v.length} chars)`).join(', ')}\n`);
   }
   process.exit(0);
 }
@@ -282,25 +299,30 @@ function loadavg() {
  *  conversation on (deploy/haproxy.cfg), sent to every configuration so that the traces are the
  *  same. A new session on a persona has a new key. */
 const sessionKeyOf = (conv) => `bench-${trace.options.seed}-conv-${conv.id}`;
+/** A side call's key: its kind's own (agents send these beside the session, not in it). */
+const sideKeyOf = (side) => `bench-${trace.options.seed}-side-${side}`;
 
-/** Sends one request of conversation `conv` and records it. */
-async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
+/** Sends one request of conversation `conv` and records it. `side`: a side call of that kind (no
+ *  tools, its kind's key, never marked after_restart); `historyLen`: how many of `messages` come
+ *  before the step's own (the history boundary of a next turn). */
+async function send(conv, step, kind, messages, maxTokens, dropAfter = 0, { side = null, historyLen = null } = {}) {
   await gate();
   let base = kind;
-  if (restarted && !conv.afterRestartMarked && (conv.liveAtRestart || !seenSinceRestart.has(conv.persona))) {
+  if (!side && restarted && !conv.afterRestartMarked && (conv.liveAtRestart || !seenSinceRestart.has(conv.persona))) {
     kind = 'after_restart';
     conv.afterRestartMarked = true;
   }
-  if (restarted) seenSinceRestart.add(conv.persona);
+  if (restarted && !side) seenSinceRestart.add(conv.persona);
   const rec = {
-    i: issued++, conv: conv.id, persona: conv.persona, session: conv.session, step: step.index, turn: step.turn,
-    kind, base, after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens, load1: loadavg(),
+    i: issued++, conv: conv.id, persona: conv.persona, session: conv.session, step: step.index, turn: side ? 'side' : step.turn,
+    kind, base, ...(side ? { side } : {}), after_restart: restarted, t_send_ms: now(), max_tokens: maxTokens, load1: loadavg(),
   };
   inflight++;
-  const sessionKey = sessionKeyOf(conv);
-  const r = opt.api === 'chat' ? await stream(messages, conv.tools, maxTokens, dropAfter, sessionKey)
+  const sessionKey = side ? sideKeyOf(side) : sessionKeyOf(conv);
+  const tools = side ? undefined : conv.tools;
+  const r = opt.api === 'chat' ? await stream(messages, tools, maxTokens, dropAfter, sessionKey)
     : await (opt.api === 'messages' ? streamMessages : streamResponses)(BASE, { model: MODEL, messages,
-      tools: conv.tools, maxTokens, dropAfter, sessionKey, timeoutMs: Number(opt['timeout-s']) * 1000 });
+      tools, maxTokens, dropAfter, sessionKey, timeoutMs: Number(opt['timeout-s']) * 1000 });
   inflight--;
   rec.t_done_ms = now();
   rec.ttft_ms = r.ttftMs;
@@ -333,9 +355,11 @@ async function send(conv, step, kind, messages, maxTokens, dropAfter = 0) {
   if (r.parseError) { parseErrors++; }
   records.push(rec);
   rec._messages = messages;
+  rec._tools = tools;
+  rec._historyLen = historyLen;
   rec._reply = r;
   const pct = rec.prompt_tokens ? (100 * (rec.cached_tokens ?? 0) / rec.prompt_tokens).toFixed(0) : '-';
-  log(`#${rec.i} conv ${conv.id} ${conv.persona} step ${step.index} ${kind}: prompt ${rec.prompt_tokens} cached ${rec.cached_tokens} (${pct}%) ` +
+  log(`#${rec.i} conv ${conv.id} ${conv.persona} step ${step.index} ${side ? `side ${side}` : kind}: prompt ${rec.prompt_tokens} cached ${rec.cached_tokens} (${pct}%) ` +
     `ttft ${r.ttftMs?.toFixed(0)} ms total ${r.totalMs.toFixed(0)} ms${r.dropped ? ' (dropped)' : ''}${r.parseError ? ' (parse error after the reply: kept)' : ''}`);
   return r;
 }
@@ -362,7 +386,7 @@ async function runConversation(conv, onFirstDone) {
       await send(conv, step, 'dropped', messages, step.maxTokens, step.dropAfter);
       r = await send(conv, step, 'retry', messages, step.maxTokens);
     } else {
-      r = await send(conv, step, kind, messages, step.maxTokens);
+      r = await send(conv, step, kind, messages, step.maxTokens, 0, { historyLen: kind === 'warm' ? history.length : null });
     }
     if (step.index === 0) onFirstDone();
     if (r.error) return;
@@ -378,6 +402,12 @@ async function runConversation(conv, onFirstDone) {
       const r2 = await send(conv, step, 'edit', edited, step.eventMaxTokens);
       if (r2.error) return;
       history = [...edited, echoOf(r2)];
+    }
+    // Side calls: sequential, after the step's requests and before its next step; a failed one
+    // is counted and the conversation goes on.
+    for (const call of step.side ?? []) {
+      const sideMessages = [{ role: 'system', content: trace.sideSystems[call.kind] }, { role: 'user', content: call.user }];
+      await send(conv, step, 'side', sideMessages, call.maxTokens, 0, { side: call.kind });
     }
   }
 }
@@ -442,18 +472,48 @@ async function tokenizeAll() {
   }
 }
 
+/** The tokens of `rec`'s prompt before its step's own new messages (null when the template does
+ *  not show where, or the server would not render it): the prompt's messages with the text of the
+ *  step's first one replaced by a marker (so that the history renders as in the prompt: a template
+ *  renders earlier turns by where the last user message is, Qwen3.5 drops the reasoning of
+ *  assistant turns before it), rendered, cut before that message's header (the last special token
+ *  `<|...|>` before the marker, chat-ML's `<|im_start|>`), tokenized, and at most the prefix it
+ *  shares with the prompt. */
+async function historyBoundary(rec, tools, tokenize) {
+  const first = rec._messages[rec._historyLen];
+  if (!first) return null;
+  const marker = '\u0001';
+  const other = [...rec._messages.slice(0, rec._historyLen), { ...first, content: marker }, ...rec._messages.slice(rec._historyLen + 1)];
+  try {
+    const { prompt } = await postJson('/apply-template', { model: MODEL, messages: other, tools });
+    const at = prompt.indexOf(marker);
+    if (at < 0) return null;
+    const head = prompt.slice(0, at);
+    const header = [...head.matchAll(/<\|[A-Za-z0-9_]+\|>/g)].at(-1);
+    if (!header) return null;
+    return lcp(rec._tokens, await tokenize(head.slice(0, header.index)));
+  } catch (e) {
+    log(`history boundary: request ${rec.i}: ${e.message}`);
+    return null;
+  }
+}
+
 /** Renders and tokenizes `rec`'s prompt (and its continuation) with the server under test. */
 async function tokenizeOne(rec, tokenize) {
-  const conv = trace.conversations[rec.conv];
-  const { prompt } = await postJson('/apply-template', { model: MODEL, messages: rec._messages, tools: conv.tools });
+  const tools = rec._tools;
+  const { prompt } = await postJson('/apply-template', { model: MODEL, messages: rec._messages, tools });
   rec._tokens = await tokenize(prompt);
   if (opt['dump-prompts']) rec._prompt = prompt;
   rec.prompt_tokens_local = rec._tokens.length;
+  // A next turn's history boundary: where its own new messages start.
+  if (rec._historyLen !== null && rec._historyLen !== undefined) {
+    rec.history_tokens = await historyBoundary(rec, tools, tokenize);
+  }
   // A warm user turn's own tokens: where its prompt leaves the same conversation whose last
   // (user) message says something else, to the end (the message and the generation prompt).
   if (rec.kind === 'warm' && rec.turn === 'user' && rec._messages.at(-1)?.role === 'user') {
     const other = [...rec._messages.slice(0, -1), { role: 'user', content: '\u0001' }];
-    const p2 = (await postJson('/apply-template', { model: MODEL, messages: other, tools: conv.tools })).prompt;
+    const p2 = (await postJson('/apply-template', { model: MODEL, messages: other, tools })).prompt;
     rec.own_tokens = rec._tokens.length - lcp(rec._tokens, await tokenize(p2));
     // The prefill time of those tokens at this request's own prefill rate (its timing line).
     if (rec.server_prompt_ms !== null && rec.computed > 0 && rec.ttft_ms !== null) {
@@ -470,6 +530,9 @@ async function tokenizeOne(rec, tokenize) {
     rec._continuation = gen ? rec._tokens.concat(await tokenize(gen)) : null;
   }
 }
+
+/** Tokens of a message header that the oracle's reach may end in (history_restored). */
+const HEADER_SLACK = 4;
 
 function computeOracle() {
   // Events in time order: a prompt is seen when it is sent, its continuation when it is done.
@@ -492,6 +555,16 @@ function computeOracle() {
     rec.oracle_lcp = best;
     rec.oracle = Math.max(1, rec._tokens.length - best);
     rec.oracle_from = from;
+    // A next turn restored its history when the cached tokens reached its boundary, or, where no
+    // earlier prompt or reply covers the whole boundary (the template renders an earlier reply
+    // otherwise now), the oracle's reach less a message header: that reach ends a header into the
+    // first message rendered otherwise (chat-ML's `<|im_start|>assistant\n`, 3 tokens), where no
+    // cache has a restore point.
+    if (Number.isFinite(rec.history_tokens)) {
+      rec.history_target = best < rec.history_tokens ? Math.max(0, best - HEADER_SLACK) : rec.history_tokens;
+      rec.history_restored = rec.cached_tokens === null || rec.cached_tokens === undefined ? null
+        : rec.cached_tokens >= rec.history_target;
+    }
   }
 }
 
@@ -562,6 +635,7 @@ async function main() {
     // starts), against its budget: the RSS once first ready + its cache RAM budget.
     memory,
     requests: records.length,
+    side_calls: records.filter((r) => r.side).length,
     failures,
     parse_errors_kept: parseErrors,
     oracle_errors: oracleErrors,

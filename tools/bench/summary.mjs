@@ -16,6 +16,7 @@ export const KINDS = [
   ['after_restart', 'first requests after restart'],
   ['cold', 'cold (first sight of a persona)'],
   ['dropped', 'dropped stream (aborted by the client)'],
+  ['side', 'side call (title, summary, classification, subagent)'],
 ];
 
 /** Linear-interpolated percentile `p` (0-100) of `xs`; null when empty. */
@@ -61,12 +62,22 @@ function ttft(rs) {
   return { n: xs.length, p50: percentile(xs, 50), p95: percentile(xs, 95), mean: xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null };
 }
 
+/** The conversations' next turns (base kind warm, side calls apart) that reached their history
+ *  boundary (run.mjs: history_restored): {n, restored, fraction}; n 0 without the figure. */
+export function historyRestored(records) {
+  const xs = records.filter((r) => !r.side && typeof r.history_restored === 'boolean' && !r.error);
+  const restored = xs.filter((r) => r.history_restored).length;
+  return { n: xs.length, restored, fraction: xs.length ? restored / xs.length : null };
+}
+
 /** {warm_user_turns: {n, own_only, p50, p95, server_all, server_warmed}, efficiency: {all, by_kind}, ttft: {all, by_kind},
  *  passes: {all, by_kind} ({n, passes, splits}: prefill passes and splits, lineage-server's timing line),
  *  excess: [...]} for `records`. warm_user_turns: warm user turns' TTFT / the prefill time of their
  *  own tokens, client side (own_only: how many computed no more than their own tokens, i.e. came
  *  after a warmed reply); server_all / server_warmed: {n, p50, p95} of the server's own TTFT (its
  *  timing line) over the same, for all of them and for the own_only ones.
+ *  With side calls (run.mjs --side-calls), efficiency and ttft also hold `turns` (the conversations'
+ *  own requests) and `side` (by side-call kind); history: historyRestored(records).
  *  `excessMin`: the smallest computed - oracle (tokens) listed as an avoidable recompute. */
 export function summarize(records, { excessMin = 64 } = {}) {
   const byKind = (f) => Object.fromEntries(KINDS.map(([k]) => [k, f(records.filter((r) => r.kind === k))])
@@ -105,11 +116,17 @@ export function summarize(records, { excessMin = 64 } = {}) {
     return { n: v.length, passes: v.reduce((a, r) => a + r.server_prefill_passes, 0),
       splits: v.reduce((a, r) => a + r.server_prefill_splits, 0) };
   };
+  // With side calls (trace --side-calls): the same figures for the conversations' own requests
+  // (`turns`) and for the side calls by their kind (`side`), beside those over every request.
+  const sides = records.filter((r) => r.side);
+  const turns = records.filter((r) => !r.side);
+  const bySide = (f) => Object.fromEntries([...new Set(sides.map((r) => r.side))].map((k) => [k, f(sides.filter((r) => r.side === k))]));
   return {
     warm_user_turns: warmUser,
     passes: { all: passes(records), by_kind: byKind(passes) },
-    efficiency: { all: eff(records), by_kind: byKind(eff) },
-    ttft: { all: ttft(records), by_kind: byKind(ttft) },
+    efficiency: { all: eff(records), by_kind: byKind(eff), ...(sides.length ? { turns: eff(turns), side: bySide(eff) } : {}) },
+    ttft: { all: ttft(records), by_kind: byKind(ttft), ...(sides.length ? { turns: ttft(turns), side: bySide(ttft) } : {}) },
+    history: historyRestored(records),
     excess,
   };
 }

@@ -307,13 +307,17 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         const iter chosen_it = by_id_.at(chosen->id);
         entry & e = *chosen_it;
         uint64_t retire_twin = 0;
-        if (counted && !e.anchor) {
-            // The reuse model (value.h): an entry with e.uses uses came back after this long.
+        // A use (value.h) restores something of the entry that no other copy holds: a prefix
+        // an anchor or another entry restores as far (a side call's system text) is none.
+        const bool used = counted && !e.anchor && restore_point_below(e) < chosen->n;
+        if (used) {
+            // The reuse model: an entry with e.uses uses came back after this long.
             reuse_.reused(e.uses);
             reuse_.observe_gap(now_s - e.last_use);
         }
         e.last_use = now_s;
         p.source_uses = e.uses;
+        p.source_used = used;
         p.n_restore = chosen->n;
         p.kind = chosen->kind;
         p.source = e.id;
@@ -395,7 +399,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         } else {
             entries_.splice(entries_.begin(), entries_, chosen_it);
             e.mru = next_mru_++;
-            if (counted && !e.anchor) {
+            if (used) {
                 e.uses++;  // restored in place (an absorbing request's entry counts it at commit)
             }
         }

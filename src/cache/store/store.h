@@ -125,8 +125,11 @@ struct restore_plan {
     bool source_anchor = false;            ///< load_disk: the copy is a pinned anchor's (system prompt + tools)
     int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
     /** That entry's restores while stored (entry::uses; 0 for a tier copy or a running request):
-     *  an absorbing request's entry has one more (the eviction value's reuse class). */
+     *  the eviction value's reuse class. */
     int32_t source_uses = 0;
+    /** The restore counted as a use of that entry (a request's, beyond what another copy
+     *  restores): an absorbing request's entry then has source_uses + 1 uses. */
+    bool source_used = false;
     /** A miss or short hit caused by an eviction (cause evicted): the uses the evicted entry had
      *  (ghost_set::match::uses); 0 otherwise. */
     int32_t evicted_uses = 0;

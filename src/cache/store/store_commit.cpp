@@ -124,9 +124,9 @@ bool store::commit(commit_input in, double now_s) {
     e.warmed = in.warmed ? static_cast<int32_t>(e.toks.size()) : 0;
     e.resend_twin = in.absorbed ? in.absorbed->twin : 0;
     // The reuse class (value.h): a request that continues an entry adds one use to the
-    // lineage's; a warm-up's extension of it adds none.
+    // lineage's (a warm-up's extension of it adds none: its plan is no use).
     if (in.absorbed && in.absorbed->absorbs) {
-        e.uses = in.absorbed->source_uses + (in.warmed ? 0 : 1);
+        e.uses = in.absorbed->source_uses + (in.absorbed->source_used ? 1 : 0);
     }
     e.uses = std::max(e.uses, in.evicted_uses);  // a conversation back after its entry was evicted
     if (e.history < 0 && in.absorbed) {
