@@ -34,7 +34,9 @@ void ghost_set::add(const std::string & bucket, const tokens & toks, int32_t use
         b.refs++;
         b.uses = std::max(b.uses, uses);
     }
-    refs_[c.back()].ends++;
+    for (size_t i = c.size() > tail_blocks ? c.size() - tail_blocks : 0; i < c.size(); ++i) {
+        refs_[c[i]].ends++;
+    }
     n_blocks_ += c.size();
     ghosts_.push_back(std::move(c));
     while (ghosts_.size() > max_ || n_blocks_ > max_blocks) {
@@ -44,8 +46,10 @@ void ghost_set::add(const std::string & bucket, const tokens & toks, int32_t use
 
 void ghost_set::pop_oldest() {
     const auto & c = ghosts_.front();
-    if (auto it = refs_.find(c.back()); it != refs_.end()) {
-        it->second.ends--;
+    for (size_t i = c.size() > tail_blocks ? c.size() - tail_blocks : 0; i < c.size(); ++i) {
+        if (auto it = refs_.find(c[i]); it != refs_.end()) {
+            it->second.ends--;
+        }
     }
     for (uint64_t h : c) {
         if (auto it = refs_.find(h); it != refs_.end() && --it->second.refs <= 0) {

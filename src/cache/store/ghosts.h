@@ -30,11 +30,19 @@ public:
      *  the oldest ghosts go first past it. */
     static constexpr size_t max_blocks = 65536;
 
+    /** A ghost's last whole blocks that count as its end (`match::whole`): a conversation's
+     *  entry ends with the generation prompt of its turn, which the next turn's prompt renders
+     *  again differently once the reply follows it (a few tokens: Qwen3.5's empty reasoning
+     *  block; a reply's reasoning dropped).
+     *  2 blocks: the prompt may part within the entry's last 32-47 tokens; a one-off call whose
+     *  own part (after a system text it shares) is shorter than that would count as found again. */
+    static constexpr size_t tail_blocks = 2;
+
     /** What a lookup found: the longest shared prefix, tokens (a multiple of block_tokens; 0:
      *  none); the most uses an entry that left holding its last block had had; and whether that
-     *  block is the last whole block of an entry that left (`whole`: the prompt holds all of
-     *  that entry but its last partial block, so the entry would have been restored whole, not
-     *  just a prefix it shares with others, such as a system text). */
+     *  block is one of the tail_blocks last whole blocks of an entry that left (`whole`: the
+     *  prompt holds that entry but for its end, so the entry would have been restored, not just
+     *  a prefix it shares with others, such as a system text). */
     struct match {
         int32_t tokens = 0;
         int32_t uses = 0;

@@ -312,7 +312,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         const bool used = counted && !e.anchor && restore_point_below(e) < chosen->n;
         if (used) {
             // The reuse model: an entry with e.uses uses came back after this long.
-            reuse_.reused(e.uses);
+            reuse_.reused(e.uses, e.family);
             reuse_.observe_gap(now_s - e.last_use);
         }
         e.last_use = now_s;

@@ -483,6 +483,7 @@ private:
         // Requests that restored from it or from the entries it absorbed (warm-ups not counted):
         // its reuse class in the eviction value (value.h).
         int32_t uses = 0;
+        uint64_t family = 0;  // reuse_family(k.bucket, toks): its reuse counts' family (value.h)
         uint64_t ram_bytes() const;
     };
     using iter = std::list<entry>::iterator;

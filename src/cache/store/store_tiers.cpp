@@ -105,7 +105,7 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
     if (lost) {
         ghosts_.add(it->k.bucket, it->toks, it->uses);  // a later miss on it is then "evicted"
         if (!it->anchor) {
-            reuse_.left_unused(it->uses);  // the reuse model's failure (value.h)
+            reuse_.left_unused(it->uses, it->family);  // the reuse model's failure (value.h)
         }
     }
     if (reason) {

@@ -310,7 +310,7 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
             // The prompt holds the whole evicted entry: it would have been restored (value.h),
             // and the lineage it continues keeps its reuse class. A prefix it shares with the
             // entry (a system text of its kind) is no reuse of it.
-            reuse_.ghost_reused(gm.uses);
+            reuse_.ghost_reused(gm.uses, reuse_family(k.bucket, prompt));
             p.evicted_uses = gm.uses + 1;
         }
     } else {

@@ -67,7 +67,7 @@ double store::saved_seconds(const entry & e) const {
 
 double store::value_of(const entry & e) const {
     const double bytes = static_cast<double>(std::max<uint64_t>(e.ram_bytes(), 1));
-    return saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use) / bytes;
+    return saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use, e.family) / bytes;
 }
 
 std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
@@ -126,7 +126,7 @@ bool store::evict_one(uint64_t protect_id, eviction_reason reason) {
     erase(v->it, reason,
           !trace_.on() ? std::string()
                        : fmt::format(" (value {:.3g} s/MB: saves {:.3g} s, reuse likelihood {:.2f} after {} uses{})", v->value * 1e6,
-                      saved_seconds(x), reuse_.likelihood(x.uses, now_s_ - x.last_use), x.uses,
+                      saved_seconds(x), reuse_.likelihood(x.uses, now_s_ - x.last_use, x.family), x.uses,
                       v->live ? "; a live conversation past the protected share" : ""));
     return true;
 }
@@ -145,7 +145,7 @@ bool store::below_admission(uint64_t id, uint64_t bytes) {
         return false;
     }
     // Its value once its whole state is in RAM, against what it would push out.
-    const double mine = saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use) /
+    const double mine = saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use, e.family) /
                         static_cast<double>(std::max<uint64_t>(e.ram_bytes() + bytes, 1));
     if (mine >= v->value) {
         return false;

@@ -39,6 +39,29 @@ TEST(ReuseModel, LaplaceEstimatesPerUseClassFromOutcomesOnly) {
     EXPECT_DOUBLE_EQ(m.probability(0), 3.0 / 6.0);
 }
 
+TEST(ReuseModel, EachFamilyLearnsItsOwnChanceShrunkTowardTheGlobalOne) {
+    // A conversation family whose first entries all come back, and a title family whose never do.
+    reuse_model m;
+    const uint64_t conv = reuse_family("b", seq(0, 100));
+    const uint64_t title = reuse_family("b", seq(5000, 100));
+    EXPECT_NE(conv, title);
+    EXPECT_EQ(reuse_family("b", cat(seq(0, 64), seq(9000, 50))), conv) << "the first 64 tokens name it";
+    EXPECT_NE(reuse_family("other", seq(0, 100)), conv) << "and the bucket";
+    for (int i = 0; i < 4; ++i) {
+        m.reused(0, conv);
+    }
+    for (int i = 0; i < 12; ++i) {
+        m.left_unused(0, title);
+    }
+    const double global = m.probability(0);
+    EXPECT_DOUBLE_EQ(global, 5.0 / 18.0);  // (4 + 1) / (4 + 12 + 2)
+    EXPECT_DOUBLE_EQ(m.probability(0, conv), (4 + 2 * global) / (4 + 2.0));
+    EXPECT_DOUBLE_EQ(m.probability(0, title), (2 * global) / (12 + 2.0));
+    EXPECT_GT(m.probability(0, conv), 0.75);
+    EXPECT_LT(m.probability(0, title), 0.05);
+    EXPECT_DOUBLE_EQ(m.probability(0, reuse_family("b", seq(7000, 80))), global) << "a new family: the global chance";
+}
+
 TEST(ReuseModel, LikelihoodFallsWithAgeInUnitsOfTheReuseGap) {
     reuse_model m;
     EXPECT_DOUBLE_EQ(m.gap_s(), reuse_model::prior_gap_s);
