@@ -803,9 +803,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
             return util::status::error("expected one of value|recency");
         });
     add("--cache-ram-protect", "LINEAGE_CACHE_RAM_PROTECT", "FRACTION", fmt_double(dc.ram_protect_share),
-        "--cache-eviction value: share of the RAM budget within which the anchors and the live conversations' "
-        "entries (restored at least once, used within the last minute or four reuse gaps) are evicted only "
-        "after every other copy; 0 = none protected, 1 = all",
+        "--cache-eviction value: share of the RAM budget left by the pinned anchors within which the live "
+        "conversations' entries (restored at least once, used within the last minute or four reuse gaps) are "
+        "evicted only after every other copy; 0 = none protected, 1 = all",
         [&cc](const std::string & v) -> util::status {
             const std::string t = trim(v);
             double x = 0;
