@@ -128,8 +128,8 @@ bool store::commit(commit_input in, double now_s) {
     if (in.absorbed && in.absorbed->absorbs) {
         e.uses = in.absorbed->source_uses + (in.absorbed->source_used ? 1 : 0);
     }
-    e.uses = std::max(e.uses, in.evicted_uses);
-    e.family = reuse_family(e.k.bucket, e.toks);  // a conversation back after its entry was evicted
+    e.uses = std::max(e.uses, in.evicted_uses);  // a conversation back after its entry was evicted
+    e.family = reuse_family(e.k.bucket, e.toks);
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
     }

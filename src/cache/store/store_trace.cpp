@@ -254,7 +254,8 @@ void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std
             return;
         }
     }
-    // A ghost of an evicted entry that the prompt holds whole (up to its last partial block),
+    // A ghost of an evicted entry that the prompt holds whole (but for its last blocks:
+    // ghost_set::tail_blocks),
     // at least one block more than was restored and more than any live entry shares, names the
     // eviction however few tokens it cost (its state at its end would have restored it): the
     // short_hit_tokens slack is for the spacing of restore points, and an agent's conversation
