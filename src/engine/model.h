@@ -47,9 +47,13 @@ struct model_params {
     /** Lock the weights in RAM so that they are never swapped out (--mlock). */
     bool use_mlock = false;
     /** llama.cpp's extra CPU buffer types for the weights (repacked layouts, Intel AMX tiles;
-     *  llama_model_params::use_extra_bufts; --repack / --no-repack, llama-server's -nr). Off
-     *  for the architectures in no_repack_architectures whatever this says. */
-    bool use_repack = true;
+     *  llama_model_params::use_extra_bufts; --repack / --no-repack, llama-server's -nr). Off by
+     *  default: they compute a prefill batch with other kernels than a single decoded token, so
+     *  a request restored from the cache and the same request computed cold can differ (measured
+     *  on a Xeon with AMX: tiny-qwen35's first generated token differed, tests/e2e/
+     *  parallel.test.mjs; with them off it passes), which breaks docs/prompt-cache.md "What a hit
+     *  guarantees". Off for the architectures in no_repack_architectures whatever this says. */
+    bool use_repack = false;
 };
 
 /** Architectures (GGUF general.architecture) loaded without the extra CPU buffer types: at the

@@ -379,10 +379,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "memory-map the model file (llama.cpp decides when true: mmap unless a device cannot use it); "
         "--no-mmap reads the weights into memory instead (slower start, no page-outs)",
         boolean(c.use_mmap), true);
-    add("--repack,!--no-repack", "LINEAGE_REPACK", "[=BOOL]", "true",
+    add("--repack,!--no-repack", "LINEAGE_REPACK", "[=BOOL]", "false",
         "let llama.cpp put the weights in its extra CPU buffer types (repacked layouts, Intel AMX tiles) where "
-        "they are faster; --no-repack keeps them as stored (kimi-linear models are always loaded so: at the "
-        "engine pin the AMX buffer type aborts their context)",
+        "they are faster; off by default: they compute a prefill batch with other kernels than a decoded token, "
+        "so a reply restored from the cache can differ from a cold one's (on a Xeon with AMX it did); "
+        "kimi-linear models never use them (at the engine pin the AMX buffer type aborts their context)",
         boolean(c.use_repack), true);
     s.back()->llama_short = {"-nr"};
     add("--mlock", "LINEAGE_MLOCK", "[=BOOL]", "false",
