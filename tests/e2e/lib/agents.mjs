@@ -403,6 +403,19 @@ export function firstChange(before, after, { norm = (x) => x, same = (x, y) => J
   return { i, n: changed.length, a, b, around: `${cut(a)} -> ${cut(b)}` };
 }
 
+/** The tier cost rule (docs/prompt-cache.md "The tier cost rule"): a lower tier's copy that
+ *  restores a few tokens more than the best above it is not read when recomputing them is cheaper;
+ *  the request then restores the best above it, k tokens short of the copy. Whether the promised
+ *  state is in RAM or only in a tier copy depends on timing (what was written and released when),
+ *  so a check of `r` (an analysed request: line, promised) accepts that outcome: returns the trace
+ *  line's match ([, tokens the copy restores, k]) when `r`'s decision trace in server log `log`
+ *  declined a copy reaching its promise and `r` restored at least the copy minus k, else undefined. */
+export function declinedTierCopy(log, r) {
+  return traceLines(log, r.line.id).map((l) =>
+    /restores (\d+) tokens, (\d+) more than the best above it: reading it .* costs more than recomputing them/.exec(l))
+    .find((m) => m && Number(m[1]) >= r.promised && r.line.cached >= Number(m[1]) - Number(m[2]));
+}
+
 /** The rows and failures of "every request restores at least the restore point the rules
  *  promise" over analysed requests `recs` (each with prev, tokens, shared, line, promised, why,
  *  cost, behaviours, label, run; `crossChain` where its previous request is another chain's):
@@ -420,12 +433,7 @@ export function promiseReport(recs, log, gaps = {}) {
     rows.push(`${r.run} ${r.label}${r.crossChain ? ` (first of its chain; vs ${r.prev.run} ${r.prev.label})` : ''}: ` +
       `prompt ${r.tokens.length} shared ${r.shared} cached ${r.line.cached} promised ${r.promised} ` +
       `(${r.why})${r.cost ? `; agent behaviour costs ${r.cost}: ${r.behaviours.join('; ')}` : ''}${gap ? ' [known gap]' : ''}`);
-    // The tier cost rule (docs/prompt-cache.md "The tier cost rule"): a lower tier's copy that
-    // restores a few tokens more than the best above it is not read when recomputing them is
-    // cheaper; the request then restores the best above it, k tokens short of the copy.
-    const declined = traceLines(log, r.line.id).map((l) =>
-      /restores (\d+) tokens, (\d+) more than the best above it: reading it .* costs more than recomputing them/.exec(l))
-      .find((m) => m && Number(m[1]) >= r.promised && r.line.cached >= Number(m[1]) - Number(m[2]));
+    const declined = declinedTierCopy(log, r);
     if (declined) rows.push(`  (a tier copy of ${declined[1]} tokens was not read: recomputing its ${declined[2]} more is cheaper)`);
     if (r.line.cached < r.promised && !gap && !declined) {
       failures.push(`${r.label}: cached ${r.line.cached} < promised ${r.promised} (${r.why}; shared ${r.shared}, prompt ${r.tokens.length})\n  ` +
