@@ -86,6 +86,16 @@ std::vector<stat_figure> stats::describe() const {
                    restore_kinds),
         figure("tokens_reused", tokens_reused, "prefix_tokens_reused_total",
                "Prompt tokens restored from the cache instead of prefilled."),
+        figure_map("tokens_restored", tokens_restored, "restore_point_tokens_total",
+                   "Prompt tokens restored by hits, by kind of restore point taken.", "kind", restore_kinds),
+        figure_map("captures", captures, "captures_total",
+                   "Restore points captured (states copied out of the engine), by kind.", "kind", capture_kinds),
+        figure_map("capture_splits", capture_splits, "capture_splits_total",
+                   "Restore points captured by cutting a prefill pass short there (each one more forward pass), "
+                   "by kind.",
+                   "kind", capture_kinds),
+        figure_map("capture_bytes", capture_bytes, "capture_bytes_total",
+                   "Bytes of the restore points captured, by kind.", "kind", capture_kinds),
         figure("cross_template_hits", cross_template_hits, "cross_template_hits_total",
                "Hits restored from an entry rendered under another template_sig (tools, kwargs, template or "
                "tool_choice) whose tokens agree with the prompt."),

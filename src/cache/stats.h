@@ -91,6 +91,15 @@ struct stats {
     int64_t misses = 0;
     std::map<std::string, int64_t> hits;         ///< by restore point kind: full, turn, guard, anchor, divergence
     int64_t tokens_reused = 0;        ///< prompt tokens restored instead of prefilled
+    /** What each kind of restore point costs and returns (docs/prompt-cache.md "What a restore
+     *  point costs"): the prompt tokens hits restored from it (tokens_restored; its hits are
+     *  `hits`), by restore kind; and, by capture kind, the states captured (captures), of those
+     *  taken by cutting a prefill pass short (capture_splits: each one more forward pass; not a
+     *  pass end, the prompt end, a decode step or a rollback), and their bytes (capture_bytes). */
+    std::map<std::string, int64_t> tokens_restored;
+    std::map<std::string, int64_t> captures;
+    std::map<std::string, int64_t> capture_splits;
+    std::map<std::string, int64_t> capture_bytes;
     /** Hits restored from an entry rendered under another template_sig (other tools, kwargs,
      *  template or tool_choice) whose tokens agree with the prompt's: template_sig is not a
      *  bucket dimension (key.h). */
@@ -181,6 +190,8 @@ struct stats {
     static inline const std::vector<std::string> use_classes = {"unused", "reused"};
     static inline const std::vector<std::string> checkpoint_kinds = {"turn",   "guard",   "divergence",
                                                                      "ladder", "message", "reply"};
+    static inline const std::vector<std::string> capture_kinds = {"anchor", "turn",    "guard", "divergence",
+                                                                  "ladder", "message", "reply"};
 
     /** The cache's own figures (not the tiers', warm-ups' or buffer pool's: those describe
      *  themselves), in the order GET /v1/cache/stats lists them; on /metrics

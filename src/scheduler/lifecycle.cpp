@@ -89,7 +89,7 @@ void lifecycle::restore(slot & s, double now_s) {
     spdlog::debug("request {}: {}", s.req->id, s.use_cache ? s.plan.reason : "cache bypassed (cache_prompt=false)");
     // A capture exactly at the restore point (an anchor restored through a sibling) is taken now.
     while (s.next_capture < s.plan.captures.size() && s.plan.captures[s.next_capture].n_tokens == s.n_past) {
-        capture(s, s.plan.captures[s.next_capture++], now_s);
+        capture(s, s.plan.captures[s.next_capture++], now_s, false);
     }
 }
 
@@ -110,14 +110,14 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
             due_kind = c.kind;
         } else {
             if (s.use_cache) {
-                capture(s, c, now_s);
+                capture(s, c, now_s, s.n_past < s.prompt_size());  // the pass ended here for it
             }
             taken_here = true;
         }
         s.next_capture++;
     }
     if (at_pass_end_due && !taken_here && s.use_cache && s.n_past < s.prompt_size()) {
-        capture(s, {s.n_past, due_kind}, now_s);
+        capture(s, {s.n_past, due_kind}, now_s, false);
     }
     if (s.n_past < s.prompt_size()) {
         return false;
@@ -176,6 +176,7 @@ void lifecycle::guard_by_rollback(slot & s, const cache::capture_point & c) {
     }
     s.reserved_bytes += size;
     s.captured.push_back({c.n_tokens, c.kind, cache::make_blob(st_.get_state(s.seq, true))});
+    store_.count_capture(c.kind, size, false);
     s.replay = s.n_past - c.n_tokens;
     s.n_past = c.n_tokens;
     LINEAGE_TRACE(store_.trace(), "captured the {} checkpoint at {} by rollback ({})", cache::to_string(c.kind),
@@ -221,12 +222,13 @@ void lifecycle::after_decode(slot & s) {
     if (store_.reserve(size)) {
         s.reserved_bytes += size;
         s.reply_candidates.push_back({s.n_past, cache::point_kind::reply, cache::make_blob(st_.get_state(s.seq, true))});
+        store_.count_capture(cache::point_kind::reply, size, false);
         spdlog::debug("request {}: reply checkpoint candidate at {} tokens ({} bytes)", s.req->id, s.n_past, size);
     }
     s.stats.capture_s += seconds_since(t0);
 }
 
-void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) {
+void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s, bool split) {
     const auto t0 = clock::now();
     const bool whole = c.kind == cache::point_kind::anchor;
     if ((!whole && !hybrid_) || s.reset_since) {  // reset_since: nothing is kept (an anchor would be pinned now)
@@ -241,6 +243,7 @@ void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s) 
         return;
     }
     auto blob = cache::make_blob(st_.get_state(s.seq, !whole));
+    store_.count_capture(c.kind, size, split);
     if (whole) {
         cache::tokens prefix(s.req->prompt.begin(), s.req->prompt.begin() + c.n_tokens);
         // The ladder rungs captured inside this region go with the anchor (and their

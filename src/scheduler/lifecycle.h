@@ -59,8 +59,9 @@ public:
 
     /** Takes capture `c` at s.n_past: an anchor (the whole state) is pinned in the store; a
      *  checkpoint (recurrent state, hybrid) joins s.captured. Skipped (traced) when the RAM
-     *  budget has no room. */
-    void capture(slot & s, const cache::capture_point & c, double now_s);
+     *  budget has no room. `split`: the prefill pass was cut short here for it (counted in the
+     *  cache's stats::capture_splits). */
+    void capture(slot & s, const cache::capture_point & c, double now_s, bool split);
 
     /** The request is done: its sequence becomes an entry parked on the device (hybrid: the
      *  prompt-end state is put back and the KV trimmed to the prompt; dense: everything

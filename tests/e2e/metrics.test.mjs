@@ -136,6 +136,10 @@ for (const arch of ARCHS) {
         redis_damage: zeros('corrupt', 'truncated', 'bad_magic', 'identity', 'other_format', 'index', 'counter', 'wrong_type', 'too_large'),
         warmup_skipped: zeros('not_needed', 'replaced', 'queue_full', 'preempted_too_often', 'superseded', 'reset'),
       });
+      const captureKinds = zeros('anchor', 'turn', 'guard', 'divergence', 'ladder', 'message', 'reply');
+      assert.deepEqual([s0.tokens_restored, s0.captures, s0.capture_splits, s0.capture_bytes],
+        [zeros('full', 'prefix', 'turn', 'guard', 'anchor', 'divergence', 'ladder', 'message', 'reply'),
+          captureKinds, captureKinds, captureKinds]);
 
       // Turn 1: cold.
       const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: words(30, 11) }];
@@ -170,9 +174,18 @@ for (const arch of ARCHS) {
       else assert.deepEqual([t1.prefill_splits, dp1['lineage_prefill_splits_total{kind="anchor"}']], [1, 1], JSON.stringify(t1));
       assert.equal(dp1.lineage_prefill_passes_total, t1.prefill_passes);
       assert.equal(splitSeries.reduce((a, s) => a + dp1[s], 0), t1.prefill_splits);
-      const p1 = (await srv.cacheStats()).prefill;
+      const st1 = await srv.cacheStats();
+      const p1 = st1.prefill;
       assert.deepEqual(p1, { passes: t1.prefill_passes,
         splits: Object.fromEntries(SPLITS.map((k, i) => [k, dp1[splitSeries[i]]])) });
+      // What the restore points cost (docs/prompt-cache.md "What a restore point costs"): every
+      // split of the cold turn captured the point it stopped at (nothing was short of RAM).
+      for (const k of SPLITS) {
+        assert.equal(st1.capture_splits[k], dp1[`lineage_prefill_splits_total{kind="${k}"}`], `capture_splits.${k}`);
+        assert.ok(st1.captures[k] >= st1.capture_splits[k], `captures.${k}`);
+        assert.equal(st1.capture_bytes[k] > 0, st1.captures[k] > 0, `capture_bytes.${k}`);
+      }
+      if (hybrid) assert.ok(st1.capture_splits.turn >= 1, JSON.stringify(st1.capture_splits));
       let trace = traceSince(srv, mark);
       assert.ok(trace.some((l) => new RegExp(`cache-trace: request \\d+: lookup of ${u1.prompt} tokens .*: miss; miss cause: no_shared_prefix$`).test(l)),
         `no miss line in the trace:\n${trace.join('\n')}`);
@@ -243,6 +256,14 @@ for (const arch of ARCHS) {
         assert.deepEqual(got, family(`lineage_prompt_cache_${name}`), name);
       }
       assert.equal(Object.values(stats.hits).reduce((a, b) => a + b, 0), 2, JSON.stringify(stats.hits));
+      for (const [got, name] of [[stats.tokens_restored, 'restore_point_tokens_total'], [stats.captures, 'captures_total'],
+        [stats.capture_splits, 'capture_splits_total'], [stats.capture_bytes, 'capture_bytes_total']]) {
+        assert.deepEqual(got, family(`lineage_prompt_cache_${name}`), name);
+      }
+      // The tokens restored by kind: the resend's and the next turn's, all they reused.
+      assert.equal(stats.tokens_restored[kind], stats.hits[kind] === 2 ? u2.cached + u3.cached : u2.cached,
+        JSON.stringify(stats.tokens_restored));
+      assert.equal(Object.values(stats.tokens_restored).reduce((a, b) => a + b, 0), u2.cached + u3.cached);
       assert.equal(stats.misses_by_cause.no_shared_prefix, 1, JSON.stringify(stats.misses_by_cause));
 
       // Histograms: cumulative buckets, +Inf == count.

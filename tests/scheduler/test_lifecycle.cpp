@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -554,11 +555,29 @@ TEST_F(Lifecycle, FarLadderRungsAreTakenAtPassEndsWithoutSplittingThePrefill) {
         }
     }
     EXPECT_TRUE(found);
+    // What the restore points cost (stats::captures, capture_splits, capture_bytes): the far
+    // rungs came with pass ends; the near rungs, both anchors, the turn and the guard each cut a
+    // pass short.
+    using counts = std::map<std::string, int64_t>;
+    const auto with_kinds = [](counts m) {
+        std::erase_if(m, [](const auto & kv) { return kv.second == 0; });
+        return m;
+    };
+    const cache::stats st = store_->get_stats();
+    EXPECT_EQ(with_kinds(st.captures), (counts{{"anchor", 2}, {"guard", 1}, {"ladder", 4}, {"turn", 1}}));
+    EXPECT_EQ(with_kinds(st.capture_splits), (counts{{"anchor", 2}, {"guard", 1}, {"ladder", 2}, {"turn", 1}}));
+    EXPECT_GT(st.capture_bytes.at("ladder"), 0);
+    EXPECT_EQ(st.capture_bytes.at("guard") * 4, st.capture_bytes.at("ladder"));  // one recurrent state each
+    EXPECT_TRUE(with_kinds(st.tokens_restored).empty());
     // A session whose system text parts at 420 restores the rung at 400.
     auto r = fakes::new_slot(++next_id_, cat(seq_of(0, 420), seq_of(50000, 280)), 690, "s2");
     r->plan = store_->plan(r->key, r->req->prompt, hints, now_);
     EXPECT_EQ(r->plan.n_restore, 400);
     EXPECT_EQ(r->plan.kind, cache::point_kind::ladder);
+    const cache::stats after = store_->get_stats();
+    EXPECT_EQ(with_kinds(after.hits), (counts{{"ladder", 1}}));
+    EXPECT_EQ(with_kinds(after.tokens_restored), (counts{{"ladder", 400}}));
+    EXPECT_EQ(after.tokens_reused, 400);
 }
 
 TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {

@@ -235,6 +235,31 @@ if (withPasses.length > 0) {
     `${fmt(r.agg.passes.all.splits)} splits`).join('; ')}.`, '');
 }
 
+// What each kind of restore point cost and returned (lineage-server's GET /v1/cache/stats, summed
+// over the server's starts: the stats before the restart and at the end of the run).
+const statsOf = (r) => [r.summary.restart?.before?.cache?.stats, r.summary.after_run?.cache?.stats].filter((x) => x?.captures);
+const withPoints = runs.filter((r) => statsOf(r).length > 0);
+if (withPoints.length > 0) {
+  out.push('## Restore points by kind (lineage-server\'s /v1/cache/stats, summed over its starts)', '');
+  out.push('Captured: states copied out of the engine, of which splits (a pass cut short there: one more ' +
+    'forward pass) and their MiB; restored: the hits that took a point of that kind and the prompt tokens ' +
+    'they restored (docs/prompt-cache.md "What a restore point costs").', '');
+  for (const r of withPoints) {
+    const sum = (field) => {
+      const m = {};
+      for (const st of statsOf(r)) for (const [k, v] of Object.entries(st[field] ?? {})) m[k] = (m[k] ?? 0) + v;
+      return m;
+    };
+    const [cap, splits, bytes, hits, toks] = ['captures', 'capture_splits', 'capture_bytes', 'hits', 'tokens_restored'].map(sum);
+    const kinds = [...new Set([...Object.keys(cap), ...Object.keys(hits)])].filter((k) => (cap[k] ?? 0) + (hits[k] ?? 0) > 0);
+    out.push(`${r.name}:`, '');
+    out.push(table(['kind', 'captured', 'of which splits', 'MiB captured', 'restored (hits)', 'tokens restored',
+      'tokens restored per split'], kinds.map((k) => [k, fmt(cap[k]), fmt(splits[k]), mib1(bytes[k]), fmt(hits[k]),
+      fmt(toks[k]), splits[k] ? fmt((toks[k] ?? 0) / splits[k]) : '-'])));
+    out.push('');
+  }
+}
+
 out.push('## TTFT per request kind, p50 / p95 (ms, client side, streaming)', '');
 out.push(table(['request kind', ...runs.map((r) => r.name)], kinds.map(([k, label]) => [
   `${label} (n=${runs[0].agg.ttft.by_kind[k]?.n ?? 0})`,

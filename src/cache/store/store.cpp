@@ -268,9 +268,8 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             p.tier_ancestors.push_back(on_disk->id);
         }
         if (counted) {
-            stats_.hits[std::string(to_string(p.kind))]++;
+            count_hit(p);
             stats_.tier_hits[t.name]++;
-            stats_.tokens_reused += p.n_restore;
         }
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
                    std::to_string(prompt.size()) + " from " + t.copy_noun + " " +
@@ -295,8 +294,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
             }
         }
         if (counted) {
-            stats_.hits[std::string(to_string(p.kind))]++;
-            stats_.tokens_reused += p.n_restore;
+            count_hit(p);
             stats_.live_hits++;
         }
         p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
@@ -355,8 +353,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         }
         const std::string other_template = template_difference(e.k.dims, k.dims);
         if (counted) {
-            stats_.hits[std::string(to_string(p.kind))]++;
-            stats_.tokens_reused += p.n_restore;
+            count_hit(p);
             stats_.cross_template_hits += other_template.empty() ? 0 : 1;
         }
         note_warmed_restore(e, p.n_restore, p.absorbs, !counted);

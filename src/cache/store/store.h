@@ -365,6 +365,14 @@ public:
     /** A request that did not look up (cache_prompt false, cache off): counted as a miss by
      *  cause "bypassed". */
     void count_bypassed() { stats_.misses_by_cause[std::string(to_string(miss_cause::bypassed))]++; }
+    /** Counts a restore point of `kind` captured (`bytes` of state), by cutting a prefill pass
+     *  short there when `split` (stats::captures, capture_splits, capture_bytes). */
+    void count_capture(point_kind kind, uint64_t bytes, bool split) {
+        const std::string k(to_string(kind));
+        stats_.captures[k]++;
+        stats_.capture_splits[k] += split ? 1 : 0;
+        stats_.capture_bytes[k] += static_cast<int64_t>(bytes);
+    }
 
     /** Removes everything; returns entries and bytes freed. Device sequences are released. */
     reset_result reset();
@@ -518,6 +526,14 @@ private:
     /** Removes `it`; counted as an eviction for `reason`, none for an absorbed or reset entry. */
     void erase(iter it, std::optional<eviction_reason> reason, std::string_view detail = {});
     void count(rejection_reason r) { stats_.rejections[std::string(to_string(r))]++; }
+    /** Counts plan `p` as a hit of its kind (stats::hits, tokens_restored, tokens_reused), or
+     *  takes that back (`sign` -1: a tier copy that could not be loaded). */
+    void count_hit(const restore_plan & p, int sign = 1) {
+        const std::string k(to_string(p.kind));
+        stats_.hits[k] = std::max<int64_t>(0, stats_.hits[k] + sign);
+        stats_.tokens_restored[k] = std::max<int64_t>(0, stats_.tokens_restored[k] + sign * p.n_restore);
+        stats_.tokens_reused += sign * p.n_restore;
+    }
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);

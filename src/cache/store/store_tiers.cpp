@@ -207,11 +207,9 @@ std::string store::copy_noun(const restore_plan & p) const {
 }
 
 void store::disk_load_failed(const restore_plan & p) {
-    auto & h = stats_.hits[std::string(to_string(p.kind))];
-    h = std::max<int64_t>(0, h - 1);
+    count_hit(p, -1);
     int64_t & tier_hits = stats_.tier_hits[p.tier_name];
     tier_hits = std::max<int64_t>(0, tier_hits - 1);
-    stats_.tokens_reused -= p.n_restore;
     stats_.tokens_prefilled += p.n_restore;
     stats_.misses++;
     const size_t t = static_cast<size_t>(p.tier);

@@ -32,6 +32,10 @@ cache::stats known_cache_stats() {
     s.misses = 4;
     s.hits = {{"full", 3}, {"turn", 2}, {"anchor", 1}};
     s.tokens_reused = 1234;
+    s.tokens_restored["turn"] = 1000;
+    s.captures["guard"] = 2;
+    s.capture_splits["guard"] = 1;
+    s.capture_bytes["guard"] = 4096;
     s.cross_template_hits = 2;
     s.live_hits = 3;
     s.prefix_holds = 1;
@@ -187,6 +191,44 @@ lineage_prompt_cache_restore_point_hits_total{kind="reply"} 0
 # HELP lineage_prompt_cache_prefix_tokens_reused_total Prompt tokens restored from the cache instead of prefilled.
 # TYPE lineage_prompt_cache_prefix_tokens_reused_total counter
 lineage_prompt_cache_prefix_tokens_reused_total 1234
+# HELP lineage_prompt_cache_restore_point_tokens_total Prompt tokens restored by hits, by kind of restore point taken.
+# TYPE lineage_prompt_cache_restore_point_tokens_total counter
+lineage_prompt_cache_restore_point_tokens_total{kind="full"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="prefix"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="turn"} 1000
+lineage_prompt_cache_restore_point_tokens_total{kind="guard"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="anchor"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="divergence"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="ladder"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="message"} 0
+lineage_prompt_cache_restore_point_tokens_total{kind="reply"} 0
+# HELP lineage_prompt_cache_captures_total Restore points captured (states copied out of the engine), by kind.
+# TYPE lineage_prompt_cache_captures_total counter
+lineage_prompt_cache_captures_total{kind="anchor"} 0
+lineage_prompt_cache_captures_total{kind="turn"} 0
+lineage_prompt_cache_captures_total{kind="guard"} 2
+lineage_prompt_cache_captures_total{kind="divergence"} 0
+lineage_prompt_cache_captures_total{kind="ladder"} 0
+lineage_prompt_cache_captures_total{kind="message"} 0
+lineage_prompt_cache_captures_total{kind="reply"} 0
+# HELP lineage_prompt_cache_capture_splits_total Restore points captured by cutting a prefill pass short there (each one more forward pass), by kind.
+# TYPE lineage_prompt_cache_capture_splits_total counter
+lineage_prompt_cache_capture_splits_total{kind="anchor"} 0
+lineage_prompt_cache_capture_splits_total{kind="turn"} 0
+lineage_prompt_cache_capture_splits_total{kind="guard"} 1
+lineage_prompt_cache_capture_splits_total{kind="divergence"} 0
+lineage_prompt_cache_capture_splits_total{kind="ladder"} 0
+lineage_prompt_cache_capture_splits_total{kind="message"} 0
+lineage_prompt_cache_capture_splits_total{kind="reply"} 0
+# HELP lineage_prompt_cache_capture_bytes_total Bytes of the restore points captured, by kind.
+# TYPE lineage_prompt_cache_capture_bytes_total counter
+lineage_prompt_cache_capture_bytes_total{kind="anchor"} 0
+lineage_prompt_cache_capture_bytes_total{kind="turn"} 0
+lineage_prompt_cache_capture_bytes_total{kind="guard"} 4096
+lineage_prompt_cache_capture_bytes_total{kind="divergence"} 0
+lineage_prompt_cache_capture_bytes_total{kind="ladder"} 0
+lineage_prompt_cache_capture_bytes_total{kind="message"} 0
+lineage_prompt_cache_capture_bytes_total{kind="reply"} 0
 # HELP lineage_prompt_cache_cross_template_hits_total Hits restored from an entry rendered under another template_sig (tools, kwargs, template or tool_choice) whose tokens agree with the prompt.
 # TYPE lineage_prompt_cache_cross_template_hits_total counter
 lineage_prompt_cache_cross_template_hits_total 2

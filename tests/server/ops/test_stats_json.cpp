@@ -193,7 +193,8 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
     EXPECT_EQ(keys(j), (std::vector<std::string>{
                            "enabled", "mode", "family", "entries", "anchors", "anchor_bytes", "checkpoints",
                            "checkpoint_bytes", "bytes", "largest_lineage", "budget_bytes", "lookups", "misses", "hits",
-                           "tokens_reused", "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
+                           "tokens_reused", "tokens_restored", "captures", "capture_splits", "capture_bytes",
+                           "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
                            "rejections", "misses_by_cause", "short_hits_by_cause", "key_differs", "ghosts",
                            "evictions", "evictions_by_uses", "eviction", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
                            "unique_block_hashes", "apc_active_entries", "disk_hits", "disk", "redis_hits", "redis",
