@@ -246,7 +246,8 @@ struct config {
     int32_t ladder_max_rungs = 24;
     /** At most this many more rungs on a new system region, each a split right before
      *  per-session content (plan_hints::volatile_starts: an absolute path, a date) that lies
-     *  before the near zone, tools included, at least ladder_near_step / 4 apart: a new session whose
+     *  before the near zone, tools included, at least ladder_near_step / 4 apart (where there are
+     *  more: the first half of them, rounded up, and the last half): a new session whose
      *  text parts there (another folder in a tool description or a memory path) restores up to
      *  it instead of the far rung or tools anchor before it. 0: none; none either without a
      *  ladder (ladder_step 0) (--cache-ladder-volatile-rungs; docs/architecture.md "The anchor

@@ -778,7 +778,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         std::to_string(dc.ladder_volatile_rungs),
         "hybrid models: on a new system prompt, at most this many more rungs, each a prefill split right before "
         "an absolute path or a date that lies before the near zone (tool descriptions included), so that a new "
-        "session in another folder restores up to it; 0 = none",
+        "session in another folder restores up to it (more such places: the first half of them and the last "
+        "half); 0 = none",
         int_min(cc.ladder_volatile_rungs, 0));
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",

@@ -403,16 +403,9 @@ function scriptsOf(agent, p1, p2) {
  *  agent, arch and the scripted reply of the request ('folder': the check of the session in another
  *  folder); each names what the decision trace showed. */
 const KNOWN_GAPS = {
-  'qwen-code': {
-    qwen35: {
-      folder: 'hybrid: the other folder parts at ~14670 inside the memory path of the system prompt ' +
-        '(the project folder inside a path under $HOME/.qwen/projects); the 8 volatile ladder rungs ' +
-        '(--cache-ladder-volatile-rungs) were all spent on the first absolute paths of the prompt: placeholder paths in the ' +
-        'examples of its tool descriptions (read_file, run_shell_command, skill, write_file: a project root, a home folder, ' +
-        'a skill folder), which never change; so the nearest restore point is the far rung ~400 tokens before the parting ' +
-        'point (trace: "restore ladder at 14264"), where the check wants 64',
-    },
-  },
+  // (none now: qwen-code's new session in another folder, on qwen35, restored a far rung ~400
+  // tokens before its memory path while the 8 volatile rungs went to the tool descriptions'
+  // placeholder paths; they are now the first half and the last half of those paths.)
 };
 function knownGap(agent, arch, key) {
   const why = KNOWN_GAPS[agent.name]?.[arch]?.[key];

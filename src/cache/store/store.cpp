@@ -553,21 +553,30 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
             // Per-session content before the near zone (the tools included: a folder written
             // into a tool's description): a split rung right before each, at least a quarter of a
             // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
-            // rung at each), at most --cache-ladder-volatile-rungs.
+            // rung at each), at most --cache-ladder-volatile-rungs. Where there are more, the
+            // first half of them and the last half: agents write the session's folder early (a
+            // tool's description, the environment block) and its memory paths late (right before
+            // the instructions' end), while the paths in between are most often the tools'
+            // placeholder examples, the same in every session (qwen-code's prompt: 8 rungs spent on
+            // those left its memory path ~400 tokens from a restore point).
             const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
             const int32_t min_gap = std::max(1, cfg_.ladder_near_step / 4);
-            int32_t last = -1;
-            int32_t taken = 0;
+            std::vector<int32_t> spaced;
             for (const int32_t v : h.volatile_starts) {
-                if (cfg_.ladder_step <= 0 || taken >= cfg_.ladder_volatile_rungs || v >= near_start) {
+                if (cfg_.ladder_step <= 0 || v >= near_start) {
                     break;
                 }
-                if (v <= from || v < cfg_.min_prefix || (last >= 0 && v - last < min_gap)) {
+                if (v <= from || v < cfg_.min_prefix || (!spaced.empty() && v - spaced.back() < min_gap)) {
                     continue;
                 }
-                add(v, point_kind::ladder);
-                last = v;
-                taken++;
+                spaced.push_back(v);
+            }
+            const size_t cap = static_cast<size_t>(std::max(0, cfg_.ladder_volatile_rungs));
+            const size_t head = spaced.size() <= cap ? spaced.size() : (cap + 1) / 2;
+            for (size_t i = 0; i < spaced.size(); ++i) {
+                if (i < head || (spaced.size() > cap && i >= spaced.size() - (cap - head))) {
+                    add(spaced[i], point_kind::ladder);
+                }
             }
         }
     }
