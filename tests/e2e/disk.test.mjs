@@ -7,7 +7,7 @@
 // -ctv q8_0): a restart restores from disk == a never-cached q8_0 server, and files
 // written under other KV types (f16) are a counted miss, never served (nor loaded).
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test disk.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test disk.test.mjs
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';

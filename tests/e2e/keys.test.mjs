@@ -6,7 +6,7 @@
 // tokens re-tokenize differently still lets the next turn restore at least the previous prompt.
 // Exact values throughout (lib/scenario.mjs gives the cache rules and token facts relied on).
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test keys.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test keys.test.mjs
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 

@@ -31,7 +31,7 @@
 // or (about a third of the runs here) between its steps. The third case is not a race.
 // Every check is a positive hit: with the cache off every resume restores 0 and fails.
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 restart.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test --test-concurrency=1 restart.test.mjs
 //   (LINEAGE_E2E_ARCHS=qwen35,qwen3 narrows the models; the default here is all four.) The same
 //   SIGTERM case runs again with -ctk q8_0 -ctv q8_0 on qwen35 and qwen3.
 import assert from 'node:assert/strict';

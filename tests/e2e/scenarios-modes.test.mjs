@@ -5,7 +5,7 @@
 // captured checkpoints and stats; see scenarios.test.mjs and lib/scenario.mjs for the rules relied
 // on.
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 scenarios-modes.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test --test-concurrency=1 scenarios-modes.test.mjs
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 

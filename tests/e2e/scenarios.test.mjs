@@ -12,7 +12,7 @@
 // rules and token facts relied on: lib/scenario.mjs.
 // The other server modes (--batch-size 16, exact mode, no resend checkpoint): scenarios-modes.test.mjs.
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test --test-concurrency=1 scenarios*.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test --test-concurrency=1 scenarios*.test.mjs
 //   (LINEAGE_E2E_ARCHS=qwen35,qwen3 narrows the models; the default here is all four.)
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

@@ -10,7 +10,7 @@
 //    prefill, declines the read (counted in tier_reads_declined) and prefills cold, == a
 //    never-cached server.
 //
-//   cd tests/e2e && LINEAGE_MODELS_DIR=/work/main/build/models node --test tier-cost.test.mjs
+//   cd tests/e2e && LINEAGE_MODELS_DIR=$PWD/../../build/models node --test tier-cost.test.mjs
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
