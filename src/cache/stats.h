@@ -184,6 +184,7 @@ struct stats {
                                                                    "rope_regime", "mm_digest", "kv_type"};
     static inline const std::vector<std::string> eviction_reasons = {"lru",        "ttl",        "capacity",
                                                                      "superseded", "anchor_cap", "released"};
+    // rejection_reason's names, then the load_failed key of each tier below RAM (tier_traits).
     static inline const std::vector<std::string> rejection_causes = {
         "too_large", "budget", "min_prefix", "disabled", "anchor_too_large", "abandoned", "disk_damaged",
         "redis_failed", "not_admitted"};

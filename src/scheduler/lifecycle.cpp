@@ -26,7 +26,7 @@ bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t 
             }
             break;
         case cache::restore_op::load_ram:
-        case cache::restore_op::load_disk:
+        case cache::restore_op::load_tier:
             // Whole state at the entry's length, then the checkpoint, then trim the KV.
             if (!p.full || !st.set_state(seq, *p.full, false)) {
                 return false;
@@ -54,7 +54,7 @@ void lifecycle::restore(slot & s, double now_s) {
         st_.seq_rm(s.seq, -1, -1);
     }
     s.stats.restore_s = seconds_since(s.restore_started);
-    if (s.plan.op == cache::restore_op::load_disk && s.plan.n_restore > 0) {
+    if (s.plan.op == cache::restore_op::load_tier && s.plan.n_restore > 0) {
         // The tier's read and checks (its worker's time, without waiting behind its writes or for
         // the engine step to end) and the state applied: what the tier cost rule weighs a read by.
         const double apply_s =

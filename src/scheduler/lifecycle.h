@@ -18,7 +18,7 @@ namespace lineage::scheduler {
 
 /** Puts `p`'s restore point into sequence `seq` (empty, or the parked sequence itself for
  *  take_device): the parked KV or the whole-state blob, then the checkpoint's recurrent state,
- *  then the KV trimmed to n_restore. REQUIRES for load_ram/load_disk: p.full set. False when the
+ *  then the KV trimmed to n_restore. REQUIRES for load_ram/load_tier: p.full set. False when the
  *  engine refused a step or the sequence does not end at n_restore afterwards. */
 bool restore_point(sequence_states & st, const cache::restore_plan & p, int32_t seq);
 
@@ -35,7 +35,7 @@ public:
               round_trip_fn round_trip = {})
         : st_(st), store_(store), pool_(pool), hybrid_(hybrid), round_trip_(std::move(round_trip)) {}
 
-    /** Restores s.plan into s.seq (REQUIRES: acquired; a load_disk plan completed by the store):
+    /** Restores s.plan into s.seq (REQUIRES: acquired; a load_tier plan completed by the store):
      *  sets n_past, cached_tokens, hit_kind and restore_s (from s.restore_started). An engine
      *  failure abandons the plan and prefills cold with the same captures. Absorbing a file
      *  restored whole keeps the sequence's recurrent state as a turn checkpoint. Captures

@@ -149,7 +149,7 @@ struct request_stats {
      *  running request's sequence), "ram", "disk" or "redis"; "" for a miss. */
     std::string restored_from;
     /** How the restore point was put in place, for the log: cache::to_string(restore_op)
-     *  ("take_device", "share_device", "load_ram", "load_disk"); "" for a miss. */
+     *  ("take_device", "share_device", "load_ram", "load_tier"); "" for a miss. */
     std::string restore_op;
     /** Tokens of the sequence moved to an id next to a running request's before the prefill
      *  (scheduler: "One micro-batch per step"); -1 when it stayed where it was. Its copy counts

@@ -527,7 +527,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         return;
     }
     s.restore_started = clock::now();
-    if (s.plan.op == cache::restore_op::load_disk) {
+    if (s.plan.op == cache::restore_op::load_tier) {
         // The tier's thread reads the copy; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
         s.load = tiers_->load(s.plan.tier, s.plan.tier_copy, s.key.bucket, s.req->prompt, s.plan.n_restore,

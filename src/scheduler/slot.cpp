@@ -54,8 +54,8 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max) {
         const auto & caps = s.plan.captures;
         switch (s.ph) {
             case slot::phase::loading:
-                if (s.plan.op != cache::restore_op::load_disk || !s.load.valid()) {
-                    broken(i, s, "2. loading without a load_disk plan and its read in flight");
+                if (s.plan.op != cache::restore_op::load_tier || !s.load.valid()) {
+                    broken(i, s, "2. loading without a load_tier plan and its read in flight");
                 }
                 if (s.n_past != 0 || !s.captured.empty()) {
                     broken(i, s, "2. loading but already prefilled or captured");

@@ -24,7 +24,7 @@ inline double seconds_since(clock::time_point t) {
 
 struct slot {
     /** Phases (the engine thread moves a slot through them):
-     *    idle --admit, plan load_disk--> loading (the disk thread reads the tier-2 file)
+     *    idle --admit, plan load_tier--> loading (the disk thread reads the tier-2 file)
      *    loading --read done (store::tier_loaded)--> prefill
      *    idle --admit--> prefill --the whole prompt in--> decode
      *    prefill|decode --EOG, max_tokens, stop string, cancel--> idle (lifecycle::commit)
@@ -121,7 +121,7 @@ void check_invariants(const slot & s, size_t i, int32_t n_seq_max);
 /** Throws std::logic_error naming the first broken invariant of the slots between two engine
  *  steps (the phases above):
  *  1. idle: no request, no sequence, nothing reserved, captured or being read;
- *  2. loading: a load_disk plan with its tier-2 read in flight, a sequence acquired, nothing
+ *  2. loading: a load_tier plan with its tier-2 read in flight, a sequence acquired, nothing
  *     prefilled yet;
  *  3. prefill: a sequence, plan.n_restore <= n_past < the prompt length, n_past not inside an
  *     image (an image is decoded as one unit); the captures before next_capture lie at or

@@ -21,8 +21,8 @@ namespace lineage::cache {
 using fakes::fake;
 namespace fs = std::filesystem;
 
-inline disk_record record(tokens toks, size_t full_bytes = 1000, std::vector<checkpoint> cps = {}) {
-    disk_record r;
+inline copy_record record(tokens toks, size_t full_bytes = 1000, std::vector<checkpoint> cps = {}) {
+    copy_record r;
     r.id = 1;  // the tier sets its own when it writes
     r.model = "model-a";
     r.bucket = "bucket-1";
@@ -65,7 +65,7 @@ protected:
     }
 
     /** Writes `r` through the tier and waits; returns its file id (0 when not written). */
-    static copy_id put(disk_tier & t, disk_record r, std::vector<copy_id> ancestors = {}, double last_use = 1) {
+    static copy_id put(disk_tier & t, copy_record r, std::vector<copy_id> ancestors = {}, double last_use = 1) {
         tier_write w;
         w.entry_id = 7;
         w.rec = std::move(r);

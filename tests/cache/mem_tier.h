@@ -53,7 +53,7 @@ public:
     /** Loads answer "missing" (a copy evicted behind the store's back). */
     std::atomic<bool> fail_loads{false};
     /** Copies held now, by id. */
-    std::map<copy_id, disk_record> held() const {
+    std::map<copy_id, copy_record> held() const {
         std::lock_guard lk(mu_);
         return records_;
     }
@@ -105,7 +105,7 @@ protected:
             r.detail = "no copy " + std::to_string(id);
             return r;
         }
-        const disk_record & rec = it->second;
+        const copy_record & rec = it->second;
         if ((!want.bucket.empty() && want.bucket != rec.bucket) || want.prefix.size() > rec.toks.size() ||
             !std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin())) {
             r.error = tier_load_error::identity;
@@ -153,7 +153,7 @@ private:
 
     mutable std::mutex mu_;
     tier_catalog catalog_;
-    std::map<copy_id, disk_record> records_;
+    std::map<copy_id, copy_record> records_;
     std::vector<copy_id> removed_;
     copy_id next_id_ = 0;
     uint64_t bytes_ = 0;

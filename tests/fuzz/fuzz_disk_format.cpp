@@ -28,8 +28,8 @@ std::string read_all(const std::string & path) {
     return {std::istreambuf_iterator<char>(in), {}};
 }
 
-disk_record seed_record(int n, size_t full, int n_cps) {
-    disk_record r;
+copy_record seed_record(int n, size_t full, int n_cps) {
+    copy_record r;
     r.id = 7;
     r.model = "model-a";
     r.bucket = "bucket-1";
@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     const tier_load_result h = read_disk_header(in, /*with_tokens=*/true);
     const tier_load_result r = read_disk_file(in, "model-a");
     if (r.error == tier_load_error::none) {
-        if (!r.record || h.error != tier_load_error::none || disk_file_size(*r.record) != size) {
+        if (!r.record || h.error != tier_load_error::none || copy_record_size(*r.record) != size) {
             __builtin_trap();
         }
         if (!write_disk_file(out, *r.record) || read_all(out) != std::string(reinterpret_cast<const char *>(data), size)) {

@@ -33,7 +33,7 @@ void write_seed(const std::string & path, bool damaged) {
     remove_index(path);
     {
         disk_index idx(path);
-        disk_record r;
+        copy_record r;
         r.model = "model-a";
         r.bucket = "bucket-1";
         r.session = "s1";

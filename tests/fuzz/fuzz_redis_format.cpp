@@ -29,8 +29,8 @@ namespace {
 
 const std::string ek = "0123456789abcdef0123456789abcdef";
 
-disk_record seed_record() {
-    disk_record r;
+copy_record seed_record() {
+    copy_record r;
     r.id = 1;
     r.model = "model-a";
     r.bucket = "bucket-1";
@@ -135,8 +135,8 @@ void fuzz_index(std::string_view in) {
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     if (const char * dir = std::getenv("LINEAGE_FUZZ_SEEDS")) {
-        disk_record rec = seed_record();
-        const std::string payload = encode_disk_record(rec);
+        copy_record rec = seed_record();
+        const std::string payload = encode_copy_record(rec);
         const auto chunks = split_chunks(ek, payload, 1024);
         write_seed(std::string(dir) + "/seed-meta",
                    std::string(1, '\0') + encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec));

@@ -75,7 +75,7 @@ TEST(TierLink, WritesGoToEveryTierAndOnlyTheFirstTiersCopiesReachTheStore) {
     ASSERT_EQ(t.own->held().size(), 1u);
     ASSERT_EQ(t.shared->held().size(), 1u);
     const auto held = t.own->held();  // a copy: held() returns the map by value
-    const cache::disk_record & rec = held.begin()->second;
+    const cache::copy_record & rec = held.begin()->second;
     EXPECT_EQ(rec.toks, seq_tokens(40));
     ASSERT_TRUE(rec.full);
     EXPECT_EQ(rec.full->size(), states.state_size(1, false));
@@ -157,7 +157,7 @@ TEST(TierLink, ALoadGoesToTheTierThePlanNames) {
         return p;
     }();
     auto p = st2.plan(k, prompt, {}, 12.0);
-    ASSERT_EQ(p.op, cache::restore_op::load_disk) << p.reason;
+    ASSERT_EQ(p.op, cache::restore_op::load_tier) << p.reason;
     EXPECT_EQ(p.tier, 0);
     EXPECT_EQ(p.tier_name, "own");
 

@@ -23,8 +23,6 @@ std::string_view to_string(rejection_reason r) {
         case rejection_reason::disabled: return "disabled";
         case rejection_reason::anchor_too_large: return "anchor_too_large";
         case rejection_reason::abandoned: return "abandoned";
-        case rejection_reason::disk_damaged: return "disk_damaged";
-        case rejection_reason::redis_failed: return "redis_failed";
         case rejection_reason::not_admitted: return "not_admitted";
     }
     return "?";

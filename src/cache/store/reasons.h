@@ -20,7 +20,9 @@ enum class eviction_reason {
 };
 std::string_view to_string(eviction_reason r);
 
-/** Why a state or entry was not stored, or a hit was lost (stats "rejections"). */
+/** Why a state or entry was not stored (stats "rejections"). A tier's hit that could not be
+ *  loaded is counted there too, under the tier's own name (lower_tier::traits().load_failed:
+ *  "disk_damaged", "redis_failed"), not by a value here. */
 enum class rejection_reason {
     too_large,         ///< one state exceeds the whole RAM budget
     budget,            ///< the budget is held by pinned, protected or in-flight states
@@ -28,8 +30,6 @@ enum class rejection_reason {
     disabled,          ///< the cache is off
     anchor_too_large,  ///< an anchor exceeds the anchor byte cap
     abandoned,         ///< a request that had taken an entry failed before its commit
-    disk_damaged,      ///< a tier-2 file failed its checks on load
-    redis_failed,      ///< a tier-3 (Redis) hit could not be loaded: vanished, damaged, or Redis unreachable
     /** a parked entry leaving the device was worth less than the RAM copy it would push out
      *  (--cache-eviction value: store_value.cpp) and was not kept */
     not_admitted,

@@ -20,7 +20,7 @@ std::string_view restored_from(const restore_plan & p) {
         case restore_op::take_device: return "device";
         case restore_op::share_device: return p.live ? "running_request" : "device";
         case restore_op::load_ram: return "ram";
-        case restore_op::load_disk: return p.tier_name;
+        case restore_op::load_tier: return p.tier_name;
     }
     return "";
 }
@@ -31,7 +31,7 @@ std::string_view to_string(restore_op op) {
         case restore_op::take_device: return "take_device";
         case restore_op::share_device: return "share_device";
         case restore_op::load_ram: return "load_ram";
-        case restore_op::load_disk: return "load_disk";
+        case restore_op::load_tier: return "load_tier";
     }
     return "";
 }
@@ -253,7 +253,7 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         const tier_traits & t = tiers_[static_cast<size_t>(on_tier)].traits;
         p.n_restore = on_disk->n;
         p.kind = on_disk->kind;
-        p.op = restore_op::load_disk;
+        p.op = restore_op::load_tier;
         p.tier_copy = on_disk->id;
         p.tier_bytes = on_disk->bytes;
         p.tier = on_tier;
@@ -465,7 +465,7 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
     // An anchor file this plan reads that stays a file (store::repins_read_anchor) is this
     // system prompt's anchor: capturing it again would pin a copy without its file, which the
     // disk tier would then write a second time.
-    const bool anchor_file = p.op == restore_op::load_disk && p.source_anchor && !repins_read_anchor(p);
+    const bool anchor_file = p.op == restore_op::load_tier && p.source_anchor && !repins_read_anchor(p);
     for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
         if (a < 0) {
             continue;

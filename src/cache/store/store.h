@@ -15,14 +15,14 @@
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
 //   RAM|ANCHOR --release (its file has landed, unused --cache-ram-release-s)--> gone from RAM; the
-//          file answers the next lookup (load_disk; an anchor is pinned again, but on the CPU
+//          file answers the next lookup (load_tier; an anchor is pinned again, but on the CPU
 //          alone: config::repin_read_anchors).
 // Tier 2 (write-behind), beside the states above:
 //   no copy --idle / shutdown (take_idle_writes), unwritten too long, even while the engine is busy
 //          (take_overdue_write, one per step), or leaving for room/TTL (spill)--> WRITING
 //   WRITING --tier_written(f)--> has file f | --tier_written(0)--> write_failed (not offered again)
 //   WRITING --absorbed meanwhile--> f becomes an ancestor of the successor (deleted once it is durable)
-//   (file only) --plan: longer than memory's best--> load_disk --tier_loaded()--> TAKEN, or an
+//   (file only) --plan: longer than memory's best--> load_tier --tier_loaded()--> TAKEN, or an
 //          anchor pinned in RAM again (config::repin_read_anchors), or a counted miss (damaged)
 //
 // Lookup (docs/prompt-cache.md "Lookup"): one radix trie per bucket over the entries'
@@ -112,7 +112,7 @@ enum class restore_op {
     take_device,   ///< continue the parked sequence `device_seq` itself (zero copies)
     share_device,  ///< seq_cp(device_seq -> new, [0, n)) then load `recurrent` if set
     load_ram,      ///< load `full` (whole state), then `recurrent` if set, then trim to n
-    load_disk,     ///< read copy `tier_copy` of tier `tier` (its worker thread), then as load_ram with its blobs
+    load_tier,     ///< read copy `tier_copy` of tier `tier` (its worker thread), then as load_ram with its blobs
 };
 
 /** What cache.plan() decided for one request. */
@@ -122,7 +122,7 @@ struct restore_plan {
     restore_op op = restore_op::none;
     uint64_t source = 0;                   ///< entry id restored from (0: none)
     int32_t source_tokens = 0;             ///< that entry's full length, tokens
-    bool source_anchor = false;            ///< load_disk: the copy is a pinned anchor's (system prompt + tools)
+    bool source_anchor = false;            ///< load_tier: the copy is a pinned anchor's (system prompt + tools)
     int32_t source_history = -1;           ///< that entry's history boundary (absorption threshold)
     /** That entry's restores while stored (entry::uses; 0 for a tier copy or a running request):
      *  the eviction value's reuse class. */
@@ -146,10 +146,10 @@ struct restore_plan {
      *  the source's restore points up to n_restore, shared blobs, carried over the same way. */
     std::vector<checkpoint> inherited;
     uint64_t inflight_bytes = 0;           ///< absorbs: RAM bytes the taken entry held
-    copy_id tier_copy = 0;                 ///< load_disk: the copy to read, in that tier's ids
-    uint64_t tier_bytes = 0;               ///< load_disk: that copy's size, bytes (tier_cost::observe_read)
-    double tier_read_s = 0;                ///< load_disk: the tier worker's seconds reading it (tier_load_result::seconds)
-    /** load_disk: the tier whose copy tier_copy names, as an index into the store's tiers
+    copy_id tier_copy = 0;                 ///< load_tier: the copy to read, in that tier's ids
+    uint64_t tier_bytes = 0;               ///< load_tier: that copy's size, bytes (tier_cost::observe_read)
+    double tier_read_s = 0;                ///< load_tier: the tier worker's seconds reading it (tier_load_result::seconds)
+    /** load_tier: the tier whose copy tier_copy names, as an index into the store's tiers
      *  (attach_tier order; the scheduler's tier list has the same order), and its name. */
     int32_t tier = -1;
     std::string tier_name;
@@ -163,7 +163,7 @@ struct restore_plan {
     /** absorbs: the taken entry's id when its write was still in flight (its file then
      *  becomes an ancestor of the new entry when it completes). */
     uint64_t pending_write_of = 0;
-    /** load_disk absorbing a hybrid file restored whole: the file keeps no separate final state,
+    /** load_tier absorbing a hybrid file restored whole: the file keeps no separate final state,
      *  so after the restore the sequence's recurrent state becomes the new entry's turn
      *  checkpoint at source_tokens (the scheduler reserves and takes it). */
     bool final_from_sequence = false;
@@ -192,7 +192,7 @@ struct restore_plan {
 std::string_view restored_from(const restore_plan & p);
 
 /** restore_op by its enumerator's name ("none", "take_device", "share_device", "load_ram",
- *  "load_disk"), for logs. */
+ *  "load_tier"), for logs. */
 std::string_view to_string(restore_op op);
 
 /** What the scheduler hands back when a request's sequence is done. */
@@ -307,14 +307,14 @@ public:
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                        copy_id tier_copy = 0, std::vector<checkpoint> rungs = {});
 
-    /** Completes a load_disk plan with what the disk thread read (`r`): the file's whole state
-     *  and the checkpoint at the restore point; when the plan absorbs the file, its restore
+    /** Completes a load_tier plan with what the tier's worker read (`r`): the copy's whole state
+     *  and the checkpoint at the restore point; when the plan absorbs the copy, its restore
      *  points up to n_restore return with the commit (RAM reserved for them; those that do not
      *  fit are dropped) and final_from_sequence is set (hybrid, restored whole); a file restored
      *  as an anchor is pinned in RAM again (its file stays) where config::repin_read_anchors says
      *  so, or when it came from a shared tier. Fails when the file was damaged or
      *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
-     *  its index said: the hit then becomes a counted miss (disk_load_failed) and `p` a cold
+     *  its index said: the hit then becomes a counted miss (tier_load_failed) and `p` a cold
      *  plan with the same captures; the status says which file and why. */
     util::status tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s);
     /** The checkpoints tier_loaded uses of the copy `p` loads: every one where the copy may be
@@ -323,9 +323,10 @@ public:
      *  tier's read keeps in memory (checkpoint_filter). */
     checkpoint_filter checkpoints_to_read(const restore_plan & p) const;
 
-    /** A load_disk plan's file failed its checks or vanished: the hit becomes a counted miss
-     *  (rejections["disk_damaged"]); the request prefills cold. */
-    void disk_load_failed(const restore_plan & p);
+    /** A load_tier plan's copy failed its checks or vanished: the hit becomes a counted miss
+     *  (rejections[the tier's load_failed]: "disk_damaged", "redis_failed"); the request prefills
+     *  cold. */
+    void tier_load_failed(const restore_plan & p);
 
     /** The least recently used parked device entry (to demote when a sequence id is
      *  needed), or nullopt when none is parked. */

@@ -153,11 +153,11 @@ util::status store::tier_loaded(const key & k, restore_plan & p, tier_load_resul
     if (r.error != tier_load_error::none || !r.record) {
         const std::string why = fmt::format("{} {} not loaded ({}: {})", copy_noun(p), p.tier_copy,
                                             to_string(r.error), r.detail);
-        disk_load_failed(p);
+        tier_load_failed(p);
         p = cold_plan(std::move(p));
         return util::status::error(why);
     }
-    disk_record & rec = *r.record;
+    copy_record & rec = *r.record;
     p.full = rec.full;
     if (hybrid_ && p.n_restore < p.source_tokens) {
         for (const auto & c : rec.checkpoints) {
@@ -206,7 +206,7 @@ std::string store::copy_noun(const restore_plan & p) const {
     return p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.copy_noun : p.tier_name + " copy";
 }
 
-void store::disk_load_failed(const restore_plan & p) {
+void store::tier_load_failed(const restore_plan & p) {
     count_hit(p, -1);
     int64_t & tier_hits = stats_.tier_hits[p.tier_name];
     tier_hits = std::max<int64_t>(0, tier_hits - 1);

@@ -11,7 +11,7 @@
 // members go (the thread calls into it).
 #pragma once
 
-#include "cache/tier/disk/disk_format.h"
+#include "cache/tier/copy_record.h"
 #include "cache/types.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
@@ -33,7 +33,7 @@ namespace lineage::cache {
 /** A write the engine thread hands over: the entry's record and the files it supersedes. */
 struct tier_write {
     uint64_t entry_id = 0;            ///< store entry id (for the completion)
-    disk_record rec;                  ///< rec.model is filled by the tier
+    copy_record rec;                  ///< rec.model is filled by the tier
     std::vector<copy_id> ancestors;   ///< deleted once rec is durable
     double last_use = 0;              ///< wall-clock seconds (LRU order across restarts)
 };

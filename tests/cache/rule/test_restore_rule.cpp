@@ -153,7 +153,7 @@ TEST_P(RestoreRule, SameEntriesInRamAndOnDiskGiveTheSamePlan) {
         EXPECT_EQ(a.source_tokens, b.source_tokens);
         EXPECT_EQ(a.source_history, b.source_history);
         EXPECT_EQ(a.op, a.n_restore > 0 ? restore_op::load_ram : restore_op::none);
-        EXPECT_EQ(b.op, b.n_restore > 0 ? restore_op::load_disk : restore_op::none);
+        EXPECT_EQ(b.op, b.n_restore > 0 ? restore_op::load_tier : restore_op::none);
         hits += a.n_restore > 0 ? 1 : 0;
         absorbing += a.absorbs ? 1 : 0;
     }

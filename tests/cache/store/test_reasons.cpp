@@ -22,7 +22,6 @@ TEST(Reasons, RejectionNames) {
     EXPECT_EQ(to_string(rejection_reason::disabled), "disabled");
     EXPECT_EQ(to_string(rejection_reason::anchor_too_large), "anchor_too_large");
     EXPECT_EQ(to_string(rejection_reason::abandoned), "abandoned");
-    EXPECT_EQ(to_string(rejection_reason::disk_damaged), "disk_damaged");
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ TEST(StoreTiers, ConsultedInOrderEachOnlyForSomethingLonger) {
     EXPECT_EQ(a.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(b.asked_longer_than, 50);  // a's 50
     EXPECT_EQ(c.asked_longer_than, 50);  // b offered nothing longer
-    EXPECT_EQ(p.op, restore_op::load_disk);
+    EXPECT_EQ(p.op, restore_op::load_tier);
     EXPECT_EQ(p.tier, 2);
     EXPECT_EQ(p.tier_name, "c");
     EXPECT_EQ(p.tier_copy, 7u);
@@ -60,7 +60,7 @@ TEST(StoreTiers, ConsultedInOrderEachOnlyForSomethingLonger) {
     EXPECT_EQ(s.hits_of_tier("a"), 0);
     EXPECT_EQ(s.tier_hits.size(), 3u);  // every attached tier is listed, hit or not
     // The copy cannot be read: a counted miss under c's own cause, no other tier's.
-    st.disk_load_failed(p);
+    st.tier_load_failed(p);
     EXPECT_EQ(st.get_stats().hits_of_tier("c"), 0);
     EXPECT_EQ(st.get_stats().misses, 1);
     EXPECT_EQ(st.get_stats().rejections.at("c_failed"), 1);
@@ -111,7 +111,7 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     st.attach_tier(&mem, mem.traits());
     const key k{"b", "s"};
     auto p = st.plan(k, seq(0, 50), {}, 2.0);
-    ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
+    ASSERT_EQ(p.op, restore_op::load_tier) << p.reason;
     EXPECT_EQ(p.tier, 0);
     EXPECT_EQ(p.tier_name, "mem");
     EXPECT_EQ(p.tier_copy, id);
@@ -135,7 +135,7 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     store st2(hybrid_config(), true);
     st2.attach_tier(&mem, mem.traits());
     auto q = st2.plan(k, seq(0, 50), {}, 4.0);
-    ASSERT_EQ(q.op, restore_op::load_disk);
+    ASSERT_EQ(q.op, restore_op::load_tier);
     mem.fail_loads = true;
     tier_load_result bad = mem.load(q.tier_copy, want).get();
     EXPECT_FALSE(bad.record.has_value());
@@ -166,7 +166,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
         plan_hints h;
         h.anchor_tokens = 40 + c.anchor_slack;  // the same system prompt: its anchor is the file's 40 tokens
         auto p = st.plan(k, seq(0, 50), h, 2.0);
-        ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
+        ASSERT_EQ(p.op, restore_op::load_tier) << p.reason;
         EXPECT_EQ(p.kind, point_kind::anchor);
         EXPECT_EQ(p.n_restore, 40);
         if (!repin) {
@@ -186,7 +186,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
         st.check_invariants();
         // The next new session: from the pinned RAM copy, or from the file again.
         const auto q = st.plan(key{"b", "s3"}, seq(0, 50), h, 4.0);
-        EXPECT_EQ(q.op, repin ? restore_op::load_ram : restore_op::load_disk) << q.reason;
+        EXPECT_EQ(q.op, repin ? restore_op::load_ram : restore_op::load_tier) << q.reason;
         EXPECT_EQ(q.n_restore, 40);
     }
     // From a shared tier (Redis: no file of this replica's own) it is pinned either way.
@@ -199,7 +199,7 @@ TEST(StoreTiers, AnAnchorReadBackIsPinnedAgainOnlyWhereTheConfigSays) {
     st.attach_tier(&shared, shared.traits());
     const key k{"b", "s2"};
     auto p = st.plan(k, seq(0, 50), {}, 2.0);
-    ASSERT_EQ(p.op, restore_op::load_disk) << p.reason;
+    ASSERT_EQ(p.op, restore_op::load_tier) << p.reason;
     ASSERT_TRUE(st.tier_loaded(k, p, shared.load(p.tier_copy, want).get(), 3.0).is_ok());
     EXPECT_EQ(st.get_stats().anchors, 1);
     st.check_invariants();
@@ -214,7 +214,7 @@ TEST(StoreTiers, ALoadKeepsTheCheckpointsItsRestoreUses) {
     store st(c, true);
     st.attach_tier(&mem, mem.traits());  // this server's own copies: a read anchor stays a file
     restore_plan p;
-    p.op = restore_op::load_disk;
+    p.op = restore_op::load_tier;
     p.tier = 0;
     p.n_restore = 40;
     p.source_tokens = 60;
@@ -258,7 +258,7 @@ TEST(StoreTiers, TheCostRuleReadsACopyOnlyWhereItBeatsRecomputing) {
     store fresh(cfg, true);
     fresh.attach_tier(&a, traits_of("a", false));
     park(fresh, k, seq(0, 40), 1, 1.0);
-    EXPECT_EQ(fresh.plan(k, seq(0, 70), {}, 2.0).op, restore_op::load_disk);
+    EXPECT_EQ(fresh.plan(k, seq(0, 70), {}, 2.0).op, restore_op::load_tier);
 
     store st(cfg, true);
     st.attach_tier(&a, traits_of("a", false));
@@ -278,7 +278,7 @@ TEST(StoreTiers, TheCostRuleReadsACopyOnlyWhereItBeatsRecomputing) {
     small.cost().observe_prefill(1000, 1.0);
     a.offer->bytes = 10;
     auto q = small.plan(k, seq(0, 70), {}, 2.0);
-    EXPECT_EQ(q.op, restore_op::load_disk) << q.reason;
+    EXPECT_EQ(q.op, restore_op::load_tier) << q.reason;
     EXPECT_EQ(q.n_restore, 58);
     EXPECT_EQ(q.tier_bytes, 10u);
     EXPECT_EQ(small.get_stats().tier_reads_declined.at("a"), 0);

@@ -94,7 +94,7 @@ public:
     std::mutex mu;
     std::condition_variable gate_cv;
     bool open = true;
-    std::map<copy_id, disk_record> copies;
+    std::map<copy_id, copy_record> copies;
     copy_id next_id = 1;
     std::vector<std::string> calls;
     std::atomic<int> ticks{0};

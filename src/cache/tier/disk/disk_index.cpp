@@ -245,12 +245,12 @@ index_scan disk_index::scan(const std::string & model) {
             continue;
         }
         const auto id = static_cast<copy_id>(rowid);
-        if (format < disk_format_version) {
+        if (format < copy_format_version) {
             out.older_format.push_back(id);
             continue;
         }
-        if (format > disk_format_version || text_of(s, 1) != model) {
-            (format > disk_format_version ? out.newer_format : out.other_model)++;
+        if (format > copy_format_version || text_of(s, 1) != model) {
+            (format > copy_format_version ? out.newer_format : out.other_model)++;
             out.foreign.push_back(id);
             continue;
         }
@@ -270,13 +270,13 @@ index_scan disk_index::scan(const std::string & model) {
     return out;
 }
 
-bool disk_index::insert(copy_id id, const disk_record & r, uint64_t bytes, double last_use) {
+bool disk_index::insert(copy_id id, const copy_record & r, uint64_t bytes, double last_use) {
     stmt ins(db_, "INSERT INTO files (id, model, format, bucket, session, n_tokens, history, anchor, checkpoints, "
                   "bytes, last_use, created, tokens, tenant) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt * s = ins.get();
     sqlite3_bind_int64(s, 1, static_cast<sqlite3_int64>(id));
     sqlite3_bind_text(s, 2, r.model.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(s, 3, static_cast<int>(disk_format_version));
+    sqlite3_bind_int(s, 3, static_cast<int>(copy_format_version));
     sqlite3_bind_text(s, 4, r.bucket.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 5, r.session.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(s, 6, static_cast<int>(r.toks.size()));

@@ -57,7 +57,7 @@ public:
 
     /** Inserts the row of file `id` holding `r` (`bytes` its file size). Returns false when the
      *  insert fails (the reason in error()). */
-    bool insert(copy_id id, const disk_record & r, uint64_t bytes, double last_use);
+    bool insert(copy_id id, const copy_record & r, uint64_t bytes, double last_use);
     /** Deletes the row with SQLite rowid `id` (a file id, or a damaged row's rowid). */
     void erase(int64_t id);
     /** Sets files' last use (id, wall-clock seconds), in one transaction: one sync to disk for

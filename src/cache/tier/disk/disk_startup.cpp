@@ -47,7 +47,7 @@ std::string disk_tier::check_indexed(const entry & f) const {
     if (h.error != tier_load_error::none) {
         return to_string(h.error);
     }
-    const disk_record & r = *h.record;
+    const copy_record & r = *h.record;
     bool same = r.id == f.id && r.model == cfg_.model && r.bucket == f.bucket && r.session == f.session &&
                 r.tenant == f.tenant &&
                 h.n_tokens == static_cast<int32_t>(f.toks.size()) && h.digest == tokens_digest(f.toks) &&
@@ -71,7 +71,7 @@ bool disk_tier::reindex(const std::string & path, const std::string & stem) {
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
         return false;
     }
-    disk_record & r = *h.record;
+    copy_record & r = *h.record;
     const auto bytes = static_cast<uint64_t>(st.st_size);
     const double mtime = static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
     if (!index_->insert(id, r, bytes, mtime)) {

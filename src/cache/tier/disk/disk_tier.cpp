@@ -341,7 +341,7 @@ tier_completion disk_tier::write_now(tier_write & w) {
     w.rec.model = cfg_.model;
     tier_completion done;
     done.entry_id = w.entry_id;
-    const uint64_t size = disk_file_size(w.rec);
+    const uint64_t size = copy_record_size(w.rec);
     if (!make_room(size)) {
         if (!warned_too_large_) {
             warned_too_large_ = true;
@@ -420,7 +420,7 @@ void disk_tier::count_overdue_write(double read_seconds) {
 namespace {
 
 /** Why the sound file `r` is not the one its row `f` and the request `want` name ("" when it is). */
-std::string identity_mismatch(const disk_record & r, const tier_catalog::file & f, const tier_expect & want) {
+std::string identity_mismatch(const copy_record & r, const tier_catalog::file & f, const tier_expect & want) {
     if (r.id != f.id) {
         return "its header names file " + std::to_string(r.id);
     }

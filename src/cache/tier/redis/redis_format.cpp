@@ -108,8 +108,8 @@ std::string check_redis_geometry(uint64_t payload_bytes, uint32_t n_chunks) {
     return lo <= hi ? std::string() : what + ": no chunk size of 1 KiB to 512 MiB splits it so";
 }
 
-std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec) {
-    disk_record bare;
+std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const copy_record & rec) {
+    copy_record bare;
     bare.id = rec.id;
     bare.model = rec.model;
     bare.bucket = rec.bucket;
@@ -125,7 +125,7 @@ std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const d
     put(out, redis_format_version);
     put(out, payload_bytes);
     put(out, n_chunks);
-    out += encode_disk_record(bare);
+    out += encode_copy_record(bare);
     return out;
 }
 
@@ -145,7 +145,7 @@ tier_load_result decode_redis_meta(std::string_view bytes, const std::string & m
     if (std::string bad = check_redis_geometry(out.payload_bytes, out.n_chunks); !bad.empty()) {
         return failed(tier_load_error::corrupt, "index entry of " + bad);
     }
-    tier_load_result r = decode_disk_record(c.s, model);
+    tier_load_result r = decode_copy_record(c.s, model);
     if (r.error == tier_load_error::none) {
         out.rec = std::move(*r.record);
         r.record.reset();

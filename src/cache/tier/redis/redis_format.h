@@ -1,5 +1,5 @@
 // cache::redis_format: how tier 3 (Redis, shared by replicas; docs/prompt-cache.md "Tier 3")
-// lays an entry out in Redis. The entry's bytes are the disk format's (disk_format.h: header
+// lays an entry out in Redis. The entry's bytes are its copy_record (copy_record.h: header
 // with identity, sections, XXH3-64 checksum), split into chunks under a size limit; each chunk
 // has its own header (magic, version, index, count, total size, entry key) and checksum. An
 // index entry ("meta") describes an entry without its states, so that a replica finds the
@@ -7,7 +7,7 @@
 // Thread safety: pure functions on their arguments.
 #pragma once
 
-#include "cache/tier/disk/disk_format.h"
+#include "cache/tier/copy_record.h"
 #include "cache/types.h"
 
 #include <cstdint>
@@ -127,14 +127,14 @@ std::string redis_entry_key(const std::string & model, const std::string & bucke
 struct redis_meta {
     uint64_t payload_bytes = 0;
     uint32_t n_chunks = 0;
-    disk_record rec;  ///< full and checkpoints' states empty
+    copy_record rec;  ///< full and checkpoints' states empty
 };
 
-/** Layout: magic[8] u32 version u64 payload_bytes u32 n_chunks, then encode_disk_record() of
+/** Layout: magic[8] u32 version u64 payload_bytes u32 n_chunks, then encode_copy_record() of
  *  `rec` with its states left out. */
-std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const disk_record & rec);
+std::string encode_redis_meta(uint64_t payload_bytes, uint32_t n_chunks, const copy_record & rec);
 /** Reads a meta; `model` must be the record's (else error other_model). Errors as
- *  decode_disk_record's (bad_magic, other_format, truncated, corrupt); corrupt too when the
+ *  decode_copy_record's (bad_magic, other_format, truncated, corrupt); corrupt too when the
  *  payload size and chunk count cannot describe a chunked entry (check_redis_geometry). */
 tier_load_result decode_redis_meta(std::string_view bytes, const std::string & model, redis_meta & out);
 

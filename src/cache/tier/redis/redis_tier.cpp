@@ -318,11 +318,11 @@ void redis_tier::unmirror(copy_id id) {
 }
 
 tier_completion redis_tier::write_now(tier_write & w) {
-    disk_record & rec = w.rec;
+    copy_record & rec = w.rec;
     rec.model = cfg_.model;
     rec.id = 1;  // the disk format wants an id; tier 3's identity is the entry key
     const std::string ek = redis_entry_key(rec.model, rec.bucket, rec.toks);
-    const std::string payload = encode_disk_record(rec);
+    const std::string payload = encode_copy_record(rec);
     const auto chunks = split_chunks(ek, payload, cfg_.chunk_bytes);
     std::string meta = encode_redis_meta(payload.size(), static_cast<uint32_t>(chunks.size()), rec);
     if (chunks.size() > redis_max_chunks || meta.size() > redis_max_meta_bytes || payload.size() > redis_max_payload_bytes) {
@@ -463,11 +463,11 @@ tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
     uint32_t n_owned = 1;
     r = read_chunks(e, payload, bytes, n_owned);
     if (r.error == tier_load_error::none) {
-        r = decode_disk_record(payload, cfg_.model);
+        r = decode_copy_record(payload, cfg_.model);
     }
     if (r.error == tier_load_error::none) {
         // Its identity: the entry the index names, and the prefix the request restores.
-        const disk_record & rec = *r.record;
+        const copy_record & rec = *r.record;
         const bool same = rec.bucket == row.bucket && rec.session == row.session && rec.toks == row.toks &&
                           (want.bucket.empty() || rec.bucket == want.bucket) && want.prefix.size() <= rec.toks.size() &&
                           std::equal(want.prefix.begin(), want.prefix.end(), rec.toks.begin());

@@ -1,7 +1,7 @@
 // cache::redis_tier: tier T3, a prompt cache shared by replicas through Redis (docs/prompt-cache.md
 // "Tier 3: Redis shared by replicas"). Entries the write-behind hands to tier 2 (idle, leaving RAM,
 // shutdown, unwritten too long) and anchors as soon as they are pinned are also written here, in
-// the disk format split into checksummed chunks (redis_format.h), with an index entry each;
+// the copy_record layout (copy_record.h) split into checksummed chunks (redis_format.h), with an index entry each;
 // every replica mirrors the index in a tier_catalog (tokens and restore points, no states), so
 // a lookup is in memory and uses the shared restore rule; a hit is read by this thread while
 // the request's slot waits in its loading phase, exactly like a disk hit.
@@ -14,8 +14,8 @@
 #pragma once
 
 #include "cache/tier/tier_catalog.h"
-#include "cache/tier/disk/disk_format.h"
-#include "cache/tier/disk/disk_tier.h"
+#include "cache/tier/copy_record.h"
+#include "cache/tier/tier_worker.h"
 #include "cache/tier/redis/redis_format.h"
 #include "cache/stats.h"
 #include "cache/config.h"

@@ -32,10 +32,10 @@ TEST_F(DiskFormat, RoundTripKeepsEverySection) {
     auto r = record(seq(10, 50), 777, {{20, point_kind::turn, fake(64, 1)}, {49, point_kind::guard, fake(32, 2)}});
     r.anchor = true;
     ASSERT_TRUE(write_disk_file(path("a"), r).is_ok());
-    EXPECT_EQ(fs::file_size(path("a")), disk_file_size(r));
+    EXPECT_EQ(fs::file_size(path("a")), copy_record_size(r));
     auto got = read_disk_file(path("a"), "model-a");
     ASSERT_EQ(got.error, tier_load_error::none) << got.detail;
-    const disk_record & g = *got.record;
+    const copy_record & g = *got.record;
     EXPECT_EQ(g.toks, r.toks);
     EXPECT_EQ(g.bucket, "bucket-1");
     EXPECT_EQ(g.session, "s1");
@@ -105,7 +105,7 @@ TEST_F(DiskFormat, TruncatedMissingForeignAndOtherFormat) {
     // Version field (bytes 8-11) of a later format.
     std::fstream f(path("c"), std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(8);
-    const uint32_t v = disk_format_version + 1;
+    const uint32_t v = copy_format_version + 1;
     f.write(reinterpret_cast<const char *>(&v), sizeof v);
     f.close();
     EXPECT_EQ(read_disk_file(path("c"), "model-a").error, tier_load_error::other_format);
@@ -155,7 +155,7 @@ TEST_F(DiskTier, SurvivesRestartAndLoads) {
 // A load's last use reaches the index after the load is answered (a tick, or the shutdown), and
 // the eviction order after a restart follows it: the file loaded last is kept, the older one goes.
 TEST_F(DiskTier, ALoadsLastUseOutlivesARestart) {
-    const uint64_t one = disk_file_size(record(seq(0, 10), 1000));
+    const uint64_t one = copy_record_size(record(seq(0, 10), 1000));
     copy_id a = 0;
     copy_id b = 0;
     {
@@ -219,7 +219,7 @@ TEST_F(DiskTier, DenseRestoresAnyPrefix) {
 }
 
 TEST_F(DiskTier, CapacityEvictsLeastRecentlyUsedAnchorsLast) {
-    const uint64_t one = disk_file_size(record(seq(0, 10), 1000));
+    const uint64_t one = copy_record_size(record(seq(0, 10), 1000));
     disk_tier t(cfg(3 * one));
     auto anchor = record(seq(0, 10), 1000);
     anchor.anchor = true;
@@ -368,12 +368,12 @@ TEST_F(DiskTier, ResetDeletesThisModelsFiles) {
 
 TEST_F(DiskTier, ResetOfATenantDeletesOnlyItsFilesAlsoAfterARestart) {
     auto of = [](const std::string & tenant, tokens toks) {
-        disk_record r = record(std::move(toks), 500);
+        copy_record r = record(std::move(toks), 500);
         r.tenant = tenant;
         r.bucket = "bucket-" + tenant;  // the tenant is a dimension of the bucket digest
         return r;
     };
-    const uint64_t alice_bytes = disk_file_size(of("alice", seq(0, 40))) + disk_file_size(of("alice", seq(50, 40)));
+    const uint64_t alice_bytes = copy_record_size(of("alice", seq(0, 40))) + copy_record_size(of("alice", seq(50, 40)));
     {
         disk_tier t(cfg());
         put(t, of("alice", seq(0, 40)));
@@ -567,10 +567,10 @@ TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServe
     // Its file serves the next turn (the disk tier's lookup), counted as a disk hit.
     d.offer = tier_candidate{11, 40, point_kind::turn, 40, 40, false, true};
     auto p = st.plan(k, seq(0, 50), {}, 101.0);
-    EXPECT_EQ(p.op, restore_op::load_disk);
+    EXPECT_EQ(p.op, restore_op::load_tier);
     EXPECT_EQ(p.n_restore, 40);
     EXPECT_EQ(st.get_stats().hits_of_tier("disk"), 1);
-    st.disk_load_failed(p);
+    st.tier_load_failed(p);
     // Released is not lost: a miss on it (the file gone meanwhile) is not counted "evicted".
     d.offer.reset();
     auto q = st.plan(k, seq(0, 50), {}, 102.0);
@@ -608,19 +608,19 @@ TEST(StoreDisk, DiskOnlyForSomethingLongerThanMemory) {
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(p.op, restore_op::take_device);
     EXPECT_EQ(p.n_restore, 40);
-    // A longer file wins: load_disk, absorbing it when it reaches the file's history boundary.
+    // A longer file wins: load_tier, absorbing it when it reaches the file's history boundary.
     store st2(hybrid_config(), true);
     st2.attach_tier(&d, disk_tier::kind());
     d.offer = tier_candidate{5, 58, point_kind::turn, 60, 55, false, true};
     auto q = st2.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 3);  // min prefix 4
-    EXPECT_EQ(q.op, restore_op::load_disk);
+    EXPECT_EQ(q.op, restore_op::load_tier);
     EXPECT_EQ(q.tier_copy, 5u);
     EXPECT_EQ(q.n_restore, 58);
     EXPECT_TRUE(q.absorbs);
     EXPECT_EQ(q.tier_ancestors, std::vector<copy_id>{5});
     EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 1);
-    st2.disk_load_failed(q);
+    st2.tier_load_failed(q);
     EXPECT_EQ(st2.get_stats().hits_of_tier("disk"), 0);
     EXPECT_EQ(st2.get_stats().misses, 1);
     EXPECT_EQ(st2.get_stats().rejections.at("disk_damaged"), 1);

@@ -68,8 +68,8 @@ TEST_F(DiskDamage, HeaderCarriesTheFilesIdentity) {
     EXPECT_EQ(h.n_tokens, 30);
     EXPECT_EQ(h.digest, tokens_digest(seq(10, 30)));
     EXPECT_EQ(h.record->toks, seq(10, 30));
-    EXPECT_EQ(h.version, disk_format_version);
-    EXPECT_EQ(disk_format_version, 3u);
+    EXPECT_EQ(h.version, copy_format_version);
+    EXPECT_EQ(copy_format_version, 3u);
     EXPECT_EQ(read_disk_file(path("a"), "model-a").record->id, 42u);
 }
 
@@ -271,7 +271,7 @@ TEST_F(DiskDamage, AFormat2IndexGainsTheTenantColumnAndItsRowsAreDiscarded) {
     EXPECT_FALSE(fs::exists(path(name(a))));
     EXPECT_FALSE(fs::exists(path("index.sqlite.damaged")));
     // Positive: the migrated index takes new rows with their tenant, and they survive a restart.
-    disk_record r = record(seq(100, 40), 200);
+    copy_record r = record(seq(100, 40), 200);
     r.tenant = "alice";
     ASSERT_NE(put(t, r), 0u);
     EXPECT_EQ(t.reset("bob").first, 0);
@@ -282,7 +282,7 @@ TEST_F(DiskDamage, ATenantsRowAndHeaderMustAgree) {
     copy_id a = 0;
     {
         disk_tier t(cfg());
-        disk_record r = record(seq(0, 40), 500);
+        copy_record r = record(seq(0, 40), 500);
         r.tenant = "alice";
         a = put(t, r);
         put(t, record(seq(100, 40), 500));

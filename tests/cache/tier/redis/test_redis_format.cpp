@@ -126,9 +126,9 @@ TEST(RedisFormat, DamagedMissingOrForeignChunksAreRejected) {
 
 TEST(RedisFormat, PayloadIsTheDiskFileBytes) {
     // Tier 3 stores exactly what tier 2 writes to a file: one format, one set of checks.
-    const disk_record rec = record({1, 2, 3, 4, 5, 6}, 300, {{2, point_kind::turn, fake(40)}, {4, point_kind::guard, fake(40)}});
-    const std::string bytes = encode_disk_record(rec);
-    EXPECT_EQ(bytes.size(), disk_file_size(rec));
+    const copy_record rec = record({1, 2, 3, 4, 5, 6}, 300, {{2, point_kind::turn, fake(40)}, {4, point_kind::guard, fake(40)}});
+    const std::string bytes = encode_copy_record(rec);
+    EXPECT_EQ(bytes.size(), copy_record_size(rec));
     const std::string path = (fs::temp_directory_path() / ("lineage-redis-fmt-" + std::to_string(::getpid()))).string();
     ASSERT_TRUE(write_disk_file(path, rec).is_ok());
     std::ifstream in(path, std::ios::binary);
@@ -136,31 +136,31 @@ TEST(RedisFormat, PayloadIsTheDiskFileBytes) {
     fs::remove(path);
     EXPECT_EQ(file, bytes);
 
-    const auto back = decode_disk_record(bytes, "model-a");
+    const auto back = decode_copy_record(bytes, "model-a");
     ASSERT_EQ(back.error, tier_load_error::none) << back.detail;
     EXPECT_EQ(back.record->toks, rec.toks);
     EXPECT_EQ(*back.record->full, *rec.full);
     ASSERT_EQ(back.record->checkpoints.size(), 2u);
     EXPECT_EQ(back.record->checkpoints[1].n_tokens, 4);
     EXPECT_EQ(*back.record->checkpoints[1].recurrent, *rec.checkpoints[1].recurrent);
-    EXPECT_EQ(decode_disk_record(bytes, "model-b").error, tier_load_error::other_model);
+    EXPECT_EQ(decode_copy_record(bytes, "model-b").error, tier_load_error::other_model);
     std::string bad = bytes;
     bad[bad.size() / 2] ^= 0x10;
-    EXPECT_EQ(decode_disk_record(bad, "model-a").error, tier_load_error::corrupt);
+    EXPECT_EQ(decode_copy_record(bad, "model-a").error, tier_load_error::corrupt);
 }
 
 TEST(RedisFormat, IndexEntryHasNoStates) {
-    disk_record rec = record({7, 8, 9, 10}, 5000, {{2, point_kind::ladder, fake(700)}});
+    copy_record rec = record({7, 8, 9, 10}, 5000, {{2, point_kind::ladder, fake(700)}});
     rec.tenant = "bob";  // a tenant's reset finds its entries in the index by it
     const std::string m = encode_redis_meta(123456, 3, rec);
     EXPECT_EQ(m.substr(0, 8), "LNGRMETA");
     EXPECT_EQ(u32_at(m, 8), redis_format_version);
     EXPECT_EQ(u64_at(m, 12), 123456u);
     EXPECT_EQ(u32_at(m, 20), 3u);
-    disk_record bare = rec;
+    copy_record bare = rec;
     bare.full = nullptr;
     bare.checkpoints[0].recurrent = nullptr;
-    EXPECT_EQ(m.size(), 24 + disk_file_size(bare));  // no state bytes
+    EXPECT_EQ(m.size(), 24 + copy_record_size(bare));  // no state bytes
 
     redis_meta out;
     const auto r = decode_redis_meta(m, "model-a", out);
@@ -184,7 +184,7 @@ TEST(RedisFormat, IndexEntryHasNoStates) {
 // Issue #56: Redis is storage anyone with write access can fill. Every number read from it is
 // checked before it sizes anything.
 TEST(RedisHostile, ChunkCountsAnIndexEntryCannotHoldAreRejectedBeforeAnyRead) {
-    disk_record rec = record({7, 8, 9, 10}, 5000, {});
+    copy_record rec = record({7, 8, 9, 10}, 5000, {});
     redis_meta out;
     // The measured attack: the count set to 10,000,000 (a 30 s wait and 5 GB of RSS) and to 2^32-1
     // (a bad_alloc), the payload left as it was.
@@ -261,7 +261,7 @@ TEST(RedisHostile, SequencesAreWholeNumbersInRange) {
 }
 
 TEST(RedisHostile, EntryKeysHaveOneShape) {
-    disk_record rec = record({1, 2, 3}, 10, {});
+    copy_record rec = record({1, 2, 3}, 10, {});
     EXPECT_TRUE(valid_redis_entry_key(redis_entry_key("model-a", rec.bucket, rec.toks)));
     EXPECT_FALSE(valid_redis_entry_key(""));
     EXPECT_FALSE(valid_redis_entry_key("entry-a"));
@@ -337,7 +337,7 @@ TEST(StoreRedis, ConsultedAfterDiskOnlyForSomethingLonger) {
     auto p = st.plan(k, seq(0, 70), {}, 2.0);
     EXPECT_EQ(d.asked_longer_than, 40);  // the parked entry restores 40
     EXPECT_EQ(r.asked_longer_than, 50);  // the disk's 50
-    EXPECT_EQ(p.op, restore_op::load_disk);
+    EXPECT_EQ(p.op, restore_op::load_tier);
     EXPECT_EQ(p.tier, 1);
     EXPECT_EQ(p.tier_name, "redis");
     EXPECT_EQ(p.tier_copy, 7u);
@@ -347,7 +347,7 @@ TEST(StoreRedis, ConsultedAfterDiskOnlyForSomethingLonger) {
     EXPECT_NE(p.reason.find("from tier-3 (Redis) entry 7"), std::string::npos) << p.reason;
     EXPECT_EQ(st.get_stats().hits_of_tier("redis"), 1);
     EXPECT_EQ(st.get_stats().hits_of_tier("disk"), 0);
-    st.disk_load_failed(p);
+    st.tier_load_failed(p);
     EXPECT_EQ(st.get_stats().hits_of_tier("redis"), 0);
     EXPECT_EQ(st.get_stats().misses, 1);
     EXPECT_EQ(st.get_stats().rejections.at("redis_failed"), 1);
