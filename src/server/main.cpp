@@ -10,7 +10,7 @@
 #include "server/config.h"
 #include "server/http/json_body.h"
 #include "server/prepare/lora_registry.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 #include "util/files.h"
 
 #include <httplib.h>

@@ -5,7 +5,7 @@
 // calls a target from one thread; these are pure functions.
 #pragma once
 
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/http/errors.h"
 #include "server/http/json_body.h"
 #include "server/http/request_limits.h"

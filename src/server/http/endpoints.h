@@ -1,8 +1,9 @@
 // server::endpoints: the one table of the HTTP endpoints. Each row is a method, a path (and the
 // alias some clients use for it), who may call it when API keys are set, and its handler. Route
-// installation (routes.cpp), the 404 and 405 answers (errors.cpp), the access check before
+// installation (server/app/routes.cpp), the 404 and 405 answers (errors.cpp), the access check before
 // routing and the --help footer (config.cpp) all read this table, so an endpoint added here is
-// served, listed, checked and documented at once (docs/architecture.md "Endpoints").
+// served, listed, checked and documented at once (docs/architecture.md "Endpoints"). The rows
+// live in the composition root (server/app/endpoint_table.cpp), which includes the handlers.
 // Thread safety: the table is immutable static data.
 #pragma once
 
@@ -33,7 +34,8 @@ enum class error_shape {
     anthropic,  ///< {"type": "error", "error": {"type", "message"}} (anthropic_response.h)
 };
 
-/** The error body of `e` in `shape`. */
+/** The error body of `e` in `shape` (each dialect writes its own shape: defined with the table,
+ *  server/app/endpoint_table.cpp). */
 json error_json(error_shape shape, const api_error & e);
 
 using endpoint_handler = void (*)(const http_request &, http_response &, server_context &);
@@ -59,7 +61,8 @@ struct endpoint {
     endpoint_handler handler = nullptr;
 };
 
-/** Every endpoint lineage-server serves, in the order --help and the 404 answer list them. */
+/** Every endpoint lineage-server serves, in the order --help and the 404 answer list them
+ *  (the composition root's rows: server/app/endpoint_table.cpp). */
 std::span<const endpoint> endpoint_table();
 
 /** The row serving `method` on `path` (its path or alias), or nullptr. */

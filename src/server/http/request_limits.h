@@ -19,7 +19,6 @@
 
 namespace lineage::server {
 
-struct chat_request;
 
 struct request_limits {
     /** --max-tools: tools (function definitions) in one request. Real agents send 20-100
@@ -66,13 +65,11 @@ struct request_limits {
  *  before the server listens, from the flags above). */
 request_limits & default_request_limits();
 
-/** Checks `r`'s tools, messages and content parts against `lim`, and the bytes of its messages'
- *  text (contents, text parts, tool call arguments) against lim.max_prompt_bytes before any
- *  render. Returns a 400 invalid_request_error that names the count, the limit and its flag,
- *  with param "tools" or "messages" and code "too_many_tools", "tools_too_large",
- *  "too_many_messages", "too_many_content_parts" or "prompt_too_large"; nullopt when within
- *  every limit. */
-std::optional<api_error> check_chat_limits(const chat_request & r, const request_limits & lim = default_request_limits());
+/** A 400 invalid_request_error for `n` `noun` over the limit `max` of flag `flag`: "this request
+ *  has 10000 tools; this server accepts at most 1024 (--max-tools): send fewer, or start the
+ *  server with a larger --max-tools", with `param` and `code`. */
+api_error limit_exceeded(uint64_t n, const char * noun, uint64_t max, const char * flag, std::string param,
+                         std::string code);
 
 /** A 400 "too_many_messages" when an array of `n` conversation items (the body's messages or
  *  input, checked before they are converted) is over lim.max_messages; `param` names it. */

@@ -5,7 +5,7 @@
 #include "scheduler/scheduler.h"
 #include "server/ops/cache_page_html.h"  // generated from cache_page.html (src/CMakeLists.txt)
 #include "server/run/generation.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 
 namespace lineage::server {
 

@@ -12,7 +12,7 @@
 #include "server/ops/prometheus.h"
 #include "util/thread_priority.h"
 #include "server/http/request_limits.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 #include "server/ops/stats_json.h"
 
 #include <spdlog/spdlog.h>

@@ -10,7 +10,7 @@
 #include "engine/chat_template.h"
 #include "engine/multimodal.h"
 #include "scheduler/request.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/prepare/cache_key.h"
 #include "server/http/errors.h"
 #include "server/prepare/lora_registry.h"

@@ -2,7 +2,7 @@
 #include "server/prepare/reply_script.h"
 
 #include "engine/model.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/prepare/chat_prepare.h"
 #include "util/files.h"
 

@@ -3,11 +3,11 @@
 
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/prepare/chat_prepare.h"
 #include "server/http/request_limits.h"
 #include "util/thread_priority.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 
 #include <spdlog/spdlog.h>
 

@@ -14,7 +14,7 @@
 
 #include "engine/chat_template.h"
 #include "scheduler/request.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "util/thread_annotations.h"
 
 #include <atomic>

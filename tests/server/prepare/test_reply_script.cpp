@@ -6,7 +6,7 @@
 // tool calls; and the file read again when it changes.
 #include "engine/chat_template.h"
 #include "engine/model.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/prepare/chat_prepare.h"
 #include "server/prepare/reply_script.h"
 

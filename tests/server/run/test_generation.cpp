@@ -17,7 +17,7 @@
 #include "server/dialects/responses/responses_handler.h"
 #include "server/http/endpoints.h"
 #include "server/http/errors.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 #include "server/prepare/lora_registry.h"
 #include "server/run/generation.h"
 

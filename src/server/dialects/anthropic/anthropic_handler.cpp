@@ -7,7 +7,7 @@
 #include "server/dialects/anthropic/anthropic_response.h"
 #include "server/prepare/chat_prepare.h"
 #include "server/run/generation.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 
 #include <spdlog/spdlog.h>
 

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "engine/chat_template.h"
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/http/errors.h"
 #include "server/dialects/anthropic/thinking_signature.h"
 

@@ -5,7 +5,7 @@
 // Thread safety: pure function over its input.
 #pragma once
 
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 
 namespace lineage::server {
 

@@ -7,7 +7,7 @@
 #include "server/dialects/chat/chat_response.h"
 #include "server/dialects/completions/completions_request.h"
 #include "server/run/generation.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 #include "server/http/sse.h"
 #include "server/run/text_stream.h"
 

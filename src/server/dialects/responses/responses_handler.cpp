@@ -10,7 +10,7 @@
 #include "server/dialects/responses/response_store.h"
 #include "server/dialects/responses/responses_request.h"
 #include "server/dialects/responses/responses_response.h"
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 
 #include <spdlog/spdlog.h>
 

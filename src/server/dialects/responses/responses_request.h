@@ -8,7 +8,7 @@
 // Thread safety: pure functions over their inputs.
 #pragma once
 
-#include "server/dialects/chat/chat_request.h"
+#include "server/request/chat_request.h"
 #include "server/http/errors.h"
 #include "server/dialects/responses/response_items.h"
 

@@ -1,7 +1,7 @@
 // server::routes: the guards before routing (limits, Host, Content-Type, API keys), the error
 // and exception handlers, and the endpoint table's rows installed on httplib (endpoints.h); the
 // handlers themselves are in the *_handler.cpp files.
-#include "server/http/routes.h"
+#include "server/app/routes.h"
 
 #include "server/http/base64.h"
 #include "server/http/endpoints.h"
