@@ -11,9 +11,11 @@
 #include "server/http/json_body.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace lineage::server::fields {
@@ -56,6 +58,20 @@ const json & require(const json & obj, const char * key, const std::string & par
 
 /** A number as JSON writes it (3.0, -2.5). */
 std::string fmt_number(double v);
+
+/** A body read by `steps` in turn, each filling `r` from its fields or failing, once the body is
+ *  known to be an object: the order of the steps is the order of the checks, so the first
+ *  problem found is the one answered. */
+template <class T>
+void read_body(const json & body, T & r,
+               std::initializer_list<std::type_identity_t<void (*)(const json &, T &)>> steps) {
+    if (!body.is_object()) {
+        fail("", std::string("the request body must be a JSON object, got ") + type_name(body));
+    }
+    for (const auto step : steps) {
+        step(body, r);
+    }
+}
 
 /** A request parser's entry point: `body` parsed as JSON (parse_json_body, the process-wide
  *  limits; any JSON value, `read` checks the shape), then `read(j, r)` fills a fresh T, throwing

@@ -266,11 +266,8 @@ void parse_stop(const json & s, chat_request & r) {
     }
 }
 
-void parse_body(const json & body, chat_request & r) {
-    if (!body.is_object()) {
-        fail("", std::string("the request body must be a JSON object, got ") + type_name(body));
-    }
-    // --- messages ---
+// 'messages': required, non-empty, counted before any is converted.
+void parse_messages(const json & body, chat_request & r) {
     const json * messages = field(body, "messages");
     if (!messages) {
         fail("messages", "'messages' is required: send a non-empty array of {\"role\", \"content\"} objects");
@@ -287,8 +284,10 @@ void parse_body(const json & body, chat_request & r) {
     for (size_t i = 0; i < messages->size(); ++i) {
         r.messages.push_back(parse_message((*messages)[i], i, r.images));
     }
+}
 
-    // --- tools ---
+// 'tools', 'tool_choice' (a named function leaves only that tool) and 'parallel_tool_calls'.
+void parse_tool_fields(const json & body, chat_request & r) {
     if (const json * tools = field(body, "tools")) {
         if (!tools->is_array()) {
             fail("tools", "'tools' must be an array, got " + std::string(type_name(*tools)));
@@ -322,8 +321,10 @@ void parse_body(const json & body, chat_request & r) {
     if (const json * ptc = field(body, "parallel_tool_calls")) {
         r.parallel_tool_calls = get_bool(*ptc, "parallel_tool_calls");
     }
+}
 
-    // --- streaming ---
+// 'stream' and its 'stream_options'.
+void parse_streaming(const json & body, chat_request & r) {
     if (const json * s = field(body, "stream")) {
         r.stream = get_bool(*s, "stream");
     }
@@ -338,8 +339,10 @@ void parse_body(const json & body, chat_request & r) {
             r.include_usage = get_bool(*iu, "stream_options.include_usage");
         }
     }
+}
 
-    // --- sampling ---
+// The token limit, the sampling parameters, 'n' and 'stop'.
+void parse_sampling(const json & body, chat_request & r) {
     const json * max_tokens = field(body, "max_completion_tokens");
     std::string max_param = "max_completion_tokens";
     if (!max_tokens) {
@@ -375,9 +378,10 @@ void parse_body(const json & body, chat_request & r) {
     if (const json * s = field(body, "stop")) {
         parse_stop(*s, r);
     }
-    parse_output_options(body, r);
+}
 
-    // --- identity and cache ---
+// 'model', 'user', the cache options (also under 'extra_body') and the template's inputs.
+void parse_identity(const json & body, chat_request & r) {
     if (const json * m = field(body, "model")) {
         r.model = get_string(*m, "model");
     }
@@ -425,6 +429,12 @@ void parse_body(const json & body, chat_request & r) {
             r.chat_template_kwargs[it.key()] = dump(it.value());
         }
     }
+}
+
+void parse_body(const json & body, chat_request & r) {
+    read_body(
+        body, r,
+        {parse_messages, parse_tool_fields, parse_streaming, parse_sampling, parse_output_options, parse_identity});
 }
 
 }  // namespace

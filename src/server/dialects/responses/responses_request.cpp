@@ -112,12 +112,9 @@ void parse_tool_choice(const json & tc, responses_request & r) {
     }
 }
 
-void parse_body(const json & body, responses_request & r) {
-    if (!body.is_object()) {
-        fail("", std::string("the request body must be a JSON object, got ") + type_name(body));
-    }
-    chat_request & c = r.chat;
-    // --- input ---
+// The conversation: 'input' (a string or items), 'instructions', 'previous_response_id'; the
+// ways of sending one that this server does not take are refused here.
+void parse_input(const json & body, responses_request & r) {
     const json * input = field(body, "input");
     if (input && input->is_string()) {
         response_item it;
@@ -151,8 +148,11 @@ void parse_body(const json & body, responses_request & r) {
     if (const json * bg = field(body, "background"); bg && get_bool(*bg, "background")) {
         fail("background", "'background' responses are not supported; send the request without it (optionally streamed)");
     }
+}
 
-    // --- tools ---
+// 'tools', 'tool_choice' (a named function leaves only that tool) and 'parallel_tool_calls'.
+void parse_tool_fields(const json & body, responses_request & r) {
+    chat_request & c = r.chat;
     if (const json * tools = field(body, "tools")) {
         parse_tools(*tools, r);
     }
@@ -177,8 +177,11 @@ void parse_body(const json & body, responses_request & r) {
     if (const json * ptc = field(body, "parallel_tool_calls")) {
         c.parallel_tool_calls = get_bool(*ptc, "parallel_tool_calls");
     }
+}
 
-    // --- output and sampling ---
+// 'stream', the token limit and the sampling parameters.
+void parse_sampling(const json & body, responses_request & r) {
+    chat_request & c = r.chat;
     if (const json * s = field(body, "stream")) {
         c.stream = get_bool(*s, "stream");
     }
@@ -197,6 +200,11 @@ void parse_body(const json & body, responses_request & r) {
     if (const json * s = field(body, "seed")) {  // extension (llama-server accepts it too)
         c.sampling.seed = get_int(*s, "seed");
     }
+}
+
+// The output's shape: 'text.format' (structured output), 'reasoning.effort' and 'include'.
+void parse_output_shape(const json & body, responses_request & r) {
+    chat_request & c = r.chat;
     if (const json * text = field(body, "text")) {
         if (!text->is_object()) {
             fail("text", "'text' must be an object like {\"format\": {\"type\": \"text\"}}, got " + std::string(type_name(*text)));
@@ -261,8 +269,11 @@ void parse_body(const json & body, responses_request & r) {
             }
         }
     }
+}
 
-    // --- identity, storage and cache ---
+// 'store', 'model', the user, 'metadata' and the cache and template extensions.
+void parse_identity(const json & body, responses_request & r) {
+    chat_request & c = r.chat;
     if (const json * s = field(body, "store")) {
         r.store = get_bool(*s, "store");
     }
@@ -302,6 +313,10 @@ void parse_body(const json & body, responses_request & r) {
             c.chat_template_kwargs[it.key()] = dump(it.value());
         }
     }
+}
+
+void parse_body(const json & body, responses_request & r) {
+    read_body(body, r, {parse_input, parse_tool_fields, parse_sampling, parse_output_shape, parse_identity});
     if (r.input.empty() && r.previous_response_id.empty() && !r.has_instructions) {
         fail("input", "'input' is required: a string or a non-empty array of items");
     }
