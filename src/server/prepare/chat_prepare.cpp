@@ -479,8 +479,13 @@ int32_t chat_preparer::last_user_start(const engine::chat_message & last, const 
     return n >= 1 || by_line == joined ? n : start_of(by_line);
 }
 
-std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
-                                                prepared_chat & out) const {
+namespace {
+
+// What the request asks that this model or its template cannot give, before any render: a JSON
+// Schema the engine cannot enforce, a reasoning level the template does not read, a logit_bias
+// token past the vocabulary.
+std::optional<api_error> unusable_option(const chat_request & r, const engine::model & model,
+                                         const engine::chat_template & tmpl) {
     if (!r.json_schema.empty()) {
         if (const util::status why = engine::check_json_schema(r.json_schema); !why.is_ok()) {
             return invalid_request("'response_format' has a JSON Schema this server cannot enforce (" + why.message() +
@@ -489,13 +494,13 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         }
     }
     if (!r.reasoning_effort.empty() && r.reasoning_effort != "none" &&
-        tmpl_.source().find("reasoning_effort") == std::string::npos) {
+        tmpl.source().find("reasoning_effort") == std::string::npos) {
         return invalid_request("'reasoning_effort' is '" + r.reasoning_effort +
                                    "', but this model's chat template has no reasoning levels; send \"none\" to turn "
                                    "thinking off, or leave it out",
                                "reasoning_effort");
     }
-    const int32_t n_vocab = model_.n_vocab();
+    const int32_t n_vocab = model.n_vocab();
     for (const auto & [tok, bias] : r.sampling.logit_bias) {
         if (tok >= n_vocab) {
             return invalid_request("'logit_bias' names token " + std::to_string(tok) + ", but this model's vocabulary has " +
@@ -503,34 +508,23 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
                                    "logit_bias");
         }
     }
-    using clock = std::chrono::steady_clock;
-    const auto ms_since = [](clock::time_point t) {
-        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-    };
-    const auto t_render = clock::now();
-    const engine::chat_render_inputs in = render_inputs(r);
-    engine::chat_render_result rendered;
-    out.work = {};
-    out.work.renders++;
-    if (auto err = render(in, rendered)) {
-        return err;
-    }
-    const double render_ms = ms_since(t_render);
-    const auto t_tokenize = clock::now();
-    if (auto err = check_prompt_bytes(rendered.prompt.size(), "the rendered prompt", "messages")) {
-        return err;  // before the tokenizer and the hint renders, which take time in proportion
-    }
+    return std::nullopt;
+}
 
+}  // namespace
+
+std::optional<api_error> chat_preparer::tokenize_rendered(const chat_request & r, const std::string & rendered,
+                                                          int32_t max_sequence_tokens, prepared_chat & out,
+                                                          size_t & reused_tokens) const {
     out.media.clear();
     out.work.tokenizations++;
-    size_t reused_tokens = 0;
     if (!r.images.empty()) {
-        if (auto err = tokenize_with_images(r, rendered.prompt, out)) {
+        if (auto err = tokenize_with_images(r, rendered, out)) {
             return err;
         }
     } else {
         try {
-            out.prompt = tokenize_prompt(rendered.prompt, r.tenant, max_sequence_tokens, &reused_tokens);
+            out.prompt = tokenize_prompt(rendered, r.tenant, max_sequence_tokens, &reused_tokens);
         } catch (const std::exception & e) {
             return server_error(std::string("tokenization failed: ") + e.what());
         }
@@ -547,94 +541,89 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
             "messages", "context_length_exceeded");
         return e;
     }
+    return std::nullopt;
+}
 
-    const double tokenize_ms = ms_since(t_tokenize);
-    const auto t_hints = clock::now();
-    if (auto err = key_request(in.kwargs, r.tool_choice_key, r.tools, r.tenant, r.lora, r.cache_prompt, out)) {
-        return err;
+void chat_preparer::hint_restore_points(const chat_request & r, const engine::chat_render_inputs & in,
+                                        const engine::chat_render_result & rendered, prepared_chat & out) const {
+    if (model_.family() != engine::memory_family::dense) {
+        out.cache.line_starts = model_.line_starts(out.prompt);
     }
-    out.cache.session_key = session_key(r.prompt_cache_key, r.user);
-    out.cache.anchor_tokens = -1;
-    out.cache.history_tokens = -1;
-    out.cache.tools_anchor_tokens = -1;
-    {  // also with the cache bypassed: a hybrid prefill splits at these points either way
-        if (model_.family() != engine::memory_family::dense) {
-            out.cache.line_starts = model_.line_starts(out.prompt);
-        }
-        if (auto anchor = anchor_render(in, /*with_system=*/true, out.work)) {
-            out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
-        }
-        // Per-session content inside the system region (hybrid: a ladder rung before each on a
-        // new system prompt): each start's token position, while before the anchor.
-        out.cache.volatile_starts.clear();
-        if (model_.family() != engine::memory_family::dense && out.cache.anchor_tokens > 0) {
-            constexpr size_t max_starts = 64;
-            for (const size_t at : volatile_text_starts(rendered.prompt, max_starts)) {
-                const int32_t n = model_.tokens_before_byte(out.prompt, at, rendered.prompt.size());
-                if (n < 0 || n >= out.cache.anchor_tokens) {
-                    break;  // the tokens do not spell the text byte for byte, or past the system region
-                }
-                if (n > 0 && (out.cache.volatile_starts.empty() || out.cache.volatile_starts.back() != n)) {
-                    out.cache.volatile_starts.push_back(n);
-                }
+    if (auto anchor = anchor_render(in, /*with_system=*/true, out.work)) {
+        out.cache.anchor_tokens = anchor_tokens(out.prompt, *anchor);
+    }
+    // Per-session content inside the system region (hybrid: a ladder rung before each on a
+    // new system prompt): each start's token position, while before the anchor.
+    out.cache.volatile_starts.clear();
+    if (model_.family() != engine::memory_family::dense && out.cache.anchor_tokens > 0) {
+        constexpr size_t max_starts = 64;
+        for (const size_t at : volatile_text_starts(rendered.prompt, max_starts)) {
+            const int32_t n = model_.tokens_before_byte(out.prompt, at, rendered.prompt.size());
+            if (n < 0 || n >= out.cache.anchor_tokens) {
+                break;  // the tokens do not spell the text byte for byte, or past the system region
+            }
+            if (n > 0 && (out.cache.volatile_starts.empty() || out.cache.volatile_starts.back() != n)) {
+                out.cache.volatile_starts.push_back(n);
             }
         }
-        // The tools anchor: where the prompt leaves the tools rendered alone. Where the template
-        // puts the tool block first (Qwen3.5, GLM), that is the end of the tool block, shared by
-        // every system text that comes after it; a template that renders the system text first
-        // leaves the tools-only render within a few tokens, and the store skips a point that
-        // short (--prompt-cache-min-prefix) or one that is the anchor itself.
-        const bool has_system = !r.messages.empty() && is_system(r.messages.front());
-        if (has_system && !in.tools.empty()) {
-            if (auto tools_only = anchor_render(in, /*with_system=*/false, out.work)) {
-                out.cache.tools_anchor_tokens = anchor_tokens(out.prompt, *tools_only);
-            }
+    }
+    // The tools anchor: where the prompt leaves the tools rendered alone. Where the template
+    // puts the tool block first (Qwen3.5, GLM), that is the end of the tool block, shared by
+    // every system text that comes after it; a template that renders the system text first
+    // leaves the tools-only render within a few tokens, and the store skips a point that
+    // short (--prompt-cache-min-prefix) or one that is the anchor itself.
+    const bool has_system = !r.messages.empty() && is_system(r.messages.front());
+    if (has_system && !in.tools.empty()) {
+        if (auto tools_only = anchor_render(in, /*with_system=*/false, out.work)) {
+            out.cache.tools_anchor_tokens = anchor_tokens(out.prompt, *tools_only);
         }
-        // The history boundary matters where the next request can leave this prompt: after a
-        // user message. After a tool result the next request either extends the whole prompt
-        // (the loop goes on) or is a user message, which the template re-renders from the first
-        // assistant turn after the previous user message: an earlier boundary. So none here.
-        // Where the last user message's content starts (hybrid: an edit of it then restores up
-        // to it): the conversation with a placeholder in its place, so that every earlier
-        // message renders as in the prompt (templates render an assistant turn after the last
-        // user query differently, e.g. with its thinking); the prompt parts from it there.
-        out.cache.last_user_tokens = -1;
-        if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 &&
-            r.messages.back().role == "user") {
-            out.cache.last_user_tokens = last_user_start(r.messages.back(), rendered, out.prompt);
-            if (out.cache.last_user_tokens < 0) {
-                // The message's text is not found once at the end of the render: render the
-                // conversation again with a placeholder in its place.
-                engine::chat_render_inputs head = in;
-                head.messages.back() = engine::chat_message{};
-                head.messages.back().role = "user";
-                head.messages.back().content = "\x01";
-                head.add_generation_prompt = false;
-                try {
-                    out.work.renders++;
-                    const std::string text = tmpl_.render(head).prompt;
-                    out.work.tokenizations++;
-                    out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(text, true));
-                } catch (const std::exception & e) {  // a template that needs a user query: no such point
-                    spdlog::debug("last user message start not rendered: {}", e.what());
-                }
-            }
+    }
+    hint_last_user(r, in, rendered, out);
+    // The history boundary matters where the next request can leave this prompt: after a
+    // user message. After a tool result the next request either extends the whole prompt
+    // (the loop goes on) or is a user message, which the template re-renders from the first
+    // assistant turn after the previous user message: an earlier boundary. So none here.
+    const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";
+    if (!rendered.generation_prompt.empty() && !ends_with_tool) {
+        try {
+            out.cache.history_tokens = history_tokens(out.prompt, model_.tokenize(rendered.generation_prompt, true));
+        } catch (const std::exception &) {
+            out.cache.history_tokens = -1;
         }
-        const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";
-        if (!rendered.generation_prompt.empty() && !ends_with_tool) {
+    }
+}
+
+void chat_preparer::hint_last_user(const chat_request & r, const engine::chat_render_inputs & in,
+                                   const engine::chat_render_result & rendered, prepared_chat & out) const {
+    // Where the last user message's content starts (hybrid: an edit of it then restores up
+    // to it): the conversation with a placeholder in its place, so that every earlier
+    // message renders as in the prompt (templates render an assistant turn after the last
+    // user query differently, e.g. with its thinking); the prompt parts from it there.
+    out.cache.last_user_tokens = -1;
+    if (model_.family() != engine::memory_family::dense && r.messages.size() >= 2 && r.messages.back().role == "user") {
+        out.cache.last_user_tokens = last_user_start(r.messages.back(), rendered, out.prompt);
+        if (out.cache.last_user_tokens < 0) {
+            // The message's text is not found once at the end of the render: render the
+            // conversation again with a placeholder in its place.
+            engine::chat_render_inputs head = in;
+            head.messages.back() = engine::chat_message{};
+            head.messages.back().role = "user";
+            head.messages.back().content = "\x01";
+            head.add_generation_prompt = false;
             try {
-                out.cache.history_tokens = history_tokens(out.prompt, model_.tokenize(rendered.generation_prompt, true));
-            } catch (const std::exception &) {
-                out.cache.history_tokens = -1;
+                out.work.renders++;
+                const std::string text = tmpl_.render(head).prompt;
+                out.work.tokenizations++;
+                out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(text, true));
+            } catch (const std::exception & e) {  // a template that needs a user query: no such point
+                spdlog::debug("last user message start not rendered: {}", e.what());
             }
         }
     }
+}
 
-    spdlog::debug(
-        "chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms ({} tokens reused from a recent prompt), "
-        "cache key and restore-point hints {:.1f} ms; renders {}, tokenizations {}",
-        out.prompt.size(), render_ms, tokenize_ms, reused_tokens, ms_since(t_hints), out.work.renders,
-        out.work.tokenizations);
+void chat_preparer::take_render_outputs(const chat_request & r, const engine::chat_render_result & rendered,
+                                        prepared_chat & out) const {
     out.stops = r.stop;
     for (const auto & s : rendered.additional_stops) {
         if (!s.empty() && std::find(out.stops.begin(), out.stops.end(), s) == out.stops.end()) {
@@ -654,6 +643,54 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
     }
     out.parser = rendered.parser;
     out.format = rendered.format;
+}
+
+std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t max_sequence_tokens,
+                                                prepared_chat & out) const {
+    if (auto err = unusable_option(r, model_, tmpl_)) {
+        return err;
+    }
+    using clock = std::chrono::steady_clock;
+    const auto ms_since = [](clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+    };
+    const auto t_render = clock::now();
+    const engine::chat_render_inputs in = render_inputs(r);
+    engine::chat_render_result rendered;
+    out.work = {};
+    out.work.renders++;
+    if (auto err = render(in, rendered)) {
+        return err;
+    }
+    const double render_ms = ms_since(t_render);
+    const auto t_tokenize = clock::now();
+    if (auto err = check_prompt_bytes(rendered.prompt.size(), "the rendered prompt", "messages")) {
+        return err;  // before the tokenizer and the hint renders, which take time in proportion
+    }
+
+    size_t reused_tokens = 0;
+    if (auto err = tokenize_rendered(r, rendered.prompt, max_sequence_tokens, out, reused_tokens)) {
+        return err;
+    }
+
+    const double tokenize_ms = ms_since(t_tokenize);
+    const auto t_hints = clock::now();
+    if (auto err = key_request(in.kwargs, r.tool_choice_key, r.tools, r.tenant, r.lora, r.cache_prompt, out)) {
+        return err;
+    }
+    out.cache.session_key = session_key(r.prompt_cache_key, r.user);
+    out.cache.anchor_tokens = -1;
+    out.cache.history_tokens = -1;
+    out.cache.tools_anchor_tokens = -1;
+    // Also with the cache bypassed: a hybrid prefill splits at these points either way.
+    hint_restore_points(r, in, rendered, out);
+
+    spdlog::debug(
+        "chat prepared: {} tokens; render {:.1f} ms, tokenize {:.1f} ms ({} tokens reused from a recent prompt), "
+        "cache key and restore-point hints {:.1f} ms; renders {}, tokenizations {}",
+        out.prompt.size(), render_ms, tokenize_ms, reused_tokens, ms_since(t_hints), out.work.renders,
+        out.work.tokenizations);
+    take_render_outputs(r, rendered, out);
     if (auto err = grammar_of(r, rendered, out)) {
         return err;
     }

@@ -223,6 +223,21 @@ private:
      *  field when the engine cannot use it. REQUIRES: out.preserved_tokens set. */
     std::optional<api_error> grammar_of(const chat_request & r, const engine::chat_render_result & rendered,
                                         prepared_chat & out) const;
+    /** prepare()'s tokenization of `rendered` into out.prompt (and out.media with images);
+     *  `reused_tokens`: those taken from a recent prompt. Errors as prepare()'s. */
+    std::optional<api_error> tokenize_rendered(const chat_request & r, const std::string & rendered,
+                                               int32_t max_sequence_tokens, prepared_chat & out,
+                                               size_t & reused_tokens) const;
+    /** prepare()'s restore-point hints in out.cache: line starts, the anchors, the volatile
+     *  starts, the last user message's start and the history boundary. */
+    void hint_restore_points(const chat_request & r, const engine::chat_render_inputs & in,
+                             const engine::chat_render_result & rendered, prepared_chat & out) const;
+    /** out.cache.last_user_tokens (hybrid families); -1 where there is no such point. */
+    void hint_last_user(const chat_request & r, const engine::chat_render_inputs & in,
+                        const engine::chat_render_result & rendered, prepared_chat & out) const;
+    /** The render's stops (after the request's), preserved tokens, parser and format into `out`. */
+    void take_render_outputs(const chat_request & r, const engine::chat_render_result & rendered,
+                             prepared_chat & out) const;
 
     /** Tokens of the leading system messages + tools rendered without a generation prompt
      *  (memoised by content); nullptr when the template cannot render them alone. With
