@@ -986,21 +986,10 @@ std::string display_name(const setting & st) {
     return best;
 }
 
-}  // namespace
-
-std::string config_help(const char * program) {
-    server_config c;
-    auto settings = make_settings(c);
-    return make_app(program, settings)->help();
-}
-
-config_result parse_config(int argc, const char * const * argv, const env_lookup & env) {
-    config_result r;
-    server_config c;
-    auto settings = make_settings(c);
-    const char * program = argc > 0 && argv && argv[0] ? argv[0] : "lineage-server";
-    auto app = make_app(program, settings);
-    // llama-server's single-dash names ("-np 4", "-fa=on") become the long ones.
+// The command line as CLI11 takes it (in reverse order), with llama-server's single-dash names
+// ("-np 4", "-fa=on") rewritten to the long ones.
+std::vector<std::string> cli_args(int argc, const char * const * argv,
+                                  const std::vector<std::unique_ptr<setting>> & settings) {
     std::vector<std::string> args;
     for (int i = argc - 1; i >= 1; --i) {
         std::string a = argv[i] ? argv[i] : "";
@@ -1013,26 +1002,23 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
         }
         args.push_back(std::move(a));  // CLI11 takes them in reverse order
     }
-    try {
-        app->parse(args);
-    } catch (const CLI::CallForHelp &) {
-        r.exit_code = 0;
-        r.output = app->help();
-        return r;
-    } catch (const CLI::ParseError & e) {
-        r.exit_code = 1;
-        r.output = std::string("error: ") + e.what() + "\nrun with --help for the list of flags";
-        return r;
-    }
+    return args;
+}
 
-    std::vector<std::string> errors;
-    auto lookup = [&](const std::string & name) -> std::optional<std::string> {
-        const char * v = env ? env(name.c_str()) : nullptr;
-        if (!v) {
-            return std::nullopt;
-        }
-        return std::string(v);
-    };
+/** The variable `name` from `env`; nullopt when unset. */
+std::optional<std::string> env_value(const env_lookup & env, const std::string & name) {
+    const char * v = env ? env(name.c_str()) : nullptr;
+    if (!v) {
+        return std::nullopt;
+    }
+    return std::string(v);
+}
+
+// Each setting's value from its flag, else its variable, else an older variable, through the
+// setting's parser; what a parser refuses goes to `errors`, one line a setting.
+void read_settings(std::vector<std::unique_ptr<setting>> & settings, const env_lookup & env, server_config & c,
+                   std::vector<std::string> & errors) {
+    auto lookup = [&](const std::string & name) { return env_value(env, name); };
     for (auto & st : settings) {
         if (st->opt->count() > 0) {
             if (const util::status err = st->parse(st->raw); !err.is_ok()) {
@@ -1065,6 +1051,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
             }
         }
     }
+}
+
+// The settings read together: the model's alias list, then --jinja, --cache-ram against the
+// byte budgets and a quantized V cache, each checked only while nothing failed before it.
+void check_combinations(server_config & c, std::vector<std::string> & errors) {
     if (const auto comma = c.alias.find(','); comma != std::string::npos) {
         // llama-server's -a NAME,MORE: the first names the model, the others are listed too.
         std::vector<std::string> names;
@@ -1095,13 +1086,18 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          " with --flash-attn off: llama.cpp stores a quantized V cache only with flash attention; "
                          "use --flash-attn on or auto, or an unquantized --cache-type-v (f16, bf16, f32)");
     }
+}
+
+// What the settings leave to a default or a merge: the disk tier's folder, the one LoRA list,
+// the responses store's path.
+void fill_defaults(const env_lookup & env, server_config & c) {
     if (!c.cache_disk) {
         c.sched.cache.disk_dir.clear();
     } else if (c.sched.cache.disk_dir.empty()) {
         // Per-user default (XDG Base Directory specification: $XDG_CACHE_HOME, else ~/.cache).
-        if (auto x = lookup("XDG_CACHE_HOME"); x && !x->empty()) {
+        if (auto x = env_value(env, "XDG_CACHE_HOME"); x && !x->empty()) {
             c.sched.cache.disk_dir = *x + "/lineage/prompt-cache";
-        } else if (auto h = lookup("HOME"); h && !h->empty()) {
+        } else if (auto h = env_value(env, "HOME"); h && !h->empty()) {
             c.sched.cache.disk_dir = *h + "/.cache/lineage/prompt-cache";
         }
     }
@@ -1115,6 +1111,11 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
     } else if (c.responses_store.empty()) {
         c.responses_store = c.sched.cache.disk_dir.empty() ? ":memory:" : c.sched.cache.disk_dir + "/responses.sqlite";
     }
+}
+
+// The sequence, thread and batch counts against each other and llama.cpp's limits, each checked
+// only while nothing failed before it.
+void check_capacity(server_config & c, std::vector<std::string> & errors) {
     // Checked with the sequences the flag means; auto with its smallest value (the CPU's): the
     // backend is not known yet, and auto's GPU value is lowered to fit once it is
     // (scheduler::with_device_settings).
@@ -1140,6 +1141,40 @@ config_result parse_config(int argc, const char * const * argv, const env_lookup
                          slots_flag + " = " + std::to_string(n_seq) +
                          " sequences; llama.cpp needs a batch that holds one token of each: raise --batch-size");
     }
+}
+
+}  // namespace
+
+std::string config_help(const char * program) {
+    server_config c;
+    auto settings = make_settings(c);
+    return make_app(program, settings)->help();
+}
+
+config_result parse_config(int argc, const char * const * argv, const env_lookup & env) {
+    config_result r;
+    server_config c;
+    auto settings = make_settings(c);
+    const char * program = argc > 0 && argv && argv[0] ? argv[0] : "lineage-server";
+    auto app = make_app(program, settings);
+    std::vector<std::string> args = cli_args(argc, argv, settings);
+    try {
+        app->parse(args);
+    } catch (const CLI::CallForHelp &) {
+        r.exit_code = 0;
+        r.output = app->help();
+        return r;
+    } catch (const CLI::ParseError & e) {
+        r.exit_code = 1;
+        r.output = std::string("error: ") + e.what() + "\nrun with --help for the list of flags";
+        return r;
+    }
+
+    std::vector<std::string> errors;
+    read_settings(settings, env, c, errors);
+    check_combinations(c, errors);
+    fill_defaults(env, c);
+    check_capacity(c, errors);
     if (errors.empty()) {
         if (const util::status err = load_tenant_keys(c.api_key_file, c.api_key, c.admin_api_key, c.tenant_keys);
             !err.is_ok()) {

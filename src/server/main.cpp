@@ -68,78 +68,68 @@ void wait_for_signals(const sigset_t & signals) {
     }
 }
 
-int serve(const server::server_config & cfg) {
-    // Before the model loads: what the device has, weights included (the memory plan).
-    const engine::device_memory device = engine::read_device_memory(cfg.n_gpu_layers != 0);
+// The model, logged; nullptr (after the error line) when it cannot be loaded.
+std::unique_ptr<engine::model> load_model(const server::server_config & cfg) {
     std::unique_ptr<engine::model> model;
     try {
         model = std::make_unique<engine::model>(
             engine::model_params{cfg.model_path, cfg.n_gpu_layers, cfg.use_mmap, cfg.use_mlock, cfg.use_repack});
     } catch (const std::exception & e) {
         spdlog::error("cannot load the model: {}", e.what());
-        return 1;
+        return nullptr;
     }
     spdlog::info("model {}: {} (arch {}, family {}, {:.1f} MiB, n_ctx_train {}, vocab {})", model->id(),
                  model->description(), model->architecture(), engine::to_string(model->family()),
                  static_cast<double>(model->size_bytes()) / (1024.0 * 1024.0), model->n_ctx_train(), model->n_vocab());
+    return model;
+}
 
+// The model's chat template, or --chat-template-file's; nullptr (after the error line) when it
+// cannot be read or parsed.
+std::unique_ptr<engine::chat_template> load_template(const server::server_config & cfg, const engine::model & model) {
     std::string template_override;
     if (!cfg.chat_template_file.empty()) {
         auto text = util::read_whole_file(cfg.chat_template_file);
         if (!text) {
             spdlog::error("cannot read --chat-template-file {}", cfg.chat_template_file);
-            return 1;
+            return nullptr;
         }
         template_override = std::move(*text);
     }
-    std::unique_ptr<engine::chat_template> tmpl;
     try {
-        tmpl = std::make_unique<engine::chat_template>(*model, template_override);
+        return std::make_unique<engine::chat_template>(model, template_override);
     } catch (const std::exception & e) {
         spdlog::error("{}{}", e.what(),
                       cfg.chat_template_file.empty() ? "; pass a working one with --chat-template-file" : "");
-        return 1;
+        return nullptr;
     }
+}
 
-    std::unique_ptr<server::lora_registry> loras;
+// --mmproj's projector and the digest of its file into `projector` and `digest` (left empty
+// without --mmproj); false (after the error line) when it cannot be loaded or read.
+bool load_projector(const server::server_config & cfg, const engine::model & model,
+                    std::unique_ptr<engine::projector> & projector, std::string & digest) {
+    if (cfg.mmproj.empty()) {
+        return true;
+    }
     try {
-        loras = std::make_unique<server::lora_registry>(cfg.loras, cfg.sched.cache.key_hash);
+        projector = std::make_unique<engine::projector>(model, cfg.mmproj, cfg.sched.n_threads, cfg.image_max_pixels);
     } catch (const std::exception & e) {
-        spdlog::error("{}: check the --lora / --lora-scaled paths", e.what());
-        return 1;
+        spdlog::error("{}; check --mmproj", e.what());
+        return false;
     }
-    std::unique_ptr<engine::projector> projector;
-    std::string projector_digest;
-    scheduler::params sched_params = cfg.sched;
-    sched_params.device = device;
-    if (!cfg.mmproj.empty()) {
-        try {
-            projector = std::make_unique<engine::projector>(*model, cfg.mmproj, cfg.sched.n_threads, cfg.image_max_pixels);
-        } catch (const std::exception & e) {
-            spdlog::error("{}; check --mmproj", e.what());
-            return 1;
-        }
-        auto d = server::file_digest(cfg.mmproj, cfg.sched.cache.key_hash);
-        if (!d) {
-            spdlog::error("cannot read --mmproj {}", cfg.mmproj);
-            return 1;
-        }
-        projector_digest = *d;
-        sched_params.projector = projector.get();
-        spdlog::info("multimodal projector: {} (content {})", cfg.mmproj, cache::to_hex(projector_digest).substr(0, 16));
+    auto d = server::file_digest(cfg.mmproj, cfg.sched.cache.key_hash);
+    if (!d) {
+        spdlog::error("cannot read --mmproj {}", cfg.mmproj);
+        return false;
     }
-    std::unique_ptr<scheduler::scheduler> sched;
-    try {
-        sched = std::make_unique<scheduler::scheduler>(*model, sched_params);
-    } catch (const std::exception & e) {
-        spdlog::error("cannot start the engine: {}", e.what());
-        return 1;
-    }
-    spdlog::info("engine: parallel {}, max sequence {} tokens, batch {}, prompt cache {} ({} mode)", cfg.sched.n_parallel,
-                 sched->max_sequence_tokens(), cfg.sched.n_batch, cfg.sched.cache.enabled ? "on" : "off",
-                 cfg.sched.cache.lineage ? "lineage" : "exact");
+    digest = *d;
+    spdlog::info("multimodal projector: {} (content {})", cfg.mmproj, cache::to_hex(digest).substr(0, 16));
+    return true;
+}
 
-    httplib::Server srv;
+// The HTTP server's threads, timeouts and keep-alive.
+void configure_http(httplib::Server & srv, const server::server_config & cfg) {
     // Every open connection holds a worker thread (a streaming request, a slow client, an idle
     // kept-alive connection). A fixed pool of --http-threads: httplib's on-demand threads start
     // only when no thread is idle at the moment a connection is queued, so a burst of slow
@@ -157,25 +147,22 @@ int serve(const server::server_config & cfg) {
     srv.set_write_timeout(split(cfg.http_write_timeout_s).first, split(cfg.http_write_timeout_s).second);
     srv.set_keep_alive_max_count(static_cast<size_t>(cfg.http_keep_alive_max));
     srv.set_keep_alive_timeout(static_cast<time_t>(cfg.http_keep_alive_timeout_s));
-    server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
-    server::default_request_limits() = cfg.limits;
-    for (const auto & e : loras->list()) {
-        spdlog::info("lora adapter {}: {} (scale {}, content {})", e.id, e.path, e.scale, e.digest.substr(0, 16));
-    }
-    server::server_context ctx(cfg, *model, *tmpl, *sched, *loras, projector.get(), projector_digest);
-    server::install_routes(srv, ctx);
+}
 
+// Binds, serves until a signal stops the server, then stops the scheduler: the process's exit
+// code (1 when the port cannot be bound or listening fails).
+int listen_until_stopped(httplib::Server & srv, scheduler::scheduler & sched, const server::server_config & cfg) {
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT on Linux, with which a second
     // server started on a busy port binds too and the kernel splits the connections between them.
     srv.set_socket_options([](socket_t sock) { httplib::set_socket_opt(sock, SOL_SOCKET, SO_REUSEADDR, 1); });
     if (!srv.bind_to_port(cfg.host, cfg.port)) {
         spdlog::error("cannot listen on {}:{} (address in use or not available); pick another with --port/--host",
                       cfg.host, cfg.port);
-        sched->stop();
+        sched.stop();
         return 1;
     }
 
-    scheduler_ptr.store(sched.get());
+    scheduler_ptr.store(&sched);
     server_ptr.store(&srv);
     if (stopping.load()) {
         srv.stop();  // a signal arrived while we were binding
@@ -189,9 +176,59 @@ int serve(const server::server_config & cfg) {
     }
     server_ptr.store(nullptr);
     scheduler_ptr.store(nullptr);
-    sched->stop();
+    sched.stop();
     spdlog::info("stopped");
     return ok ? 0 : 1;
+}
+
+int serve(const server::server_config & cfg) {
+    // Before the model loads: what the device has, weights included (the memory plan).
+    const engine::device_memory device = engine::read_device_memory(cfg.n_gpu_layers != 0);
+    const std::unique_ptr<engine::model> model = load_model(cfg);
+    if (!model) {
+        return 1;
+    }
+    const std::unique_ptr<engine::chat_template> tmpl = load_template(cfg, *model);
+    if (!tmpl) {
+        return 1;
+    }
+
+    std::unique_ptr<server::lora_registry> loras;
+    try {
+        loras = std::make_unique<server::lora_registry>(cfg.loras, cfg.sched.cache.key_hash);
+    } catch (const std::exception & e) {
+        spdlog::error("{}: check the --lora / --lora-scaled paths", e.what());
+        return 1;
+    }
+    std::unique_ptr<engine::projector> projector;
+    std::string projector_digest;
+    if (!load_projector(cfg, *model, projector, projector_digest)) {
+        return 1;
+    }
+    scheduler::params sched_params = cfg.sched;
+    sched_params.device = device;
+    sched_params.projector = projector.get();
+    std::unique_ptr<scheduler::scheduler> sched;
+    try {
+        sched = std::make_unique<scheduler::scheduler>(*model, sched_params);
+    } catch (const std::exception & e) {
+        spdlog::error("cannot start the engine: {}", e.what());
+        return 1;
+    }
+    spdlog::info("engine: parallel {}, max sequence {} tokens, batch {}, prompt cache {} ({} mode)", cfg.sched.n_parallel,
+                 sched->max_sequence_tokens(), cfg.sched.n_batch, cfg.sched.cache.enabled ? "on" : "off",
+                 cfg.sched.cache.lineage ? "lineage" : "exact");
+
+    httplib::Server srv;
+    configure_http(srv, cfg);
+    server::default_json_limits().max_depth = static_cast<size_t>(cfg.max_json_depth);
+    server::default_request_limits() = cfg.limits;
+    for (const auto & e : loras->list()) {
+        spdlog::info("lora adapter {}: {} (scale {}, content {})", e.id, e.path, e.scale, e.digest.substr(0, 16));
+    }
+    server::server_context ctx(cfg, *model, *tmpl, *sched, *loras, projector.get(), projector_digest);
+    server::install_routes(srv, ctx);
+    return listen_until_stopped(srv, *sched, cfg);
 }
 
 }  // namespace

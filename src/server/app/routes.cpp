@@ -200,157 +200,151 @@ std::string server_context::tenant_of(const http_request & req) const {
     return caller_of(req).tenant;
 }
 
-void install_routes(httplib::Server & srv, server_context & ctx) {
-    const uint64_t max_body = ctx.cfg.max_body_bytes;
-    srv.set_payload_max_length(static_cast<size_t>(max_body));
+namespace {
 
-    // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
-    // a web page), then the API key (http_guard.h).
-    srv.set_pre_routing_handler([&ctx](const httplib::Request & req, httplib::Response & res) {
-        auto reject = [&](const api_error & e) {
-            send_json(res, error_json(shape_of(req.path), e), e.status);
-            return httplib::Server::HandlerResponse::Handled;
-        };
-        header_limit_hit = false;
-        if (req.target.size() > ctx.cfg.max_uri_bytes) {
-            api_error e;
-            e.status = 414;
-            e.message = "the request target is " + std::to_string(req.target.size()) + " bytes, more than " +
-                        std::to_string(ctx.cfg.max_uri_bytes) + " (--max-uri-bytes): send the data in a JSON body";
-            e.code = "uri_too_long";
-            return reject(e);
+// The first of the guards on the request's size and origin that it fails, in this order: the
+// target's length, the header block's size, the Host allow-list (DNS rebinding), a JSON body on
+// POST (CSRF from a web page).
+std::optional<api_error> transport_error(const httplib::Request & req, const server_context & ctx) {
+    if (req.target.size() > ctx.cfg.max_uri_bytes) {
+        api_error e;
+        e.status = 414;
+        e.message = "the request target is " + std::to_string(req.target.size()) + " bytes, more than " +
+                    std::to_string(ctx.cfg.max_uri_bytes) + " (--max-uri-bytes): send the data in a JSON body";
+        e.code = "uri_too_long";
+        return e;
+    }
+    if (const uint64_t n = header_bytes(req); n > ctx.cfg.max_header_bytes) {
+        api_error e;
+        e.status = 431;
+        e.message = "the request headers are " + std::to_string(n) + " bytes, more than " +
+                    std::to_string(ctx.cfg.max_header_bytes) + " (--max-header-bytes): send fewer or shorter headers";
+        e.code = "request_header_fields_too_large";
+        return e;
+    }
+    const std::string host = req.get_header_value("Host");
+    if (!host_allowed(host, ctx.allowed_hosts)) {
+        api_error e;
+        e.status = 403;
+        e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
+                    "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
+        e.code = "host_not_allowed";
+        return e;
+    }
+    if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type")) && !bodyless_post(req)) {
+        api_error e;
+        e.status = 415;
+        e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
+                    req.get_header_value("Content-Type") + "')";
+        e.code = "unsupported_media_type";
+        return e;
+    }
+    return std::nullopt;
+}
+
+// The API key check: who may call the path (endpoint::access); an unknown path needs a key like
+// the rest. A 401 on a browser's endpoint asks for the key with the login dialog.
+std::optional<api_error> access_error(const httplib::Request & req, httplib::Response & res,
+                                      const server_context & ctx) {
+    const endpoint * target = find_endpoint(req.method, req.path);
+    if (target == nullptr) {
+        target = find_path(req.path);  // another method: answered 405 after the key check
+    }
+    const endpoint_access access = target ? target->access : endpoint_access::tenant;
+    if (ctx.access.open() || access == endpoint_access::open) {
+        return std::nullopt;
+    }
+    const caller c = ctx.caller_of(to_http_request(req, /*with_body=*/false));
+    if (!c.known) {
+        if (target && target->browser) {
+            res.set_header("WWW-Authenticate", "Basic realm=\"lineage-server\", charset=\"UTF-8\"");
         }
-        if (const uint64_t n = header_bytes(req); n > ctx.cfg.max_header_bytes) {
-            api_error e;
-            e.status = 431;
-            e.message = "the request headers are " + std::to_string(n) + " bytes, more than " +
-                        std::to_string(ctx.cfg.max_header_bytes) + " (--max-header-bytes): send fewer or shorter headers";
-            e.code = "request_header_fields_too_large";
-            return reject(e);
-        }
-        const std::string host = req.get_header_value("Host");
-        if (!host_allowed(host, ctx.allowed_hosts)) {
-            api_error e;
-            e.status = 403;
-            e.message = "Host '" + host + "' is not allowed: use an IP address or localhost, or start the server with "
-                        "--allowed-hosts " + host.substr(0, host.rfind(':')) + " (or with --api-key)";
-            e.code = "host_not_allowed";
-            return reject(e);
-        }
-        if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type")) &&
-            !bodyless_post(req)) {
-            api_error e;
-            e.status = 415;
-            e.message = "POST bodies must be JSON: send 'Content-Type: application/json' (got '" +
-                        req.get_header_value("Content-Type") + "')";
-            e.code = "unsupported_media_type";
-            return reject(e);
-        }
-        // Who may call the path (endpoint::access); an unknown path needs a key like the rest.
-        const endpoint * target = find_endpoint(req.method, req.path);
-        if (target == nullptr) {
-            target = find_path(req.path);  // another method: answered 405 after the key check
-        }
-        const endpoint_access access = target ? target->access : endpoint_access::tenant;
-        if (ctx.access.open() || access == endpoint_access::open) {
-            return httplib::Server::HandlerResponse::Unhandled;
-        }
-        const caller c = ctx.caller_of(to_http_request(req, /*with_body=*/false));
-        if (!c.known) {
-            if (target && target->browser) {
-                res.set_header("WWW-Authenticate", "Basic realm=\"lineage-server\", charset=\"UTF-8\"");
-            }
-            return reject(error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes));
-        }
-        if (access == endpoint_access::admin && !c.admin) {
-            api_error e;
-            e.status = 403;
-            e.message = req.method + " " + req.path + " " + std::string(target->admin_why) +
-                        ": send the admin key (the server's --admin-api-key)";
-            e.code = "admin_key_required";
-            return reject(e);
-        }
+        return error_for_status(401, req.method, req.path, ctx.cfg.max_body_bytes);
+    }
+    if (access == endpoint_access::admin && !c.admin) {
+        api_error e;
+        e.status = 403;
+        e.message = req.method + " " + req.path + " " + std::string(target->admin_why) +
+                    ": send the admin key (the server's --admin-api-key)";
+        e.code = "admin_key_required";
+        return e;
+    }
+    return std::nullopt;
+}
+
+// The pre-routing handler: the transport guards, then the API key (http_guard.h); a request
+// that fails one is answered here in its path's error shape.
+httplib::Server::HandlerResponse guard(const httplib::Request & req, httplib::Response & res,
+                                       const server_context & ctx) {
+    header_limit_hit = false;
+    std::optional<api_error> e = transport_error(req, ctx);
+    if (!e) {
+        e = access_error(req, res, ctx);
+    }
+    if (!e) {
         return httplib::Server::HandlerResponse::Unhandled;
-    });
+    }
+    send_json(res, error_json(shape_of(req.path), *e), e->status);
+    return httplib::Server::HandlerResponse::Handled;
+}
 
-    // httplib answers 400 on its own when it cannot read the header block (more than 100 lines,
-    // a line over 8 KiB, a malformed line): remember it so that the error handler says which
-    // (431 for the line count).
-    srv.set_error_logger([](const httplib::Error & err, const httplib::Request *) {
-        if (err == httplib::Error::InvalidHeaders) {
-            header_limit_hit = true;
-        }
-    });
-
-    // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
-    srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {
-        if (!res.body.empty()) {
-            return httplib::Server::HandlerResponse::Unhandled;
-        }
-        if (res.status == 400 && header_limit_hit) {
-            header_limit_hit = false;
-            // httplib stops reading at its header count limit with exactly that many parsed; any
-            // other failure (a line over 8 KiB, a malformed line, a client that stopped sending)
-            // leaves fewer and stays a 400.
-            const bool too_many = req.headers.size() >= CPPHTTPLIB_HEADER_MAX_COUNT;
-            api_error e;
-            e.status = too_many ? 431 : 400;
-            e.message = too_many ? "more than " + std::to_string(CPPHTTPLIB_HEADER_MAX_COUNT) +
-                                       " request header lines: send fewer headers"
-                                 : "the request headers could not be read: a header line over " +
-                                       std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH) +
-                                       " bytes, a malformed line, or the client stopped sending";
-            e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
-            res.status = e.status;
-            res.set_content(dump(error_json(shape_of(req.path), e)), "application/json");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        const api_error e = error_for_status(res.status, req.method, req.path, max_body);
-        res.status = e.status;  // a served path asked with another method: 405
-        if (e.status == 405) {
-            res.set_header("Allow", allowed_methods(req.path, ", "));  // RFC 9110 section 15.5.6
-        }
+// The body of an answer httplib makes on its own (404, 413, ...); handlers' bodies are kept.
+httplib::Server::HandlerResponse answer_httplib_error(const httplib::Request & req, httplib::Response & res,
+                                                      uint64_t max_body) {
+    if (!res.body.empty()) {
+        return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (res.status == 400 && header_limit_hit) {
+        header_limit_hit = false;
+        // httplib stops reading at its header count limit with exactly that many parsed; any
+        // other failure (a line over 8 KiB, a malformed line, a client that stopped sending)
+        // leaves fewer and stays a 400.
+        const bool too_many = req.headers.size() >= CPPHTTPLIB_HEADER_MAX_COUNT;
+        api_error e;
+        e.status = too_many ? 431 : 400;
+        e.message = too_many ? "more than " + std::to_string(CPPHTTPLIB_HEADER_MAX_COUNT) +
+                                   " request header lines: send fewer headers"
+                             : "the request headers could not be read: a header line over " +
+                                   std::to_string(CPPHTTPLIB_HEADER_MAX_LENGTH) +
+                                   " bytes, a malformed line, or the client stopped sending";
+        e.code = too_many ? "request_header_fields_too_large" : "invalid_headers";
+        res.status = e.status;
         res.set_content(dump(error_json(shape_of(req.path), e)), "application/json");
         return httplib::Server::HandlerResponse::Handled;
-    });
+    }
+    const api_error e = error_for_status(res.status, req.method, req.path, max_body);
+    res.status = e.status;  // a served path asked with another method: 405
+    if (e.status == 405) {
+        res.set_header("Allow", allowed_methods(req.path, ", "));  // RFC 9110 section 15.5.6
+    }
+    res.set_content(dump(error_json(shape_of(req.path), e)), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+}
 
-    srv.set_exception_handler([](const httplib::Request & req, httplib::Response & res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-            if (ep) {
-                std::rethrow_exception(ep);
-            }
-        } catch (const std::exception & e) {
-            what = e.what();
-        } catch (...) {
+// The access log line of an answered request.
+void log_answer(const httplib::Request & req, const httplib::Response & res) {
+    if (res.status >= 400) {
+        // A refused request leaves a line at the default level: an operator sees a client that
+        // keeps sending what the server refuses (the error's message, from its JSON body).
+        const json body = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
+        std::string why;
+        if (body.is_object() && body.contains("error")) {
+            const json & e = body["error"];
+            const json & msg = e.is_object() && e.contains("message") ? e["message"] : e;
+            why = msg.is_string() ? msg.get<std::string>() : msg.dump();
         }
-        spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
-        send_error(res, server_error("internal error: " + what));
-    });
-
-    srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
-        if (res.status >= 400) {
-            // A refused request leaves a line at the default level: an operator sees a client that
-            // keeps sending what the server refuses (the error's message, from its JSON body).
-            const json body = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
-            std::string why;
-            if (body.is_object() && body.contains("error")) {
-                const json & e = body["error"];
-                const json & msg = e.is_object() && e.contains("message") ? e["message"] : e;
-                why = msg.is_string() ? msg.get<std::string>() : msg.dump();
-            }
-            if (why.size() > 300) {
-                why = why.substr(0, 300) + "...";
-            }
-            spdlog::log(res.status >= 500 ? spdlog::level::warn : spdlog::level::info, "http {} {} -> {}{}{}",
-                        req.method, req.path, res.status, why.empty() ? "" : ": ", why);
-        } else {
-            spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+        if (why.size() > 300) {
+            why = why.substr(0, 300) + "...";
         }
-        ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
-    });
+        spdlog::log(res.status >= 500 ? spdlog::level::warn : spdlog::level::info, "http {} {} -> {}{}{}", req.method,
+                    req.path, res.status, why.empty() ? "" : ": ", why);
+    } else {
+        spdlog::debug("http {} {} -> {}", req.method, req.path, res.status);
+    }
+}
 
-    // Every row of the endpoint table, under its path and its alias.
+// Every row of the endpoint table, under its path and its alias.
+void install_endpoints(httplib::Server & srv, server_context & ctx) {
     for (const endpoint & e : endpoint_table()) {
         const endpoint_handler fn = e.handler;
         const dialect * generates = e.generates;
@@ -384,6 +378,53 @@ void install_routes(httplib::Server & srv, server_context & ctx) {
             }
         }
     }
+}
+
+}  // namespace
+
+void install_routes(httplib::Server & srv, server_context & ctx) {
+    const uint64_t max_body = ctx.cfg.max_body_bytes;
+    srv.set_payload_max_length(static_cast<size_t>(max_body));
+
+    // Before any handler: the Host allow-list (DNS rebinding), JSON-only POST bodies (CSRF from
+    // a web page), then the API key (http_guard.h).
+    srv.set_pre_routing_handler(
+        [&ctx](const httplib::Request & req, httplib::Response & res) { return guard(req, res, ctx); });
+
+    // httplib answers 400 on its own when it cannot read the header block (more than 100 lines,
+    // a line over 8 KiB, a malformed line): remember it so that the error handler says which
+    // (431 for the line count).
+    srv.set_error_logger([](const httplib::Error & err, const httplib::Request *) {
+        if (err == httplib::Error::InvalidHeaders) {
+            header_limit_hit = true;
+        }
+    });
+
+    // Bodies for what httplib answers on its own (404, 413, ...); handlers' bodies are kept.
+    srv.set_error_handler([max_body](const httplib::Request & req, httplib::Response & res) {
+        return answer_httplib_error(req, res, max_body);
+    });
+
+    srv.set_exception_handler([](const httplib::Request & req, httplib::Response & res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            if (ep) {
+                std::rethrow_exception(ep);
+            }
+        } catch (const std::exception & e) {
+            what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
+        send_error(res, server_error("internal error: " + what));
+    });
+
+    srv.set_logger([&ctx](const httplib::Request & req, const httplib::Response & res) {
+        log_answer(req, res);
+        ctx.trimmer.note_request_end();  // the response is written; its memory is free to return
+    });
+
+    install_endpoints(srv, ctx);
 }
 
 }  // namespace lineage::server
