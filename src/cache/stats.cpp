@@ -131,6 +131,9 @@ std::vector<stat_figure> stats::describe() const {
                    "Entries evicted for room in the RAM budget, by how often they had been restored: unused (never), "
                    "reused (at least once).",
                    "uses", use_classes),
+        figure("ladder_rungs_evicted", ladder_rungs_evicted, "ladder_rungs_evicted_total",
+               "Ladder rungs of pinned anchors dropped for room in the RAM budget (their anchors stay), the "
+               "copies of least value per byte (--cache-eviction value)."),
         figure_info("eviction.policy", eviction.policy, "info", "", "eviction"),
         figure_series("eviction.reuse_probability_unused", eviction.reuse_probability_unused, "reuse_probability",
                       "The eviction value's learned chance that an entry is restored again, by how often it has been "

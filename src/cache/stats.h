@@ -127,6 +127,9 @@ struct stats {
     /** Evictions for room (the RAM budget) by the evicted entry's reuse class: unused (never
      *  restored while stored), reused (restored at least once: a conversation's entry). */
     std::map<std::string, int64_t> evictions_by_uses;
+    /** Ladder rungs of pinned anchors dropped for room in the RAM budget (--cache-eviction value:
+     *  a rung worth less per byte than every entry; docs/prompt-cache.md "Eviction by value"). */
+    int64_t ladder_rungs_evicted = 0;
     /** The eviction value's policy and inputs (docs/prompt-cache.md "Eviction by value"): the
      *  policy (--cache-eviction value|recency), the reuse model's probabilities by use class
      *  (value.h: 0, 1, 2 or more uses), its reuse gap, seconds, and the prefill cost fit

@@ -41,7 +41,13 @@ for (const arch of ARCHS) {
     before(async () => {
       srv = await startServer({
         model: modelPath(arch), name: `keys-${arch}`,
-        args: [...SERVER_ARGS, '--prompt-cache-hash', 'xxh3', '--apc-enabled'],
+        // Nothing written behind to the disk tier during the suite (--cache-disk-idle-s 3600,
+        // --cache-disk-max-unwritten-s 0): a written entry left unused gives its RAM back
+        // (--cache-ram-release-s), and the reset test counts the anchors and bytes in RAM. On a
+        // loaded machine (a fresh clone's run beside builds) its two requests took 34 s, the
+        // anchor was written after 10 s and released, and `anchors` read 0.
+        args: [...SERVER_ARGS, '--prompt-cache-hash', 'xxh3', '--apc-enabled', '--cache-disk-idle-s', '3600',
+          '--cache-disk-max-unwritten-s', '0'],
       });
       sc = new Scenario(srv, arch);
     });

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -540,13 +541,14 @@ private:
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
     /** Evicts one RAM-holding conversation entry other than `protect_id` (anchors never): the one
      *  of least value (value_of) among the config::eviction_candidates least recently used, the
-     *  live conversations' within the protected share last; the least recently used with
+     *  live conversations' within the protected share last, or a pinned anchor's ladder rung
+     *  (cheapest_rung) where one is worth less than that entry; the least recently used with
      *  --cache-eviction recency (store_value.cpp). False when none can go. */
     bool evict_one(uint64_t protect_id, eviction_reason reason);
-    /** The longest restore point the store holds for `e`'s tokens outside `e` itself (its
-     *  bucket's other entries and anchors), tokens: where its tokens would be recomputed from
-     *  were it gone. */
-    int32_t restore_point_below(const entry & e) const;
+    /** The longest restore point the store holds for `e`'s first `up_to` tokens (all of them
+     *  by default) outside `e` itself (its bucket's other entries and anchors), tokens: where its
+     *  tokens would be recomputed from were it gone. */
+    int32_t restore_point_below(const entry & e, int32_t up_to = std::numeric_limits<int32_t>::max()) const;
     /** The seconds of prefill a restore of `e` saves: its tokens beyond restore_point_below
      *  priced by tier_cost::prefill_seconds (its token count when unmeasured), or what reading
      *  its copy back from the first tier costs when that is less (it has one, or it would be
@@ -556,11 +558,20 @@ private:
     double value_of(const entry & e) const;
     /** The copy evict_one would take (`live`: one of the protected live conversations; `value`:
      *  its value_of, 0 under recency); nullopt when none can go. */
+    /** What leaves RAM: entry `it`, or only its checkpoint `rung` (>= 0: a ladder rung of a
+     *  pinned anchor, which stays). */
     struct victim_choice {
         iter it;
         bool live = false;
         double value = 0;
+        int32_t rung = -1;
     };
+    /** The ladder rung of least value per byte among the pinned anchors' (value policy), as a
+     *  victim: its value is the prefill seconds between it and the restore point below it (the
+     *  rung before it, else restore_point_below of its anchor up to it), times the reuse
+     *  likelihood of a copy never restored (use class 0, every family) at its anchor's age,
+     *  per byte of its state. nullopt when no anchor holds a rung. */
+    std::optional<victim_choice> cheapest_rung();
     std::optional<victim_choice> choose_victim(uint64_t protect_id);
     /** Admission (--cache-eviction value): parked entry `id`, leaving the device with `bytes` of
      *  state for RAM, is worth less per byte than the copy it would push out (reserve then

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 
 namespace lineage::cache {
 namespace {
@@ -234,6 +235,55 @@ TEST_F(ValueEvictionTest, SideCallsThatSaveMorePerByteGoOnceTheyProveUnused) {
     // Protected, only the second turns miss: a conversation is live once it has been restored
     // (or has come back after its eviction: its new entry keeps the evicted one's uses).
     EXPECT_EQ(p, next_turns - 2);
+}
+
+TEST_F(ValueEvictionTest, AnAnchorsLadderRungsGoBeforeTheConversations) {
+    // A pinned anchor (a system text of 200 tokens) with four ladder rungs of 500 bytes each, 40
+    // tokens apart, never restored; then the two conversations and their side calls, on a budget
+    // that leaves two states beside the anchor and its rungs. By value the rungs (each saving the
+    // 40 tokens since the one before) go first, the anchor stays, and the conversations keep their
+    // turns (with the rungs pinned, as before, every next turn missed: 0 of 14); by recency the
+    // rungs stay and the conversations are evicted.
+    auto with_anchor = [](eviction_policy policy) {
+        config c = tight(policy);
+        c.max_anchors = 4;
+        c.ladder_max_rungs = 8;
+        c.ram_bytes = 1000 + 2500;  // two states beside the anchor and its rungs
+        auto st = std::make_unique<store>(c, true);
+        std::vector<checkpoint> rungs;
+        for (int32_t n : {40, 80, 120, 160}) {
+            rungs.push_back({n, point_kind::ladder, fake(500)});
+        }
+        EXPECT_TRUE(st->reserve(2500));
+        st->commit_anchor(key{"b", "a"}, seq(50000, 200), fake(500), 2500, 0.5, 0, std::move(rungs));
+        st->check_invariants();
+        return st;
+    };
+    auto rungs_of = [](const store & st) {
+        int64_t n = 0;
+        for (const auto & e : st.entries()) {
+            n += e.anchor ? static_cast<int64_t>(e.checkpoints.size()) : 0;
+        }
+        return n;
+    };
+    const int turns = 8;
+    const int next_turns = 2 * (turns - 1);
+    auto by_value = with_anchor(eviction_policy::value);
+    auto by_recency = with_anchor(eviction_policy::recency);
+    EXPECT_EQ(rungs_of(*by_value), 4);
+    const int v = session(*by_value, turns);
+    const int r = session(*by_recency, turns);
+    EXPECT_EQ(v, next_turns) << "value: every next turn restored its conversation";
+    EXPECT_EQ(r, 0) << "recency: every next turn found its conversation evicted";
+    const auto sv = by_value->get_stats();
+    EXPECT_EQ(sv.ladder_rungs_evicted, 4);
+    EXPECT_EQ(rungs_of(*by_value), 0);
+    EXPECT_EQ(sv.anchors, 1) << "the anchor itself stays pinned";
+    EXPECT_EQ(by_recency->get_stats().ladder_rungs_evicted, 0);
+    EXPECT_EQ(rungs_of(*by_recency), 4);
+    // The positive case of the anchor: its tokens still restore whole.
+    const auto p = by_value->plan(key{"b", "new"}, cat(seq(50000, 200), seq(70000, 20)), {}, 1000);
+    EXPECT_EQ(p.n_restore, 200);
 }
 
 TEST_F(ValueEvictionTest, AParkedEntryWorthLessThanWhatItWouldPushOutIsNotAdmitted) {

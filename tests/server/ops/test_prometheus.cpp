@@ -289,6 +289,9 @@ lineage_prompt_cache_evictions_total{reason="brand_new"} 7
 # TYPE lineage_prompt_cache_evictions_by_uses_total counter
 lineage_prompt_cache_evictions_by_uses_total{uses="unused"} 5
 lineage_prompt_cache_evictions_by_uses_total{uses="reused"} 0
+# HELP lineage_prompt_cache_ladder_rungs_evicted_total Ladder rungs of pinned anchors dropped for room in the RAM budget (their anchors stay), the copies of least value per byte (--cache-eviction value).
+# TYPE lineage_prompt_cache_ladder_rungs_evicted_total counter
+lineage_prompt_cache_ladder_rungs_evicted_total 0
 # HELP lineage_prompt_cache_reuse_probability The eviction value's learned chance that an entry is restored again, by how often it has been restored (0, 1, 2 or more).
 # TYPE lineage_prompt_cache_reuse_probability gauge
 lineage_prompt_cache_reuse_probability{uses="0"} 0.25
