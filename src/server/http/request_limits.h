@@ -19,7 +19,6 @@
 
 namespace lineage::server {
 
-
 struct request_limits {
     /** --max-tools: tools (function definitions) in one request. Real agents send 20-100
      *  (OpenAI's own API accepts at most 128 functions); 1,024 is 8 times that and renders in
