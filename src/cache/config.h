@@ -117,6 +117,9 @@ struct config {
     bool warmup = true;
 
     // --- tier 2, disk (docs/prompt-cache.md "Tiers", "Disk tier") ---
+    /** The disk tier is on (--cache-disk): the server fills disk_dir with its default folder
+     *  when none is given, and clears it when this is false. */
+    bool disk = true;
     /** Directory of the tier-2 files and their index; "" = no disk tier (--cache-dir; default
      *  $XDG_CACHE_HOME/lineage/prompt-cache, else ~/.cache/lineage/prompt-cache). */
     std::string disk_dir;

@@ -206,13 +206,10 @@ struct stats {
 struct reset_result {
     int64_t entries_freed = 0;
     uint64_t bytes_freed = 0;
-    int64_t disk_files_freed = 0;     ///< tier-2 files deleted
-    uint64_t disk_bytes_freed = 0;
-    bool redis = false;               ///< tier 3 is on (--cache-redis): the two below are reported
-    int64_t redis_entries_freed = 0;  ///< tier-3 entries deleted from Redis (this model's, any replica's)
-    uint64_t redis_bytes_freed = 0;   ///< their chunks' payload bytes
-    /** Every tier below RAM by name (tier_traits::name): copies deleted and their bytes (the
-     *  same figures as the named fields above, for every tier, a new one included). */
+    /** Every open tier below RAM by name (tier_traits::name): copies deleted (disk files, Redis
+     *  entries of this model, any replica's) and their bytes (payload bytes). POST
+     *  /v1/cache/reset also shows them under each tier's older flat names
+     *  (cache::tier_row::reset_keys). */
     struct freed {
         int64_t copies = 0;
         uint64_t bytes = 0;

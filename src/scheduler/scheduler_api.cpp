@@ -81,8 +81,12 @@ cache::reset_result scheduler::reset_cache_of(const std::string & tenant) {
         auto r = impl_->store_.reset_if([&](const cache::key & k) { return k.tenant == tenant; });
         impl_->pool_->drain_released();
         impl_->tiers_->reset(r, tenant);
-        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes, {} disk files", tenant, r.entries_freed,
-                     r.bytes_freed, r.disk_files_freed);
+        std::string below;  // ", 3 disk copies, 2 redis copies"
+        for (const auto & [name, f] : r.tiers) {
+            below += fmt::format(", {} {} copies", f.copies, name);
+        }
+        spdlog::info("cache: reset of tenant {} freed {} entries, {} bytes{}", tenant, r.entries_freed, r.bytes_freed,
+                     below);
         return r;
     });
 }

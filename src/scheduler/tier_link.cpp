@@ -1,8 +1,7 @@
 // scheduler::tier_link: the scheduler's side of the tiers below RAM; see tier_link.h.
 #include "scheduler/tier_link.h"
 
-#include "cache/tier/disk/disk_tier.h"
-#include "cache/tier/redis/redis_tier.h"
+#include "cache/tier/copy_record.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,41 +10,18 @@
 
 namespace lineage::scheduler {
 
-namespace {
-
-/** Opens a tier as cache::config sets it; nullptr when the flags do not name it (or it could
- *  not be opened: the opener WARNs why). `model`: model_fingerprint() of the served model. */
-using tier_opener = std::unique_ptr<cache::lower_tier> (*)(const cache::config & cfg, const std::string & model,
-                                                           bool hybrid);
-
-/** A tier's figures while it is off (its stats at zero), so that GET /v1/cache/stats and /metrics
- *  list every tier the server knows. */
-using tier_off_report = cache::tier_report (*)();
-
-struct tier_row {
-    const char * name;  ///< tier_traits::name
-    tier_opener open;
-    tier_off_report off;
-};
-
-// The tiers below RAM, in the order the store consults them (each only for a restore point longer
-// than those before it); the entries track the first open one's copies. A new tier: its folder
-// under src/cache/tier/, its flags in cache::config, and one line here.
-constexpr tier_row tier_table[] = {
-    {"disk", cache::open_disk_tier, [] { return cache::describe(cache::disk_stats{}, 0); }},
-    {"redis", cache::open_redis_tier, [] { return cache::describe(cache::redis_stats{}); }},
-};
-
-}  // namespace
-
 tier_link::tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
-                     const std::string & model_path, bool hybrid)
-    : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s) {
-    if (!cfg.enabled || (cfg.disk_dir.empty() && cfg.redis_url.empty())) {
+                     const std::string & model_path, bool hybrid, const std::vector<cache::tier_row> & table)
+    : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s), table_(table) {
+    const auto named = [&](const cache::tier_row & row) { return row.named(cfg); };
+    if (!cfg.enabled || std::none_of(table.begin(), table.end(), named)) {
         return;  // no tier named: the fingerprint (a read of the model file's header) is not needed
     }
     const std::string model = cache::model_fingerprint(model_path);
-    for (const tier_row & row : tier_table) {
+    for (const cache::tier_row & row : table) {
+        if (!row.named(cfg)) {
+            continue;
+        }
         if (auto t = row.open(cfg, model, hybrid)) {
             tiers_.push_back(std::move(t));
         }
@@ -56,7 +32,7 @@ tier_link::tier_link(cache::store & store, sequence_states & st, const cache::co
 tier_link::tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
                      std::vector<std::unique_ptr<cache::lower_tier>> tiers)
     : store_(store), st_(st), idle_s_(cfg.disk_idle_s), max_unwritten_s_(cfg.disk_max_unwritten_s),
-      tiers_(std::move(tiers)) {
+      table_(cache::tier_table()), tiers_(std::move(tiers)) {
     attach();
 }
 
@@ -198,7 +174,7 @@ void tier_link::report(cache::stats & s) const {
         }
         return nullptr;
     };
-    for (const tier_row & row : tier_table) {
+    for (const cache::tier_row & row : table_) {
         if (const cache::lower_tier * t = open(row.name)) {
             t->report(s);
         } else {
@@ -206,8 +182,8 @@ void tier_link::report(cache::stats & s) const {
         }
     }
     for (const auto & t : tiers_) {  // a tier outside the table (unit tests' in-memory tier)
-        const bool listed = std::any_of(std::begin(tier_table), std::end(tier_table),
-                                        [&](const tier_row & row) { return t->traits().name == row.name; });
+        const bool listed = std::any_of(table_.begin(), table_.end(),
+                                        [&](const cache::tier_row & row) { return t->traits().name == row.name; });
         if (!listed) {
             t->report(s);
         }
@@ -222,7 +198,6 @@ void tier_link::reset(cache::reset_result & r, const std::optional<std::string> 
         auto & f = r.tiers[t->traits().name];
         f.copies += freed.first;
         f.bytes += freed.second;
-        t->record_reset(r, freed);
         if (!tenant) {
             t->take_completions();  // writes finished before the reset: their copies are gone
         }

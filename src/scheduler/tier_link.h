@@ -1,7 +1,7 @@
 // scheduler::tier_link: the scheduler's side of the tiers below RAM (docs/architecture.md "Tiers
 // below RAM", "Tier 2 (disk) as implemented", "Tier 3 (Redis) as implemented"): opens the tiers
-// the flags name (a table of openers in tier_link.cpp, one line a tier, in the order the store
-// consults them) and attaches them to the store; every write-behind job goes to every tier,
+// the flags name (cache::tier_table(), one row a tier, in the order the store consults them)
+// and attaches them to the store; every write-behind job goes to every tier,
 // turns the store's jobs into writes (reading a parked entry's state from its sequence on the
 // engine thread), feeds the first tier's completions back to the store, writes idle entries
 // (and, under load, entries unwritten too long, one per step), queues loads on the tier a plan
@@ -13,6 +13,7 @@
 #pragma once
 
 #include "cache/store/store.h"
+#include "cache/tier_table.h"
 #include "cache/tier/lower_tier.h"
 #include "scheduler/sequence_states.h"
 
@@ -26,10 +27,11 @@ namespace lineage::scheduler {
 
 class tier_link {
 public:
-    /** Opens every tier of the table that cfg configures (none when the cache is off; a tier
-     *  that cannot be opened WARNs and is left out). `model_path` fingerprints the copies. */
+    /** Opens every tier of `table` that cfg names (none when the cache is off; a tier that
+     *  cannot be opened WARNs and is left out). `model_path` fingerprints the copies. Stats list
+     *  every row's tier, open or off. `table` must outlive the link. */
     tier_link(cache::store & store, sequence_states & st, const cache::config & cfg, const std::string & model_path,
-              bool hybrid);
+              bool hybrid, const std::vector<cache::tier_row> & table = cache::tier_table());
     /** Attaches `tiers` (in the store's order) instead of those the flags name: unit tests, with
      *  an in-memory tier. */
     tier_link(cache::store & store, sequence_states & st, const cache::config & cfg,
@@ -80,6 +82,7 @@ private:
     double idle_s_;
     double max_unwritten_s_;
     double last_release_s_ = -1;  // the last RAM-release pass (housekeeping, at most one a second)
+    const std::vector<cache::tier_row> & table_;             // the tiers this server knows
     std::vector<std::unique_ptr<cache::lower_tier>> tiers_;  // the store's order
 };
 

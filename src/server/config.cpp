@@ -6,7 +6,7 @@
 // the parser all read; split by flag group it would be harder to keep complete.
 #include "server/config.h"
 
-#include "cache/tier/redis/redis_tier.h"
+#include "cache/tier_table.h"
 #include "engine/context.h"
 #include "server/http/endpoints.h"
 #include "util/status.h"
@@ -163,20 +163,6 @@ value_parser text(std::string & out, bool allow_empty = true) {
             return util::status::error("expected a non-empty value");
         }
         out = s;
-        return util::status::ok();
-    };
-}
-
-/** A redis://host[:port][/db] URL (cache::parse_redis_url), or "" (off). */
-value_parser redis_url(std::string & out) {
-    return [&out](const std::string & s) -> util::status {
-        const std::string t = trim(s);
-        if (!t.empty()) {
-            if (auto u = cache::parse_redis_url(t); !u) {
-                return u.error();
-            }
-        }
-        out = t;
         return util::status::ok();
     };
 }
@@ -351,8 +337,52 @@ std::string fmt_double(double v) {
     return os.str();
 }
 
+/** The settings table as a cache::flag_sink: a tier's flags (cache/tier_table.h) become settings
+ *  like every other, parsed by the same value parsers. An empty flag_spec::default_text shows the
+ *  value the field holds when the flag is added (its default). */
+class settings_sink final : public cache::flag_sink {
+public:
+    using adder = std::function<void(std::string names, std::string env, std::string value_name, std::string def,
+                                     std::string help, value_parser parse, bool is_flag)>;
+    explicit settings_sink(adder add) : add_(std::move(add)) {}
+
+    void boolean(cache::flag_spec f, bool & out) override {
+        put(std::move(f), out ? "true" : "false", server::boolean(out), true);
+    }
+    void text(cache::flag_spec f, std::string & out, bool allow_empty) override {
+        put(std::move(f), out, server::text(out, allow_empty));
+    }
+    void checked_text(cache::flag_spec f, std::string & out,
+                      std::function<util::expected<std::string>(const std::string &)> normalize) override {
+        put(std::move(f), out, [&out, normalize = std::move(normalize)](const std::string & v) -> util::status {
+            auto r = normalize(v);
+            if (!r) {
+                return r.error();
+            }
+            out = std::move(*r);
+            return util::status::ok();
+        });
+    }
+    void bytes(cache::flag_spec f, uint64_t & out, uint64_t min) override {
+        put(std::move(f), format_bytes_default(out), bytes_min(out, min));
+    }
+    void seconds(cache::flag_spec f, double & out, bool allow_zero) override {
+        put(std::move(f), fmt_double(out), server::seconds(out, allow_zero));
+    }
+    void integer(cache::flag_spec f, int32_t & out, int64_t lo, int64_t hi) override {
+        put(std::move(f), std::to_string(out), int_in(out, lo, hi));
+    }
+
+private:
+    void put(cache::flag_spec f, const std::string & shown, value_parser parse, bool is_flag = false) {
+        add_(std::move(f.names), std::move(f.env), std::move(f.value_name),
+             f.default_text.empty() ? shown : std::move(f.default_text), std::move(f.help), std::move(parse), is_flag);
+    }
+    adder add_;
+};
+
 // The settings table, bound to `c`. The order is the order of --help.
-std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
+std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std::vector<cache::tier_row> & tiers) {
     const server_config d;  // defaults
     auto & cc = c.sched.cache;
     const auto & dc = d.sched.cache;
@@ -818,28 +848,13 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
             cc.ram_protect_share = x;
             return util::status::ok();
         });
-    // --- disk tier (T2) ---
-    add("--cache-disk", "LINEAGE_CACHE_DISK", "[=BOOL]", "true",
-        "keep a disk tier of the prompt cache in --cache-dir, so the first requests after a restart restore "
-        "from disk instead of a cold prefill",
-        boolean(c.cache_disk), true);
-    add("--cache-dir", "LINEAGE_CACHE_DIR", "PATH", "$XDG_CACHE_HOME/lineage/prompt-cache, else ~/.cache/lineage/prompt-cache",
-        "directory of the disk tier: one blob file per entry and a SQLite index; one server per directory",
-        text(cc.disk_dir, false));
-    add("--cache-disk-capacity-bytes", "LINEAGE_CACHE_DISK_CAPACITY_BYTES", "BYTES",
-        format_bytes_default(dc.disk_capacity_bytes),
-        "byte cap of the disk tier's files; least recently used files are deleted first, anchors last",
-        bytes_min(cc.disk_capacity_bytes, 0));
-    add("--cache-disk-idle-s", "LINEAGE_CACHE_DISK_IDLE_S", "SECONDS", fmt_double(dc.disk_idle_s),
-        "write an entry to disk once it has been unused this long; 0 = as soon as it is stored (entries are "
-        "also written when they leave RAM and at shutdown)",
-        seconds(cc.disk_idle_s, true));
-    add("--cache-disk-max-unwritten-s", "LINEAGE_CACHE_DISK_MAX_UNWRITTEN_S", "SECONDS",
-        fmt_double(dc.disk_max_unwritten_s),
-        "write an entry to disk once it has gone this long without a copy there, even while the engine is busy "
-        "(at most one state read per engine step), so a crash under continuous load loses at most this much; "
-        "0 = off",
-        seconds(cc.disk_max_unwritten_s, true));
+    // --- the tiers below RAM: each tier's own flags (cache/tier/<name>/<name>_flags.cpp), in the
+    // order of cache::tier_table() ---
+    settings_sink sink(add);
+    for (const cache::tier_row & row : tiers) {
+        row.flags(sink, cc);
+    }
+    // --- what every tier below RAM follows ---
     add("--cache-ram-release-s", "LINEAGE_CACHE_RAM_RELEASE_S", "SECONDS|auto", "auto",
         "an entry in RAM that is on disk and has been unused this long gives its RAM back: its next hit reads the "
         "file (from the page cache while the kernel keeps it; ~80 ms more than from RAM for a 2k-token anchor on "
@@ -860,21 +875,6 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c) {
         "bytes per second the tier cost rule assumes for reading and writing a copy (a restore from the file to "
         "the state applied), instead of measuring it (512MiB until a read or write of 16MiB or more is measured); 0 = measured",
         bytes_min(cc.tier_bandwidth_bytes_per_s, 0));
-    // --- Redis tier (T3), shared by replicas ---
-    add("--cache-redis", "LINEAGE_CACHE_REDIS", "URL", "off",
-        "share the prompt cache between replicas through Redis at redis://host[:port][/db]: entries written "
-        "behind (as to disk) and anchors once pinned, read back when longer than the device, RAM and disk tiers "
-        "hold; Redis down or slow never fails a request",
-        redis_url(cc.redis_url));
-    add("--cache-redis-namespace", "LINEAGE_CACHE_REDIS_NAMESPACE", "NAME", dc.redis_namespace,
-        "prefix of the Redis keys; replicas that should share a cache use the same one", text(cc.redis_namespace, false));
-    add("--cache-redis-timeout-ms", "LINEAGE_CACHE_REDIS_TIMEOUT_MS", "MS", std::to_string(dc.redis_timeout_ms),
-        "bound on connecting to Redis and on each call; past it the request goes on without Redis (counted) and "
-        "the connection is tried again a second later",
-        int_in(cc.redis_timeout_ms, 1, 60000));
-    add("--cache-redis-chunk-bytes", "LINEAGE_CACHE_REDIS_CHUNK_BYTES", "BYTES",
-        format_bytes_default(dc.redis_chunk_bytes), "most payload bytes per Redis value (an entry is split in chunks)",
-        bytes_min(cc.redis_chunk_bytes, 1024));
     // --- stored responses (POST /v1/responses with store: true) ---
     add("--responses-store", "LINEAGE_RESPONSES_STORE", "PATH", "<--cache-dir>/responses.sqlite",
         "SQLite file of the stored Responses API responses (previous_response_id, GET/DELETE /v1/responses/{id}); "
@@ -1091,7 +1091,7 @@ void check_combinations(server_config & c, std::vector<std::string> & errors) {
 // What the settings leave to a default or a merge: the disk tier's folder, the one LoRA list,
 // the responses store's path.
 void fill_defaults(const env_lookup & env, server_config & c) {
-    if (!c.cache_disk) {
+    if (!c.sched.cache.disk) {
         c.sched.cache.disk_dir.clear();
     } else if (c.sched.cache.disk_dir.empty()) {
         // Per-user default (XDG Base Directory specification: $XDG_CACHE_HOME, else ~/.cache).
@@ -1145,16 +1145,17 @@ void check_capacity(server_config & c, std::vector<std::string> & errors) {
 
 }  // namespace
 
-std::string config_help(const char * program) {
+std::string config_help(const char * program, const std::vector<cache::tier_row> & tiers) {
     server_config c;
-    auto settings = make_settings(c);
+    auto settings = make_settings(c, tiers);
     return make_app(program, settings)->help();
 }
 
-config_result parse_config(int argc, const char * const * argv, const env_lookup & env) {
+config_result parse_config(int argc, const char * const * argv, const env_lookup & env,
+                           const std::vector<cache::tier_row> & tiers) {
     config_result r;
     server_config c;
-    auto settings = make_settings(c);
+    auto settings = make_settings(c, tiers);
     const char * program = argc > 0 && argv && argv[0] ? argv[0] : "lineage-server";
     auto app = make_app(program, settings);
     std::vector<std::string> args = cli_args(argc, argv, settings);

@@ -5,6 +5,7 @@
 // Thread safety: parse_config is reentrant (it reads the environment through `env`).
 #pragma once
 
+#include "cache/tier_table.h"
 #include "scheduler/scheduler.h"
 #include "server/http/tenants.h"
 #include "server/prepare/lora_registry.h"
@@ -66,7 +67,6 @@ struct server_config {
     std::string log_level = "info";       ///< --log-level: trace|debug|info|warn|error
     bool metrics = false;                 ///< --metrics: serve GET /metrics (Prometheus text format)
     bool cache_page = true;               ///< --cache-page: serve the cache page GET /cache (cache_view.h)
-    bool cache_disk = true;               ///< --cache-disk: tier-2 files in sched.cache.disk_dir
     /** LoRA adapters, id = index: the --lora files (scale 1) then the --lora-scaled ones;
      *  parse_config also puts their paths in sched.lora_paths. */
     std::vector<lora_spec> loras;
@@ -100,14 +100,17 @@ struct config_result {
 
 /** Parses `argv` and the environment. Never throws and never exits: the caller prints
  *  `output` (stdout for help, stderr for errors) and exits with `exit_code`. An error message
- *  names the flag or variable, the bad value and what is accepted. */
-config_result parse_config(int argc, const char * const * argv, const env_lookup & env = std::getenv);
+ *  names the flag or variable, the bad value and what is accepted. `tiers`: the tiers below RAM
+ *  whose flags are read (each row's flags function; unit tests add one). */
+config_result parse_config(int argc, const char * const * argv, const env_lookup & env = std::getenv,
+                           const std::vector<cache::tier_row> & tiers = cache::tier_table());
 
 /** Byte count with an optional suffix B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers of
  *  1024, case-insensitive), e.g. "16GiB"; nullopt when malformed or out of range. */
 std::optional<uint64_t> parse_bytes(const std::string & s);
 
-/** The --help text. */
-std::string config_help(const char * program = "lineage-server");
+/** The --help text (`tiers`: as parse_config). */
+std::string config_help(const char * program = "lineage-server",
+                        const std::vector<cache::tier_row> & tiers = cache::tier_table());
 
 }  // namespace lineage::server

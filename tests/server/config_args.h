@@ -13,8 +13,10 @@ namespace lineage::server::config_test {
 
 using env_vars = std::map<std::string, std::string>;
 
-/** parse_config of "lineage-server" followed by `args`, reading the environment from `vars`. */
-inline config_result parse(std::vector<std::string> args, env_vars vars = {}) {
+/** parse_config of "lineage-server" followed by `args`, reading the environment from `vars`, with
+ *  the flags of the tiers in `tiers`. */
+inline config_result parse(std::vector<std::string> args, env_vars vars = {},
+                           const std::vector<cache::tier_row> & tiers = cache::tier_table()) {
     args.insert(args.begin(), "lineage-server");
     std::vector<const char *> argv;
     for (const auto & a : args) {
@@ -24,7 +26,7 @@ inline config_result parse(std::vector<std::string> args, env_vars vars = {}) {
     return parse_config(static_cast<int>(argv.size()), argv.data(), [vars](const char * name) -> const char * {
         auto it = vars.find(name);
         return it == vars.end() ? nullptr : it->second.c_str();
-    });
+    }, tiers);
 }
 
 }  // namespace lineage::server::config_test

@@ -6,9 +6,9 @@
 // threads); the tier_io methods run on the worker thread. A derived tier calls start() at the
 // end of its constructor and stop() first in its destructor (the worker calls into it).
 //
-// A new tier is its folder (a class derived from lower_tier, with an `open_<name>_tier`
-// function that reads its flags from cache::config) and one line in scheduler/tier_link.cpp's
-// table of openers; the store, the scheduler, stats, /metrics and reset loop over the tiers.
+// A new tier is its folder (a class derived from lower_tier, an `open_<name>_tier` function and an
+// `add_<name>_flags` function that declares its flags) and one row in cache/tier_table.cpp; the
+// server's flags, the store, the scheduler, stats, /metrics and reset loop over the rows.
 #pragma once
 
 #include "cache/stats.h"
@@ -98,12 +98,6 @@ public:
      *  described once for GET /v1/cache/stats and /metrics: cache/figure.h stat_figure), and may set
      *  s.bytes[name] (the bytes its copies take). */
     virtual void report(stats & s) const = 0;
-    /** Records in `r` what reset() freed (`freed`: copies, bytes) under the tier's own named
-     *  fields, if it has any (reset_result::tiers has every tier's by name). Default: none. */
-    virtual void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
-        (void) r;
-        (void) freed;
-    }
     /** Where the copies go, for log lines: a directory, a URL. */
     virtual std::string location() const = 0;
     /** One INFO line for the log at shutdown, after drain() ("" for none). */

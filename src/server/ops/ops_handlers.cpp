@@ -1,6 +1,7 @@
 // server::ops_handlers: the endpoints that do not generate (ops_handlers.h).
 #include "server/ops/ops_handlers.h"
 
+#include "cache/tier_table.h"
 #include "engine/chat_template.h"
 #include "engine/model.h"
 #include "scheduler/scheduler.h"
@@ -337,11 +338,12 @@ void handle_cache_reset(const http_request & req, http_response & res, server_co
     }
     j["entries_freed"] = r.entries_freed;
     j["bytes_freed"] = r.bytes_freed;
-    j["disk_files_freed"] = r.disk_files_freed;
-    j["disk_bytes_freed"] = r.disk_bytes_freed;
-    if (r.redis) {
-        j["redis_entries_freed"] = r.redis_entries_freed;
-        j["redis_bytes_freed"] = r.redis_bytes_freed;
+    for (const cache::tier_row & row : cache::tier_table()) {  // each tier's older flat names
+        const auto f = r.tiers.find(row.name);
+        if (!row.reset_keys.copies.empty() && (f != r.tiers.end() || row.reset_keys.always)) {
+            j[row.reset_keys.copies] = f != r.tiers.end() ? f->second.copies : 0;
+            j[row.reset_keys.bytes] = f != r.tiers.end() ? f->second.bytes : 0;
+        }
     }
     json tiers = json::object();
     for (const auto & [name, f] : r.tiers) {

@@ -209,11 +209,6 @@ void disk_tier::report(stats & s) const {
     s.bytes["disk"] = d.bytes;
 }
 
-void disk_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
-    r.disk_files_freed += freed.first;
-    r.disk_bytes_freed += freed.second;
-}
-
 std::string disk_tier::exit_summary() const {
     const disk_stats st = get_stats();
     return fmt::format("disk tier: {} files ({:.1f} MiB) in {} at exit; {} written this run ({:.1f} MiB)", st.files,

@@ -35,6 +35,7 @@
 #include "cache/stats.h"
 #include "cache/config.h"
 #include "cache/tier/lower_tier.h"
+#include "cache/tier/tier_flags.h"
 #include "cache/types.h"
 #include "util/thread_annotations.h"
 
@@ -106,8 +107,13 @@ tier_report describe(const disk_stats & st, int64_t requests_committed);
 enum class file_removal { superseded, capacity, damaged, reset };
 std::string_view to_string(file_removal r);
 
+/** The disk tier's flags (--cache-disk, --cache-dir, --cache-disk-capacity-bytes,
+ *  --cache-disk-idle-s, --cache-disk-max-unwritten-s), bound to their fields of `cc`
+ *  (disk_flags.cpp; cache/tier_table.h). */
+void add_disk_flags(flag_sink & add, config & cc);
+
 /** The disk tier as cache::config sets it (--cache-dir, --cache-disk-capacity-bytes), for
- *  scheduler::tier_link's table of tiers: nullptr when the cache is off or no --cache-dir is
+ *  cache::tier_table(): nullptr when the cache is off or no --cache-dir is
  *  given, and when the directory cannot be opened (a WARN says why; the server runs without it).
  *  `model`: model_fingerprint() of the served model; `hybrid`: the restore rule's. */
 std::unique_ptr<lower_tier> open_disk_tier(const config & cfg, const std::string & model, bool hybrid);
@@ -137,8 +143,6 @@ public:
     disk_stats get_stats() const;
     /** Its figures (describe) into stats::tiers, and bytes["disk"] (its files' size). */
     void report(stats & s) const override;
-    /** reset_result::disk_files_freed, disk_bytes_freed. */
-    void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
     /** Files and bytes in the directory, and what this run wrote. */
     std::string location() const override { return cfg_.dir; }
     std::string exit_summary() const override;

@@ -165,12 +165,6 @@ void redis_tier::report(stats & s) const {
     s.tiers.push_back(describe(get_stats()));
 }
 
-void redis_tier::record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const {
-    r.redis = true;
-    r.redis_entries_freed += freed.first;
-    r.redis_bytes_freed += freed.second;
-}
-
 std::string redis_tier::exit_summary() const {
     const redis_stats rs = get_stats();
     return fmt::format("tier 3: {} entries written to Redis this run ({:.1f} MiB), {} failed", rs.writes,

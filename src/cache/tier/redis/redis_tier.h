@@ -20,6 +20,7 @@
 #include "cache/stats.h"
 #include "cache/config.h"
 #include "cache/tier/lower_tier.h"
+#include "cache/tier/tier_flags.h"
 #include "util/status.h"
 #include "util/thread_annotations.h"
 
@@ -96,8 +97,12 @@ struct redis_stats {
  *  show it, described once; default-constructed, a Redis tier that is off. */
 tier_report describe(const redis_stats & st);
 
-/** Tier 3 as cache::config sets it (--cache-redis and its options), for scheduler::tier_link's
- *  table of tiers: nullptr when the cache is off or no URL is given (the URL was checked with
+/** Tier 3's flags (--cache-redis, --cache-redis-namespace, --cache-redis-timeout-ms,
+ *  --cache-redis-chunk-bytes), bound to their fields of `cc` (redis_flags.cpp; the URL is checked
+ *  with parse_redis_url). */
+void add_redis_flags(flag_sink & add, config & cc);
+
+/** Tier 3 as cache::config sets it (--cache-redis and its options), for cache::tier_table(): nullptr when the cache is off or no URL is given (the URL was checked with
  *  the flags); an INFO line says where it points. `model`: model_fingerprint() of the served
  *  model; `hybrid`: the restore rule's. */
 std::unique_ptr<lower_tier> open_redis_tier(const config & cfg, const std::string & model, bool hybrid);
@@ -131,8 +136,6 @@ public:
     tier_state readiness() const override;
     /** Its figures (describe) into stats::tiers. */
     void report(stats & s) const override;
-    /** reset_result::redis (true), redis_entries_freed, redis_bytes_freed. */
-    void record_reset(reset_result & r, std::pair<int64_t, uint64_t> freed) const override;
     /** Entries written to Redis this run, and failures. */
     std::string location() const override { return cfg_.url; }
     std::string exit_summary() const override;
