@@ -158,263 +158,315 @@ stored_state store::state_of(const entry & e, const std::string & session) const
                         static_cast<double>(e.mru), &e.chain};
 }
 
+/** One plan() in progress, handed from step to step: the request's lookup and what the search
+ *  in memory and in the tiers below it found. */
+struct store::plan_state {
+    const key & k;
+    const tokens & prompt;
+    const plan_hints & hints;
+    double now_s = 0;     ///< monotonic seconds
+    bool counted = true;  ///< a request's lookup; a warm-up's is none (stats.warmup): no hit or miss counted
+    std::vector<std::string> req_chain = {};  ///< the prompt's APC block chain (restore_rule)
+    /** The restore point chosen in memory: a stored entry's id, or live_id_bit | an index into
+     *  hints.live (a running request's sequence); nullopt: none. */
+    std::optional<restore_candidate> chosen = {};
+    int32_t live_lcp = 0;    ///< tokens: the longest common prefix with a live entry or running request
+    int32_t best_short = 0;  ///< tokens: the longest restore point rejected for min prefix (0: none)
+    std::optional<tier_candidate> tier_copy = {};  ///< a copy below RAM longer than memory's best, worth its read
+    int32_t tier = -1;                             ///< tier_copy's tier, an index into tiers_
+};
+
 restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
     restore_plan p;
-    const bool counted = !warmup_lookup_;  // a warm-up's lookup is no request's (stats.warmup)
-    stats_.lookups += counted ? 1 : 0;
+    plan_state s{k, prompt, hints, now_s, !warmup_lookup_};  // a warm-up's lookup is no request's (stats.warmup)
+    stats_.lookups += s.counted ? 1 : 0;
     expire(now_s);
 
-    // The restore-point choice is restore_rule's (best_point, prefer, the two-tier search),
-    // the same as the disk tier's.
-    const std::vector<std::string> req_chain = rule_.prompt_chain(k.bucket, prompt);
-    restore_search search(rule_, prompt, req_chain);
-    int32_t live_lcp = 0;  // the first match is the longest common prefix with a live entry
-    if (auto t = tries_.find(k.bucket); t != tries_.end()) {
-        t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
-            live_lcp = std::max(live_lcp, lcp);
-            if (!search.worth(lcp)) {
-                return false;
-            }
-            search.offer(id, state_of(*by_id_.at(id), k.session), lcp);
-            return true;
-        });
-    }
-    // Running requests' sequences: restore points their prefill has passed (live_state). Offered
-    // after the stored entries, with no recency, so that a stored state of the same length wins.
-    for (size_t i = 0; i < hints.live.size(); ++i) {
-        const live_state & l = hints.live[i];
-        if (l.bucket != k.bucket || l.seq < 0) {
-            continue;
-        }
-        const int32_t lcp = common_prefix(prompt, l.toks);
-        live_lcp = std::max(live_lcp, lcp);
-        if (search.worth(lcp)) {
-            search.offer(live_id_bit | i,
-                         stored_state{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr},
-                         lcp);
-        }
-    }
-    std::optional<restore_candidate> chosen = search.chosen();
-    // A resend of the turn a warm-up continued (a regenerate: it shares more with that turn's
-    // entry, the resend twin, than with the warmed one) parts inside the warmed entry; where the
-    // twin restores as much, the twin serves it, and the warm-up's work stays for the next turn
-    // (with the guard merged into the history boundary both hold that point).
-    if (chosen && (chosen->id & live_id_bit) == 0) {
-        const entry & e = *by_id_.at(chosen->id);
-        const auto twin = by_id_.find(e.resend_twin);
-        if (e.resend_twin != 0 && chosen->n < static_cast<int32_t>(e.toks.size()) && twin != by_id_.end() &&
-            twin->second->k.bucket == k.bucket) {
-            const entry & t = *twin->second;
-            const int32_t twin_lcp = common_prefix(prompt, t.toks);
-            const auto c = twin_lcp > common_prefix(prompt, e.toks)
-                               ? best_point(rule_, t.id, state_of(t, k.session), prompt, twin_lcp, req_chain)
-                               : std::nullopt;
-            if (c && c->n >= chosen->n) {
-                LINEAGE_TRACE(trace_, "entry {} holds a warm-up to {} tokens; its resend twin, entry {}, restores {}: "
-                                      "the twin serves this request",
-                              e.id, e.toks.size(), t.id, c->n);
-                chosen = c;
-            }
-        }
-    }
-    const int32_t best_short = search.best_short();
-    // Each tier below RAM only for something longer than the best above it.
-    std::optional<tier_candidate> on_disk;
-    int32_t on_tier = -1;
-    if (cfg_.enabled) {
-        for (size_t i = 0; i < tiers_.size(); ++i) {
-            const int32_t above = std::max(chosen ? chosen->n : 0, on_disk ? on_disk->n : 0);
-            auto c = tiers_[i].lookup->best(k.bucket, k.session, prompt, std::max(above, cfg_.min_prefix - 1));
-            if (!c) {
-                continue;
-            }
-            // The tier cost rule (tier_cost.h): read only where the read beats recomputing what
-            // the copy adds over the best restore point above it.
-            if (!cost_.worth_read(static_cast<int32_t>(i), c->bytes, c->n - above)) {
-                if (counted) {
-                    stats_.tier_reads_declined[tiers_[i].traits.name]++;
-                }
-                const double rate = cost_.prefill_tokens_per_s().value_or(0);
-                LINEAGE_TRACE(trace_,
-                              "{} {} ({}) restores {} tokens, {} more than the best above it: reading it (~{:.0f} "
-                              "ms at {}/s) costs more than recomputing them (~{:.0f} ms at {:.0f} tokens/s); not read",
-                              tiers_[i].traits.copy_noun, c->id, human_bytes(c->bytes), c->n, c->n - above,
-                              1e3 * static_cast<double>(c->bytes) / cost_.read_bytes_per_s(static_cast<int32_t>(i)),
-                              human_bytes(static_cast<uint64_t>(cost_.read_bytes_per_s(static_cast<int32_t>(i)))),
-                              rate > 0 ? 1e3 * (c->n - above) / rate : 0.0, rate);
-                continue;
-            }
-            on_disk = c;
-            on_tier = static_cast<int32_t>(i);
-        }
-    }
+    search_memory(s);
+    prefer_resend_twin(s);
+    search_tiers(s);
 
-    if (on_disk) {
-        const tier_traits & t = tiers_[static_cast<size_t>(on_tier)].traits;
-        p.n_restore = on_disk->n;
-        p.kind = on_disk->kind;
-        p.op = restore_op::load_tier;
-        p.tier_copy = on_disk->id;
-        p.tier_bytes = on_disk->bytes;
-        p.tier = on_tier;
-        p.tier_name = t.name;
-        p.source_tokens = on_disk->source_tokens;
-        p.source_anchor = on_disk->anchor;
-        p.source_history = on_disk->history;
-        const int32_t len = on_disk->source_tokens;
-        p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
-        // The entries track the first tier's copies; a shared copy is not one replica's to supersede.
-        if (p.absorbs && on_tier == 0 && own_copies()) {
-            p.tier_ancestors.push_back(on_disk->id);
-        }
-        if (counted) {
-            count_hit(p);
-            stats_.tier_hits[t.name]++;
-        }
-        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
-                   std::to_string(prompt.size()) + " from " + t.copy_noun + " " +
-                   std::to_string(on_disk->id) + " (" +
-                   std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
-                   (chosen ? ", longer than the best in memory (" + std::to_string(chosen->n) + ")" : "") +
-                   (p.absorbs ? ", superseding it" : "");
-    } else if (chosen && (chosen->id & live_id_bit) != 0) {
-        const live_state & l = hints.live[chosen->id & ~live_id_bit];
-        p.n_restore = chosen->n;
-        p.kind = chosen->kind;
-        p.op = restore_op::share_device;
-        p.live = true;
-        p.device_seq = l.seq;
-        p.source_tokens = static_cast<int32_t>(l.toks.size());
-        p.recurrent = chosen->checkpoint >= 0 ? l.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
-        // Its restore points up to here are the new entry's too (shared blobs): a resend of this
-        // prompt then restores its guard from either request's entry.
-        for (const auto & c : l.checkpoints) {
-            if (c.n_tokens <= p.n_restore) {
-                p.inherited.push_back(c);
-            }
-        }
-        if (counted) {
-            count_hit(p);
-            stats_.live_hits++;
-        }
-        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
-                   std::to_string(prompt.size()) + " from running request " + std::to_string(l.request) +
-                   " (sequence " + std::to_string(l.seq) + ", " + std::to_string(l.toks.size()) + " tokens so far" +
-                   (l.session == k.session ? "" : ", cross-session") + ")";
-    } else if (chosen) {
-        const iter chosen_it = by_id_.at(chosen->id);
-        entry & e = *chosen_it;
-        uint64_t retire_twin = 0;
-        // A use (value.h) restores something of the entry that no other copy holds: a prefix
-        // an anchor or another entry restores as far (a side call's system text) is none.
-        const bool used = counted && !e.anchor && restore_point_below(e) < chosen->n;
-        if (used) {
-            // The reuse model: an entry with e.uses uses came back after this long.
-            reuse_.reused(e.uses, e.family);
-            reuse_.observe_gap(now_s - e.last_use);
-        }
-        e.last_use = now_s;
-        p.source_uses = e.uses;
-        p.source_used = used;
-        p.n_restore = chosen->n;
-        p.kind = chosen->kind;
-        p.source = e.id;
-        p.source_tokens = static_cast<int32_t>(e.toks.size());
-        p.source_history = e.history;
-        p.source_first_turn = e.first_turn;
-        p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
-        // Absorption (docs/prompt-cache.md "Entries and lineages"): a prompt that continues a
-        // conversation entry takes it.
-        p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
-        if (p.absorbs && !counted && p.n_restore < p.source_tokens) {
-            // A warm-up that parts before the entry's end keeps it as the resend twin
-            // (restore_plan::twin): a regenerate of the turn just answered restores all but one
-            // token from it until the next turn continues the warm-up's entry.
-            p.absorbs = false;
-            p.twin = e.id;
-            for (const auto & c : e.checkpoints) {
-                if (c.n_tokens <= p.n_restore) {
-                    p.inherited.push_back(c);
-                }
-            }
-        } else if (p.absorbs && e.resend_twin != 0) {
-            if (!counted) {
-                p.twin = e.resend_twin;  // a preempted warm-up's continuation keeps the link
-            } else {
-                retire_twin = e.resend_twin;  // the next turn is here: the resend point serves no one
-            }
-        }
-        if (e.where == tier::device) {
-            p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
-            p.device_seq = e.seq;
-        } else {
-            p.op = restore_op::load_ram;
-            p.full = e.full;
-        }
-        const std::string other_template = template_difference(e.k.dims, k.dims);
-        if (counted) {
-            count_hit(p);
-            stats_.cross_template_hits += other_template.empty() ? 0 : 1;
-        }
-        note_warmed_restore(e, p.n_restore, p.absorbs, !counted);
-        p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
-                   std::to_string(prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
-                   std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
-                   (e.k.session == k.session ? "" : ", cross-session") +
-                   (other_template.empty() ? "" : ", rendered under another template: " + other_template) + ")" +
-                   (p.absorbs ? ", absorbing it" : "");
-        if (p.absorbs) {
-            // The request owns the entry now. Its restore points up to the restore point (and
-            // its final state, when restored whole) return with the commit; its RAM bytes stay
-            // reserved until then.
-            for (auto & c : e.checkpoints) {
-                if (c.n_tokens <= p.n_restore) {
-                    p.inherited.push_back(std::move(c));
-                }
-            }
-            if (hybrid_ && e.final_recurrent && p.n_restore == p.source_tokens) {
-                p.inherited.push_back({p.source_tokens, point_kind::turn, e.final_recurrent});
-            }
-            p.inflight_bytes = e.ram_bytes();
-            pending_bytes_ += p.inflight_bytes;
-            p.tier_ancestors = std::move(e.ancestors);
-            if (e.tier_copy != 0) {
-                p.tier_ancestors.push_back(e.tier_copy);
-            }
-            p.pending_write_of = e.writing ? e.id : 0;
-            p.unwritten_since = e.tier_copy == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
-            index_remove(chosen_it);
-            entries_.erase(chosen_it);
-            if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
-                const iter twin = t->second;
-                p.tier_ancestors.insert(p.tier_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
-                if (twin->tier_copy != 0) {
-                    p.tier_ancestors.push_back(twin->tier_copy);
-                }
-                erase(twin, eviction_reason::superseded, " (the resend twin of the turn this request continues)");
-            }
-        } else {
-            entries_.splice(entries_.begin(), entries_, chosen_it);
-            e.mru = next_mru_++;
-            if (used) {
-                e.uses++;  // restored in place (an absorbing request's entry counts it at commit)
-            }
-        }
+    if (s.tier_copy) {
+        plan_tier_restore(s, p);
+    } else if (s.chosen && (s.chosen->id & live_id_bit) != 0) {
+        plan_live_restore(s, p);
+    } else if (s.chosen) {
+        plan_entry_restore(s, p);
     } else {
-        stats_.misses += counted ? 1 : 0;
-        p.reason = best_short > 0 ? "miss (longest match " + std::to_string(best_short) + " < min prefix " +
-                                        std::to_string(cfg_.min_prefix) + ")"
-                                  : "miss";
+        stats_.misses += s.counted ? 1 : 0;
+        p.reason = s.best_short > 0 ? "miss (longest match " + std::to_string(s.best_short) + " < min prefix " +
+                                          std::to_string(cfg_.min_prefix) + ")"
+                                    : "miss";
     }
-    if (counted) {  // a warm-up's plan is no request's: not classified either
+    if (s.counted) {  // a warm-up's plan is no request's: not classified either
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
-        classify(k, prompt, live_lcp, hints.media, p);
+        classify(k, prompt, s.live_lcp, hints.media, p);
     }
     add_captures(p, k, prompt, hints);
     if (trace_.on()) {
         trace_plan(k, prompt, hints, p);
     }
     return p;
+}
+
+void store::search_memory(plan_state & s) const {
+    // The restore-point choice is restore_rule's (best_point, prefer, the two-tier search),
+    // the same as the disk tier's.
+    s.req_chain = rule_.prompt_chain(s.k.bucket, s.prompt);
+    restore_search search(rule_, s.prompt, s.req_chain);
+    int32_t live_lcp = 0;  // the first match is the longest common prefix with a live entry
+    if (auto t = tries_.find(s.k.bucket); t != tries_.end()) {
+        t->second.match(s.prompt, [&](uint64_t id, int32_t lcp) {
+            live_lcp = std::max(live_lcp, lcp);
+            if (!search.worth(lcp)) {
+                return false;
+            }
+            search.offer(id, state_of(*by_id_.at(id), s.k.session), lcp);
+            return true;
+        });
+    }
+    // Running requests' sequences: restore points their prefill has passed (live_state). Offered
+    // after the stored entries, with no recency, so that a stored state of the same length wins.
+    for (size_t i = 0; i < s.hints.live.size(); ++i) {
+        const live_state & l = s.hints.live[i];
+        if (l.bucket != s.k.bucket || l.seq < 0) {
+            continue;
+        }
+        const int32_t lcp = common_prefix(s.prompt, l.toks);
+        live_lcp = std::max(live_lcp, lcp);
+        if (search.worth(lcp)) {
+            search.offer(live_id_bit | i,
+                         stored_state{l.toks, l.checkpoints, false, -1, l.session == s.k.session, true, 0.0, nullptr},
+                         lcp);
+        }
+    }
+    s.chosen = search.chosen();
+    s.live_lcp = live_lcp;
+    s.best_short = search.best_short();
+}
+
+void store::prefer_resend_twin(plan_state & s) {
+    // A resend of the turn a warm-up continued (a regenerate: it shares more with that turn's
+    // entry, the resend twin, than with the warmed one) parts inside the warmed entry; where the
+    // twin restores as much, the twin serves it, and the warm-up's work stays for the next turn
+    // (with the guard merged into the history boundary both hold that point).
+    if (!s.chosen || (s.chosen->id & live_id_bit) != 0) {
+        return;
+    }
+    const entry & e = *by_id_.at(s.chosen->id);
+    const auto twin = by_id_.find(e.resend_twin);
+    if (e.resend_twin != 0 && s.chosen->n < static_cast<int32_t>(e.toks.size()) && twin != by_id_.end() &&
+        twin->second->k.bucket == s.k.bucket) {
+        const entry & t = *twin->second;
+        const int32_t twin_lcp = common_prefix(s.prompt, t.toks);
+        const auto c = twin_lcp > common_prefix(s.prompt, e.toks)
+                           ? best_point(rule_, t.id, state_of(t, s.k.session), s.prompt, twin_lcp, s.req_chain)
+                           : std::nullopt;
+        if (c && c->n >= s.chosen->n) {
+            LINEAGE_TRACE(trace_, "entry {} holds a warm-up to {} tokens; its resend twin, entry {}, restores {}: "
+                                  "the twin serves this request",
+                          e.id, e.toks.size(), t.id, c->n);
+            s.chosen = c;
+        }
+    }
+}
+
+void store::search_tiers(plan_state & s) {
+    // Each tier below RAM only for something longer than the best above it.
+    if (!cfg_.enabled) {
+        return;
+    }
+    for (size_t i = 0; i < tiers_.size(); ++i) {
+        const int32_t above = std::max(s.chosen ? s.chosen->n : 0, s.tier_copy ? s.tier_copy->n : 0);
+        auto c = tiers_[i].lookup->best(s.k.bucket, s.k.session, s.prompt, std::max(above, cfg_.min_prefix - 1));
+        if (!c) {
+            continue;
+        }
+        // The tier cost rule (tier_cost.h): read only where the read beats recomputing what
+        // the copy adds over the best restore point above it.
+        if (!cost_.worth_read(static_cast<int32_t>(i), c->bytes, c->n - above)) {
+            if (s.counted) {
+                stats_.tier_reads_declined[tiers_[i].traits.name]++;
+            }
+            const double rate = cost_.prefill_tokens_per_s().value_or(0);
+            LINEAGE_TRACE(trace_,
+                          "{} {} ({}) restores {} tokens, {} more than the best above it: reading it (~{:.0f} "
+                          "ms at {}/s) costs more than recomputing them (~{:.0f} ms at {:.0f} tokens/s); not read",
+                          tiers_[i].traits.copy_noun, c->id, human_bytes(c->bytes), c->n, c->n - above,
+                          1e3 * static_cast<double>(c->bytes) / cost_.read_bytes_per_s(static_cast<int32_t>(i)),
+                          human_bytes(static_cast<uint64_t>(cost_.read_bytes_per_s(static_cast<int32_t>(i)))),
+                          rate > 0 ? 1e3 * (c->n - above) / rate : 0.0, rate);
+            continue;
+        }
+        s.tier_copy = c;
+        s.tier = static_cast<int32_t>(i);
+    }
+}
+
+void store::plan_tier_restore(const plan_state & s, restore_plan & p) {
+    const std::optional<tier_candidate> & on_disk = s.tier_copy;
+    const tier_traits & t = tiers_[static_cast<size_t>(s.tier)].traits;
+    p.n_restore = on_disk->n;
+    p.kind = on_disk->kind;
+    p.op = restore_op::load_tier;
+    p.tier_copy = on_disk->id;
+    p.tier_bytes = on_disk->bytes;
+    p.tier = s.tier;
+    p.tier_name = t.name;
+    p.source_tokens = on_disk->source_tokens;
+    p.source_anchor = on_disk->anchor;
+    p.source_history = on_disk->history;
+    const int32_t len = on_disk->source_tokens;
+    p.absorbs = continues(rule_, p.n_restore, len, on_disk->history, on_disk->anchor);
+    // The entries track the first tier's copies; a shared copy is not one replica's to supersede.
+    if (p.absorbs && s.tier == 0 && own_copies()) {
+        p.tier_ancestors.push_back(on_disk->id);
+    }
+    if (s.counted) {
+        count_hit(p);
+        stats_.tier_hits[t.name]++;
+    }
+    p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+               std::to_string(s.prompt.size()) + " from " + t.copy_noun + " " +
+               std::to_string(on_disk->id) + " (" +
+               std::to_string(len) + " tokens" + (on_disk->same_session ? "" : ", cross-session") + ")" +
+               (s.chosen ? ", longer than the best in memory (" + std::to_string(s.chosen->n) + ")" : "") +
+               (p.absorbs ? ", superseding it" : "");
+}
+
+void store::plan_live_restore(const plan_state & s, restore_plan & p) {
+    const std::optional<restore_candidate> & chosen = s.chosen;
+    const live_state & l = s.hints.live[chosen->id & ~live_id_bit];
+    p.n_restore = chosen->n;
+    p.kind = chosen->kind;
+    p.op = restore_op::share_device;
+    p.live = true;
+    p.device_seq = l.seq;
+    p.source_tokens = static_cast<int32_t>(l.toks.size());
+    p.recurrent = chosen->checkpoint >= 0 ? l.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
+    // Its restore points up to here are the new entry's too (shared blobs): a resend of this
+    // prompt then restores its guard from either request's entry.
+    for (const auto & c : l.checkpoints) {
+        if (c.n_tokens <= p.n_restore) {
+            p.inherited.push_back(c);
+        }
+    }
+    if (s.counted) {
+        count_hit(p);
+        stats_.live_hits++;
+    }
+    p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+               std::to_string(s.prompt.size()) + " from running request " + std::to_string(l.request) +
+               " (sequence " + std::to_string(l.seq) + ", " + std::to_string(l.toks.size()) + " tokens so far" +
+               (l.session == s.k.session ? "" : ", cross-session") + ")";
+}
+
+void store::plan_entry_restore(const plan_state & s, restore_plan & p) {
+    const std::optional<restore_candidate> & chosen = s.chosen;
+    const iter chosen_it = by_id_.at(chosen->id);
+    entry & e = *chosen_it;
+    const bool counted = s.counted;
+    uint64_t retire_twin = 0;
+    // A use (value.h) restores something of the entry that no other copy holds: a prefix
+    // an anchor or another entry restores as far (a side call's system text) is none.
+    const bool used = counted && !e.anchor && restore_point_below(e) < chosen->n;
+    if (used) {
+        // The reuse model: an entry with e.uses uses came back after this long.
+        reuse_.reused(e.uses, e.family);
+        reuse_.observe_gap(s.now_s - e.last_use);
+    }
+    e.last_use = s.now_s;
+    p.source_uses = e.uses;
+    p.source_used = used;
+    p.n_restore = chosen->n;
+    p.kind = chosen->kind;
+    p.source = e.id;
+    p.source_tokens = static_cast<int32_t>(e.toks.size());
+    p.source_history = e.history;
+    p.source_first_turn = e.first_turn;
+    p.recurrent = chosen->checkpoint >= 0 ? e.checkpoints[static_cast<size_t>(chosen->checkpoint)].recurrent : nullptr;
+    // Absorption (docs/prompt-cache.md "Entries and lineages"): a prompt that continues a
+    // conversation entry takes it.
+    p.absorbs = continues(rule_, p.n_restore, p.source_tokens, e.history, e.anchor);
+    if (p.absorbs && !counted && p.n_restore < p.source_tokens) {
+        // A warm-up that parts before the entry's end keeps it as the resend twin
+        // (restore_plan::twin): a regenerate of the turn just answered restores all but one
+        // token from it until the next turn continues the warm-up's entry.
+        p.absorbs = false;
+        p.twin = e.id;
+        for (const auto & c : e.checkpoints) {
+            if (c.n_tokens <= p.n_restore) {
+                p.inherited.push_back(c);
+            }
+        }
+    } else if (p.absorbs && e.resend_twin != 0) {
+        if (!counted) {
+            p.twin = e.resend_twin;  // a preempted warm-up's continuation keeps the link
+        } else {
+            retire_twin = e.resend_twin;  // the next turn is here: the resend point serves no one
+        }
+    }
+    if (e.where == tier::device) {
+        p.op = p.absorbs ? restore_op::take_device : restore_op::share_device;
+        p.device_seq = e.seq;
+    } else {
+        p.op = restore_op::load_ram;
+        p.full = e.full;
+    }
+    const std::string other_template = template_difference(e.k.dims, s.k.dims);
+    if (counted) {
+        count_hit(p);
+        stats_.cross_template_hits += other_template.empty() ? 0 : 1;
+    }
+    note_warmed_restore(e, p.n_restore, p.absorbs, !counted);
+    p.reason = "restore " + std::string(to_string(p.kind)) + " at " + std::to_string(p.n_restore) + "/" +
+               std::to_string(s.prompt.size()) + " from entry " + std::to_string(e.id) + " (" +
+               std::string(to_string(e.where)) + ", " + std::to_string(e.toks.size()) + " tokens" +
+               (e.k.session == s.k.session ? "" : ", cross-session") +
+               (other_template.empty() ? "" : ", rendered under another template: " + other_template) + ")" +
+               (p.absorbs ? ", absorbing it" : "");
+    if (p.absorbs) {
+        take_entry(p, chosen_it, retire_twin);
+    } else {
+        entries_.splice(entries_.begin(), entries_, chosen_it);
+        e.mru = next_mru_++;
+        if (used) {
+            e.uses++;  // restored in place (an absorbing request's entry counts it at commit)
+        }
+    }
+}
+
+void store::take_entry(restore_plan & p, iter it, uint64_t retire_twin) {
+    entry & e = *it;
+    // The request owns the entry now. Its restore points up to the restore point (and
+    // its final state, when restored whole) return with the commit; its RAM bytes stay
+    // reserved until then.
+    for (auto & c : e.checkpoints) {
+        if (c.n_tokens <= p.n_restore) {
+            p.inherited.push_back(std::move(c));
+        }
+    }
+    if (hybrid_ && e.final_recurrent && p.n_restore == p.source_tokens) {
+        p.inherited.push_back({p.source_tokens, point_kind::turn, e.final_recurrent});
+    }
+    p.inflight_bytes = e.ram_bytes();
+    pending_bytes_ += p.inflight_bytes;
+    p.tier_ancestors = std::move(e.ancestors);
+    if (e.tier_copy != 0) {
+        p.tier_ancestors.push_back(e.tier_copy);
+    }
+    p.pending_write_of = e.writing ? e.id : 0;
+    p.unwritten_since = e.tier_copy == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
+    index_remove(it);
+    entries_.erase(it);
+    if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
+        const iter twin = t->second;
+        p.tier_ancestors.insert(p.tier_ancestors.end(), twin->ancestors.begin(), twin->ancestors.end());
+        if (twin->tier_copy != 0) {
+            p.tier_ancestors.push_back(twin->tier_copy);
+        }
+        erase(twin, eviction_reason::superseded, " (the resend twin of the turn this request continues)");
+    }
 }
 
 std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints) const {

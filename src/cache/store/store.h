@@ -507,6 +507,36 @@ private:
     void index_add(iter it);
     /** Takes an entry out of the index; call before erasing it from entries_. */
     void index_remove(iter it);
+    // plan()'s steps (store.cpp), in the order it takes them, over the state they hand on.
+    struct plan_state;
+    /** Searches memory for `s.prompt`'s restore point: the bucket's entries in descending common
+     *  prefix, then the running requests' sequences (plan_hints::live). Sets s.req_chain,
+     *  s.chosen, s.live_lcp and s.best_short (tokens). */
+    void search_memory(plan_state & s) const;
+    /** Where s.chosen lies short of the end of an entry that holds a warm-up and that entry's
+     *  resend twin restores as many tokens, the twin serves the request instead (s.chosen becomes
+     *  the twin's point; traced). */
+    void prefer_resend_twin(plan_state & s);
+    /** Asks each tier below RAM for a copy longer than the best restore point above it, and
+     *  keeps the last one the tier cost rule finds worth its read (bytes read vs seconds of
+     *  prefill saved) in s.tier_copy and s.tier; a declined read is counted and traced. */
+    void search_tiers(plan_state & s);
+    /** A hit on a copy below RAM (s.tier_copy): fills `p` for load_tier, absorbing the copy when
+     *  the prompt continues it; counts the hit. */
+    void plan_tier_restore(const plan_state & s, restore_plan & p);
+    /** A hit on a running request's sequence (s.chosen with live_id_bit): fills `p` for
+     *  share_device with that sequence's restore points up to the restore point; counts it. */
+    void plan_live_restore(const plan_state & s, restore_plan & p);
+    /** A hit on a stored entry (s.chosen): the reuse use, absorption or the warm-up's resend
+     *  twin, the restore op, the hit's counters and the decision line; takes the entry
+     *  (take_entry) when `p` absorbs it, else moves it to the front of the recency list. */
+    void plan_entry_restore(const plan_state & s, restore_plan & p);
+    /** Absorption: the request takes entry `it` out of the index. Its restore points up to
+     *  p.n_restore (and its final state, restored whole) go to p.inherited, its RAM bytes stay
+     *  reserved (p.inflight_bytes), its tier-2 files become p.tier_ancestors; `retire_twin`
+     *  (0: none) is the resend twin this turn retires (eviction `superseded`). */
+    void take_entry(restore_plan & p, iter it, uint64_t retire_twin);
+
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
     /** Whether the prompt - 1 guard of a prompt of `n_prompt` tokens restored at `from` merges
      *  into a point at most config::guard_merge tokens before it: `from` itself, or a split
