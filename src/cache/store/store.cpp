@@ -492,187 +492,252 @@ bool store::merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt)
     });
 }
 
-void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
-    const std::vector<int32_t> & breakpoints = h.breakpoint_tokens;
-    if (!cfg_.lineage) {
-        return;  // exact mode: whole-prompt snapshots only
-    }
-    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
-    const int32_t from = p.n_restore;
-    auto add = [&](int32_t n, point_kind kind) {
+/** The capture points of one plan being built (add_captures and its steps): what they read and
+ *  what the anchor step leaves for the ladder step. */
+struct store::capture_plan {
+    restore_plan & p;
+    const key & k;
+    const tokens & prompt;
+    const plan_hints & h;
+    int32_t from = 0;             ///< tokens restored: a point must lie after them
+    int32_t n_prompt = 0;         ///< prompt tokens: a point must lie before its end
+    int32_t anchor = -1;          ///< the anchor's length, tokens (-1: none planned for this prompt)
+    int32_t tools_anchor = -1;    ///< the tools anchor's length, tokens (-1: none)
+    bool anchor_planned = false;  ///< the anchor (at `anchor`) is captured by this plan
+    /** A split capture of `kind` at `n` tokens, when inside (from, n_prompt). */
+    void add(int32_t n, point_kind kind) {
         if (n > from && n < n_prompt) {
             p.captures.push_back({n, kind});
         }
-    };
-    // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
-    // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
-    // same slack, when it falls before the anchor: what system texts that differ near their end
-    // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
-    // --cache-max-anchors 0 turns anchors off: none is planned.
-    const bool anchors_on = cfg_.max_anchors > 0;
-    const int32_t anchor = anchors_on && h.anchor_tokens > 0 ? h.anchor_tokens - cfg_.anchor_slack : -1;
-    const int32_t tools_anchor =
-        anchors_on && hybrid_ && h.tools_anchor_tokens > 0 ? h.tools_anchor_tokens - cfg_.anchor_slack : -1;
-    bool anchor_planned = false;
-    // An anchor file this plan reads that stays a file (store::repins_read_anchor) is this
-    // system prompt's anchor: capturing it again would pin a copy without its file, which the
-    // disk tier would then write a second time.
-    const bool anchor_file = p.op == restore_op::load_tier && p.source_anchor && !repins_read_anchor(p);
-    for (const int32_t a : {anchor, tools_anchor < anchor ? tools_anchor : -1}) {
-        if (a < 0) {
+    }
+    /** A capture of `kind` at the end of the pass that reaches `n` tokens, when inside (from, n_prompt). */
+    void add_at_pass_end(int32_t n, point_kind kind) {
+        if (n > from && n < n_prompt) {
+            p.captures.push_back({n, kind, /*at_pass_end=*/true});
+        }
+    }
+};
+
+namespace {
+
+/** The volatile rungs of a newly pinned system region: of `volatile_starts` (tokens, ascending:
+ *  where per-session content starts), those after `from` and min prefix and before the near
+ *  zone (`near_start`), at least a quarter of a near step apart, at most
+ *  --cache-ladder-volatile-rungs of them (the first half and the last half where there are
+ *  more). Ascending, tokens. */
+std::vector<int32_t> volatile_rungs(const config & cfg, int32_t from, int32_t near_start,
+                                    const std::vector<int32_t> & volatile_starts) {
+    const int32_t min_gap = std::max(1, cfg.ladder_near_step / 4);
+    std::vector<int32_t> spaced;
+    for (const int32_t v : volatile_starts) {
+        if (cfg.ladder_step <= 0 || v >= near_start) {
+            break;
+        }
+        if (v <= from || v < cfg.min_prefix || (!spaced.empty() && v - spaced.back() < min_gap)) {
             continue;
         }
-        bool exists = anchor_file && p.source_tokens == a;
-        if (auto t = tries_.find(k.bucket); t != tries_.end() && a > 0) {
-            for (uint64_t id : t->second.exact(prompt, a)) {
-                exists = exists || by_id_.at(id)->anchor;
-            }
-        }
-        if (!exists && a >= cfg_.min_prefix && a >= from && a < n_prompt) {
-            p.captures.push_back({a, point_kind::anchor});
-            anchor_planned = anchor_planned || a == anchor;
+        spaced.push_back(v);
+    }
+    const size_t cap = static_cast<size_t>(std::max(0, cfg.ladder_volatile_rungs));
+    const size_t head = spaced.size() <= cap ? spaced.size() : (cap + 1) / 2;
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < spaced.size(); ++i) {
+        if (i < head || (spaced.size() > cap && i >= spaced.size() - (cap - head))) {
+            out.push_back(spaced[i]);
         }
     }
-    if (hybrid_) {
-        // turn: the history boundary (prompt without its generation prompt), where the next
-        // turn's prompt leaves this one when the template re-renders the assistant turn.
-        add(h.history_tokens, point_kind::turn);
-        // the start of the last user message: an edit of it restores up to there instead of
-        // the previous request's history boundary (before the reply and tool results since).
-        // Not when the client marked cache breakpoints (Anthropic cache_control): it said where it
-        // comes back, and with max_checkpoints per lineage this turn would thin one of those away.
-        // Only where it saves more than the split costs: not a few tokens after the restore point
-        // (--cache-last-user-min-gain; that point stays a checkpoint an edit restores).
-        if (cfg_.last_user_checkpoint && breakpoints.empty() && h.last_user_tokens - from >= cfg_.last_user_min_gain) {
-            add(h.last_user_tokens, point_kind::turn);
-        }
-        // the start of each image: a prompt with the same text and another image restores
-        // exactly the text before it (media.h).
-        for (const auto & m : h.media) {
-            add(m.begin, point_kind::turn);
-        }
-        // message rungs: inside the last user message (up to the history boundary), so that an
-        // edit of it restores close to where it parts (ladder.h).
-        if (breakpoints.empty() && h.last_user_tokens >= 0 && h.history_tokens > h.last_user_tokens) {
-            for (const int32_t r : message_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
-                add(r, point_kind::message);
-            }
-            // and pass-end rungs through a long message: no split (config.h message_pass_rungs).
-            for (const int32_t r :
-                 message_pass_rungs(cfg_, from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
-                if (r > from && r < n_prompt) {
-                    p.captures.push_back({r, point_kind::message, /*at_pass_end=*/true});
-                }
-            }
-        }
-        // cache_control breakpoints: where the client says it will come back.
-        for (const int32_t b : breakpoints) {
-            add(b - cfg_.anchor_slack, point_kind::turn);
-        }
-        // divergence: where the prompt stops sharing tokens with its closest sibling.
-        int32_t sibling = 0;
-        if (auto t = tries_.find(k.bucket); t != tries_.end()) {
-            // The first entry, in descending common prefix, that the prompt leaves inside.
-            t->second.match(prompt, [&](uint64_t id, int32_t lcp) {
-                if (lcp < static_cast<int32_t>(by_id_.at(id)->toks.size())) {
-                    sibling = lcp;
-                    return false;
-                }
-                return true;
-            });
-        }
-        // With slack: back to the start of its line, so that a variation parting a few tokens
-        // earlier next time still restores it (ladder.h).
-        if (sibling > 0) {
-            const int32_t at = divergence_point(cfg_, sibling, h.line_starts);
-            if (at - from >= cfg_.divergence_min_gain) {
-                add(at, point_kind::divergence);
-            }
-        }
-        // ladder: rungs inside a newly pinned system region (after the tools anchor, which
-        // every system text with these tools shares), kept with the anchor (ladder.h).
-        if (anchor_planned) {
-            const int32_t start = std::max(from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
-            const auto rungs = ladder_rungs(cfg_, start, anchor, h.line_starts, cfg_.min_prefix);
-            for (const int32_t r : rungs.near) {
-                add(r, point_kind::ladder);
-            }
-            for (const int32_t r : rungs.far) {
-                if (r > from && r < n_prompt) {
-                    p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/true});
-                }
-            }
-            // Per-session content before the near zone (the tools included: a folder written
-            // into a tool's description): a split rung right before each, at least a quarter of a
-            // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
-            // rung at each), at most --cache-ladder-volatile-rungs. Where there are more, the
-            // first half of them and the last half: agents write the session's folder early (a
-            // tool's description, the environment block) and its memory paths late (right before
-            // the instructions' end), while the paths in between are most often the tools'
-            // placeholder examples, the same in every session (qwen-code's prompt: 8 rungs spent on
-            // those left its memory path ~400 tokens from a restore point).
-            const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
-            const int32_t min_gap = std::max(1, cfg_.ladder_near_step / 4);
-            std::vector<int32_t> spaced;
-            for (const int32_t v : h.volatile_starts) {
-                if (cfg_.ladder_step <= 0 || v >= near_start) {
-                    break;
-                }
-                if (v <= from || v < cfg_.min_prefix || (!spaced.empty() && v - spaced.back() < min_gap)) {
-                    continue;
-                }
-                spaced.push_back(v);
-            }
-            const size_t cap = static_cast<size_t>(std::max(0, cfg_.ladder_volatile_rungs));
-            const size_t head = spaced.size() <= cap ? spaced.size() : (cap + 1) / 2;
-            for (size_t i = 0; i < spaced.size(); ++i) {
-                if (i < head || (spaced.size() > cap && i >= spaced.size() - (cap - head))) {
-                    add(spaced[i], point_kind::ladder);
-                }
-            }
-        }
-    }
-    // An image is decoded as one unit: a point inside one moves back to its start (media.h).
-    if (!h.media.empty()) {
-        std::vector<capture_point> moved;
-        for (auto c : p.captures) {
-            c.n_tokens = clamp_to_spans(h.media, c.n_tokens);
-            if (c.n_tokens > from || (c.kind == point_kind::anchor && c.n_tokens == from && c.n_tokens > 0)) {
-                moved.push_back(c);
-            }
-        }
-        p.captures = std::move(moved);
-    }
-    if (hybrid_) {
-        // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached suffix is
-        // >= 256 tokens. The prompt - 1 guard merges into a restore point at most
-        // --cache-guard-merge tokens before it (config.h guard_merge): a split planned above (on
-        // a user turn the history boundary, the generation prompt's few tokens back) or the
-        // restore point itself (a resend that restored it). A resend then restores that point and
-        // computes those tokens in its one pass, and this prefill saves the pass the guard cuts.
-        // Decided after the images moved the points above; a guard inside an image moves too.
-        const auto guard_at = [&](int32_t n) { return h.media.empty() ? n : clamp_to_spans(h.media, n); };
-        if (cfg_.resend_checkpoint) {
-            if (!merges_guard(p, from, n_prompt)) {
-                add(guard_at(n_prompt - 1), point_kind::guard);
-            }
-        } else if (n_prompt - from >= cfg_.guard_min_suffix) {
-            add(guard_at(n_prompt - cfg_.guard_distance), point_kind::guard);
-        }
-    }
+    return out;
+}
+
+/** Sorts `captures` by length and keeps one checkpoint per length: at one length the first
+ *  planned kind stays (a rung, planned last, gives way); an anchor beside a checkpoint is a
+ *  different state, and both stay. */
+void sort_and_dedupe(std::vector<capture_point> & captures) {
     // Stable: at one length the first planned kind stays (a rung, planned last, gives way).
-    std::stable_sort(p.captures.begin(), p.captures.end(),
+    std::stable_sort(captures.begin(), captures.end(),
               [](const capture_point & a, const capture_point & b) { return a.n_tokens < b.n_tokens; });
     // One checkpoint per length (an anchor beside a checkpoint is a different state: keep both).
     std::vector<capture_point> out;
-    for (const auto & c : p.captures) {
+    for (const auto & c : captures) {
         const bool dup = !out.empty() && out.back().n_tokens == c.n_tokens &&
                          (out.back().kind == point_kind::anchor) == (c.kind == point_kind::anchor);
         if (!dup) {
             out.push_back(c);
         }
     }
-    p.captures = std::move(out);
+    captures = std::move(out);
+}
+
+}  // namespace
+
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
+    if (!cfg_.lineage) {
+        return;  // exact mode: whole-prompt snapshots only
+    }
+    capture_plan c{p, k, prompt, h, p.n_restore, static_cast<int32_t>(prompt.size())};
+    add_anchor_captures(c);
+    if (hybrid_) {
+        add_turn_captures(c);
+        add_divergence_capture(c);
+        if (c.anchor_planned) {
+            add_ladder_captures(c);
+        }
+    }
+    // An image is decoded as one unit: a point inside one moves back to its start (media.h).
+    if (!h.media.empty()) {
+        std::vector<capture_point> moved;
+        for (auto m : p.captures) {
+            m.n_tokens = clamp_to_spans(h.media, m.n_tokens);
+            if (m.n_tokens > c.from || (m.kind == point_kind::anchor && m.n_tokens == c.from && m.n_tokens > 0)) {
+                moved.push_back(m);
+            }
+        }
+        p.captures = std::move(moved);
+    }
+    if (hybrid_) {
+        add_guard_capture(c);
+    }
+    sort_and_dedupe(p.captures);
+}
+
+void store::add_anchor_captures(capture_plan & c) const {
+    // anchor: end of system prompt + tools, minus BPE slack; pinned wherever it falls.
+    // tools anchor (hybrid): the end of a tool block rendered before the system text, minus the
+    // same slack, when it falls before the anchor: what system texts that differ near their end
+    // (a timestamp, a sibling) still share, so that a new session on them does not start cold.
+    // --cache-max-anchors 0 turns anchors off: none is planned.
+    const bool anchors_on = cfg_.max_anchors > 0;
+    c.anchor = anchors_on && c.h.anchor_tokens > 0 ? c.h.anchor_tokens - cfg_.anchor_slack : -1;
+    c.tools_anchor =
+        anchors_on && hybrid_ && c.h.tools_anchor_tokens > 0 ? c.h.tools_anchor_tokens - cfg_.anchor_slack : -1;
+    // An anchor file this plan reads that stays a file (store::repins_read_anchor) is this
+    // system prompt's anchor: capturing it again would pin a copy without its file, which the
+    // disk tier would then write a second time.
+    const restore_plan & p = c.p;
+    const bool anchor_file = p.op == restore_op::load_tier && p.source_anchor && !repins_read_anchor(p);
+    for (const int32_t a : {c.anchor, c.tools_anchor < c.anchor ? c.tools_anchor : -1}) {
+        if (a < 0) {
+            continue;
+        }
+        bool exists = anchor_file && p.source_tokens == a;
+        if (auto t = tries_.find(c.k.bucket); t != tries_.end() && a > 0) {
+            for (uint64_t id : t->second.exact(c.prompt, a)) {
+                exists = exists || by_id_.at(id)->anchor;
+            }
+        }
+        if (!exists && a >= cfg_.min_prefix && a >= c.from && a < c.n_prompt) {
+            c.p.captures.push_back({a, point_kind::anchor});
+            c.anchor_planned = c.anchor_planned || a == c.anchor;
+        }
+    }
+}
+
+void store::add_turn_captures(capture_plan & c) const {
+    const plan_hints & h = c.h;
+    const std::vector<int32_t> & breakpoints = h.breakpoint_tokens;
+    // turn: the history boundary (prompt without its generation prompt), where the next
+    // turn's prompt leaves this one when the template re-renders the assistant turn.
+    c.add(h.history_tokens, point_kind::turn);
+    // the start of the last user message: an edit of it restores up to there instead of
+    // the previous request's history boundary (before the reply and tool results since).
+    // Not when the client marked cache breakpoints (Anthropic cache_control): it said where it
+    // comes back, and with max_checkpoints per lineage this turn would thin one of those away.
+    // Only where it saves more than the split costs: not a few tokens after the restore point
+    // (--cache-last-user-min-gain; that point stays a checkpoint an edit restores).
+    if (cfg_.last_user_checkpoint && breakpoints.empty() && h.last_user_tokens - c.from >= cfg_.last_user_min_gain) {
+        c.add(h.last_user_tokens, point_kind::turn);
+    }
+    // the start of each image: a prompt with the same text and another image restores
+    // exactly the text before it (media.h).
+    for (const auto & m : h.media) {
+        c.add(m.begin, point_kind::turn);
+    }
+    // message rungs: inside the last user message (up to the history boundary), so that an
+    // edit of it restores close to where it parts (ladder.h).
+    if (breakpoints.empty() && h.last_user_tokens >= 0 && h.history_tokens > h.last_user_tokens) {
+        for (const int32_t r : message_rungs(cfg_, c.from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+            c.add(r, point_kind::message);
+        }
+        // and pass-end rungs through a long message: no split (config.h message_pass_rungs).
+        for (const int32_t r :
+             message_pass_rungs(cfg_, c.from, h.last_user_tokens, h.history_tokens, cfg_.min_prefix)) {
+            c.add_at_pass_end(r, point_kind::message);
+        }
+    }
+    // cache_control breakpoints: where the client says it will come back.
+    for (const int32_t b : breakpoints) {
+        c.add(b - cfg_.anchor_slack, point_kind::turn);
+    }
+}
+
+void store::add_divergence_capture(capture_plan & c) const {
+    // divergence: where the prompt stops sharing tokens with its closest sibling.
+    int32_t sibling = 0;
+    if (auto t = tries_.find(c.k.bucket); t != tries_.end()) {
+        // The first entry, in descending common prefix, that the prompt leaves inside.
+        t->second.match(c.prompt, [&](uint64_t id, int32_t lcp) {
+            if (lcp < static_cast<int32_t>(by_id_.at(id)->toks.size())) {
+                sibling = lcp;
+                return false;
+            }
+            return true;
+        });
+    }
+    // With slack: back to the start of its line, so that a variation parting a few tokens
+    // earlier next time still restores it (ladder.h).
+    if (sibling > 0) {
+        const int32_t at = divergence_point(cfg_, sibling, c.h.line_starts);
+        if (at - c.from >= cfg_.divergence_min_gain) {
+            c.add(at, point_kind::divergence);
+        }
+    }
+}
+
+void store::add_ladder_captures(capture_plan & c) const {
+    // ladder: rungs inside a newly pinned system region (after the tools anchor, which
+    // every system text with these tools shares), kept with the anchor (ladder.h).
+    const int32_t anchor = c.anchor;
+    const int32_t tools_anchor = c.tools_anchor;
+    const int32_t start = std::max(c.from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
+    const auto rungs = ladder_rungs(cfg_, start, anchor, c.h.line_starts, cfg_.min_prefix);
+    for (const int32_t r : rungs.near) {
+        c.add(r, point_kind::ladder);
+    }
+    for (const int32_t r : rungs.far) {
+        c.add_at_pass_end(r, point_kind::ladder);
+    }
+    // Per-session content before the near zone (the tools included: a folder written
+    // into a tool's description): a split rung right before each, at least a quarter of a
+    // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
+    // rung at each), at most --cache-ladder-volatile-rungs. Where there are more, the
+    // first half of them and the last half: agents write the session's folder early (a
+    // tool's description, the environment block) and its memory paths late (right before
+    // the instructions' end), while the paths in between are most often the tools'
+    // placeholder examples, the same in every session (qwen-code's prompt: 8 rungs spent on
+    // those left its memory path ~400 tokens from a restore point).
+    const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
+    for (const int32_t v : volatile_rungs(cfg_, c.from, near_start, c.h.volatile_starts)) {
+        c.add(v, point_kind::ladder);
+    }
+}
+
+void store::add_guard_capture(capture_plan & c) const {
+    // guard: prompt - 1 (resend checkpoint), else prompt - 16 when the uncached suffix is
+    // >= 256 tokens. The prompt - 1 guard merges into a restore point at most
+    // --cache-guard-merge tokens before it (config.h guard_merge): a split planned above (on
+    // a user turn the history boundary, the generation prompt's few tokens back) or the
+    // restore point itself (a resend that restored it). A resend then restores that point and
+    // computes those tokens in its one pass, and this prefill saves the pass the guard cuts.
+    // Decided after the images moved the points above; a guard inside an image moves too.
+    const plan_hints & h = c.h;
+    const auto guard_at = [&](int32_t n) { return h.media.empty() ? n : clamp_to_spans(h.media, n); };
+    if (cfg_.resend_checkpoint) {
+        if (!merges_guard(c.p, c.from, c.n_prompt)) {
+            c.add(guard_at(c.n_prompt - 1), point_kind::guard);
+        }
+    } else if (c.n_prompt - c.from >= cfg_.guard_min_suffix) {
+        c.add(guard_at(c.n_prompt - cfg_.guard_distance), point_kind::guard);
+    }
 }
 
 void store::check_invariants() const {

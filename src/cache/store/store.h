@@ -537,7 +537,29 @@ private:
      *  (0: none) is the resend twin this turn retires (eviction `superseded`). */
     void take_entry(restore_plan & p, iter it, uint64_t retire_twin);
 
+    /** The capture points of `p`'s prefill (after p.n_restore tokens of `prompt`), ascending,
+     *  one per length (an anchor beside a checkpoint apart). Exact mode: none. */
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
+    // add_captures' steps (store.cpp), in its order, over the plan being built.
+    struct capture_plan;
+    /** The anchor (end of system prompt + tools, minus BPE slack) and the hybrid tools anchor,
+     *  unless pinned already, below min prefix or outside [from, n_prompt) tokens. Sets
+     *  c.anchor, c.tools_anchor (tokens; -1: none) and c.anchor_planned. */
+    void add_anchor_captures(capture_plan & c) const;
+    /** Hybrid: the turn checkpoints (history boundary, last user message's start, each image's
+     *  start, cache_control breakpoints minus anchor slack) and the message rungs inside the
+     *  last user message (split ones and pass-end ones). */
+    void add_turn_captures(capture_plan & c) const;
+    /** Hybrid: a divergence checkpoint where the prompt leaves its closest sibling entry (back
+     *  to its line's start), when it gains at least --cache-divergence-min-gain tokens. */
+    void add_divergence_capture(capture_plan & c) const;
+    /** Hybrid, with the anchor planned: the ladder rungs inside the newly pinned system region
+     *  (near ones split, far ones at a pass end) and the volatile rungs before the near zone. */
+    void add_ladder_captures(capture_plan & c) const;
+    /** Hybrid: the guard, prompt - 1 (unless it merges into a point at most --cache-guard-merge
+     *  tokens before it) or, without resend checkpoints, prompt - guard_distance when the
+     *  uncached suffix is at least --cache-guard-min-suffix tokens; moved out of an image. */
+    void add_guard_capture(capture_plan & c) const;
     /** Whether the prompt - 1 guard of a prompt of `n_prompt` tokens restored at `from` merges
      *  into a point at most config::guard_merge tokens before it: `from` itself, or a split
      *  capture already in `p` of a kind the entry keeps (turn, divergence, ladder). */
