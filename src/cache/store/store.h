@@ -591,6 +591,33 @@ private:
     /** Decision trace of a plan (store_trace.cpp): the decision, each rejected candidate and
      *  why, the capture points and why others were not planned. REQUIRES: trace_.on(). */
     void trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p);
+    // trace_plan's steps (store_trace.cpp), in its order.
+    struct plan_trace_listing;
+    /** Why entry `e` (of the prompt's bucket, sharing `lcp` tokens with it) was not taken by
+     *  `p`: no restore point in reach, below min prefix, shorter than p.n_restore, or a tie
+     *  lost. One phrase for the trace. */
+    std::string why_not_taken(const entry & e, const key & k, const tokens & prompt, int32_t lcp,
+                              const restore_plan & p) const;
+    /** Lists every entry but p.source: a line per entry of the prompt's bucket (why_not_taken,
+     *  by common prefix in tokens), a count per key difference for the others, and the other
+     *  bucket's entry sharing the most tokens. */
+    void list_entries_not_taken(const key & k, const tokens & prompt, const restore_plan & p,
+                                plan_trace_listing & out) const;
+    /** Lists the running requests' sequences of the prompt's bucket (plan_hints::live) that `p`
+     *  did not restore from and that share tokens with it, each with why. */
+    void list_live_not_restored(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                                plan_trace_listing & out) const;
+    /** Traces the listing: the closest max_listed lines of the bucket (then a count of the
+     *  rest), the closest entry of another bucket, and the other buckets' counts. */
+    void trace_listing(plan_trace_listing & listing);
+    /** Appends why the anchor and the hybrid tools anchor were not planned (pinned already,
+     *  below min prefix, before the restore point, outside the prompt, no system text). */
+    void anchors_not_planned(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                             std::vector<std::string> & not_planned) const;
+    /** Hybrid: appends why a divergence, last user message or guard checkpoint was not planned
+     *  (gain in tokens under its minimum, a guard merged, an uncached suffix too short). */
+    void checkpoints_not_planned(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                                 std::vector<std::string> & not_planned) const;
     /** Evicts one RAM-holding conversation entry other than `protect_id` (anchors never): the one
      *  of least value (value_of) among the config::eviction_candidates least recently used, the
      *  live conversations' within the protected share last, or a pinned anchor's ladder rung

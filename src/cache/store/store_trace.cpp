@@ -20,125 +20,26 @@ std::string short_digest(const std::string & hex) {
 
 }  // namespace
 
+/** What a plan's trace lists of the entries and running requests it did not restore from
+ *  (trace_plan's steps). */
+struct store::plan_trace_listing {
+    std::vector<std::pair<int32_t, std::string>> same_bucket;  ///< (common prefix in tokens, line)
+    std::map<std::string, int32_t> other_buckets;              ///< key difference -> entries
+    const entry * closest_other = nullptr;                     ///< the other bucket's entry sharing the most tokens
+    int32_t closest_other_lcp = 0;                             ///< tokens it shares with the prompt
+    std::string closest_other_diff;                            ///< how its key differs
+};
+
 void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p) {
     const int32_t n_prompt = static_cast<int32_t>(prompt.size());
-    const int32_t limit = n_prompt - 1;
     trace_("lookup of {} tokens (session {}, bucket {}): {}", n_prompt, quote_for_log(k.session),
            short_digest(k.bucket), p.reason);
 
     // Why each other entry was not taken.
-    std::vector<std::pair<int32_t, std::string>> same_bucket;  // (common prefix, line)
-    std::map<std::string, int32_t> other_buckets;              // difference -> entries
-    const entry * closest_other = nullptr;
-    int32_t closest_other_lcp = 0;
-    std::string closest_other_diff;
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        const entry & e = *it;
-        if (e.id == p.source) {
-            continue;  // the chosen one
-        }
-        const int32_t n_e = static_cast<int32_t>(e.toks.size());
-        const int32_t lcp = common_prefix(e.toks, prompt);
-        if (e.k.bucket != k.bucket) {
-            std::string diff = key_difference(e.k.dims, k.dims);
-            if (diff.empty()) {
-                diff = "bucket differs (dimensions not recorded)";
-            }
-            other_buckets[diff]++;
-            if (lcp > closest_other_lcp) {
-                closest_other = &e;
-                closest_other_lcp = lcp;
-                closest_other_diff = diff;
-            }
-            continue;
-        }
-        const std::string who = fmt::format("entry {} ({}{}, {} tokens, session {})", e.id, e.anchor ? "anchor, " : "",
-                                            to_string(e.where), n_e, quote_for_log(e.k.session));
-        std::string why;
-        const auto c = best_point(rule_, e.id, state_of(e, k.session), prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
-        if (!c) {
-            if (lcp == 0) {
-                why = "shares no tokens with the prompt";
-            } else {
-                // Hybrid only (a dense entry restores any prefix): no restore point in reach.
-                const int32_t reach = std::min(lcp, limit);
-                const checkpoint * nearest = nullptr;
-                for (const auto & cp : e.checkpoints) {
-                    if (cp.n_tokens > reach) {
-                        nearest = &cp;
-                        break;
-                    }
-                }
-                why = lcp == n_e ? fmt::format("matches all {} tokens, but a restore must leave >= 1 token to prefill "
-                                               "and it has no checkpoint before its end",
-                                               n_e)
-                                 : fmt::format("the prompt diverges from it at token {}; no restore point at or "
-                                               "before {} (nearest: {})",
-                                               lcp, reach,
-                                               nearest ? fmt::format("{} at {}", to_string(nearest->kind),
-                                                                     nearest->n_tokens)
-                                                       : fmt::format("its full snapshot at {}", n_e));
-            }
-        } else if (c->n < cfg_.min_prefix) {
-            why = fmt::format("its {} restore point at {} is shorter than min prefix {}", to_string(c->kind), c->n,
-                              cfg_.min_prefix);
-        } else if (c->n < p.n_restore) {
-            why = fmt::format("its {} restore point at {} is shorter than the chosen one at {}", to_string(c->kind),
-                              c->n, p.n_restore);
-        } else {
-            why = fmt::format("its {} restore point at {} ties with the chosen one (preferred: own session, then a "
-                              "parked sequence, then a full snapshot){}",
-                              to_string(c->kind), c->n,
-                              e.k.session != k.session ? "; cross-session restores must be strictly longer" : "");
-        }
-        same_bucket.emplace_back(lcp, who + " not taken: " + why);
-    }
-    // Running requests' sequences (plan_hints::live) that were not restored from.
-    for (const auto & l : h.live) {
-        if (l.bucket != k.bucket || (p.source == 0 && p.op == restore_op::share_device && p.device_seq == l.seq)) {
-            continue;
-        }
-        const int32_t lcp = common_prefix(l.toks, prompt);
-        if (lcp == 0) {
-            continue;
-        }
-        const stored_state st{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr};
-        const auto c = best_point(rule_, 0, st, prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
-        same_bucket.emplace_back(
-            lcp, fmt::format("running request {} (sequence {}, {} tokens so far) not restored from: {}", l.request,
-                             l.seq, l.toks.size(),
-                             !c ? fmt::format("it shares {} tokens, but has no restore point at or before {} yet "
-                                              "(its prefill captured none there)",
-                                              lcp, std::min(lcp, limit))
-                             : c->n < p.n_restore || c->n < cfg_.min_prefix
-                                 ? fmt::format("its {} restore point at {} is shorter than the chosen one at {} or "
-                                               "min prefix {}",
-                                               to_string(c->kind), c->n, p.n_restore, cfg_.min_prefix)
-                                 : fmt::format("its {} restore point at {} ties with a stored one (preferred)",
-                                               to_string(c->kind), c->n)));
-    }
-    std::stable_sort(same_bucket.begin(), same_bucket.end(),
-                     [](const auto & a, const auto & b) { return a.first > b.first; });
-    for (size_t i = 0; i < same_bucket.size() && i < max_listed; ++i) {
-        trace_("  {}", same_bucket[i].second);
-    }
-    if (same_bucket.size() > max_listed) {
-        trace_("  ... and {} more entries of this bucket, sharing fewer tokens", same_bucket.size() - max_listed);
-    }
-    if (closest_other != nullptr) {
-        trace_("  entry {} ({} tokens, session {}) shares {} tokens with the prompt but is in another bucket: {}",
-               closest_other->id, closest_other->toks.size(), quote_for_log(closest_other->k.session),
-               closest_other_lcp, closest_other_diff);
-    }
-    if (!other_buckets.empty()) {
-        std::string summary;
-        int32_t n = 0;
-        for (const auto & [diff, count] : other_buckets) {
-            summary += fmt::format("{}{}: {}", summary.empty() ? "" : "; ", diff, count);
-            n += count;
-        }
-        trace_("  {} entr{} in other buckets ({})", n, n == 1 ? "y" : "ies", summary);
-    }
+    plan_trace_listing listing;
+    list_entries_not_taken(k, prompt, p, listing);
+    list_live_not_restored(k, prompt, h, p, listing);
+    trace_listing(listing);
 
     // Capture points, and why the others were not planned.
     std::string planned;
@@ -151,74 +52,9 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     if (!cfg_.lineage) {
         not_planned.push_back("exact mode: no checkpoints, no anchor");
     } else {
-        auto anchor_not_planned = [&](const char * what, int32_t a) {
-            const bool planned = std::any_of(p.captures.begin(), p.captures.end(), [a](const capture_point & c) {
-                return c.kind == point_kind::anchor && c.n_tokens == a;
-            });
-            if (planned) {
-                return;
-            }
-            const bool pinned = std::any_of(entries_.begin(), entries_.end(), [&](const entry & e) {
-                return e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
-                       common_prefix(e.toks, prompt) == a;
-            });
-            not_planned.push_back(pinned                ? fmt::format("{} at {}: already pinned", what, a)
-                                  : a < cfg_.min_prefix ? fmt::format("{} at {}: below min prefix {}", what, a,
-                                                                      cfg_.min_prefix)
-                                  : a < p.n_restore     ? fmt::format("{} at {}: before the restore point", what, a)
-                                                        : fmt::format("{} at {}: not inside the prompt", what, a));
-        };
-        const int32_t anchor = h.anchor_tokens - cfg_.anchor_slack;
-        if (h.anchor_tokens <= 0) {
-            not_planned.push_back("anchor: the request has no leading system message or tools");
-        } else {
-            anchor_not_planned("anchor", anchor);
-        }
-        if (hybrid_ && h.tools_anchor_tokens > 0) {
-            const int32_t t = h.tools_anchor_tokens - cfg_.anchor_slack;
-            if (t >= anchor) {
-                not_planned.push_back(fmt::format("tools anchor at {}: not before the anchor", t));
-            } else {
-                anchor_not_planned("tools anchor", t);
-            }
-        }
+        anchors_not_planned(k, prompt, h, p, not_planned);
         if (hybrid_) {
-            int32_t sibling = 0;
-            for (const auto & e : entries_) {
-                const int32_t l = common_prefix(e.toks, prompt);
-                if (e.k.bucket == k.bucket && l < static_cast<int32_t>(e.toks.size())) {
-                    sibling = std::max(sibling, l);
-                }
-            }
-            const bool div_planned = std::any_of(p.captures.begin(), p.captures.end(), [](const capture_point & c) {
-                return c.kind == point_kind::divergence;
-            });
-            if (sibling > p.n_restore && !div_planned) {
-                not_planned.push_back(fmt::format("divergence at {}: gain {} < {} (--cache-divergence-min-gain)",
-                                                  sibling, sibling - p.n_restore, cfg_.divergence_min_gain));
-            }
-            // The last user message's start, mirroring add_captures: skipped a few tokens after
-            // the restore point (no breakpoints; a point before the restore is no capture at all).
-            const int32_t last_user = h.last_user_tokens;
-            if (cfg_.last_user_checkpoint && last_user > p.n_restore && last_user < n_prompt &&
-                last_user - p.n_restore < cfg_.last_user_min_gain &&
-                std::none_of(p.captures.begin(), p.captures.end(),
-                             [last_user](const capture_point & c) { return c.n_tokens == last_user; })) {
-                not_planned.push_back(fmt::format("last user message at {}: gain {} < {} (--cache-last-user-min-gain)",
-                                                  last_user, last_user - p.n_restore, cfg_.last_user_min_gain));
-            }
-            if (cfg_.resend_checkpoint && n_prompt - 1 > p.n_restore &&
-                std::none_of(p.captures.begin(), p.captures.end(),
-                             [](const capture_point & c) { return c.kind == point_kind::guard; })) {
-                not_planned.push_back(
-                    fmt::format("guard at {}: a restore point within {} tokens before it "
-                                "(--cache-guard-merge)",
-                                n_prompt - 1, cfg_.guard_merge));
-            }
-            if (!cfg_.resend_checkpoint && n_prompt - p.n_restore < cfg_.guard_min_suffix) {
-                not_planned.push_back(fmt::format("guard: uncached suffix {} < {} (--cache-guard-min-suffix)",
-                                                  n_prompt - p.n_restore, cfg_.guard_min_suffix));
-            }
+            checkpoints_not_planned(k, prompt, h, p, not_planned);
         }
     }
     std::string skipped;
@@ -226,6 +62,206 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
         skipped += (skipped.empty() ? "" : "; ") + s;
     }
     trace_("captures planned: [{}]{}{}", planned, skipped.empty() ? "" : "; not planned: ", skipped);
+}
+
+std::string store::why_not_taken(const entry & e, const key & k, const tokens & prompt, int32_t lcp,
+                                 const restore_plan & p) const {
+    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
+    const int32_t n_e = static_cast<int32_t>(e.toks.size());
+    const auto c = best_point(rule_, e.id, state_of(e, k.session), prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
+    if (!c) {
+        if (lcp == 0) {
+            return "shares no tokens with the prompt";
+        }
+        // Hybrid only (a dense entry restores any prefix): no restore point in reach.
+        const int32_t reach = std::min(lcp, limit);
+        const checkpoint * nearest = nullptr;
+        for (const auto & cp : e.checkpoints) {
+            if (cp.n_tokens > reach) {
+                nearest = &cp;
+                break;
+            }
+        }
+        return lcp == n_e ? fmt::format("matches all {} tokens, but a restore must leave >= 1 token to prefill "
+                                        "and it has no checkpoint before its end",
+                                        n_e)
+                          : fmt::format("the prompt diverges from it at token {}; no restore point at or "
+                                        "before {} (nearest: {})",
+                                        lcp, reach,
+                                        nearest ? fmt::format("{} at {}", to_string(nearest->kind), nearest->n_tokens)
+                                                : fmt::format("its full snapshot at {}", n_e));
+    }
+    if (c->n < cfg_.min_prefix) {
+        return fmt::format("its {} restore point at {} is shorter than min prefix {}", to_string(c->kind), c->n,
+                           cfg_.min_prefix);
+    }
+    if (c->n < p.n_restore) {
+        return fmt::format("its {} restore point at {} is shorter than the chosen one at {}", to_string(c->kind), c->n,
+                           p.n_restore);
+    }
+    return fmt::format("its {} restore point at {} ties with the chosen one (preferred: own session, then a "
+                       "parked sequence, then a full snapshot){}",
+                       to_string(c->kind), c->n,
+                       e.k.session != k.session ? "; cross-session restores must be strictly longer" : "");
+}
+
+void store::list_entries_not_taken(const key & k, const tokens & prompt, const restore_plan & p,
+                                   plan_trace_listing & out) const {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        const entry & e = *it;
+        if (e.id == p.source) {
+            continue;  // the chosen one
+        }
+        const int32_t n_e = static_cast<int32_t>(e.toks.size());
+        const int32_t lcp = common_prefix(e.toks, prompt);
+        if (e.k.bucket != k.bucket) {
+            std::string diff = key_difference(e.k.dims, k.dims);
+            if (diff.empty()) {
+                diff = "bucket differs (dimensions not recorded)";
+            }
+            out.other_buckets[diff]++;
+            if (lcp > out.closest_other_lcp) {
+                out.closest_other = &e;
+                out.closest_other_lcp = lcp;
+                out.closest_other_diff = diff;
+            }
+            continue;
+        }
+        const std::string who = fmt::format("entry {} ({}{}, {} tokens, session {})", e.id, e.anchor ? "anchor, " : "",
+                                            to_string(e.where), n_e, quote_for_log(e.k.session));
+        out.same_bucket.emplace_back(lcp, who + " not taken: " + why_not_taken(e, k, prompt, lcp, p));
+    }
+}
+
+void store::list_live_not_restored(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                                   plan_trace_listing & out) const {
+    const int32_t limit = static_cast<int32_t>(prompt.size()) - 1;
+    // Running requests' sequences (plan_hints::live) that were not restored from.
+    for (const auto & l : h.live) {
+        if (l.bucket != k.bucket || (p.source == 0 && p.op == restore_op::share_device && p.device_seq == l.seq)) {
+            continue;
+        }
+        const int32_t lcp = common_prefix(l.toks, prompt);
+        if (lcp == 0) {
+            continue;
+        }
+        const stored_state st{l.toks, l.checkpoints, false, -1, l.session == k.session, true, 0.0, nullptr};
+        const auto c = best_point(rule_, 0, st, prompt, lcp, rule_.prompt_chain(k.bucket, prompt));
+        out.same_bucket.emplace_back(
+            lcp, fmt::format("running request {} (sequence {}, {} tokens so far) not restored from: {}", l.request,
+                             l.seq, l.toks.size(),
+                             !c ? fmt::format("it shares {} tokens, but has no restore point at or before {} yet "
+                                              "(its prefill captured none there)",
+                                              lcp, std::min(lcp, limit))
+                             : c->n < p.n_restore || c->n < cfg_.min_prefix
+                                 ? fmt::format("its {} restore point at {} is shorter than the chosen one at {} or "
+                                               "min prefix {}",
+                                               to_string(c->kind), c->n, p.n_restore, cfg_.min_prefix)
+                                 : fmt::format("its {} restore point at {} ties with a stored one (preferred)",
+                                               to_string(c->kind), c->n)));
+    }
+}
+
+void store::trace_listing(plan_trace_listing & listing) {
+    auto & same_bucket = listing.same_bucket;
+    std::stable_sort(same_bucket.begin(), same_bucket.end(),
+                     [](const auto & a, const auto & b) { return a.first > b.first; });
+    for (size_t i = 0; i < same_bucket.size() && i < max_listed; ++i) {
+        trace_("  {}", same_bucket[i].second);
+    }
+    if (same_bucket.size() > max_listed) {
+        trace_("  ... and {} more entries of this bucket, sharing fewer tokens", same_bucket.size() - max_listed);
+    }
+    if (const entry * closest_other = listing.closest_other; closest_other != nullptr) {
+        trace_("  entry {} ({} tokens, session {}) shares {} tokens with the prompt but is in another bucket: {}",
+               closest_other->id, closest_other->toks.size(), quote_for_log(closest_other->k.session),
+               listing.closest_other_lcp, listing.closest_other_diff);
+    }
+    if (!listing.other_buckets.empty()) {
+        std::string summary;
+        int32_t n = 0;
+        for (const auto & [diff, count] : listing.other_buckets) {
+            summary += fmt::format("{}{}: {}", summary.empty() ? "" : "; ", diff, count);
+            n += count;
+        }
+        trace_("  {} entr{} in other buckets ({})", n, n == 1 ? "y" : "ies", summary);
+    }
+}
+
+void store::anchors_not_planned(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                                std::vector<std::string> & not_planned) const {
+    auto anchor_not_planned = [&](const char * what, int32_t a) {
+        const bool planned = std::any_of(p.captures.begin(), p.captures.end(), [a](const capture_point & c) {
+            return c.kind == point_kind::anchor && c.n_tokens == a;
+        });
+        if (planned) {
+            return;
+        }
+        const bool pinned = std::any_of(entries_.begin(), entries_.end(), [&](const entry & e) {
+            return e.anchor && e.k.bucket == k.bucket && static_cast<int32_t>(e.toks.size()) == a &&
+                   common_prefix(e.toks, prompt) == a;
+        });
+        not_planned.push_back(pinned                ? fmt::format("{} at {}: already pinned", what, a)
+                              : a < cfg_.min_prefix ? fmt::format("{} at {}: below min prefix {}", what, a,
+                                                                  cfg_.min_prefix)
+                              : a < p.n_restore     ? fmt::format("{} at {}: before the restore point", what, a)
+                                                    : fmt::format("{} at {}: not inside the prompt", what, a));
+    };
+    const int32_t anchor = h.anchor_tokens - cfg_.anchor_slack;
+    if (h.anchor_tokens <= 0) {
+        not_planned.push_back("anchor: the request has no leading system message or tools");
+    } else {
+        anchor_not_planned("anchor", anchor);
+    }
+    if (hybrid_ && h.tools_anchor_tokens > 0) {
+        const int32_t t = h.tools_anchor_tokens - cfg_.anchor_slack;
+        if (t >= anchor) {
+            not_planned.push_back(fmt::format("tools anchor at {}: not before the anchor", t));
+        } else {
+            anchor_not_planned("tools anchor", t);
+        }
+    }
+}
+
+void store::checkpoints_not_planned(const key & k, const tokens & prompt, const plan_hints & h, const restore_plan & p,
+                                    std::vector<std::string> & not_planned) const {
+    const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+    int32_t sibling = 0;
+    for (const auto & e : entries_) {
+        const int32_t l = common_prefix(e.toks, prompt);
+        if (e.k.bucket == k.bucket && l < static_cast<int32_t>(e.toks.size())) {
+            sibling = std::max(sibling, l);
+        }
+    }
+    const bool div_planned = std::any_of(p.captures.begin(), p.captures.end(), [](const capture_point & c) {
+        return c.kind == point_kind::divergence;
+    });
+    if (sibling > p.n_restore && !div_planned) {
+        not_planned.push_back(fmt::format("divergence at {}: gain {} < {} (--cache-divergence-min-gain)",
+                                          sibling, sibling - p.n_restore, cfg_.divergence_min_gain));
+    }
+    // The last user message's start, mirroring add_captures: skipped a few tokens after
+    // the restore point (no breakpoints; a point before the restore is no capture at all).
+    const int32_t last_user = h.last_user_tokens;
+    if (cfg_.last_user_checkpoint && last_user > p.n_restore && last_user < n_prompt &&
+        last_user - p.n_restore < cfg_.last_user_min_gain &&
+        std::none_of(p.captures.begin(), p.captures.end(),
+                     [last_user](const capture_point & c) { return c.n_tokens == last_user; })) {
+        not_planned.push_back(fmt::format("last user message at {}: gain {} < {} (--cache-last-user-min-gain)",
+                                          last_user, last_user - p.n_restore, cfg_.last_user_min_gain));
+    }
+    if (cfg_.resend_checkpoint && n_prompt - 1 > p.n_restore &&
+        std::none_of(p.captures.begin(), p.captures.end(),
+                     [](const capture_point & c) { return c.kind == point_kind::guard; })) {
+        not_planned.push_back(
+            fmt::format("guard at {}: a restore point within {} tokens before it "
+                        "(--cache-guard-merge)",
+                        n_prompt - 1, cfg_.guard_merge));
+    }
+    if (!cfg_.resend_checkpoint && n_prompt - p.n_restore < cfg_.guard_min_suffix) {
+        not_planned.push_back(fmt::format("guard: uncached suffix {} < {} (--cache-guard-min-suffix)",
+                                          n_prompt - p.n_restore, cfg_.guard_min_suffix));
+    }
 }
 
 void store::classify(const key & k, const tokens & prompt, int32_t live_lcp, std::span<const token_span> media,
