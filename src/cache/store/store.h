@@ -572,6 +572,27 @@ private:
      *  a tool loop's steps keep and where the next user message parts after a template drops the
      *  loop's reasoning) go only when nothing else can, `history` last. -1: none protected. */
     void thin(std::vector<checkpoint> & cps, int32_t first_turn, int32_t history);
+    // commit()'s steps (store_commit.cpp), in its order.
+    /** The new entry of a commit (not yet indexed): its id, tokens, device sequence and bytes,
+     *  its times (monotonic seconds: last use `now_s`, unwritten since the absorbed entry's),
+     *  reuse class, history and first turn boundaries (tokens) and the tier-2 files it
+     *  supersedes (an absorbed write in flight gets it as its successor). Moves what it takes
+     *  out of `in`. */
+    entry committed_entry(commit_input & in, double now_s);
+    /** Hybrid lineage mode: the checkpoints new entry `e` keeps, ascending by tokens: the
+     *  absorbed entry's (its reply checkpoint dropped) and the request's captures, inside
+     *  [1, |e.toks|) with a state, message rungs only after the last user message's start, the
+     *  newest at each length, thinned. Moves them out of `in`. */
+    std::vector<checkpoint> committed_checkpoints(commit_input & in, const entry & e);
+    /** Supersedes the entries (anchors apart) with the same tokens as `e` (a verbatim resend
+     *  that did not absorb): `e` takes over their checkpoints at lengths it lacks, their tier-2
+     *  files as ancestors, their writes in flight and their uses; they are erased (eviction
+     *  `superseded`). */
+    void supersede_same_tokens(entry & e);
+    /** After commit's entry `id` is indexed: evicts others while RAM is over the budget
+     *  (bytes) and conversation entries are over max_entries (least recently used), then gives
+     *  up the new entry's own checkpoints, oldest first, and its final state while still over. */
+    void enforce_limits_after_commit(uint64_t id);
     /** Names the cause of a miss or short hit of `p` (restored p.n_restore of `prompt`, whose
      *  longest common prefix with a live entry of its bucket is `live_lcp`), counts it and
      *  appends it to p.reason (store_trace.cpp). */

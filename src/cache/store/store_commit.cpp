@@ -110,6 +110,44 @@ bool store::commit(commit_input in, double now_s) {
                       cfg_.min_prefix);
         return false;
     }
+    entry e = committed_entry(in, now_s);
+    const uint64_t absorbed_id = in.absorbed && in.absorbed->absorbs ? in.absorbed->source : 0;
+    if (absorbed_id != 0) {
+        // A regenerate that took a resend twin is the turn's resend point now.
+        for (auto & x : entries_) {
+            x.resend_twin = x.resend_twin == absorbed_id ? e.id : x.resend_twin;
+        }
+    }
+    const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
+    if (hybrid_ && cfg_.lineage) {
+        e.final_recurrent = std::move(in.final_recurrent);
+        e.checkpoints = committed_checkpoints(in, e);
+    }
+    supersede_same_tokens(e);
+    std::sort(e.checkpoints.begin(), e.checkpoints.end(),
+              [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
+    thin(e.checkpoints, e.first_turn, e.history);
+    const uint64_t id = e.id;
+    if (trace_.on()) {
+        std::string cps;
+        for (const auto & c : e.checkpoints) {
+            cps += fmt::format("{}{}@{}", cps.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
+        }
+        LINEAGE_TRACE(trace_, "stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}{}", id,
+                      e.toks.size(), e.seq, human_bytes(e.device_bytes + e.ram_bytes()), cps,
+                      absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points",
+                                                absorbed_id, n_inherited)
+                                  : std::string(),
+                      e.resend_twin != 0 ? fmt::format("; entry {} stays as the resend twin", e.resend_twin)
+                                         : std::string());
+    }
+    entries_.push_front(std::move(e));
+    index_add(entries_.begin());
+    enforce_limits_after_commit(id);
+    return true;
+}
+
+store::entry store::committed_entry(commit_input & in, double now_s) {
     entry e;
     e.id = next_id_++;
     e.k = std::move(in.k);
@@ -147,46 +185,42 @@ bool store::commit(commit_input in, double now_s) {
             successor_[in.absorbed->pending_write_of] = e.id;
         }
     }
-    const uint64_t absorbed_id = in.absorbed && in.absorbed->absorbs ? in.absorbed->source : 0;
-    if (absorbed_id != 0) {
-        // A regenerate that took a resend twin is the turn's resend point now.
-        for (auto & x : entries_) {
-            x.resend_twin = x.resend_twin == absorbed_id ? e.id : x.resend_twin;
+    return e;
+}
+
+std::vector<checkpoint> store::committed_checkpoints(commit_input & in, const entry & e) {
+    std::vector<checkpoint> cps;
+    if (in.absorbed) {
+        cps = std::move(in.absorbed->inherited);
+        // Only the newest reply keeps its reply checkpoint: the absorbed one lies inside the
+        // history now, where no next prompt parts.
+        std::erase_if(cps, [](const checkpoint & c) { return c.kind == point_kind::reply; });
+    }
+    for (auto & c : in.captured) {
+        cps.push_back(std::move(c));
+    }
+    const int32_t n = static_cast<int32_t>(e.toks.size());
+    std::erase_if(cps, [n](const checkpoint & c) { return c.n_tokens < 1 || c.n_tokens >= n || !c.recurrent; });
+    // Only the newest user message keeps its message rungs: those of earlier messages go.
+    if (const int32_t m = in.hints.last_user_tokens; m >= 0) {
+        std::erase_if(cps, [m](const checkpoint & c) { return c.kind == point_kind::message && c.n_tokens <= m; });
+    }
+    // Newest capture wins at equal length (stable sort keeps insertion order).
+    std::stable_sort(cps.begin(), cps.end(),
+                     [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
+    std::vector<checkpoint> uniq;
+    for (auto & c : cps) {
+        if (!uniq.empty() && uniq.back().n_tokens == c.n_tokens) {
+            uniq.back() = std::move(c);
+        } else {
+            uniq.push_back(std::move(c));
         }
     }
-    const size_t n_inherited = in.absorbed ? in.absorbed->inherited.size() : 0;
-    if (hybrid_ && cfg_.lineage) {
-        e.final_recurrent = std::move(in.final_recurrent);
-        std::vector<checkpoint> cps;
-        if (in.absorbed) {
-            cps = std::move(in.absorbed->inherited);
-            // Only the newest reply keeps its reply checkpoint: the absorbed one lies inside the
-            // history now, where no next prompt parts.
-            std::erase_if(cps, [](const checkpoint & c) { return c.kind == point_kind::reply; });
-        }
-        for (auto & c : in.captured) {
-            cps.push_back(std::move(c));
-        }
-        const int32_t n = static_cast<int32_t>(e.toks.size());
-        std::erase_if(cps, [n](const checkpoint & c) { return c.n_tokens < 1 || c.n_tokens >= n || !c.recurrent; });
-        // Only the newest user message keeps its message rungs: those of earlier messages go.
-        if (const int32_t m = in.hints.last_user_tokens; m >= 0) {
-            std::erase_if(cps, [m](const checkpoint & c) { return c.kind == point_kind::message && c.n_tokens <= m; });
-        }
-        // Newest capture wins at equal length (stable sort keeps insertion order).
-        std::stable_sort(cps.begin(), cps.end(),
-                         [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
-        std::vector<checkpoint> uniq;
-        for (auto & c : cps) {
-            if (!uniq.empty() && uniq.back().n_tokens == c.n_tokens) {
-                uniq.back() = std::move(c);
-            } else {
-                uniq.push_back(std::move(c));
-            }
-        }
-        thin(uniq, e.first_turn, e.history);
-        e.checkpoints = std::move(uniq);
-    }
+    thin(uniq, e.first_turn, e.history);
+    return uniq;
+}
+
+void store::supersede_same_tokens(entry & e) {
     // A verbatim resend that did not absorb (it restored an earlier point) leaves an entry with
     // the same tokens behind: the new one supersedes it and takes over its checkpoints.
     std::vector<iter> twins;
@@ -219,25 +253,9 @@ bool store::commit(commit_input in, double now_s) {
         e.uses = std::max(e.uses, it->uses);
         erase(it, eviction_reason::superseded, " (same tokens as the new entry)");
     }
-    std::sort(e.checkpoints.begin(), e.checkpoints.end(),
-              [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
-    thin(e.checkpoints, e.first_turn, e.history);
-    const uint64_t id = e.id;
-    if (trace_.on()) {
-        std::string cps;
-        for (const auto & c : e.checkpoints) {
-            cps += fmt::format("{}{}@{}", cps.empty() ? "" : " ", to_string(c.kind), c.n_tokens);
-        }
-        LINEAGE_TRACE(trace_, "stored entry {}: {} tokens on device sequence {} ({}), checkpoints [{}]{}{}", id,
-                      e.toks.size(), e.seq, human_bytes(e.device_bytes + e.ram_bytes()), cps,
-                      absorbed_id ? fmt::format("; absorbed entry {} and carried over {} of its restore points",
-                                                absorbed_id, n_inherited)
-                                  : std::string(),
-                      e.resend_twin != 0 ? fmt::format("; entry {} stays as the resend twin", e.resend_twin)
-                                         : std::string());
-    }
-    entries_.push_front(std::move(e));
-    index_add(entries_.begin());
+}
+
+void store::enforce_limits_after_commit(uint64_t id) {
     // The reservations covered these bytes; what was freed since may let others in. Enforce
     // the budget and the entry cap on everything but the new entry.
     while (ram_bytes() > cfg_.ram_bytes && evict_one(id, eviction_reason::capacity)) {
@@ -265,7 +283,6 @@ bool store::commit(commit_input in, double now_s) {
         }
         entries_.front().final_recurrent.reset();
     }
-    return true;
 }
 
 void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
