@@ -277,6 +277,22 @@ tier_load_result read_body(FILE * f, reader & rdr, header & h, tier_load_result 
     return r;
 }
 
+/** A copy's header parsed (read_copy_header, read_copy_record): the reader positioned after
+ *  it, and the result so far, its format version set (an error when the header did not parse). */
+struct opened_copy {
+    std::unique_ptr<reader> rd;
+    header h;
+    tier_load_result result;
+};
+
+/** Parses the header of the `size` bytes (of the whole copy, checksum included) readable from `f`. */
+opened_copy open_copy(FILE * f, uint64_t size) {
+    opened_copy o;
+    o.result = parse_header(f, size, o.rd, o.h);
+    o.result.version = o.h.version;
+    return o;
+}
+
 }  // namespace
 
 const char * to_string(tier_load_error e) {
@@ -342,13 +358,12 @@ bool write_copy_record(FILE * f, const copy_record & r) {
 }
 
 tier_load_result read_copy_header(FILE * f, uint64_t size, bool with_tokens) {
-    std::unique_ptr<reader> rd;
-    header h;
-    tier_load_result r = parse_header(f, size, rd, h);
-    r.version = h.version;
-    if (r.error != tier_load_error::none) {
-        return r;
+    opened_copy o = open_copy(f, size);
+    if (o.result.error != tier_load_error::none) {
+        return std::move(o.result);
     }
+    tier_load_result r = std::move(o.result);
+    header & h = o.h;
     r.n_tokens = h.n_tokens;
     r.digest = h.digest;
     r.record = record_of(h);
@@ -357,7 +372,7 @@ tier_load_result read_copy_header(FILE * f, uint64_t size, bool with_tokens) {
     }
     if (with_tokens) {
         r.record->toks.resize(static_cast<size_t>(h.n_tokens));
-        if (!rd->bytes(r.record->toks.data(), r.record->toks.size() * sizeof(token)) ||
+        if (!o.rd->bytes(r.record->toks.data(), r.record->toks.size() * sizeof(token)) ||
             tokens_digest(r.record->toks) != h.digest) {
             return fail(tier_load_error::corrupt, "the tokens do not match the header's token digest");
         }
@@ -366,14 +381,11 @@ tier_load_result read_copy_header(FILE * f, uint64_t size, bool with_tokens) {
 }
 
 tier_load_result read_copy_record(FILE * f, uint64_t size, const std::string & model, const checkpoint_filter & keep) {
-    std::unique_ptr<reader> rd;
-    header h;
-    tier_load_result r = parse_header(f, size, rd, h);
-    r.version = h.version;
-    if (r.error != tier_load_error::none) {
-        return r;
+    opened_copy o = open_copy(f, size);
+    if (o.result.error != tier_load_error::none) {
+        return std::move(o.result);
     }
-    return read_body(f, *rd, h, std::move(r), model, keep);
+    return read_body(f, *o.rd, o.h, std::move(o.result), model, keep);
 }
 
 std::string encode_copy_record(const copy_record & r) {
