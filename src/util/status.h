@@ -29,12 +29,14 @@ private:
     std::string message_;
 };
 
-/** A value or the status saying why there is none (std::expected is C++23). */
-template <typename T>
+/** A value or the error saying why there is none (std::expected is C++23). `E` is a status, or
+ *  where a caller branches on the reason, a struct holding an enum beside the message (e.g.
+ *  engine::render_error); it must be default-constructible. */
+template <typename T, typename E = status>
 class [[nodiscard]] expected {
 public:
-    expected(T v) : v_(std::move(v)) {}       // NOLINT: implicit, like std::expected
-    expected(status s) : v_(std::move(s)) {}  // NOLINT; REQUIRES: !s.is_ok()
+    expected(T v) : v_(std::move(v)) {}  // NOLINT: implicit, like std::expected
+    expected(E e) : v_(std::move(e)) {}  // NOLINT; REQUIRES: e says what was wrong
     bool has_value() const { return std::holds_alternative<T>(v_); }
     explicit operator bool() const { return has_value(); }
     T & value() { return std::get<T>(v_); }
@@ -43,11 +45,11 @@ public:
     const T & operator*() const { return value(); }
     T * operator->() { return &value(); }
     const T * operator->() const { return &value(); }
-    /** The failure (ok() when there is a value). */
-    status error() const { return has_value() ? status::ok() : std::get<status>(v_); }
+    /** The failure (E{}, status::ok() for a status, when there is a value). */
+    E error() const { return has_value() ? E{} : std::get<E>(v_); }
 
 private:
-    std::variant<T, status> v_;
+    std::variant<T, E> v_;
 };
 
 }  // namespace lineage::util

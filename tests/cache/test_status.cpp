@@ -34,5 +34,33 @@ TEST(Expected, ValueOrWhyNot) {
     EXPECT_EQ(b.error().message(), "7 is odd");
 }
 
+// An error that names a reason the caller branches on, beside the message.
+struct parse_error {
+    enum class kind { empty, not_a_number };
+    kind why = kind::empty;
+    std::string message;
+};
+
+expected<int, parse_error> parse_digit(const std::string & s) {
+    if (s.empty()) {
+        return parse_error{parse_error::kind::empty, "nothing to parse"};
+    }
+    if (s.size() != 1 || s[0] < '0' || s[0] > '9') {
+        return parse_error{parse_error::kind::not_a_number, "'" + s + "' is not a digit"};
+    }
+    return s[0] - '0';
+}
+
+TEST(Expected, AnErrorTypeWithAReason) {
+    auto a = parse_digit("7");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(*a, 7);
+    auto b = parse_digit("x");
+    ASSERT_FALSE(b);
+    EXPECT_EQ(b.error().why, parse_error::kind::not_a_number);
+    EXPECT_EQ(b.error().message, "'x' is not a digit");
+    EXPECT_EQ(parse_digit("").error().why, parse_error::kind::empty);
+}
+
 }  // namespace
 }  // namespace lineage::util
