@@ -15,6 +15,73 @@
 
 namespace lineage::scheduler {
 
+namespace {
+
+// The resend guard by rollback (config.h) is asked for and possible: one recurrent-state
+// snapshot per sequence. llama.cpp keeps the last (1 + n_rs_seq) tokens of a sequence in one
+// ubatch: n_ubatch > 2. With the cache off a prefill computes what a first request with it on
+// does: the same.
+bool wants_rollback(const params & p, bool hybrid) {
+    return hybrid && p.cache.lineage && p.cache.resend_checkpoint && p.cache.guard_rollback &&
+           std::min(p.n_ubatch, p.n_batch) > 2;
+}
+
+// The context of `p` (n_ctx resolved): n_seq sequences (live and parked) of max_seq_tokens each.
+engine::context_params context_params_of(const params & p, int32_t max_seq_tokens, bool want_rollback) {
+    engine::context_params cp;
+    cp.n_seq = p.n_parallel + p.cache.device_slots;
+    // Every sequence (live or parked) can hold max_seq_tokens: per-sequence buffers split
+    // the pool evenly; a unified pool of the same size lets one sequence take more.
+    cp.n_ctx = max_seq_tokens * cp.n_seq;
+    // A step asks for one logits row per sequence at most (step(): the last prompt token or the
+    // decoded one), as llama-server's --parallel: llama.cpp then sizes its prefill graph's
+    // compute buffer for that many rows, not n_batch (engine/context.h).
+    cp.n_outputs_max = cp.n_seq;
+    cp.kv_unified = p.kv_unified;
+    cp.n_batch = p.n_batch;
+    cp.n_ubatch = p.n_ubatch;
+    cp.n_threads = p.n_threads;
+    cp.n_threads_batch = p.n_threads_batch;
+    cp.flash_attn = p.flash_attn;
+    cp.type_k = p.type_k;
+    cp.type_v = p.type_v;
+    cp.n_rs_seq = want_rollback ? 1 : 0;
+    return cp;
+}
+
+// Says how the resend guard is taken: by rollback (`taken`), or why --cache-guard-rollback
+// has no effect.
+void log_guard_rollback(bool taken, bool wanted, const params & p, bool hybrid) {
+    if (taken) {
+        spdlog::info("scheduler: the resend guard (prompt - 1) is taken by rolling the recurrent state back after "
+                     "the prefill (--cache-guard-rollback): no prefill split there");
+    } else if (wanted) {
+        spdlog::info("scheduler: --cache-guard-rollback: llama.cpp cannot roll this architecture's recurrent state "
+                     "back; the resend guard splits the prefill (one more forward pass per request)");
+    } else if (p.cache.guard_rollback) {
+        spdlog::info("scheduler: --cache-guard-rollback has no effect here: {}",
+                     !hybrid ? "a dense model restores any prefix, it takes no resend guard"
+                     : !p.cache.lineage ? "exact mode takes no checkpoints"
+                     : !p.cache.resend_checkpoint ? "--cache-resend-checkpoint is off"
+                                                  : "llama.cpp needs --ubatch-size and --batch-size above 2 for it");
+    }
+}
+
+// A reply comes back as text: how much of it tokenizes back to the decoded tokens (none when
+// the tokenizer fails: no reply checkpoint is kept then).
+int32_t tokens_kept_as_text(const engine::model & m, const cache::tokens & generated) {
+    try {
+        const cache::tokens again = m.tokenize(m.detokenize(generated, true), true, false);
+        const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
+        return static_cast<int32_t>(a - generated.begin());
+    } catch (const std::exception & e) {
+        spdlog::warn("reply checkpoints: the reply could not be tokenized again ({}); none kept", e.what());
+        return 0;
+    }
+}
+
+}  // namespace
+
 scheduler::impl::impl(const engine::model & m, const params & p)
     : model_(m),
       p_(with_device_settings(with_family_settings(p, m.family() != engine::memory_family::dense), m.offloaded())),
@@ -25,29 +92,8 @@ scheduler::impl::impl(const engine::model & m, const params & p)
         p_.n_ctx = default_n_ctx(m);
     }
     max_seq_tokens_ = m.n_ctx_train() > 0 ? std::min(p_.n_ctx, m.n_ctx_train()) : p_.n_ctx;
-    engine::context_params cp;
-    cp.n_seq = p_.n_parallel + p_.cache.device_slots;
-    // Every sequence (live or parked) can hold max_seq_tokens_: per-sequence buffers split
-    // the pool evenly; a unified pool of the same size lets one sequence take more.
-    cp.n_ctx = max_seq_tokens_ * cp.n_seq;
-    // A step asks for one logits row per sequence at most (step(): the last prompt token or the
-    // decoded one), as llama-server's --parallel: llama.cpp then sizes its prefill graph's
-    // compute buffer for that many rows, not n_batch (engine/context.h).
-    cp.n_outputs_max = cp.n_seq;
-    cp.kv_unified = p_.kv_unified;
-    cp.n_batch = p_.n_batch;
-    cp.n_ubatch = p_.n_ubatch;
-    cp.n_threads = p_.n_threads;
-    cp.n_threads_batch = p_.n_threads_batch;
-    cp.flash_attn = p_.flash_attn;
-    cp.type_k = p_.type_k;
-    cp.type_v = p_.type_v;
-    // One recurrent-state snapshot per sequence: the resend guard by rollback (config.h).
-    // llama.cpp keeps the last (1 + n_rs_seq) tokens of a sequence in one ubatch: n_ubatch > 2.
-    // With the cache off a prefill computes what a first request with it on does: the same.
-    const bool want_rollback = hybrid_ && p_.cache.lineage && p_.cache.resend_checkpoint &&
-                               p_.cache.guard_rollback && std::min(p_.n_ubatch, p_.n_batch) > 2;
-    cp.n_rs_seq = want_rollback ? 1 : 0;
+    const bool want_rollback = wants_rollback(p_, hybrid_);
+    engine::context_params cp = context_params_of(p_, max_seq_tokens_, want_rollback);
     // The memory plan, before the pool is allocated: a plan that does not fit refuses the start.
     // The probe decodes two tokens on a thread of its own that ends there, never on the
     // caller's: with an OpenMP build of ggml the first thread that computes keeps a pool of
@@ -105,19 +151,7 @@ scheduler::impl::impl(const engine::model & m, const params & p)
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     guard_rollback_ = want_rollback && ctx_->rollback_depth() >= 1;
-    if (guard_rollback_) {
-        spdlog::info("scheduler: the resend guard (prompt - 1) is taken by rolling the recurrent state back after "
-                     "the prefill (--cache-guard-rollback): no prefill split there");
-    } else if (want_rollback) {
-        spdlog::info("scheduler: --cache-guard-rollback: llama.cpp cannot roll this architecture's recurrent state "
-                     "back; the resend guard splits the prefill (one more forward pass per request)");
-    } else if (p_.cache.guard_rollback) {
-        spdlog::info("scheduler: --cache-guard-rollback has no effect here: {}",
-                     !hybrid_ ? "a dense model restores any prefix, it takes no resend guard"
-                     : !p_.cache.lineage ? "exact mode takes no checkpoints"
-                     : !p_.cache.resend_checkpoint ? "--cache-resend-checkpoint is off"
-                                                   : "llama.cpp needs --ubatch-size and --batch-size above 2 for it");
-    }
+    log_guard_rollback(guard_rollback_, want_rollback, p_, hybrid_);
     for (const auto & path : p_.lora_paths) {
         loras_.push_back(std::make_unique<engine::lora_adapter>(m, path));
     }
@@ -142,17 +176,8 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     tiers_ = std::make_unique<tier_link>(store_, *states_, p_.cache, m.path(), hybrid_);
     pool_ = std::make_unique<sequence_pool>(*states_, store_, cp.n_seq,
                                             [this](cache::tier_job j) { tiers_->write(std::move(j)); });
-    // A reply comes back as text: how much of it tokenizes back to the decoded tokens (none
-    // when the tokenizer fails: no reply checkpoint is kept then).
     life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_, [this](const cache::tokens & generated) {
-        try {
-            const cache::tokens again = model_.tokenize(model_.detokenize(generated, true), true, false);
-            const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
-            return static_cast<int32_t>(a - generated.begin());
-        } catch (const std::exception & e) {
-            spdlog::warn("reply checkpoints: the reply could not be tokenized again ({}); none kept", e.what());
-            return 0;
-        }
+        return tokens_kept_as_text(model_, generated);
     });
     spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
                  "of {} tokens), batch {}, "
