@@ -86,6 +86,35 @@ std::string gen_tool_call_id() {
     return id;
 }
 
+render_error refused(std::string message) {
+    return render_error{render_error::kind::refused, std::move(message)};
+}
+
+// common_chat_templates_apply; what it throws becomes a refusal in the template's own words.
+util::expected<common_chat_params, render_error> apply_template(const chat_template::impl & im,
+                                                                const common_chat_templates_inputs & inputs) {
+    try {
+        return common_chat_templates_apply(im.tmpls.get(), inputs);
+    } catch (const std::invalid_argument & e) {
+        return refused(e.what());
+    } catch (const std::exception & e) {
+        // The Jinja engine's text is the template lines it was executing, then "Error: <what>":
+        // the client gets the what (e.g. the template's raise_exception text), the log the rest.
+        const std::string what = e.what();
+        spdlog::debug("chat template render failed: {}", what);
+        std::string reason = what;
+        if (const auto at = what.rfind("Error: "); at != std::string::npos) {
+            reason = what.substr(at + 7);
+            const std::string jinja = "Jinja Exception: ";
+            if (reason.rfind(jinja, 0) == 0) {
+                reason = reason.substr(jinja.size());
+            }
+        }
+        reason = reason.substr(0, reason.find('\n'));
+        return refused(std::string("the chat template could not render this conversation: ") + reason);
+    }
+}
+
 // tool_choice required / a named function: some formats' grammars (Qwen3-Coder XML, used by
 // Qwen3.5) let free text come before the first call, which a model may never end. The word that
 // starts a call (the lazy grammar's trigger under tool_choice auto) is put at the end of the
@@ -108,14 +137,12 @@ void force_tool_call_start(const chat_template::impl & im, common_chat_templates
         }
     }
     inputs.tool_choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
-    common_chat_params lazy;
-    try {
-        lazy = common_chat_templates_apply(im.tmpls.get(), inputs);
-    } catch (const std::exception &) {
+    const auto lazy = apply_template(im, inputs);
+    if (!lazy) {
         return;
     }
     std::string start;
-    for (const auto & t : lazy.grammar_triggers) {
+    for (const auto & t : lazy->grammar_triggers) {
         if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD || t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN) {
             start = t.value;
             break;
@@ -177,7 +204,12 @@ bool chat_template::supports_thinking() const {
     return impl_->supports_thinking;
 }
 
-chat_render_result chat_template::render(const chat_render_inputs & in) const {
+namespace {
+
+// The library's inputs for `in`; a refusal for an enable_thinking that is no boolean. Throws
+// std::invalid_argument for a bad tool_choice (the library's parser).
+util::expected<common_chat_templates_inputs, render_error> library_inputs(const chat_template::impl & im,
+                                                                          const chat_render_inputs & in) {
     common_chat_templates_inputs inputs;
     inputs.messages.reserve(in.messages.size());
     for (const auto & m : in.messages) {
@@ -187,7 +219,7 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
         inputs.tools.push_back({t.name, t.description, t.parameters});
     }
     inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(in.tool_choice);  // throws invalid_argument
-    inputs.parallel_tool_calls = in.parallel_tool_calls.value_or(impl_->supports_parallel_tool_calls);
+    inputs.parallel_tool_calls = in.parallel_tool_calls.value_or(im.supports_parallel_tool_calls);
     inputs.add_generation_prompt = in.add_generation_prompt;
     inputs.use_jinja = true;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
@@ -196,47 +228,27 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
     inputs.grammar = in.grammar;
 
     // enable_thinking: the template's capability, overridden by the kwarg (llama-server).
-    inputs.enable_thinking = impl_->supports_thinking;
+    inputs.enable_thinking = im.supports_thinking;
     if (auto it = in.kwargs.find("enable_thinking"); it != in.kwargs.end()) {
         if (it->second == "true") {
             inputs.enable_thinking = true;
         } else if (it->second == "false") {
             inputs.enable_thinking = false;
         } else {
-            throw std::invalid_argument("chat_template_kwargs.enable_thinking must be a boolean");
+            return refused("chat_template_kwargs.enable_thinking must be a boolean");
         }
     }
+    return inputs;
+}
 
-    common_chat_params cp;
-    try {
-        cp = common_chat_templates_apply(impl_->tmpls.get(), inputs);
-    } catch (const std::invalid_argument &) {
-        throw;
-    } catch (const std::exception & e) {
-        // The Jinja engine's text is the template lines it was executing, then "Error: <what>":
-        // the client gets the what (e.g. the template's raise_exception text), the log the rest.
-        const std::string what = e.what();
-        spdlog::debug("chat template render failed: {}", what);
-        std::string reason = what;
-        if (const auto at = what.rfind("Error: "); at != std::string::npos) {
-            reason = what.substr(at + 7);
-            const std::string jinja = "Jinja Exception: ";
-            if (reason.rfind(jinja, 0) == 0) {
-                reason = reason.substr(jinja.size());
-            }
-        }
-        reason = reason.substr(0, reason.find('\n'));
-        throw std::invalid_argument(std::string("the chat template could not render this conversation: ") + reason);
-    }
-
-    if (inputs.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !inputs.tools.empty() && inputs.json_schema.empty()) {
-        force_tool_call_start(*impl_, inputs, cp);
-    }
-
+// The result of a render the library made; `failed` when its output parser does not load.
+util::expected<chat_render_result, render_error> to_result(const chat_template::impl & im,
+                                                           const common_chat_templates_inputs & inputs,
+                                                           common_chat_params & cp) {
     chat_render_result out;
     out.prompt = std::move(cp.prompt);
-    if (!impl_->bos_text.empty() && out.prompt.rfind(impl_->bos_text, 0) != 0) {
-        out.prompt.insert(0, impl_->bos_text);
+    if (!im.bos_text.empty() && out.prompt.rfind(im.bos_text, 0) != 0) {
+        out.prompt.insert(0, im.bos_text);
     }
     out.generation_prompt = cp.generation_prompt;
     out.additional_stops = cp.additional_stops;
@@ -265,11 +277,43 @@ chat_render_result chat_template::render(const chat_render_inputs & in) const {
         try {
             pp->params.parser.load(cp.parser);
         } catch (const std::exception & e) {
-            throw std::runtime_error(std::string("chat output parser does not load: ") + e.what());
+            return render_error{render_error::kind::failed,
+                                std::string("chat output parser does not load: ") + e.what()};
         }
     }
     out.parser.impl_ = std::move(pp);
     return out;
+}
+
+util::expected<chat_render_result, render_error> render_with_library(const chat_template::impl & im,
+                                                                     const chat_render_inputs & in) {
+    auto inputs = library_inputs(im, in);
+    if (!inputs) {
+        return inputs.error();
+    }
+    auto cp = apply_template(im, *inputs);
+    if (!cp) {
+        return cp.error();
+    }
+    if (inputs->tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && !inputs->tools.empty() &&
+        inputs->json_schema.empty()) {
+        force_tool_call_start(im, *inputs, *cp);
+    }
+    return to_result(im, *inputs, *cp);
+}
+
+}  // namespace
+
+util::expected<chat_render_result, render_error> chat_template::render(const chat_render_inputs & in) const {
+    // The engine's boundary: what the chat library throws past the steps above (a bad
+    // tool_choice, its allocations) becomes the error here, as a refusal or a failure by type.
+    try {
+        return render_with_library(*impl_, in);
+    } catch (const std::invalid_argument & e) {
+        return refused(e.what());
+    } catch (const std::exception & e) {
+        return render_error{render_error::kind::failed, e.what()};
+    }
 }
 
 chat_output_parser::chat_output_parser(chat_parse_params p) : params_(std::move(p)) {}

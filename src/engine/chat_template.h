@@ -9,6 +9,7 @@
 #pragma once
 
 #include "engine/sampler.h"
+#include "util/status.h"
 
 #include <cstddef>
 #include <map>
@@ -106,6 +107,15 @@ struct chat_delta {
     std::string tool_call_arguments; ///< appended JSON text
 };
 
+/** Why chat_template::render() gave no prompt. `refused`: the request cannot be rendered (the
+ *  template rejected the conversation, bad kwargs JSON, bad tool_choice), the client's to fix;
+ *  `failed`: the chat library failed otherwise (its output parser does not load). */
+struct render_error {
+    enum class kind { refused, failed };
+    kind why = kind::failed;
+    std::string message;  ///< what was wrong (for a refusal, the template's own words)
+};
+
 class chat_template {
 public:
     /** Uses `override_source` when non-empty, else the model's template (chatml when the GGUF
@@ -125,10 +135,9 @@ public:
      *  enable_thinking). */
     bool supports_thinking() const;
 
-    /** Renders `in`. Throws std::invalid_argument when the request cannot be rendered (the
-     *  template rejected the conversation, bad kwargs JSON, bad tool_choice); the message says
-     *  why. */
-    chat_render_result render(const chat_render_inputs & in) const;
+    /** Renders `in`; a render_error when it cannot (never throws: the chat library's exceptions
+     *  are caught here and become the error). */
+    util::expected<chat_render_result, render_error> render(const chat_render_inputs & in) const;
 
     struct impl;
 

@@ -253,8 +253,9 @@ model::model(const model_params & p) : path_(p.path), id_(id_from_path(p.path)) 
     reuse_tokens_ = type == LLAMA_VOCAB_TYPE_BPE || type == LLAMA_VOCAB_TYPE_SPM;
 }
 
-std::vector<token> model::tokenize_reusing(const std::string & text, const std::string & prev_text,
-                                           const std::vector<token> & prev_tokens, size_t * reused) const {
+util::expected<std::vector<token>> model::tokenize_reusing(const std::string & text, const std::string & prev_text,
+                                                           const std::vector<token> & prev_tokens,
+                                                           size_t * reused) const {
     if (reused) {
         *reused = 0;
     }
@@ -284,9 +285,12 @@ std::vector<token> model::tokenize_reusing(const std::string & text, const std::
     if (offset != prev_text.size() || cut == 0) {
         return tokenize(text, true, false);  // the tokens do not spell the text, or nothing to keep
     }
+    auto rest = tokenize(text.substr(cut_byte), true, false);
+    if (!rest) {
+        return rest;
+    }
     std::vector<token> out(prev_tokens.begin(), prev_tokens.begin() + static_cast<std::ptrdiff_t>(cut));
-    const std::vector<token> rest = tokenize(text.substr(cut_byte), true, false);
-    out.insert(out.end(), rest.begin(), rest.end());
+    out.insert(out.end(), rest->begin(), rest->end());
     if (reused) {
         *reused = cut;
     }
@@ -365,7 +369,8 @@ tokenize_stop_scope::~tokenize_stop_scope() {
     tokenize_stop = outer_;
 }
 
-std::vector<token> model::tokenize(const std::string & text, bool parse_special, bool add_special) const {
+util::expected<std::vector<token>> model::tokenize(const std::string & text, bool parse_special,
+                                                   bool add_special) const {
     if (!reuse_tokens_ || add_special || text.size() <= tokenize_window_bytes) {
         return tokenize_whole(text, parse_special, add_special);
     }
@@ -374,12 +379,15 @@ std::vector<token> model::tokenize(const std::string & text, bool parse_special,
     size_t window = tokenize_window_bytes;
     while (at < text.size()) {
         if (tokenize_stop != nullptr && *tokenize_stop && (*tokenize_stop)()) {
-            throw tokenize_stopped();
+            return util::status::error("tokenization stopped: the client closed the connection");
         }
         const std::string_view rest = std::string_view(text).substr(at);
         if (rest.size() <= window) {
-            const std::vector<token> last = tokenize_whole(rest, parse_special, false);
-            out.insert(out.end(), last.begin(), last.end());
+            auto last = tokenize_whole(rest, parse_special, false);
+            if (!last) {
+                return last;
+            }
+            out.insert(out.end(), last->begin(), last->end());
             break;
         }
         size_t end = window;  // not inside a UTF-8 sequence
@@ -387,7 +395,11 @@ std::vector<token> model::tokenize(const std::string & text, bool parse_special,
             --end;
         }
         const std::string_view piece = rest.substr(0, end);
-        const std::vector<token> toks = tokenize_whole(piece, parse_special, false);
+        const auto piece_tokens = tokenize_whole(piece, parse_special, false);
+        if (!piece_tokens) {
+            return piece_tokens;
+        }
+        const std::vector<token> & toks = *piece_tokens;
         // Kept: the tokens before the piece's last special token (not its first) that starts
         // twice the longest special token's bytes before the piece ends, as tokenize_reusing:
         // no special token of the whole text that the piece's end cuts can change them.
@@ -419,29 +431,36 @@ std::vector<token> model::tokenize(const std::string & text, bool parse_special,
     return out;
 }
 
-std::vector<token> model::tokenize_whole(std::string_view text, bool parse_special, bool add_special) const {
+util::expected<std::vector<token>> model::tokenize_whole(std::string_view text, bool parse_special,
+                                                         bool add_special) const {
     if (text.size() > static_cast<size_t>(INT32_MAX)) {
-        throw std::runtime_error("text too long to tokenize");
+        return util::status::error("text too long to tokenize");
     }
-    const llama_vocab * v = vocab_of(model_);
-    const auto len = static_cast<int32_t>(text.size());
-    // A token covers at least one byte (plus possible BOS/EOS when add_special).
-    std::vector<token> out(text.size() + 2);
-    int32_t n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
-                               parse_special);
-    if (n == INT32_MIN) {
-        throw std::runtime_error("tokenization overflow");
-    }
-    if (n < 0) {
-        out.resize(static_cast<size_t>(-n));
-        n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
-                           parse_special);
-        if (n < 0) {
-            throw std::runtime_error("tokenization failed");
+    // The engine's boundary: llama.cpp's tokenizer throws (an allocation, a byte its vocabulary
+    // cannot map); the caller gets the error as a value.
+    try {
+        const llama_vocab * v = vocab_of(model_);
+        const auto len = static_cast<int32_t>(text.size());
+        // A token covers at least one byte (plus possible BOS/EOS when add_special).
+        std::vector<token> out(text.size() + 2);
+        int32_t n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
+                                   parse_special);
+        if (n == INT32_MIN) {
+            return util::status::error("tokenization overflow");
         }
+        if (n < 0) {
+            out.resize(static_cast<size_t>(-n));
+            n = llama_tokenize(v, text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special,
+                               parse_special);
+            if (n < 0) {
+                return util::status::error("tokenization failed");
+            }
+        }
+        out.resize(static_cast<size_t>(n));
+        return out;
+    } catch (const std::exception & e) {
+        return util::status::error(e.what());
     }
-    out.resize(static_cast<size_t>(n));
-    return out;
 }
 
 std::string model::token_to_piece(token t, bool special) const {
@@ -459,25 +478,30 @@ std::string model::token_to_piece(token t, bool special) const {
     return out;
 }
 
-std::string model::detokenize(const std::vector<token> & tokens, bool special) const {
-    const llama_vocab * v = vocab_of(model_);
-    if (tokens.empty()) {
-        return {};
-    }
-    const auto n_tokens = static_cast<int32_t>(tokens.size());
-    std::string out(tokens.size() * 4 + 16, '\0');
-    int32_t n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()),
-                                 /*remove_special=*/false, special);
-    if (n < 0) {
-        out.resize(static_cast<size_t>(-n));
-        n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()), false,
-                             special);
-        if (n < 0) {
-            throw std::runtime_error("detokenize failed");
+util::expected<std::string> model::detokenize(const std::vector<token> & tokens, bool special) const {
+    // The engine's boundary, as tokenize_whole().
+    try {
+        const llama_vocab * v = vocab_of(model_);
+        if (tokens.empty()) {
+            return std::string();
         }
+        const auto n_tokens = static_cast<int32_t>(tokens.size());
+        std::string out(tokens.size() * 4 + 16, '\0');
+        int32_t n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()),
+                                     /*remove_special=*/false, special);
+        if (n < 0) {
+            out.resize(static_cast<size_t>(-n));
+            n = llama_detokenize(v, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()), false,
+                                 special);
+            if (n < 0) {
+                return util::status::error("detokenize failed");
+            }
+        }
+        out.resize(static_cast<size_t>(n));
+        return out;
+    } catch (const std::exception & e) {
+        return util::status::error(e.what());
     }
-    out.resize(static_cast<size_t>(n));
-    return out;
 }
 
 bool model::is_eog(token t) const {

@@ -5,10 +5,11 @@
 // model are read-only after load). Ownership: move-only; owns the llama_model.
 #pragma once
 
+#include "util/status.h"
+
 #include <cstdint>
-#include <memory>
 #include <functional>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -64,16 +65,12 @@ struct model_params {
  *  same way on the same model, and starts with --no-repack. */
 inline constexpr const char * no_repack_architectures[] = {"kimi-linear"};
 
-/** Thrown by model::tokenize() when the calling thread's tokenize_stop_scope says stop (the
- *  client that asked has gone): the rest of a long text is not tokenized. */
-struct tokenize_stopped : std::runtime_error {
-    tokenize_stopped() : std::runtime_error("tokenization stopped: the client closed the connection") {}
-};
-
 /** While alive, model::tokenize() on the constructing thread asks `stop` between windows of a
- *  long text and throws tokenize_stopped when it says true (the HTTP thread's "has my client
- *  gone" probe, so a departed client's megabytes are not tokenized to the end). Scopes
- *  nest: the innermost one is asked. Thread safety: thread-local; `stop` runs on this thread. */
+ *  long text and, when it says true, fails with "tokenization stopped: the client closed the
+ *  connection" (the HTTP thread's "has my client gone" probe, so a departed client's megabytes
+ *  are not tokenized to the end; the caller that set the probe asks it again to tell this
+ *  failure from another). Scopes nest: the innermost one is asked. Thread safety: thread-local;
+ *  `stop` runs on this thread. */
 class tokenize_stop_scope {
 public:
     explicit tokenize_stop_scope(std::function<bool()> stop);
@@ -103,9 +100,11 @@ public:
      *  as tokenize_reusing() cuts (the same tokens): llama.cpp's cut at special tokens
      *  (tokenizer_st_partition) walks its fragment list from the start for every special token
      *  it finds, so its time grows with the square of their count (40,000 "<|im_start|>" took
-     *  2.8 s, 330,000 no answer in 120 s); a window bounds that count. Throws
-     *  std::runtime_error when llama.cpp refuses the text. */
-    std::vector<token> tokenize(const std::string & text, bool parse_special = true, bool add_special = false) const;
+     *  2.8 s, 330,000 no answer in 120 s); a window bounds that count. An error saying why
+     *  when llama.cpp refuses the text or the tokenize_stop_scope stops it (never throws: what
+     *  llama.cpp throws is caught here). */
+    util::expected<std::vector<token>> tokenize(const std::string & text, bool parse_special = true,
+                                                bool add_special = false) const;
 
     /** The window of tokenize(), bytes: at most ~1,400 special tokens of 12 bytes each in one
      *  llama_tokenize call (~3 ms), and a few % of a window tokenized twice where special tokens
@@ -114,8 +113,9 @@ public:
     static constexpr size_t tokenize_window_bytes = 16 * 1024;
 
     /** One llama_tokenize call over `text`: tokenize() without windows (what it must equal;
-     *  tests/engine/test_tokenize_reusing.cpp). Throws as tokenize(). */
-    std::vector<token> tokenize_whole(std::string_view text, bool parse_special, bool add_special) const;
+     *  tests/engine/test_tokenize_reusing.cpp). Fails as tokenize(). */
+    util::expected<std::vector<token>> tokenize_whole(std::string_view text, bool parse_special,
+                                                      bool add_special) const;
 
     /** tokenize(text, true, false), reusing `prev_tokens` (that call's result for `prev_text`)
      *  up to a special token both texts hold at the same byte offset: only the text from there
@@ -127,16 +127,18 @@ public:
      *  after it (no special token that overlaps it can match in one text and not the other).
      *  Falls back to the whole text for a tokenizer other than BPE or SPM, or when `prev_tokens`
      *  do not spell `prev_text` byte for byte. `reused` (may be null): how many of
-     *  `prev_tokens` were kept (0: the whole text was tokenized). Throws as tokenize(). */
-    std::vector<token> tokenize_reusing(const std::string & text, const std::string & prev_text,
-                                        const std::vector<token> & prev_tokens, size_t * reused = nullptr) const;
+     *  `prev_tokens` were kept (0: the whole text was tokenized). Fails as tokenize(). */
+    util::expected<std::vector<token>> tokenize_reusing(const std::string & text, const std::string & prev_text,
+                                                        const std::vector<token> & prev_tokens,
+                                                        size_t * reused = nullptr) const;
 
     /** The bytes of one token (may be a partial UTF-8 sequence). Control tokens render as
      *  their text when `special` is true, else as "". */
     std::string token_to_piece(token t, bool special = false) const;
 
-    /** Detokenizes a whole sequence (special tokens rendered). */
-    std::string detokenize(const std::vector<token> & tokens, bool special = true) const;
+    /** Detokenizes a whole sequence (special tokens rendered); an error saying why when
+     *  llama.cpp cannot (never throws). */
+    util::expected<std::string> detokenize(const std::vector<token> & tokens, bool special = true) const;
 
     /** Positions in `toks` where a line begins: i such that toks[i-1]'s text (special tokens
      *  rendered) holds a newline, ascending. Where the cache puts its ladder rungs and

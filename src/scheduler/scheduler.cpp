@@ -70,14 +70,15 @@ void log_guard_rollback(bool taken, bool wanted, const params & p, bool hybrid) 
 // A reply comes back as text: how much of it tokenizes back to the decoded tokens (none when
 // the tokenizer fails: no reply checkpoint is kept then).
 int32_t tokens_kept_as_text(const engine::model & m, const cache::tokens & generated) {
-    try {
-        const cache::tokens again = m.tokenize(m.detokenize(generated, true), true, false);
-        const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again.begin(), again.end());
-        return static_cast<int32_t>(a - generated.begin());
-    } catch (const std::exception & e) {
-        spdlog::warn("reply checkpoints: the reply could not be tokenized again ({}); none kept", e.what());
+    const auto text = m.detokenize(generated, true);
+    const auto again = text ? m.tokenize(*text, true, false) : util::expected<cache::tokens>(text.error());
+    if (!again) {
+        spdlog::warn("reply checkpoints: the reply could not be tokenized again ({}); none kept",
+                     again.error().message());
         return 0;
     }
+    const auto [a, b] = std::mismatch(generated.begin(), generated.end(), again->begin(), again->end());
+    return static_cast<int32_t>(a - generated.begin());
 }
 
 }  // namespace

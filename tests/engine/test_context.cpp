@@ -22,10 +22,10 @@ std::string model_path(const std::string & arch) {
 
 std::vector<token> prompt_tokens(const model & m, int32_t n) {
     std::string text = "<|im_start|>system\nYou are a careful coding assistant.<|im_end|>\n";
-    while (static_cast<int32_t>(m.tokenize(text).size()) < n) {
+    while (static_cast<int32_t>(m.tokenize(text).value().size()) < n) {
         text += "Refactor the parser so that every error names the file, line and column. ";
     }
-    auto t = m.tokenize(text);
+    auto t = m.tokenize(text).value();
     t.resize(static_cast<size_t>(n));
     return t;
 }

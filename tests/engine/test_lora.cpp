@@ -55,7 +55,7 @@ TEST_P(LoraTest, AppliedChangesLogitsRemovedRestoresThem) {
     cp.n_ctx = 512;
     cp.n_threads = 2;
     context ctx(m, cp);
-    const auto t = m.tokenize("<|im_start|>user\nHello, adapter.<|im_end|>\n<|im_start|>assistant\n");
+    const auto t = m.tokenize("<|im_start|>user\nHello, adapter.<|im_end|>\n<|im_start|>assistant\n").value();
     const auto base = last_logits(ctx, t);
     ctx.set_loras({&a}, {1.0f});
     const auto adapted = last_logits(ctx, t);

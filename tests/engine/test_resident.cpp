@@ -223,10 +223,10 @@ TEST_P(ReleasedContext, ComputesAsAContextWithoutTheRelease) {
                  static_cast<double>(released->released_zero_bytes()) / (1 << 20));
 
     std::string text = "<|im_start|>system\nYou are a careful coding assistant.<|im_end|>\n";
-    while (m_.tokenize(text).size() < 400) {
+    while (m_.tokenize(text).value().size() < 400) {
         text += "Every error names the file, line and column of its cause. ";
     }
-    auto t = m_.tokenize(text);
+    auto t = m_.tokenize(text).value();
     t.resize(400);
     const auto run = [&](context & ctx, seq_id s) {
         std::vector<batch_token> b;

@@ -26,7 +26,7 @@ protected:
         cp.n_seq = 1;
         cp.n_threads = 2;
         ctx_ = std::make_unique<context>(m_, cp);
-        prompt_ = m_.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n");
+        prompt_ = m_.tokenize("<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n").value();
         std::vector<batch_token> b;
         for (size_t i = 0; i < prompt_.size(); ++i) {
             b.push_back({prompt_[i], static_cast<int32_t>(i), 0, i + 1 == prompt_.size()});
@@ -70,7 +70,7 @@ TEST_F(SamplerTest, GreedyLogprobsAreTheModelsAndTopOneIsTheSampledToken) {
 }
 
 TEST_F(SamplerTest, LogitBiasForcesAToken) {
-    const token forced = m_.tokenize(" purple")[0];
+    const token forced = m_.tokenize(" purple").value()[0];
     sampler_params p;
     p.temperature = 0.0f;
     p.logit_bias = {{forced, 100.0f}};

@@ -32,7 +32,7 @@ TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken
     const std::string a1 = turn("assistant", "It plans the checkpoints:  turn, guard,\n\tdivergence.");
     const std::string gen = "<|im_start|>assistant\n<think>\n";
     const std::string prev = sys + u1 + gen;
-    const std::vector<token> prev_tokens = m_.tokenize(prev);
+    const std::vector<token> prev_tokens = m_.tokenize(prev).value();
     struct variant {
         std::string what;
         std::string text;
@@ -53,8 +53,8 @@ TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken
     };
     for (const auto & v : variants) {
         size_t reused = 12345;
-        const auto got = m_.tokenize_reusing(v.text, prev, prev_tokens, &reused);
-        EXPECT_EQ(got, m_.tokenize(v.text)) << GetParam() << ": " << v.what;
+        const auto got = m_.tokenize_reusing(v.text, prev, prev_tokens, &reused).value();
+        EXPECT_EQ(got, m_.tokenize(v.text).value()) << GetParam() << ": " << v.what;
         if (v.reuses) {
             EXPECT_GT(reused, 0u) << GetParam() << ": " << v.what;
         } else {
@@ -63,10 +63,10 @@ TEST_P(TokenizeReusing, EqualsAWholeTokenizationAndReusesUpToASharedSpecialToken
     }
     // Nothing earlier: the whole text.
     size_t reused = 1;
-    EXPECT_EQ(m_.tokenize_reusing(prev, "", {}, &reused), prev_tokens);
+    EXPECT_EQ(m_.tokenize_reusing(prev, "", {}, &reused).value(), prev_tokens);
     EXPECT_EQ(reused, 0u);
     // Earlier tokens that do not spell the earlier text: not reused.
-    EXPECT_EQ(m_.tokenize_reusing(prev, prev + "x", prev_tokens, &reused), prev_tokens);
+    EXPECT_EQ(m_.tokenize_reusing(prev, prev + "x", prev_tokens, &reused).value(), prev_tokens);
     EXPECT_EQ(reused, 0u);
 }
 
@@ -98,34 +98,38 @@ TEST_P(TokenizeReusing, AWindowedTokenizationEqualsAWholeOne) {
     for (const auto & [what, text] : texts) {
         ASSERT_GT(text.size(), model::tokenize_window_bytes) << what;
         for (const bool parse_special : {true, false}) {
-            EXPECT_EQ(m_.tokenize(text, parse_special, false), m_.tokenize_whole(text, parse_special, false))
+            EXPECT_EQ(m_.tokenize(text, parse_special, false).value(),
+                      m_.tokenize_whole(text, parse_special, false).value())
                 << GetParam() << ": " << what << (parse_special ? "" : ", parse_special off");
         }
     }
-    EXPECT_EQ(m_.tokenize(specials).size(), 10000u);
+    EXPECT_EQ(m_.tokenize(specials).value().size(), 10000u);
 }
 
 // A tokenize_stop_scope whose probe says stop ends a long text's tokenization between windows
-// (tokenize_stopped); the probe is asked, a text of one window is not cut, and after the scope
+// (an error, not tokens); the probe is asked, a text of one window is not cut, and after the scope
 // (or with a probe that says go on) the same text tokenizes whole.
 TEST_P(TokenizeReusing, AStopScopeEndsALongTokenizationBetweenWindows) {
     std::string specials;
     while (specials.size() < 4 * model::tokenize_window_bytes) {
         specials += "<|im_start|>user\nhi<|im_end|>\n";
     }
-    const std::vector<token> whole = m_.tokenize_whole(specials, true, false);
+    const std::vector<token> whole = m_.tokenize_whole(specials, true, false).value();
     int asked = 0;
     {
         const tokenize_stop_scope stop([&asked] { return ++asked >= 2; });  // stop at the second window
-        EXPECT_THROW(m_.tokenize(specials), tokenize_stopped);
+        const auto stopped = m_.tokenize(specials);
+        ASSERT_FALSE(stopped.has_value());
+        EXPECT_EQ(stopped.error().message(), "tokenization stopped: the client closed the connection");
         EXPECT_EQ(asked, 2);
-        EXPECT_EQ(m_.tokenize("<|im_start|>user\nhi<|im_end|>"), m_.tokenize_whole("<|im_start|>user\nhi<|im_end|>", true, false));
+        EXPECT_EQ(m_.tokenize("<|im_start|>user\nhi<|im_end|>").value(),
+                  m_.tokenize_whole("<|im_start|>user\nhi<|im_end|>", true, false).value());
     }
     {
         const tokenize_stop_scope go_on([] { return false; });
-        EXPECT_EQ(m_.tokenize(specials), whole);
+        EXPECT_EQ(m_.tokenize(specials).value(), whole);
     }
-    EXPECT_EQ(m_.tokenize(specials), whole);  // no scope
+    EXPECT_EQ(m_.tokenize(specials).value(), whole);  // no scope
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),

@@ -175,18 +175,24 @@ void handle_tokenize(const http_request & req, http_response & res, server_conte
         send_error(res, *err);
         return;
     }
-    json j = json::object();
-    try {
-        // A large text is tokenized below the engine's priority (--http-nice), and stops between
-        // windows once the client has gone.
-        util::run_at_lower_priority(prepare_at_low_priority(req.body) ? ctx.cfg.http_nice : 0, [&] {
-            const engine::tokenize_stop_scope stop_when_gone([&req] { return req.closed(); });
-            j["tokens"] = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
-        });
-    } catch (const engine::tokenize_stopped &) {
+    util::expected<std::vector<int32_t>> tokens = util::status::error("not tokenized");
+    // A large text is tokenized below the engine's priority (--http-nice), and stops between
+    // windows once the client has gone.
+    util::run_at_lower_priority(prepare_at_low_priority(req.body) ? ctx.cfg.http_nice : 0, [&] {
+        const engine::tokenize_stop_scope stop_when_gone([&req] { return req.closed(); });
+        tokens = ctx.model.tokenize(content->get<std::string>(), parse_special, add_special);
+    });
+    if (!tokens && req.closed()) {  // the stop scope's probe said so: nobody to answer
         spdlog::info("/tokenize: the client closed the connection; tokenization stopped");
         return;
     }
+    if (!tokens) {  // as an exception out of a handler is answered (routes.cpp)
+        spdlog::error("{} {}: tokenization failed: {}", req.method, req.path, tokens.error().message());
+        send_error(res, server_error("internal error: " + tokens.error().message()));
+        return;
+    }
+    json j = json::object();
+    j["tokens"] = std::move(*tokens);
     send_json_body(res, j);
 }
 

@@ -123,30 +123,7 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
             return it->second;
         }
     }
-    std::shared_ptr<const std::vector<int32_t>> tokens;
-    // Counted as they are attempted: a render the template refuses has run up to its refusal.
-    auto render_and_tokenize = [&] {
-        work.renders++;
-        const std::string text = tmpl_.render(in).prompt;
-        work.tokenizations++;
-        return std::make_shared<const std::vector<int32_t>>(model_.tokenize(text, true));
-    };
-    try {
-        tokens = render_and_tokenize();
-    } catch (const std::exception & e) {
-        // Some templates refuse a conversation without a user turn: render one with a
-        // placeholder; the common prefix with the real prompt still ends at the user turn.
-        spdlog::debug("anchor render without a user turn failed ({}); retrying with a placeholder", e.what());
-        engine::chat_message placeholder;
-        placeholder.role = "user";
-        placeholder.content = "\x01";
-        in.messages.push_back(placeholder);
-        try {
-            tokens = render_and_tokenize();
-        } catch (const std::exception & e2) {
-            spdlog::debug("anchor render failed: {}", e2.what());
-        }
-    }
+    std::shared_ptr<const std::vector<int32_t>> tokens = render_tokens_or_placeholder(std::move(in), "anchor", work);
     util::lock_guard lock(mu_);
     if (memo_.size() >= max_memo_) {
         memo_.clear();
@@ -155,8 +132,41 @@ std::shared_ptr<const std::vector<int32_t>> chat_preparer::anchor_render(const e
     return tokens;
 }
 
-std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, const std::string & tenant,
-                                                    int64_t max_tokens, size_t * reused) const {
+util::expected<std::vector<int32_t>> chat_preparer::render_tokens(const engine::chat_render_inputs & in,
+                                                                  scheduler::prepare_work & work) const {
+    // Counted as they are attempted: a render the template refuses has run up to its refusal.
+    work.renders++;
+    auto rendered = tmpl_.render(in);
+    if (!rendered) {
+        return util::status::error(rendered.error().message);
+    }
+    work.tokenizations++;
+    return model_.tokenize(rendered->prompt, true);
+}
+
+std::shared_ptr<const std::vector<int32_t>> chat_preparer::render_tokens_or_placeholder(
+    engine::chat_render_inputs in, const char * what, scheduler::prepare_work & work) const {
+    auto tokens = render_tokens(in, work);
+    if (!tokens) {
+        // Some templates refuse a conversation without a user turn: render one with a
+        // placeholder; the common prefix with the real prompt still ends at the user turn.
+        spdlog::debug("{} render failed ({}); retrying with a placeholder user turn", what, tokens.error().message());
+        engine::chat_message placeholder;
+        placeholder.role = "user";
+        placeholder.content = "\x01";
+        in.messages.push_back(std::move(placeholder));
+        tokens = render_tokens(in, work);
+    }
+    if (!tokens) {
+        spdlog::debug("{} render failed: {}", what, tokens.error().message());
+        return nullptr;
+    }
+    return std::make_shared<const std::vector<int32_t>>(std::move(*tokens));
+}
+
+util::expected<std::vector<int32_t>> chat_preparer::tokenize_prompt(const std::string & text,
+                                                                    const std::string & tenant, int64_t max_tokens,
+                                                                    size_t * reused) const {
     recent_prompt best;
     {
         size_t best_lcp = 0;
@@ -181,8 +191,12 @@ std::vector<int32_t> chat_preparer::tokenize_prompt(const std::string & text, co
         }
         return *best.tokens;  // a resend: kept once
     }
-    auto tokens = std::make_shared<const std::vector<int32_t>>(
-        best.text ? model_.tokenize_reusing(text, *best.text, *best.tokens, reused) : model_.tokenize(text, true));
+    auto fresh_tokens =
+        best.text ? model_.tokenize_reusing(text, *best.text, *best.tokens, reused) : model_.tokenize(text, true);
+    if (!fresh_tokens) {
+        return fresh_tokens;
+    }
+    auto tokens = std::make_shared<const std::vector<int32_t>>(std::move(*fresh_tokens));
     if (!best.text && reused) {
         *reused = 0;
     }
@@ -229,13 +243,15 @@ engine::chat_render_inputs chat_preparer::render_inputs(const chat_request & r) 
 
 std::optional<api_error> chat_preparer::render(const engine::chat_render_inputs & in,
                                                engine::chat_render_result & out) const {
-    try {
-        out = tmpl_.render(in);
-    } catch (const std::invalid_argument & e) {
-        return invalid_request(std::string(e.what()) + "; check the order and roles of 'messages'", "messages");
-    } catch (const std::exception & e) {
-        return server_error(std::string("chat template failed: ") + e.what());
+    auto rendered = tmpl_.render(in);
+    if (!rendered) {
+        const engine::render_error e = rendered.error();
+        if (e.why == engine::render_error::kind::refused) {
+            return invalid_request(e.message + "; check the order and roles of 'messages'", "messages");
+        }
+        return server_error("chat template failed: " + e.message);
     }
+    out = std::move(*rendered);
     return std::nullopt;
 }
 
@@ -271,21 +287,7 @@ int32_t chat_preparer::prefix_tokens(const chat_request & prefix, const std::vec
         }
     }
     if (!tokens) {
-        for (int attempt = 0; attempt < 2 && !tokens; ++attempt) {
-            try {
-                work.renders++;
-                const std::string text = tmpl_.render(in).prompt;
-                work.tokenizations++;
-                tokens = std::make_shared<const std::vector<int32_t>>(model_.tokenize(text, true));
-            } catch (const std::exception & e) {
-                spdlog::debug("cache breakpoint render failed ({}){}", e.what(),
-                              attempt == 0 ? "; retrying with a user turn" : "");
-                engine::chat_message placeholder;  // as anchor_render: templates that need a user query
-                placeholder.role = "user";
-                placeholder.content = "\x01";
-                in.messages.push_back(placeholder);
-            }
-        }
+        tokens = render_tokens_or_placeholder(std::move(in), "cache breakpoint", work);
         if (!tokens) {
             return -1;
         }
@@ -319,7 +321,7 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
             return {};
         }
     }
-    auto tokens_with = [&](const char * text, prepared_chat & out) {
+    auto tokens_with = [&](const char * text, prepared_chat & out) -> util::status {
         engine::chat_render_inputs x = in;
         engine::chat_message next;
         if (reply.tool_calls.empty()) {
@@ -332,42 +334,50 @@ std::vector<int32_t> chat_preparer::next_turn_prefix(const chat_request & r, con
         next.content = text;
         x.messages.push_back(std::move(next));
         work.renders++;
-        const std::string rendered = tmpl_.render(x).prompt;
+        const auto rendered = tmpl_.render(x);
+        if (!rendered) {
+            return util::status::error(rendered.error().message);
+        }
         work.tokenizations++;
-        if (r.images.empty()) {
-            out.prompt = tokenize_prompt(rendered, r.tenant, std::numeric_limits<int64_t>::max());
-        } else if (auto err = place_images(images, rendered, out)) {
-            throw std::invalid_argument(err->message);
+        if (!r.images.empty()) {
+            const auto err = place_images(images, rendered->prompt, out);
+            return err ? util::status::error(err->message) : util::status::ok();
         }
+        auto tokens = tokenize_prompt(rendered->prompt, r.tenant, std::numeric_limits<int64_t>::max());
+        if (!tokens) {
+            return tokens.error();
+        }
+        out.prompt = std::move(*tokens);
+        return util::status::ok();
     };
-    try {
-        // Two texts that differ in their first character: the renders part where the text starts.
-        prepared_chat a;
-        prepared_chat b;
-        tokens_with("Alpha", a);
-        tokens_with("Bravo", b);
-        const size_t n = std::min(a.prompt.size(), b.prompt.size());
-        size_t i = 0;
-        while (i < n && a.prompt[i] == b.prompt[i]) {
-            ++i;
-        }
-        // The images before the cut (all of them: they precede the placeholder). The prefix
-        // never ends inside or right after an image (the engine decodes an image as a unit and
-        // a prompt's last position is text): cut before such an image instead.
-        for (auto & m : a.media) {
-            if (m.span.end < static_cast<int32_t>(i)) {
-                media.push_back(std::move(m));
-            } else {
-                i = std::min(i, static_cast<size_t>(m.span.begin));
-                break;
-            }
-        }
-        return std::vector<int32_t>(a.prompt.begin(), a.prompt.begin() + static_cast<std::ptrdiff_t>(i));
-    } catch (const std::exception & e) {
-        spdlog::debug("warm-up: the next turn cannot be rendered: {}", e.what());
-        media.clear();
+    // Two texts that differ in their first character: the renders part where the text starts.
+    prepared_chat a;
+    prepared_chat b;
+    util::status made = tokens_with("Alpha", a);
+    if (made.is_ok()) {
+        made = tokens_with("Bravo", b);
+    }
+    if (!made.is_ok()) {
+        spdlog::debug("warm-up: the next turn cannot be rendered: {}", made.message());
         return {};
     }
+    const size_t n = std::min(a.prompt.size(), b.prompt.size());
+    size_t i = 0;
+    while (i < n && a.prompt[i] == b.prompt[i]) {
+        ++i;
+    }
+    // The images before the cut (all of them: they precede the placeholder). The prefix
+    // never ends inside or right after an image (the engine decodes an image as a unit and
+    // a prompt's last position is text): cut before such an image instead.
+    for (auto & m : a.media) {
+        if (m.span.end < static_cast<int32_t>(i)) {
+            media.push_back(std::move(m));
+        } else {
+            i = std::min(i, static_cast<size_t>(m.span.begin));
+            break;
+        }
+    }
+    return std::vector<int32_t>(a.prompt.begin(), a.prompt.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 bool chat_preparer::supports_thinking() const {
@@ -392,15 +402,10 @@ std::optional<api_error> chat_preparer::grammar_of(const chat_request & r, const
         for (const auto & t : rendered.grammar_triggers) {
             engine::grammar_trigger gt = t;
             if (t.type == engine::grammar_trigger::kind::word) {
-                std::vector<int32_t> ids;
-                try {
-                    ids = model_.tokenize(t.value, true);
-                } catch (const std::exception &) {
-                    ids.clear();
-                }
-                if (ids.size() == 1 && out.preserved_tokens.count(ids[0]) > 0) {
+                const auto ids = model_.tokenize(t.value, true);
+                if (ids && ids->size() == 1 && out.preserved_tokens.count(ids->front()) > 0) {
                     gt.type = engine::grammar_trigger::kind::token;
-                    gt.tok = ids[0];
+                    gt.tok = ids->front();
                 }
             }
             g.triggers.push_back(std::move(gt));
@@ -523,11 +528,11 @@ std::optional<api_error> chat_preparer::tokenize_rendered(const chat_request & r
             return err;
         }
     } else {
-        try {
-            out.prompt = tokenize_prompt(rendered, r.tenant, max_sequence_tokens, &reused_tokens);
-        } catch (const std::exception & e) {
-            return server_error(std::string("tokenization failed: ") + e.what());
+        auto tokens = tokenize_prompt(rendered, r.tenant, max_sequence_tokens, &reused_tokens);
+        if (!tokens) {
+            return server_error("tokenization failed: " + tokens.error().message());
         }
+        out.prompt = std::move(*tokens);
     }
     if (out.prompt.empty()) {
         return invalid_request("the rendered prompt is empty; send at least one message with content", "messages");
@@ -585,11 +590,8 @@ void chat_preparer::hint_restore_points(const chat_request & r, const engine::ch
     // assistant turn after the previous user message: an earlier boundary. So none here.
     const bool ends_with_tool = !r.messages.empty() && r.messages.back().role == "tool";
     if (!rendered.generation_prompt.empty() && !ends_with_tool) {
-        try {
-            out.cache.history_tokens = history_tokens(out.prompt, model_.tokenize(rendered.generation_prompt, true));
-        } catch (const std::exception &) {
-            out.cache.history_tokens = -1;
-        }
+        const auto generation_prompt = model_.tokenize(rendered.generation_prompt, true);
+        out.cache.history_tokens = generation_prompt ? history_tokens(out.prompt, *generation_prompt) : -1;
     }
 }
 
@@ -610,13 +612,10 @@ void chat_preparer::hint_last_user(const chat_request & r, const engine::chat_re
             head.messages.back().role = "user";
             head.messages.back().content = "\x01";
             head.add_generation_prompt = false;
-            try {
-                out.work.renders++;
-                const std::string text = tmpl_.render(head).prompt;
-                out.work.tokenizations++;
-                out.cache.last_user_tokens = anchor_tokens(out.prompt, model_.tokenize(text, true));
-            } catch (const std::exception & e) {  // a template that needs a user query: no such point
-                spdlog::debug("last user message start not rendered: {}", e.what());
+            if (const auto tokens = render_tokens(head, out.work)) {
+                out.cache.last_user_tokens = anchor_tokens(out.prompt, *tokens);
+            } else {  // a template that needs a user query: no such point
+                spdlog::debug("last user message start not rendered: {}", tokens.error().message());
             }
         }
     }
@@ -632,13 +631,9 @@ void chat_preparer::take_render_outputs(const chat_request & r, const engine::ch
     }
     out.preserved_tokens.clear();
     for (const auto & s : rendered.preserved_tokens) {
-        try {
-            const auto ids = model_.tokenize(s, true);
-            if (ids.size() == 1) {
-                out.preserved_tokens.insert(ids[0]);
-            }
-        } catch (const std::exception &) {
-            // not a single token: nothing to preserve
+        const auto ids = model_.tokenize(s, true);
+        if (ids && ids->size() == 1) {  // else not a single token: nothing to preserve
+            out.preserved_tokens.insert(ids->front());
         }
     }
     out.parser = rendered.parser;

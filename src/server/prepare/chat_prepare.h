@@ -15,6 +15,7 @@
 #include "server/http/errors.h"
 #include "server/prepare/lora_registry.h"
 
+#include "util/status.h"
 #include "util/thread_annotations.h"
 
 #include <cstdint>
@@ -140,9 +141,9 @@ public:
      *  never restores across tenants). Remembers `text` for the next call unless it is already
      *  remembered (a resend) or comes to `max_tokens` or more (refused as longer than a sequence:
      *  nothing extends it, and a burst of such bodies must not stay in memory). `reused` (may be
-     *  null): the tokens taken from the recent prompt. */
-    std::vector<int32_t> tokenize_prompt(const std::string & text, const std::string & tenant, int64_t max_tokens,
-                                         size_t * reused = nullptr) const;
+     *  null): the tokens taken from the recent prompt. Fails as model::tokenize(). */
+    util::expected<std::vector<int32_t>> tokenize_prompt(const std::string & text, const std::string & tenant,
+                                                         int64_t max_tokens, size_t * reused = nullptr) const;
 
     /** The prompt text prepare() tokenizes for `r` (same template inputs and defaults; without
      *  the generation prompt when r.add_generation_prompt is false), for POST /apply-template. Errors: 400 when the template rejects the conversation, 500 when
@@ -187,7 +188,20 @@ private:
      *  end-of-turn markup), and the caller renders the conversation with a placeholder instead. */
     int32_t last_user_start(const engine::chat_message & last, const engine::chat_render_result & rendered,
                             const std::vector<int32_t> & prompt) const;
+    /** Renders `in` into `out`. Errors: 400 (param "messages") when the template refuses the
+     *  conversation, 500 when the chat library fails. */
     std::optional<api_error> render(const engine::chat_render_inputs & in, engine::chat_render_result & out) const;
+    /** `in` rendered and tokenized (parse_special), counted in `work` as they are attempted (a
+     *  render the template refuses counts; its tokenization does not); the render's or the
+     *  tokenizer's error otherwise. */
+    util::expected<std::vector<int32_t>> render_tokens(const engine::chat_render_inputs & in,
+                                                       scheduler::prepare_work & work) const;
+    /** render_tokens(in), and when that fails, again with a placeholder user turn after the
+     *  messages (templates that refuse a conversation without a user query); nullptr when both
+     *  fail. `what` names the render in the debug log. */
+    std::shared_ptr<const std::vector<int32_t>> render_tokens_or_placeholder(engine::chat_render_inputs in,
+                                                                             const char * what,
+                                                                             scheduler::prepare_work & work) const;
     /** Sets out.lora and b.lora_id from the request's `lora`; a 400 for an unknown id. */
     std::optional<api_error> select_lora(const std::vector<lora_scale> & requested, prepared_chat & out,
                                          bucket_inputs & b) const;

@@ -328,16 +328,20 @@ std::optional<api_error> reply_script::choose(const script_view & v, scripted_re
     return std::nullopt;
 }
 
-std::vector<int32_t> reply_script::forced_tokens(const std::string & text) const {
-    std::vector<int32_t> toks = model_.tokenize(text, /*parse_special=*/true, /*add_special=*/false);
-    for (size_t i = 0; i < toks.size(); ++i) {
-        if (model_.is_eog(toks[i])) {
-            toks.resize(i + 1);  // the turn ends there (a template's "<|im_end|>\n": the newline is not generated)
-            return toks;
+std::optional<api_error> reply_script::forced_tokens(const std::string & text, std::vector<int32_t> & out) const {
+    auto tokens = model_.tokenize(text, /*parse_special=*/true, /*add_special=*/false);
+    if (!tokens) {
+        return server_error("internal error: " + tokens.error().message());
+    }
+    out = std::move(*tokens);
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (model_.is_eog(out[i])) {
+            out.resize(i + 1);  // the turn ends there (a template's "<|im_end|>\n": the newline is not generated)
+            return std::nullopt;
         }
     }
-    toks.push_back(model_.end_of_turn());
-    return toks;
+    out.push_back(model_.end_of_turn());
+    return std::nullopt;
 }
 
 std::optional<api_error> reply_script::pick(const chat_request & r, script_pick & out) {
@@ -352,13 +356,16 @@ std::optional<api_error> reply_script::pick(const chat_request & r, script_pick 
     if (auto err = reply_text(preparer_, r, reply, text)) {
         return err;
     }
-    out.tokens = forced_tokens(text);
-    return std::nullopt;
+    return forced_tokens(text, out.tokens);
 }
 
 std::optional<api_error> reply_script::pick_raw(const std::vector<int32_t> & prompt, script_pick & out) {
     script_view v;
-    v.input = model_.detokenize(prompt, /*special=*/true);
+    auto input = model_.detokenize(prompt, /*special=*/true);
+    if (!input) {
+        return server_error("internal error: " + input.error().message());
+    }
+    v.input = std::move(*input);
     scripted_reply reply;
     {
         util::lock_guard lock(mu_);
@@ -372,8 +379,7 @@ std::optional<api_error> reply_script::pick_raw(const std::vector<int32_t> & pro
                                    "/v1/completions) has no chat template to render content and tool calls with",
                                "", "no_scripted_reply");
     }
-    out.tokens = forced_tokens(*reply.text);
-    return std::nullopt;
+    return forced_tokens(*reply.text, out.tokens);
 }
 
 }  // namespace lineage::server

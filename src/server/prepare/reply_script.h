@@ -108,8 +108,9 @@ private:
     std::optional<api_error> refresh() REQUIRES(mu_);
     /** Picks and marks a reply for `v`; an error when none matches. */
     std::optional<api_error> choose(const script_view & v, scripted_reply & reply, std::string & label) REQUIRES(mu_);
-    /** `text` as tokens ending in an end-of-generation token. */
-    std::vector<int32_t> forced_tokens(const std::string & text) const;
+    /** `text` as tokens ending in an end-of-generation token, into `out`; a 500 when the
+     *  tokenizer fails. */
+    std::optional<api_error> forced_tokens(const std::string & text, std::vector<int32_t> & out) const;
 
     std::string path_;
     const engine::model & model_;

@@ -44,7 +44,7 @@ const std::string tool_call_text =
 }  // namespace
 
 TEST_F(ChatTemplateTest, RendersToolsAndTheGenerationPrompt) {
-    const auto r = tmpl_->render(weather_inputs());
+    const auto r = tmpl_->render(weather_inputs()).value();
     EXPECT_NE(r.prompt.find("get_weather"), std::string::npos) << r.prompt;
     EXPECT_NE(r.prompt.find("You are a weather bot."), std::string::npos);
     EXPECT_FALSE(r.generation_prompt.empty());
@@ -54,7 +54,7 @@ TEST_F(ChatTemplateTest, RendersToolsAndTheGenerationPrompt) {
 }
 
 TEST_F(ChatTemplateTest, ParsesAFinalToolCall) {
-    const auto r = tmpl_->render(weather_inputs());
+    const auto r = tmpl_->render(weather_inputs()).value();
     engine::chat_output_parser p(r.parser);
     (void) p.update(tool_call_text, /*is_partial=*/false);
     const auto & m = p.message();
@@ -67,7 +67,7 @@ TEST_F(ChatTemplateTest, ParsesAFinalToolCall) {
 }
 
 TEST_F(ChatTemplateTest, StreamedToolCallDeltasAddUpToTheFinalCall) {
-    const auto r = tmpl_->render(weather_inputs());
+    const auto r = tmpl_->render(weather_inputs()).value();
     engine::chat_output_parser p(r.parser);
     std::string id, name, args, content, reasoning;
     auto take = [&](const std::vector<engine::chat_delta> & ds) {
@@ -100,7 +100,7 @@ TEST_F(ChatTemplateTest, StreamedToolCallDeltasAddUpToTheFinalCall) {
 }
 
 TEST_F(ChatTemplateTest, PlainTextIsContent) {
-    const auto r = tmpl_->render(weather_inputs());
+    const auto r = tmpl_->render(weather_inputs()).value();
     engine::chat_output_parser p(r.parser);
     (void) p.update("Easy.\n</think>\n\nIt is sunny.", false);
     EXPECT_EQ(p.message().content, "It is sunny.");
@@ -124,15 +124,17 @@ TEST_F(ChatTemplateTest, PreparedRequestCarriesAnchorAndHistory) {
     // The anchor ends inside the prompt, after the system block with the tools.
     EXPECT_GT(out.cache.anchor_tokens, 0);
     EXPECT_LT(out.cache.anchor_tokens, n);
-    const std::string head = model_->detokenize(
-        std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + out.cache.anchor_tokens));
+    const std::string head =
+        model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + out.cache.anchor_tokens))
+            .value();
     EXPECT_NE(head.find("get_weather"), std::string::npos) << head;
     EXPECT_EQ(head.find("Weather in Paris?"), std::string::npos) << head;
     // History: the prompt without its generation prompt.
     ASSERT_GT(out.cache.history_tokens, 0);
     EXPECT_LT(out.cache.history_tokens, n);
-    const std::string tail = model_->detokenize(
-        std::vector<int32_t>(out.prompt.begin() + out.cache.history_tokens, out.prompt.end()));
+    const std::string tail =
+        model_->detokenize(std::vector<int32_t>(out.prompt.begin() + out.cache.history_tokens, out.prompt.end()))
+            .value();
     EXPECT_NE(tail.find("assistant"), std::string::npos) << tail;
 
     // Same system prompt + tools, another user turn: same anchor and bucket.
@@ -165,7 +167,7 @@ TEST_F(ChatTemplateTest, PreparedRequestCarriesAnchorAndHistory) {
 
 TEST_F(ChatTemplateTest, AReasoningBlockCutShortStaysReasoning) {
     // max_tokens ended the reply inside <think>: final parse = what streaming showed.
-    const auto r = tmpl_->render(weather_inputs());
+    const auto r = tmpl_->render(weather_inputs()).value();
     engine::chat_output_parser streamed(r.parser);
     (void) streamed.update("Still thinking about", true);
     engine::chat_output_parser final_only(r.parser);
@@ -178,7 +180,7 @@ TEST_F(ChatTemplateTest, AReasoningBlockCutShortStaysReasoning) {
 TEST_F(ChatTemplateTest, DisablingThinkingMovesTheOutputToContent) {
     engine::chat_render_inputs in = weather_inputs();
     in.kwargs["enable_thinking"] = "false";
-    const auto r = tmpl_->render(in);
+    const auto r = tmpl_->render(in).value();
     engine::chat_output_parser p(r.parser);
     (void) p.update("It is sunny.", false);
     EXPECT_EQ(p.message().content, "It is sunny.");
@@ -188,7 +190,10 @@ TEST_F(ChatTemplateTest, DisablingThinkingMovesTheOutputToContent) {
 TEST_F(ChatTemplateTest, ABadEnableThinkingKwargIsRejected) {
     engine::chat_render_inputs in = weather_inputs();
     in.kwargs["enable_thinking"] = "\"yes\"";
-    EXPECT_THROW((void) tmpl_->render(in), std::invalid_argument);
+    const auto r = tmpl_->render(in);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().why, engine::render_error::kind::refused);
+    EXPECT_EQ(r.error().message, "chat_template_kwargs.enable_thinking must be a boolean");
 }
 
 namespace {
@@ -224,7 +229,7 @@ protected:
         in.messages.back().role = "user";
         in.messages.back().content = "\x01";
         in.add_generation_prompt = false;
-        return server::anchor_tokens(prompt, model_->tokenize(tmpl_->render(in).prompt, true));
+        return server::anchor_tokens(prompt, model_->tokenize(tmpl_->render(in).value().prompt, true).value());
     }
     static inline std::unique_ptr<engine::model> model_;
     static inline std::unique_ptr<engine::chat_template> tmpl_;
@@ -232,11 +237,11 @@ protected:
 
 TEST_F(HybridPrepareTest, TokensBeforeByteCountsWholeTokens) {
     const std::string text = "<|im_start|>user\nHello there<|im_end|>\n";
-    const auto toks = model_->tokenize(text, true);
+    const auto toks = model_->tokenize(text, true).value();
     const size_t at = text.find("Hello");
     const int32_t n = model_->tokens_before_byte(toks, at, text.size());
     ASSERT_GT(n, 0);
-    EXPECT_EQ(model_->detokenize(std::vector<int32_t>(toks.begin(), toks.begin() + n)), text.substr(0, at));
+    EXPECT_EQ(model_->detokenize(std::vector<int32_t>(toks.begin(), toks.begin() + n)).value(), text.substr(0, at));
     EXPECT_EQ(model_->tokens_before_byte(toks, 0, text.size()), 0);
     EXPECT_EQ(model_->tokens_before_byte(toks, text.size(), text.size()), static_cast<int32_t>(toks.size()));
     EXPECT_EQ(model_->tokens_before_byte(toks, at, text.size() + 1), -1);  // not the text they spell
@@ -265,7 +270,7 @@ TEST_F(HybridPrepareTest, PromptTokensEqualAWholeTokenizationTurnAfterTurn) {
         ASSERT_FALSE(prep.prepare(req, 4096, out)) << body;
         std::string text;
         ASSERT_FALSE(prep.render_prompt(req, text)) << body;
-        EXPECT_EQ(out.prompt, model_->tokenize(text, true)) << body;
+        EXPECT_EQ(out.prompt, model_->tokenize(text, true).value()) << body;
     }
 }
 
@@ -277,18 +282,19 @@ TEST_F(HybridPrepareTest, RecentPromptsAreReusedWithinATenantOnly) {
     const std::string turn1 = "<|im_start|>system\nYou are a coding agent.<|im_end|>\n<|im_start|>user\nRead it.<|im_end|>\n";
     const std::string turn2 = turn1 + "<|im_start|>assistant\nDone.<|im_end|>\n<|im_start|>user\nNow fix it.<|im_end|>\n";
     size_t reused = 99;
-    EXPECT_EQ(prep.tokenize_prompt(turn1, "alice", 4096, &reused), model_->tokenize(turn1, true));
+    EXPECT_EQ(prep.tokenize_prompt(turn1, "alice", 4096, &reused).value(), model_->tokenize(turn1, true).value());
     EXPECT_EQ(reused, 0u) << "nothing remembered yet";
-    EXPECT_EQ(prep.tokenize_prompt(turn2, "bob", 4096, &reused), model_->tokenize(turn2, true));
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "bob", 4096, &reused).value(), model_->tokenize(turn2, true).value());
     EXPECT_EQ(reused, 0u) << "another tenant's prompt is not reused";
-    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused), model_->tokenize(turn2, true));
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused).value(), model_->tokenize(turn2, true).value());
     EXPECT_GT(reused, 0u) << "the tenant's own earlier prompt is";
-    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused), model_->tokenize(turn2, true));
-    EXPECT_EQ(reused, model_->tokenize(turn2, true).size()) << "a resend: all of it";
+    EXPECT_EQ(prep.tokenize_prompt(turn2, "alice", 4096, &reused).value(), model_->tokenize(turn2, true).value());
+    EXPECT_EQ(reused, model_->tokenize(turn2, true).value().size()) << "a resend: all of it";
     // Refused as too long (at least max_tokens): not remembered, so not reused.
     const std::string long_turn = turn1 + "<|im_start|>user\nA long one.<|im_end|>\n";
-    EXPECT_EQ(prep.tokenize_prompt(long_turn, "carol", 4, &reused), model_->tokenize(long_turn, true));
-    EXPECT_EQ(prep.tokenize_prompt(long_turn + "x", "carol", 4096, &reused), model_->tokenize(long_turn + "x", true));
+    EXPECT_EQ(prep.tokenize_prompt(long_turn, "carol", 4, &reused).value(), model_->tokenize(long_turn, true).value());
+    EXPECT_EQ(prep.tokenize_prompt(long_turn + "x", "carol", 4096, &reused).value(),
+              model_->tokenize(long_turn + "x", true).value());
     EXPECT_EQ(reused, 0u);
 }
 
@@ -369,12 +375,14 @@ TEST_F(HybridPrepareTest, VolatileStartsAreThePathAndDateTokensInsideTheSystemRe
     ASSERT_FALSE(prep.prepare(req, 4096, out));
     ASSERT_GT(out.cache.anchor_tokens, 0);
     ASSERT_EQ(out.cache.volatile_starts.size(), 2u);  // the path and the date; not the user message's path
-    const std::string text = model_->detokenize(out.prompt);
+    const std::string text = model_->detokenize(out.prompt).value();
     for (const auto & [i, what] : std::vector<std::pair<size_t, std::string>>{{0, "/home/dev"}, {1, "2026-12-01"}}) {
         const int32_t n = out.cache.volatile_starts[i];
         ASSERT_LT(n, out.cache.anchor_tokens);
-        const std::string before = model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n));
-        const std::string after = model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n + 1));
+        const std::string before =
+            model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n)).value();
+        const std::string after =
+            model_->detokenize(std::vector<int32_t>(out.prompt.begin(), out.prompt.begin() + n + 1)).value();
         EXPECT_LE(before.size(), text.find(what)) << what;  // the token before starts at or before it
         EXPECT_GT(after.size(), text.find(what)) << what;   // the next token reaches into it
     }

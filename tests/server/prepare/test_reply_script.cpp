@@ -193,7 +193,7 @@ TEST_F(ReplyScriptTemplateTest, TheFileIsReadAgainWhenItChangesAndAnUnmatchedReq
     // The reply's tokens end at the end of the turn: "<|im_end|>", an end-of-generation token.
     ASSERT_FALSE(pick.tokens.empty());
     EXPECT_TRUE(model_->is_eog(pick.tokens.back()));
-    EXPECT_EQ(model_->detokenize(pick.tokens), "\n</think>\n\nFirst.<|im_end|>");
+    EXPECT_EQ(model_->detokenize(pick.tokens).value(), "\n</think>\n\nFirst.<|im_end|>");
     auto err = script.pick(request(true), pick);
     ASSERT_TRUE(err.has_value());
     EXPECT_EQ(err->code, "no_scripted_reply");
@@ -201,10 +201,10 @@ TEST_F(ReplyScriptTemplateTest, TheFileIsReadAgainWhenItChangesAndAnUnmatchedReq
     // A raw text without an end of turn gets one.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::ofstream(path) << R"([{"label": "two", "text": "Second, as raw text."}])";
-    ASSERT_FALSE(script.pick_raw(model_->tokenize("a raw prompt"), pick).has_value());
+    ASSERT_FALSE(script.pick_raw(model_->tokenize("a raw prompt").value(), pick).has_value());
     EXPECT_EQ(pick.label, "two");
     EXPECT_EQ(pick.tokens.back(), model_->end_of_turn());
-    EXPECT_EQ(model_->detokenize({pick.tokens.begin(), pick.tokens.end() - 1}), "Second, as raw text.");
+    EXPECT_EQ(model_->detokenize({pick.tokens.begin(), pick.tokens.end() - 1}).value(), "Second, as raw text.");
     // A file that no longer parses: a 500 naming it, until it is mended.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::ofstream(path) << "[{";

@@ -260,7 +260,7 @@ TEST_F(GenerationHandler, AGrammarStepOverItsBoundEndsTheRequest) {
     const auto run = [&](double max_step_s) {
         auto gr = std::make_shared<scheduler::generation_request>();
         gr->id = 1000 + static_cast<uint64_t>(max_step_s > 0);
-        gr->prompt = model_->tokenize("Name a colour of the rainbow:", /*parse_special=*/false);
+        gr->prompt = model_->tokenize("Name a colour of the rainbow:", /*parse_special=*/false).value();
         gr->sampling.temperature = 0;
         gr->sampling.max_tokens = 4;
         gr->sampling.grammar.type = engine::grammar_spec::kind::user;

@@ -116,12 +116,12 @@ std::optional<api_error> prepare_completions(const http_request & req, server_co
         }
         tokens = std::move(cr.prompt_tokens);
     } else {
-        try {
-            // As llama-server's /completion: special tokens parsed, BOS added where the model wants it.
-            tokens = ctx.model.tokenize(cr.prompt, /*parse_special=*/true, /*add_special=*/true);
-        } catch (const std::exception & e) {
-            return server_error(std::string("tokenization failed: ") + e.what());
+        // As llama-server's /completion: special tokens parsed, BOS added where the model wants it.
+        auto text_tokens = ctx.model.tokenize(cr.prompt, /*parse_special=*/true, /*add_special=*/true);
+        if (!text_tokens) {
+            return server_error("tokenization failed: " + text_tokens.error().message());
         }
+        tokens = std::move(*text_tokens);
     }
     raw_prompt raw;
     raw.tokens = std::move(tokens);

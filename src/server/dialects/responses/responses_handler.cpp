@@ -249,7 +249,8 @@ std::optional<api_error> prepare_responses(const http_request & req, server_cont
     meta.tool_namespaces = r.tool_namespaces;
     const engine::model * model = &ctx.model;
     meta.count_tokens = [model](const std::string & text) {
-        return static_cast<int32_t>(model->tokenize(text, /*parse_special=*/false).size());
+        const auto tokens = model->tokenize(text, /*parse_special=*/false);
+        return tokens ? static_cast<int32_t>(tokens->size()) : 0;  // uncounted: as without a counter
     };
     std::vector<response_item> conversation;
     if (r.store) {

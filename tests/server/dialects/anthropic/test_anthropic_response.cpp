@@ -172,7 +172,7 @@ protected:
         in.messages.push_back(u);
         in.tools.push_back({"get_weather", "Get the weather", R"({"type":"object","properties":{"city":{"type":"string"}}})"});
         in.kwargs = {{"enable_thinking", "true"}};
-        return tmpl_->render(in).parser;
+        return tmpl_->render(in).value().parser;
     }
 };
 
