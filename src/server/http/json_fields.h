@@ -1,8 +1,9 @@
 // server::fields: reading one JSON request body field by field, each failure a 400 that names
 // the field (`param`) and says what is accepted. Shared by the request parsers of the chat
 // completion body (chat_request.cpp, chat_request_options.cpp), of the Responses and
-// completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp) and
-// of the Anthropic Messages body (anthropic_request.cpp, anthropic_messages.cpp).
+// completions bodies (responses_request.cpp, response_items.cpp, completions_request.cpp), of
+// the Anthropic Messages body (anthropic_request.cpp, anthropic_messages.cpp), and by the checks
+// of a conversation's messages that they share (request/message_checks.cpp).
 // Internally a failed check throws bad_field; the parser's entry point (parse_request) catches
 // it and returns the api_error. Thread safety: pure functions.
 #pragma once

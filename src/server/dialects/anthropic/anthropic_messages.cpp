@@ -4,7 +4,7 @@
 #include "engine/multimodal.h"
 #include "server/http/json_fields.h"
 #include "server/prepare/media_input.h"
-#include "server/http/request_limits.h"
+#include "server/request/message_checks.h"
 
 namespace lineage::server {
 
@@ -13,15 +13,7 @@ namespace {
 using namespace fields;
 
 std::string block_type(const json & b, const std::string & p) {
-    if (!b.is_object()) {
-        fail(p, "'" + p + "' must be a content block object like {\"type\": \"text\", \"text\": \"...\"}, got " +
-                    type_name(b));
-    }
-    const json * t = field(b, "type");
-    if (!t) {
-        fail(p + ".type", "'" + p + ".type' is required");
-    }
-    return get_string(*t, p + ".type");
+    return content_part_type(b, p, "a content block object like {\"type\": \"text\", \"text\": \"...\"}", "");
 }
 
 // A system text block made by Claude Code for Anthropic's billing ("x-anthropic-billing-header:
@@ -104,17 +96,8 @@ public:
 
     void message(const json & msg, size_t index) {
         const std::string p = "messages[" + std::to_string(index) + "]";
-        if (!msg.is_object()) {
-            fail(p, "'" + p + "' must be an object with 'role' and 'content', got " + type_name(msg));
-        }
-        const json * role = field(msg, "role");
-        if (!role) {
-            fail(p + ".role", "'" + p + ".role' is required: \"user\" or \"assistant\"");
-        }
-        const std::string rl = get_string(*role, p + ".role");
-        if (rl != "user" && rl != "assistant" && rl != "system") {
-            fail(p + ".role", "'" + p + ".role' is '" + rl + "'; expected \"user\" or \"assistant\"");
-        }
+        // A "system" message is accepted too (some clients send one), though not named.
+        const std::string rl = message_role(msg, p, {"user", "assistant", "system"}, "\"user\" or \"assistant\"");
         const json * content = field(msg, "content");
         if (!content) {
             fail(p + ".content", "'" + p + ".content' is required: a string or an array of content blocks");
@@ -420,21 +403,9 @@ void convert_conversation(const json & body, const thinking_signer & signer, ant
     if (const json * sys = field(body, "system")) {
         conv.system(*sys);
     }
-    const json * messages = field(body, "messages");
-    if (!messages) {
-        fail("messages", "'messages' is required: a non-empty array of {\"role\", \"content\"} objects");
-    }
-    if (!messages->is_array()) {
-        fail("messages", "'messages' must be an array, got " + std::string(type_name(*messages)));
-    }
-    if (messages->empty()) {
-        fail("messages", "'messages' must contain at least one message");
-    }
-    if (auto e = check_message_count(messages->size(), "messages")) {  // before any is converted
-        throw bad_field{*e};
-    }
-    for (size_t i = 0; i < messages->size(); ++i) {
-        conv.message((*messages)[i], i);
+    const json & messages = messages_array(body, "a non-empty array of {\"role\", \"content\"} objects");
+    for (size_t i = 0; i < messages.size(); ++i) {
+        conv.message(messages[i], i);
     }
     conv.finish();
 }

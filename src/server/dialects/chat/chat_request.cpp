@@ -7,6 +7,7 @@
 #include "server/http/json_body.h"
 #include "server/http/json_fields.h"
 #include "server/http/request_limits.h"
+#include "server/request/message_checks.h"
 
 #include <algorithm>
 #include <charconv>
@@ -36,15 +37,8 @@ void parse_content(const json & c, const std::string & param, engine::chat_messa
     for (size_t i = 0; i < c.size(); ++i) {
         const json & part = c[i];
         const std::string pp = param + "[" + std::to_string(i) + "]";
-        if (!part.is_object()) {
-            fail(pp, "'" + pp + "' must be an object like {\"type\": \"text\", \"text\": \"...\"}, got " +
-                         type_name(part));
-        }
-        const json * type = field(part, "type");
-        if (!type) {
-            fail(pp + ".type", "'" + pp + ".type' is required; this server accepts \"text\" and \"image_url\" parts");
-        }
-        const std::string t = get_string(*type, pp + ".type");
+        const std::string t = content_part_type(part, pp, "an object like {\"type\": \"text\", \"text\": \"...\"}",
+                                                "; this server accepts \"text\" and \"image_url\" parts");
         if (t == "image_url") {
             const json * iu = field(part, "image_url");
             if (!iu) {
@@ -113,14 +107,7 @@ void parse_tool_calls(const json & tcs, const std::string & param, engine::chat_
                                                     std::string(type_name(*args)));
             }
             call.arguments = args->get<std::string>();
-            // The template library parses arguments and renders them recursively: the same
-            // nesting limit as a body (58k '[' in arguments crashed the template code).
-            json parsed;
-            if (auto err = parse_json_body(call.arguments, parsed, /*require_object=*/false, default_json_limits());
-                err && err->code == "json_too_deep") {
-                fail(p + ".function.arguments", "'" + p + ".function.arguments' " +
-                                                    err->message.substr(err->message.find("nests")));
-            }
+            check_arguments_nesting(call.arguments, p + ".function.arguments");
         } else {
             call.arguments = "{}";
         }
@@ -130,19 +117,9 @@ void parse_tool_calls(const json & tcs, const std::string & param, engine::chat_
 
 engine::chat_message parse_message(const json & msg, size_t index, std::vector<image_input> & images) {
     const std::string p = "messages[" + std::to_string(index) + "]";
-    if (!msg.is_object()) {
-        fail(p, "'" + p + "' must be an object with 'role' and 'content', got " + type_name(msg));
-    }
-    static const char * roles = "system, developer, user, assistant, tool";
-    const json * role = field(msg, "role");
-    if (!role) {
-        fail(p + ".role", "'" + p + ".role' is required: one of " + roles);
-    }
     engine::chat_message m;
-    m.role = get_string(*role, p + ".role");
-    if (m.role != "system" && m.role != "developer" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
-        fail(p + ".role", "'" + p + ".role' is '" + m.role + "'; expected one of " + roles);
-    }
+    m.role = message_role(msg, p, {"system", "developer", "user", "assistant", "tool"},
+                          "one of system, developer, user, assistant, tool");
     const json * content = field(msg, "content");
     if (content) {
         parse_content(*content, p + ".content", m, images);
@@ -268,21 +245,9 @@ void parse_stop(const json & s, chat_request & r) {
 
 // 'messages': required, non-empty, counted before any is converted.
 void parse_messages(const json & body, chat_request & r) {
-    const json * messages = field(body, "messages");
-    if (!messages) {
-        fail("messages", "'messages' is required: send a non-empty array of {\"role\", \"content\"} objects");
-    }
-    if (!messages->is_array()) {
-        fail("messages", "'messages' must be an array, got " + std::string(type_name(*messages)));
-    }
-    if (messages->empty()) {
-        fail("messages", "'messages' must contain at least one message");
-    }
-    if (auto e = check_message_count(messages->size(), "messages")) {  // before any is converted
-        throw bad_field{*e};
-    }
-    for (size_t i = 0; i < messages->size(); ++i) {
-        r.messages.push_back(parse_message((*messages)[i], i, r.images));
+    const json & messages = messages_array(body, "send a non-empty array of {\"role\", \"content\"} objects");
+    for (size_t i = 0; i < messages.size(); ++i) {
+        r.messages.push_back(parse_message(messages[i], i, r.images));
     }
 }
 

@@ -2,9 +2,10 @@
 #include "server/dialects/responses/response_items.h"
 
 #include "engine/multimodal.h"
+#include "server/dialects/responses/reasoning_seal.h"
 #include "server/http/json_body.h"
 #include "server/http/json_fields.h"
-#include "server/dialects/responses/reasoning_seal.h"
+#include "server/request/message_checks.h"
 
 #include <spdlog/spdlog.h>
 
@@ -58,11 +59,8 @@ void parse_content(const json & c, const std::string & p, response_item & it) {
     it.content_is_parts = true;
     for (size_t i = 0; i < c.size(); ++i) {
         const std::string pp = p + "[" + std::to_string(i) + "]";
-        if (!c[i].is_object()) {
-            fail(pp, "'" + pp + "' must be an object like {\"type\": \"input_text\", \"text\": \"...\"}, got " +
-                         type_name(c[i]));
-        }
-        const std::string t = get_string(require(c[i], "type", pp + ".type", ""), pp + ".type");
+        const std::string t =
+            content_part_type(c[i], pp, "an object like {\"type\": \"input_text\", \"text\": \"...\"}", "");
         if (t == "input_text" || t == "output_text" || t == "text") {
             it.parts.push_back(get_string(require(c[i], "text", pp + ".text", ""), pp + ".text"));
         } else if (t == "refusal") {
@@ -114,23 +112,15 @@ response_item parse_response_item(const json & j, const std::string & p) {
     }
     if (type == "message") {
         it.type = response_item::kind::message;
-        it.role = get_string(require(j, "role", p + ".role", "one of user, assistant, system, developer"), p + ".role");
-        if (it.role != "user" && it.role != "assistant" && it.role != "system" && it.role != "developer") {
-            fail(p + ".role", "'" + p + ".role' is '" + it.role + "'; expected one of user, assistant, system, developer");
-        }
+        it.role = message_role(j, p, {"user", "assistant", "system", "developer"},
+                               "one of user, assistant, system, developer");
         parse_content(require(j, "content", p + ".content", ""), p + ".content", it);
     } else if (type == "function_call") {
         it.type = response_item::kind::function_call;
         it.call_id = get_string(require(j, "call_id", p + ".call_id", "the id the function_call_output refers to"), p + ".call_id");
         it.name = get_string(require(j, "name", p + ".name", ""), p + ".name");
         it.arguments = get_string(require(j, "arguments", p + ".arguments", "JSON text"), p + ".arguments");
-        // The template library parses arguments and renders them recursively: the body's
-        // nesting limit applies, as to a chat tool call's.
-        json parsed;
-        if (auto err = parse_json_body(it.arguments, parsed, /*require_object=*/false, default_json_limits());
-            err && err->code == "json_too_deep") {
-            fail(p + ".arguments", "'" + p + ".arguments' " + err->message.substr(err->message.find("nests")));
-        }
+        check_arguments_nesting(it.arguments, p + ".arguments");  // as a chat tool call's
         if (const json * ns = field(j, "namespace")) {
             it.ns = get_string(*ns, p + ".namespace");
         }
