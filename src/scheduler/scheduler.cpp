@@ -236,174 +236,207 @@ void scheduler::impl::submit(std::shared_ptr<generation_request> req) {
 
 void scheduler::impl::loop() {
     for (;;) {
-        std::deque<std::function<void()>> tasks;
-        std::deque<std::function<void()>> idle_tasks;
-        std::deque<std::shared_ptr<generation_request>> admitted;
-        std::shared_ptr<generation_request> warmup;
-        bool preempt = false;
+        loop_round round;
         {
             util::unique_lock lk(mu_);
-            const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
-                return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
-            });
-            const bool loading = std::any_of(slots_.begin(), slots_.end(),
-                                             [](const slot & s) { return s.ph == slot::phase::loading; });
-            const bool any_active = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
-            if (!computing) {
-                const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
-                // An idle engine with a warm-up queued does not wait: it starts the warm-up.
-                while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load() &&
-                       (warmups_.empty() || any_active)) {
-                    if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
-                        break;
-                    }
-                }
+            if (!take_round(lk, round)) {
+                break;  // stopping
             }
-            if (stopping_) {
+        }
+        run_round(round);
+    }
+    shut_down();
+}
+
+bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
+    const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
+        return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
+    });
+    const bool loading = std::any_of(slots_.begin(), slots_.end(),
+                                     [](const slot & s) { return s.ph == slot::phase::loading; });
+    const bool any_active = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
+    if (!computing) {
+        const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
+        // An idle engine with a warm-up queued does not wait: it starts the warm-up.
+        while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load() &&
+               (warmups_.empty() || any_active)) {
+            if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                 break;
             }
-            tasks.swap(tasks_);
-            // Idle tasks (an adapter reload) wait for the slots to empty; no request is
-            // admitted while one waits, so it cannot be starved.
-            if (std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); })) {
-                idle_tasks.swap(idle_tasks_);
-            }
-            // New requests join between steps, as many as there are idle slots. One that repeats
-            // a running request's prompt waits for that one's client to answer (the retry hold).
-            // One that shares a prefix with a request still prefilling it waits for that one to
-            // compute it (the prefix hold) and lets the requests behind it go first.
-            const auto now = clock::now();
-            // In admission order (admission.h): the fewest tokens left to compute first, a request
-            // passed over max_passed_over times before all.
-            const bool idle_slot = idle_tasks_.empty() &&
-                                   std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
-            std::vector<size_t> order;
-            std::vector<int64_t> new_tokens;
-            std::vector<int32_t> stored;  // the longest prefix of each a stored state holds (the prefix hold's too)
-            const int32_t long_tokens = long_prefill_batches * p_.n_batch;
-            int32_t long_running = 0;
-            if (idle_slot && !queue_.empty()) {
-                new_tokens.reserve(queue_.size());
-                stored.reserve(queue_.size());
-                for (const auto & r : queue_) {
-                    stored.push_back(p_.cache.enabled ? store_.longest_match(r->cache.bucket, r->prompt) : 0);
-                    new_tokens.push_back(static_cast<int64_t>(r->prompt.size()) -
-                                         (r->cache.cache_prompt ? stored.back() : 0));
-                }
-                order = admission_order(queue_, new_tokens);
-                for (const auto & s : slots_) {
-                    long_running += s.ph == slot::phase::prefill && s.req && !s.req->warmup &&
-                                            s.prompt_size() - s.n_past > long_tokens
-                                        ? 1
-                                        : 0;
-                }
-            }
-            std::vector<bool> taken(queue_.size(), false);
-            size_t next = 0;
-            for (auto & s : slots_) {
-                if (s.active() || !idle_tasks_.empty()) {
-                    continue;
-                }
-                while (next < order.size()) {
-                    auto & r = *queue_[order[next]];
-                    if (retry_hold(slots_, r, now)) {
-                        next = order.size();
-                        break;
-                    }
-                    if (held_for_prefix(r, stored[order[next]], now) || shares_with(admitted, r)) {
-                        ++next;  // a request admitted this round shares its prefix: decided next round
-                        continue;
-                    }
-                    const int64_t cost = new_tokens[order[next]];
-                    if (admission_blocked(cost, long_tokens, long_running, static_cast<int32_t>(slots_.size()))) {
-                        ++next;  // a long prefill runs already: the free slot waits for shorter requests
-                        continue;
-                    }
-                    long_running += cost > long_tokens ? 1 : 0;
-                    if (r.held_since) {
-                        spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
-                                     "request's prompt)",
-                                     r.id, std::chrono::duration<double, std::milli>(now - *r.held_since).count());
-                    }
-                    if (r.prefix_held_since) {
-                        spdlog::info("request {}: admitted after a {:.1f} ms prefix hold (a running request computed "
-                                     "the prefix it shares)",
-                                     r.id, std::chrono::duration<double, std::milli>(now - *r.prefix_held_since).count());
-                    }
-                    const auto ahead = std::count(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(order[next]), false);
-                    if (ahead > 0) {
-                        spdlog::debug("request {}: admitted ahead of {} earlier request(s): fewer tokens to compute", r.id,
-                                      ahead);
-                    }
-                    taken[order[next]] = true;
-                    admitted.push_back(queue_[order[next]]);
-                    ++next;
-                    break;
-                }
-            }
-            if (std::find(taken.begin(), taken.end(), true) != taken.end()) {
-                count_passed_over(queue_, taken);
-                std::deque<std::shared_ptr<generation_request>> rest;
-                for (size_t i = 0; i < queue_.size(); ++i) {
-                    if (!taken[i]) {
-                        rest.push_back(std::move(queue_[i]));
-                    }
-                }
-                queue_.swap(rest);
-            }
-            // A warm-up yields to any foreground request (parking what it did), and starts only
-            // on an idle engine: it never delays a request by more than the chunk in flight.
-            preempt = !queue_.empty() || !admitted.empty();
-            if (!preempt && !any_active && !warmups_.empty()) {
-                warmup = warmups_.pop();
-            }
-        }
-        for (auto & t : tasks) {
-            t();
-        }
-        for (auto & t : idle_tasks) {
-            t();
-        }
-        // A request whose client left is committed before new ones are planned: a retry sent
-        // right after a dropped stream then finds what the dropped request had computed.
-        for (auto & s : slots_) {
-            if ((s.ph == slot::phase::prefill || s.ph == slot::phase::decode) && s.req->cancelled->load()) {
-                finish(s, finish_reason::cancelled);
-            }
-        }
-        for (auto & s : slots_) {
-            if (preempt && s.active() && s.req->warmup) {
-                end_warmup(s, /*whole=*/false);
-            }
-        }
-        for (auto & r : admitted) {
-            admit(std::move(r));
-        }
-        if (warmup) {
-            admit(std::move(warmup));
-        }
-        poll_loads();
-        const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
-            return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
-        });
-        const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
-        if (computing) {
-            step();
-        } else if (!busy) {
-            store_.expire(now_s());
-            pool_->drain_released();
-            cache::blob_pool::instance().trim();
-        }
-        tiers_->housekeeping(!busy, now_s());
-        if (check_invariants_) {
-            verify();
-        }
-        {
-            util::lock_guard lk(mu_);
-            serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(),
-                                                          [](const slot & s) { return s.active() && !s.req->warmup; }));
         }
     }
+    if (stopping_) {
+        return false;
+    }
+    round.tasks.swap(tasks_);
+    // Idle tasks (an adapter reload) wait for the slots to empty; no request is
+    // admitted while one waits, so it cannot be starved.
+    if (std::none_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); })) {
+        round.idle_tasks.swap(idle_tasks_);
+    }
+    round.admitted = select_admitted();
+    // A warm-up yields to any foreground request (parking what it did), and starts only
+    // on an idle engine: it never delays a request by more than the chunk in flight.
+    round.preempt = !queue_.empty() || !round.admitted.empty();
+    if (!round.preempt && !any_active && !warmups_.empty()) {
+        round.warmup = warmups_.pop();
+    }
+    return true;
+}
+
+namespace {
+
+/** Logs what held `r` before its admission now (a retry hold, a prefix hold: info, in ms) and
+ *  how many earlier requests it goes ahead of (`ahead`; debug). Engine thread, under mu_. */
+void log_admission(const generation_request & r, clock::time_point now, std::ptrdiff_t ahead) {
+    if (r.held_since) {
+        spdlog::info("request {}: admitted after a {:.1f} ms retry hold (it repeats a running "
+                     "request's prompt)",
+                     r.id, std::chrono::duration<double, std::milli>(now - *r.held_since).count());
+    }
+    if (r.prefix_held_since) {
+        spdlog::info("request {}: admitted after a {:.1f} ms prefix hold (a running request computed "
+                     "the prefix it shares)",
+                     r.id, std::chrono::duration<double, std::milli>(now - *r.prefix_held_since).count());
+    }
+    if (ahead > 0) {
+        spdlog::debug("request {}: admitted ahead of {} earlier request(s): fewer tokens to compute", r.id,
+                      ahead);
+    }
+}
+
+}  // namespace
+
+std::deque<std::shared_ptr<generation_request>> scheduler::impl::select_admitted() {
+    std::deque<std::shared_ptr<generation_request>> admitted;
+    // New requests join between steps, as many as there are idle slots. One that repeats
+    // a running request's prompt waits for that one's client to answer (the retry hold).
+    // One that shares a prefix with a request still prefilling it waits for that one to
+    // compute it (the prefix hold) and lets the requests behind it go first.
+    const auto now = clock::now();
+    // In admission order (admission.h): the fewest tokens left to compute first, a request
+    // passed over max_passed_over times before all.
+    const bool idle_slot = idle_tasks_.empty() &&
+                           std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return !s.active(); });
+    const int32_t long_tokens = long_prefill_batches * p_.n_batch;
+    queue_ranking q;
+    if (idle_slot && !queue_.empty()) {
+        q = rank_queue(long_tokens);
+    }
+    std::vector<bool> taken(queue_.size(), false);
+    size_t next = 0;
+    for (auto & s : slots_) {
+        if (s.active() || !idle_tasks_.empty()) {
+            continue;
+        }
+        while (next < q.order.size()) {
+            auto & r = *queue_[q.order[next]];
+            if (retry_hold(slots_, r, now)) {
+                next = q.order.size();
+                break;
+            }
+            if (held_for_prefix(r, q.stored[q.order[next]], now) || shares_with(admitted, r)) {
+                ++next;  // a request admitted this round shares its prefix: decided next round
+                continue;
+            }
+            const int64_t cost = q.new_tokens[q.order[next]];
+            if (admission_blocked(cost, long_tokens, q.long_running, static_cast<int32_t>(slots_.size()))) {
+                ++next;  // a long prefill runs already: the free slot waits for shorter requests
+                continue;
+            }
+            q.long_running += cost > long_tokens ? 1 : 0;
+            log_admission(r, now,
+                          std::count(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(q.order[next]), false));
+            taken[q.order[next]] = true;
+            admitted.push_back(queue_[q.order[next]]);
+            ++next;
+            break;
+        }
+    }
+    if (std::find(taken.begin(), taken.end(), true) != taken.end()) {
+        drop_admitted(taken);
+    }
+    return admitted;
+}
+
+scheduler::impl::queue_ranking scheduler::impl::rank_queue(int32_t long_tokens) {
+    queue_ranking q;
+    q.new_tokens.reserve(queue_.size());
+    q.stored.reserve(queue_.size());
+    for (const auto & r : queue_) {
+        q.stored.push_back(p_.cache.enabled ? store_.longest_match(r->cache.bucket, r->prompt) : 0);
+        q.new_tokens.push_back(static_cast<int64_t>(r->prompt.size()) - (r->cache.cache_prompt ? q.stored.back() : 0));
+    }
+    q.order = admission_order(queue_, q.new_tokens);
+    for (const auto & s : slots_) {
+        q.long_running += s.ph == slot::phase::prefill && s.req && !s.req->warmup &&
+                                  s.prompt_size() - s.n_past > long_tokens
+                              ? 1
+                              : 0;
+    }
+    return q;
+}
+
+void scheduler::impl::drop_admitted(const std::vector<bool> & taken) {
+    count_passed_over(queue_, taken);
+    std::deque<std::shared_ptr<generation_request>> rest;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+        if (!taken[i]) {
+            rest.push_back(std::move(queue_[i]));
+        }
+    }
+    queue_.swap(rest);
+}
+
+void scheduler::impl::run_round(loop_round & round) {
+    for (auto & t : round.tasks) {
+        t();
+    }
+    for (auto & t : round.idle_tasks) {
+        t();
+    }
+    // A request whose client left is committed before new ones are planned: a retry sent
+    // right after a dropped stream then finds what the dropped request had computed.
+    for (auto & s : slots_) {
+        if ((s.ph == slot::phase::prefill || s.ph == slot::phase::decode) && s.req->cancelled->load()) {
+            finish(s, finish_reason::cancelled);
+        }
+    }
+    for (auto & s : slots_) {
+        if (round.preempt && s.active() && s.req->warmup) {
+            end_warmup(s, /*whole=*/false);
+        }
+    }
+    for (auto & r : round.admitted) {
+        admit(std::move(r));
+    }
+    if (round.warmup) {
+        admit(std::move(round.warmup));
+    }
+    poll_loads();
+    const bool computing = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) {
+        return s.ph == slot::phase::prefill || s.ph == slot::phase::decode;
+    });
+    const bool busy = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
+    if (computing) {
+        step();
+    } else if (!busy) {
+        store_.expire(now_s());
+        pool_->drain_released();
+        cache::blob_pool::instance().trim();
+    }
+    tiers_->housekeeping(!busy, now_s());
+    if (check_invariants_) {
+        verify();
+    }
+    {
+        util::lock_guard lk(mu_);
+        serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(),
+                                                      [](const slot & s) { return s.active() && !s.req->warmup; }));
+    }
+}
+
+void scheduler::impl::shut_down() {
     // Shutdown: everything in flight or queued gets an error. What a running request computed
     // is committed first, as for a client that left: one that continued its conversation's
     // entry holds the only copy of it, and the flush below writes only what the store holds.

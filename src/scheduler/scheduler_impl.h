@@ -58,6 +58,46 @@ struct scheduler::impl {
 
     // --- engine thread ---
     void loop();
+    /** What one turn of loop() took from under mu_ (take_round) for the rest of the turn
+     *  (run_round): the tasks to run, the requests admitted in this round, a warm-up to start,
+     *  and whether a running warm-up is preempted (a request is admitted or waits). */
+    struct loop_round {
+        std::deque<std::function<void()>> tasks;
+        std::deque<std::function<void()>> idle_tasks;  // only when no slot is active
+        std::deque<std::shared_ptr<generation_request>> admitted;
+        std::shared_ptr<generation_request> warmup;
+        bool preempt = false;
+    };
+    /** The first half of a turn of loop(), under mu_ (`lk`): waits for work while nothing
+     *  computes (at most 20 ms while a state is being read, else 1 s; not while a warm-up can
+     *  start on an idle engine), then fills `round` (tasks, idle tasks when no slot is active,
+     *  select_admitted, preemption, a warm-up on an idle engine). False when stopping. */
+    bool take_round(util::unique_lock & lk, loop_round & round) REQUIRES(mu_);
+    /** The queued requests admitted this round, as many as there are idle slots, in admission
+     *  order (admission.h), past the retry and prefix holds and the long-prefill limit; removes
+     *  them from queue_ (drop_admitted). None while an idle task waits. */
+    std::deque<std::shared_ptr<generation_request>> select_admitted() REQUIRES(mu_);
+    /** The queue as select_admitted ranks it (rank_queue). */
+    struct queue_ranking {
+        std::vector<size_t> order;        // indexes into queue_, in admission order
+        std::vector<int64_t> new_tokens;  // per queued request: tokens left to compute after its stored prefix
+        std::vector<int32_t> stored;      // per queued request: the longest prefix a stored state holds (tokens)
+        int32_t long_running = 0;         // prefills running with over long_tokens tokens left
+    };
+    /** Ranks queue_: each request's stored prefix (store::longest_match) and new tokens, their
+     *  admission order, and the requests (not warm-ups) prefilling over `long_tokens` tokens. */
+    queue_ranking rank_queue(int32_t long_tokens) REQUIRES(mu_);
+    /** Removes the requests `taken` (by index) from queue_; each one left that arrived before
+     *  an admitted one counts a pass-over (count_passed_over). */
+    void drop_admitted(const std::vector<bool> & taken) REQUIRES(mu_);
+    /** The second half of a turn of loop(), mu_ not held: runs `round`'s tasks, finishes the
+     *  cancelled slots, preempts a warm-up, admits the requests, polls the loads, then steps
+     *  (or, idle, expires the store and trims the pools), tier housekeeping, the invariants and
+     *  serving_ (takes mu_). */
+    void run_round(loop_round & round);
+    /** After the loop: commits what the running requests computed and fails them, fails the
+     *  queued ones, runs the tasks left (takes mu_), flushes the tiers. */
+    void shut_down();
     void admit(std::shared_ptr<generation_request> req);
     void end_warmup(slot & s, bool whole);
     void start_prefill(slot & s);
