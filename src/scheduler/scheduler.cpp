@@ -754,6 +754,38 @@ void scheduler::impl::place_next_to_active(slot & s) {
 }
 
 void scheduler::impl::step() {
+    const std::vector<float> lora = begin_step();
+    bool hold = false;
+    std::vector<engine::batch_token> batch = build_batch(lora, hold);
+    if (batch.empty()) {
+        if (hold) {
+            // Only held prefills: wait for the read (its callback notifies) rather than spin.
+            util::unique_lock lk(mu_);
+            if (!load_ready_.load() && !stopping_ && queue_.empty()) {
+                lk.wait_until(cv_, clock::now() + std::chrono::milliseconds(5));
+            }
+        }
+        return;
+    }
+    order_by_sequence(batch);
+    double dt = 0;
+    const engine::decode_result rc = decode_batch(batch, dt);
+    if (rc != engine::decode_result::ok) {
+        const bool full = rc == engine::decode_result::no_kv_space;
+        for (auto & s : slots_) {
+            if (s.active() && (s.chunk > 0 || s.logits_idx >= 0)) {
+                fail(s, full ? request_failure{failure_kind::kv_full,
+                                               "the KV cache is full with the requests in flight; retry, or raise "
+                                               "--ctx-size"}
+                             : request_failure{failure_kind::decode_failed, "the engine failed to decode the batch"});
+            }
+        }
+        return;
+    }
+    end_step(batch, dt);
+}
+
+std::vector<float> scheduler::impl::begin_step() {
     // Cancellation is checked between steps: a client that left costs at most one chunk.
     for (auto & s : slots_) {
         if (s.active() && s.req->cancelled->load()) {
@@ -783,6 +815,10 @@ void scheduler::impl::step() {
             decode_image(s, *m);
         }
     }
+    return lora;
+}
+
+std::vector<engine::batch_token> scheduler::impl::build_batch(const std::vector<float> & lora, bool & hold) {
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
     for (auto & s : slots_) {
@@ -803,7 +839,7 @@ void scheduler::impl::step() {
     // Prefills take the rest, fewest prompt tokens left first; a short one runs without the
     // long ones' chunks, and so does a short one whose state is still being read (prefill_order.h).
     const int32_t short_prefill = std::max(1, p_.n_batch / 4);
-    const bool hold = read_hold(short_prefill);
+    hold = read_hold(short_prefill);
     for (const auto & [sp, n] : plan_prefill(slots_, lora, budget, short_prefill, max_prefill_deferrals, hold)) {
         auto & s = *sp;
         for (int32_t i = 0; i < n; ++i) {
@@ -816,23 +852,16 @@ void scheduler::impl::step() {
         }
         s.chunk = n;
     }
-    if (batch.empty()) {
-        if (hold) {
-            // Only held prefills: wait for the read (its callback notifies) rather than spin.
-            util::unique_lock lk(mu_);
-            if (!load_ready_.load() && !stopping_ && queue_.empty()) {
-                lk.wait_until(cv_, clock::now() + std::chrono::milliseconds(5));
-            }
-        }
-        return;
-    }
-    order_by_sequence(batch);
+    return batch;
+}
+
+engine::decode_result scheduler::impl::decode_batch(const std::vector<engine::batch_token> & batch, double & dt) {
     const auto t0 = clock::now();
     engine::decode_result rc = ctx_->decode(batch);
     while (rc == engine::decode_result::no_kv_space && pool_->demote_one(0)) {
         rc = ctx_->decode(batch);  // parked sequences left the device: try again
     }
-    const double dt = seconds_since(t0);
+    dt = seconds_since(t0);
     if (spdlog::should_log(spdlog::level::debug)) {
         // Sequences in the step, and the runs of consecutive ids among them: with per-sequence KV
         // buffers llama.cpp computes one micro-batch per run (prefill_order.h, order_by_sequence).
@@ -849,18 +878,10 @@ void scheduler::impl::step() {
         spdlog::debug("engine step: {} tokens, sequences {} in {} runs, in {:.1f} ms", batch.size(),
                       fmt::join(seqs, ","), runs, dt * 1e3);
     }
-    if (rc != engine::decode_result::ok) {
-        const bool full = rc == engine::decode_result::no_kv_space;
-        for (auto & s : slots_) {
-            if (s.active() && (s.chunk > 0 || s.logits_idx >= 0)) {
-                fail(s, full ? request_failure{failure_kind::kv_full,
-                                               "the KV cache is full with the requests in flight; retry, or raise "
-                                               "--ctx-size"}
-                             : request_failure{failure_kind::decode_failed, "the engine failed to decode the batch"});
-            }
-        }
-        return;
-    }
+    return rc;
+}
+
+void scheduler::impl::end_step(const std::vector<engine::batch_token> & batch, double dt) {
     if (std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.ph == slot::phase::prefill && s.chunk > 0; })) {
         // A prefill pass: the rate the tier cost rule weighs a tier copy's read against.
         double positions = 0;

@@ -135,6 +135,21 @@ struct scheduler::impl {
      *  is tens of milliseconds against a read of hundreds. */
     double read_hold_bound_s() const;
     void step();
+    /** step()'s first part: finishes the slots whose client left (or, decoding, asked to stop),
+     *  applies the LoRA set this step serves (next_lora_set) and decodes the images due in its
+     *  prefilling slots. Returns that set. */
+    std::vector<float> begin_step();
+    /** The step's tokens (at most --batch-size): each decoding slot of `lora`'s set (with the
+     *  tokens a guard rollback replays), then the prefill chunks plan_prefill picks; sets the
+     *  slots' logits_idx and chunk. `hold`: whether the read hold held long prefills back. */
+    std::vector<engine::batch_token> build_batch(const std::vector<float> & lora, bool & hold);
+    /** Decodes `batch`, demoting parked sequences from the device while the KV is full; `dt`:
+     *  its seconds. Logs (debug) the sequences in the step and their runs of consecutive ids. */
+    engine::decode_result decode_batch(const std::vector<engine::batch_token> & batch, double & dt);
+    /** After a decoded step of `dt` seconds: feeds a prefill pass to the tier cost rule, then
+     *  moves each slot on (a prefill chunk: count_pass, after_prefill_chunk; a decode:
+     *  after_decode, sample_and_emit). */
+    void end_step(const std::vector<engine::batch_token> & batch, double dt);
     void after_prefill_chunk(slot & s);
     /** Encodes and decodes the image `m` that starts at s.n_past (the projector's eval), then
      *  moves n_past past it and takes the captures there; fails the slot when the engine fails
