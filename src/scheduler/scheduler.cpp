@@ -500,6 +500,14 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         LINEAGE_TRACE(store_.trace(), "prepared: renders {}, tokenizations {}", s.req->prepared.renders,
                       s.req->prepared.tokenizations);
     }
+    if (!choose_cache_use(s)) {
+        return;
+    }
+    plan_restore(s);
+    start_restore(s);
+}
+
+bool scheduler::impl::choose_cache_use(slot & s) {
     s.use_cache = p_.cache.enabled && s.req->cache.cache_prompt;
     s.key = {s.req->cache.bucket, s.req->cache.session_key, s.req->cache.dims};
     s.key.tenant = s.req->cache.tenant;
@@ -521,7 +529,7 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
             LINEAGE_TRACE(store_.trace(), "warm-up of {} tokens dropped: the cache was reset after its reply",
                           s.prompt_size());
             reset_slot(s);
-            return;
+            return false;
         }
         s.use_cache = false;
         store_.count_bypassed();
@@ -534,8 +542,12 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         store_.warmup_counters().skipped["not_needed"]++;
         LINEAGE_TRACE(store_.trace(), "warm-up of {} tokens not needed: an entry holds them", s.prompt_size());
         reset_slot(s);
-        return;
+        return false;
     }
+    return true;
+}
+
+void scheduler::impl::plan_restore(slot & s) {
     const auto t0 = clock::now();
     std::vector<cache::token_span> media;
     for (const auto & m : s.req->media) {
@@ -566,6 +578,9 @@ void scheduler::impl::admit(std::shared_ptr<generation_request> req) {
         store_.abandon(s.plan, 0);
         s.plan = cache::cold_plan(std::move(s.plan));
     }
+}
+
+void scheduler::impl::start_restore(slot & s) {
     if (s.plan.op == cache::restore_op::take_device) {
         s.seq = s.plan.device_seq;
     } else if (auto seq = acquire_sequence(s)) {

@@ -99,6 +99,19 @@ struct scheduler::impl {
      *  queued ones, runs the tasks left (takes mu_), flushes the tiers. */
     void shut_down();
     void admit(std::shared_ptr<generation_request> req);
+    /** admit()'s cache decision for `s` (its request just set): use_cache and its key, a bypass
+     *  counted and traced (cache_prompt false, cache off, a reloaded LoRA adapter, a reset since
+     *  it arrived). False when `s` was a warm-up dropped (a reset of its scope, or an entry
+     *  already holds its prompt): the slot is reset, nothing else to do. */
+    bool choose_cache_use(slot & s);
+    /** admit()'s plan for `s`: the store's restore plan (the running requests' states too), or
+     *  a hybrid's cold split points when it does not use the cache; lookup_s in seconds; a
+     *  restore point inside an image (never expected) falls back to a cold plan. */
+    void plan_restore(slot & s);
+    /** admit()'s last part: `s`'s sequence (take_device's, or acquire_sequence), its sampler
+     *  (fails the slot on no free sequence or a bad grammar), then the restore: a tier read
+     *  (phase loading, the tier's thread notifies) or start_prefill. */
+    void start_restore(slot & s);
     void end_warmup(slot & s, bool whole);
     void start_prefill(slot & s);
     /** Moves `s`'s sequence (restored, nothing prefilled yet) to a free id next to another
