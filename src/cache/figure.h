@@ -39,6 +39,15 @@ struct stat_figure {
     bool known_in_json = true;
 };
 
+/** A map of unsigned counts (bytes, events: they stay below 2^63) as a map figure's value. */
+inline std::map<std::string, int64_t> signed_map(const std::map<std::string, uint64_t> & m) {
+    std::map<std::string, int64_t> out;
+    for (const auto & [k, v] : m) {
+        out[k] = static_cast<int64_t>(v);
+    }
+    return out;
+}
+
 /** A figure with `key` and value `v`; with `metric` (and its `help`), also on /metrics. */
 inline stat_figure figure(std::string key, stat_figure::value_type v, std::string metric = {}, std::string help = {}) {
     stat_figure f;

@@ -33,15 +33,6 @@ std::vector<stat_figure> warmup_stats::describe() const {
 
 namespace {
 
-/** A map of unsigned byte counts as a map figure's value (bytes stay below 2^63). */
-std::map<std::string, int64_t> signed_map(const std::map<std::string, uint64_t> & m) {
-    std::map<std::string, int64_t> out;
-    for (const auto & [k, v] : m) {
-        out[k] = static_cast<int64_t>(v);
-    }
-    return out;
-}
-
 int64_t sum(const std::map<std::string, int64_t> & m) {
     int64_t n = 0;
     for (const auto & [k, v] : m) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace lineage::scheduler {
 
@@ -49,6 +50,76 @@ const char * to_string(phase p) {
         case phase::commit: return "commit";
     }
     return "?";
+}
+
+namespace {
+
+/** A figure both outputs read as the cache's (no histogram). */
+metric_figure stat(cache::stat_figure f) {
+    return {std::move(f), std::nullopt};
+}
+
+/** The histogram `h` as the metric lineage_<metric> (/metrics only). */
+metric_figure histogram_figure(std::string metric, std::string help, const histogram & h) {
+    return {cache::figure("", int64_t{0}, std::move(metric), std::move(help)), h};
+}
+
+}  // namespace
+
+std::vector<metric_figure> metrics_snapshot::describe(const cache::warmup_stats & warmup) const {
+    using cache::figure;
+    using cache::figure_map;
+    using cache::figure_series;
+    using cache::signed_map;
+    return {
+        stat(figure_map("", signed_map(requests), "requests_total",
+                        "Requests that ended, by finish reason (stop, length, cancelled, error).", "finish_reason",
+                        finish_reasons)),
+        stat(figure("", prompt_tokens, "prompt_tokens_total", "Prompt tokens of the requests that ended.")),
+        stat(figure("", prompt_tokens_prefilled, "prompt_tokens_prefilled_total",
+                    "Prompt tokens the engine computed (not restored from the cache), of the requests that ended.")),
+        stat(figure("", completion_tokens, "completion_tokens_total", "Tokens generated, of the requests that ended.")),
+        stat(figure("prefill.passes", prefill_passes, "prefill_passes_total",
+                    "Forward passes (llama_decode calls) the prefills of the requests that ended took part in.")),
+        stat(figure_map("prefill.splits", signed_map(prefill_splits), "prefill_splits_total",
+                        "Of those passes, the ones cut short at a restore point the cache captures, by its kind: each "
+                        "is one more read of all the weights.",
+                        "kind", split_kinds)),
+        stat(figure("sequence_moves.moves", sequence_moves, "sequence_moves_total",
+                    "Requests whose restored sequence was copied to an id next to a running request's, so that their "
+                    "decode steps run as one micro-batch (--place-sequences).")),
+        stat(figure("sequence_moves.tokens", sequence_moved_tokens, "sequence_moved_tokens_total",
+                    "Tokens of the states those moves copied.")),
+        histogram_figure("time_to_first_token_seconds", "Seconds from the request's arrival to its first sampled token.",
+                         of(phase::ttft)),
+        histogram_figure("request_queue_seconds", "Seconds a request waited for a free slot.", of(phase::queue)),
+        histogram_figure("request_lookup_seconds", "Seconds to plan the restore (requests that used the cache).",
+                         of(phase::lookup)),
+        histogram_figure("request_restore_seconds", "Seconds to put the restore point in place (hits only).",
+                         of(phase::restore)),
+        histogram_figure("request_prefill_seconds",
+                         "Seconds in the forward passes of the prompt's uncached tokens (batch steps shared with other "
+                         "requests count in full).",
+                         of(phase::prefill)),
+        histogram_figure("request_capture_seconds",
+                         "Seconds taking checkpoints and anchors during the prefill (requests that used the cache).",
+                         of(phase::capture)),
+        histogram_figure("request_commit_seconds",
+                         "Seconds storing the finished sequence in the cache (requests that used the cache).",
+                         of(phase::commit)),
+        // Preparation on the HTTP threads (owners: the scheduler for requests, its warm-up queue
+        // for warm-ups; the per-request figures come from server::chat_preparer).
+        stat(figure_series("prepare.renders", prepare_renders, "prepare_renders_total",
+                           "Chat-template renders of a conversation or a prefix of it on the HTTP threads, by origin: "
+                           "request (the requests that ended), warmup (the warm-up jobs received).",
+                           "origin", "request")),
+        stat(figure_series("", warmup.renders, "prepare_renders_total", "", "origin", "warmup")),
+        stat(figure_series("prepare.tokenizations", prepare_tokenizations, "prepare_tokenizations_total",
+                           "Tokenizer passes over a rendered conversation or a prefix of it on the HTTP threads, by "
+                           "origin: request (the requests that ended), warmup (the warm-up jobs received).",
+                           "origin", "request")),
+        stat(figure_series("", warmup.tokenizations, "prepare_tokenizations_total", "", "origin", "warmup")),
+    };
 }
 
 metrics_snapshot::metrics_snapshot() {

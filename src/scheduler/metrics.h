@@ -2,11 +2,15 @@
 // by finish reason, prompt / prefilled / completion token counters, and histograms of TTFT and
 // of each phase of a request (queue, lookup, restore, prefill, capture, commit), in seconds.
 // Owned by the scheduler, the component that does the work; the cache's own counters are in
-// cache::stats. Engine-agnostic (no llama.h).
+// cache::stats. The snapshot describes its figures once (metrics_snapshot::describe, as
+// cache/figure.h does for the cache's) for both GET /metrics and GET /v1/cache/stats.
+// Engine-agnostic (no llama.h).
 // Thread safety: `metrics` may be used from any thread (one mutex, held for a few dozen
 // additions per finished request); `histogram` and `metrics_snapshot` are plain values.
 #pragma once
 
+#include "cache/figure.h"
+#include "cache/stats.h"
 #include "scheduler/request.h"
 #include "util/thread_annotations.h"
 
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,8 +57,24 @@ inline constexpr std::array<phase, 7> all_phases = {phase::ttft,    phase::queue
                                                     phase::prefill, phase::capture, phase::commit};
 const char * to_string(phase p);
 
+/** One figure of the scheduler's metrics (metrics_snapshot::describe), described once for
+ *  GET /metrics and GET /v1/cache/stats: `figure` as the cache's are (cache/figure.h: its JSON
+ *  key, "" for /metrics only; its metric name after "lineage_", HELP text and labels); with
+ *  `hist`, a histogram instead, /metrics only, named figure.metric with HELP figure.help. */
+struct metric_figure {
+    cache::stat_figure figure;
+    std::optional<histogram> hist;
+};
+
 /** A consistent copy of the counters. */
 struct metrics_snapshot {
+    /** Finish reasons /metrics always lists (lineage_requests_total), 0 before the first. */
+    static inline const std::vector<std::string> finish_reasons = {"stop", "length", "cancelled", "error"};
+    /** Restore points a prefill is split at (cache::point_kind; reply checkpoints split
+     *  nothing), always listed (lineage_prefill_splits_total, "prefill.splits"), 0 before the
+     *  first. */
+    static inline const std::vector<std::string> split_kinds = {"turn",       "guard",  "anchor",
+                                                                "divergence", "ladder", "message"};
     /** Requests that ended, by finish reason: stop, length, cancelled, error (all present). */
     std::map<std::string, uint64_t> requests;
     uint64_t prompt_tokens = 0;            ///< prompt tokens of the requests that ended
@@ -89,6 +110,14 @@ struct metrics_snapshot {
 
     metrics_snapshot();
     const histogram & of(phase p) const { return phases[static_cast<size_t>(p)]; }
+
+    /** The figures, in /metrics order (lineage_<metric>): requests by finish reason, the token
+     *  counters, prefill passes and splits (JSON "prefill"), sequence moves (JSON
+     *  "sequence_moves"), the phase histograms (seconds), then the renders and tokenizations of
+     *  preparation (JSON "prepare"), by origin: request (these), warmup (`warmup`'s, the
+     *  warm-up jobs received; their JSON is the warm-ups' own). The tenants' counts are not
+     *  among them (GET /v1/cache/stats per tenant only). */
+    std::vector<metric_figure> describe(const cache::warmup_stats & warmup) const;
 };
 
 class metrics {

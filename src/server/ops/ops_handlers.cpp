@@ -287,18 +287,10 @@ void handle_cache_stats(const http_request & req, http_response & res, server_co
     }
     json j = stats_json(s);
     const scheduler::metrics_snapshot m = ctx.sched.snapshot_metrics();
-    // Forward passes of the prefills, and those cut short at a restore point, by kind
-    // (lineage_prefill_passes_total, lineage_prefill_splits_total).
-    json splits = json::object();
-    for (const auto & [kind, n] : with_known(m.prefill_splits, known_keys::split_kinds)) {
-        splits[kind] = static_cast<uint64_t>(n);
-    }
-    j["prefill"] = {{"passes", m.prefill_passes}, {"splits", std::move(splits)}};
-    // Sequences moved next to a running one (lineage_sequence_moves_total, ..._moved_tokens_total).
-    j["sequence_moves"] = {{"moves", m.sequence_moves}, {"tokens", m.sequence_moved_tokens}};
-    // Renders and tokenizations of the requests that ended (lineage_prepare_renders_total,
-    // lineage_prepare_tokenizations_total; the warm-ups' are in "warmup").
-    j["prepare"] = {{"renders", m.prepare_renders}, {"tokenizations", m.prepare_tokenizations}};
+    // The scheduler's figures, as it describes them (scheduler::metrics_snapshot::describe):
+    // "prefill" (passes, splits by kind), "sequence_moves", "prepare" (the requests'; the
+    // warm-ups' are in "warmup").
+    add_scheduler_figures(j, m.describe(s.warmup));
     if (!ctx.access.open()) {
         std::vector<std::string> names = ctx.access.tenants();
         for (const auto & [name, _] : s.tenants) {

@@ -111,6 +111,23 @@ void figure_metrics(exposition & x, const std::string & prefix, const std::vecto
     }
 }
 
+/** The scheduler's figures as metric families lineage_<metric>, in order: each run of figures
+ *  as figure_metrics writes them (a metric's series stay within one run), each histogram where
+ *  it comes. */
+void scheduler_metrics(exposition & x, const std::vector<scheduler::metric_figure> & figures) {
+    std::vector<cache::stat_figure> run;
+    for (const auto & f : figures) {
+        if (!f.hist) {
+            run.push_back(f.figure);
+            continue;
+        }
+        figure_metrics(x, "lineage_", run);
+        run.clear();
+        x.histogram("lineage_" + f.figure.metric, f.figure.help, *f.hist);
+    }
+    figure_metrics(x, "lineage_", run);
+}
+
 /** One tier's figures as metric families lineage_prompt_cache_<tier>_<metric>: its hits first. */
 void tier_metrics(exposition & x, const cache::tier_report & t, int64_t hits) {
     const std::string prefix = "lineage_prompt_cache_" + t.name + "_";
@@ -194,7 +211,6 @@ void exposition::histogram(const std::string & name, const std::string & help, c
 }
 
 std::string render_metrics(const cache::stats & cs, const scheduler::metrics_snapshot & ms) {
-    using scheduler::phase;
     exposition x;
     // --- prompt cache, as it describes itself (owner: cache::store; cache::stats::describe) ---
     figure_metrics(x, "lineage_prompt_cache_", cs.describe());
@@ -211,61 +227,10 @@ std::string render_metrics(const cache::stats & cs, const scheduler::metrics_sna
     // cache::store for hits; cache::warmup_stats::describe) ---
     figure_metrics(x, "lineage_prompt_cache_", cs.warmup.describe());
 
-    // --- requests (owner: scheduler) ---
-    x.counter("lineage_requests_total", "Requests that ended, by finish reason (stop, length, cancelled, error).",
-              "finish_reason", with_known(ms.requests, {"stop", "length", "cancelled", "error"}));
-    x.counter("lineage_prompt_tokens_total", "Prompt tokens of the requests that ended.",
-              static_cast<double>(ms.prompt_tokens));
-    x.counter("lineage_prompt_tokens_prefilled_total",
-              "Prompt tokens the engine computed (not restored from the cache), of the requests that ended.",
-              static_cast<double>(ms.prompt_tokens_prefilled));
-    x.counter("lineage_completion_tokens_total", "Tokens generated, of the requests that ended.",
-              static_cast<double>(ms.completion_tokens));
-    x.counter("lineage_prefill_passes_total",
-              "Forward passes (llama_decode calls) the prefills of the requests that ended took part in.",
-              static_cast<double>(ms.prefill_passes));
-    x.counter("lineage_prefill_splits_total",
-              "Of those passes, the ones cut short at a restore point the cache captures, by its kind: each is one "
-              "more read of all the weights.",
-              "kind", with_known(ms.prefill_splits, known_keys::split_kinds));
-    x.counter("lineage_sequence_moves_total",
-              "Requests whose restored sequence was copied to an id next to a running request's, so that their "
-              "decode steps run as one micro-batch (--place-sequences).",
-              static_cast<double>(ms.sequence_moves));
-    x.counter("lineage_sequence_moved_tokens_total", "Tokens of the states those moves copied.",
-              static_cast<double>(ms.sequence_moved_tokens));
-    x.histogram("lineage_time_to_first_token_seconds",
-                "Seconds from the request's arrival to its first sampled token.", ms.of(phase::ttft));
-    x.histogram("lineage_request_queue_seconds", "Seconds a request waited for a free slot.", ms.of(phase::queue));
-    x.histogram("lineage_request_lookup_seconds", "Seconds to plan the restore (requests that used the cache).",
-                ms.of(phase::lookup));
-    x.histogram("lineage_request_restore_seconds", "Seconds to put the restore point in place (hits only).",
-                ms.of(phase::restore));
-    x.histogram("lineage_request_prefill_seconds",
-                "Seconds in the forward passes of the prompt's uncached tokens (batch steps shared with other "
-                "requests count in full).",
-                ms.of(phase::prefill));
-    x.histogram("lineage_request_capture_seconds",
-                "Seconds taking checkpoints and anchors during the prefill (requests that used the cache).",
-                ms.of(phase::capture));
-    x.histogram("lineage_request_commit_seconds",
-                "Seconds storing the finished sequence in the cache (requests that used the cache).",
-                ms.of(phase::commit));
-
-    // --- preparation on the HTTP threads (owners: scheduler for requests, its warm-up queue for
-    // warm-ups; the per-request figures come from server::chat_preparer) ---
-    x.counter("lineage_prepare_renders_total",
-              "Chat-template renders of a conversation or a prefix of it on the HTTP threads, by origin: request "
-              "(the requests that ended), warmup (the warm-up jobs received).",
-              "origin",
-              exposition::labelled{{"request", static_cast<double>(ms.prepare_renders)},
-                                   {"warmup", static_cast<double>(cs.warmup.renders)}});
-    x.counter("lineage_prepare_tokenizations_total",
-              "Tokenizer passes over a rendered conversation or a prefix of it on the HTTP threads, by origin: "
-              "request (the requests that ended), warmup (the warm-up jobs received).",
-              "origin",
-              exposition::labelled{{"request", static_cast<double>(ms.prepare_tokenizations)},
-                                   {"warmup", static_cast<double>(cs.warmup.tokenizations)}});
+    // --- requests, their phases and the preparation on the HTTP threads, as the scheduler
+    // describes them (owners: scheduler for requests, its warm-up queue for warm-ups;
+    // scheduler::metrics_snapshot::describe) ---
+    scheduler_metrics(x, ms.describe(cs.warmup));
     return x.text();
 }
 

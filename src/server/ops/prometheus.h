@@ -1,8 +1,10 @@
 // server::prometheus: GET /metrics in the Prometheus text exposition format (version 0.0.4).
 // The values come from their owners: the cache's counters and gauges from cache::stats, the
 // per-request counters and histograms from scheduler::metrics_snapshot (a metric is owned by
-// the component that does the work); this file only names them (lineage_ prefix, base units:
-// _bytes, _seconds, _total), writes their HELP and TYPE lines and formats them.
+// the component that does the work), each described once by its owner (cache/figure.h,
+// scheduler::metric_figure: name after the prefix, HELP, labels); this file names none of them:
+// it adds the prefix (lineage_prompt_cache_, lineage_), writes the HELP and TYPE lines and
+// formats them.
 // docs/prompt-cache.md "GET /metrics (Prometheus)" lists them.
 // Thread safety: pure functions and a value-type writer.
 #pragma once
@@ -49,14 +51,6 @@ private:
 /** Sample value text: integers without a fraction ("42"), others in the shortest form that
  *  reads back exactly ("0.0025"), "+Inf"/"-Inf"/"NaN". */
 std::string format_value(double v);
-
-/** The label values /metrics always lists for the scheduler's labelled counters, 0 before the
- *  first event. The cache's own maps, a tier's, the warm-ups' list theirs where they describe
- *  themselves (cache::stat_figure::known; cache::stats::restore_kinds, ...). */
-namespace known_keys {
-/** Restore points a prefill is split at (cache::point_kind; reply checkpoints split nothing). */
-inline const std::vector<std::string> split_kinds = {"turn", "guard", "anchor", "divergence", "ladder", "message"};
-}  // namespace known_keys
 
 /** `known` keys in order, each with its value in `m` (0 when absent), then any other key of
  *  `m` in its order: so a series exists (at 0) before its first event, and a new reason

@@ -76,4 +76,14 @@ json stats_json(const cache::stats & s) {
     return j;
 }
 
+void add_scheduler_figures(json & j, const std::vector<scheduler::metric_figure> & figures) {
+    std::vector<cache::stat_figure> stats;
+    for (const auto & f : figures) {
+        if (!f.hist) {  // a histogram is /metrics only
+            stats.push_back(f.figure);
+        }
+    }
+    add_figures(j, stats);
+}
+
 }  // namespace lineage::server

@@ -7,7 +7,10 @@
 #pragma once
 
 #include "cache/stats.h"
+#include "scheduler/metrics.h"
 #include "server/http/errors.h"
+
+#include <vector>
 
 namespace lineage::server {
 
@@ -16,5 +19,10 @@ namespace lineage::server {
  *  byte figures in bytes, counts since the server started. docs/prompt-cache.md
  *  "GET /v1/cache/stats". */
 json stats_json(const cache::stats & s);
+
+/** The scheduler's figures that have a JSON key (scheduler::metrics_snapshot::describe: "prefill"
+ *  {passes, splits: {kind: N}}, "sequence_moves" {moves, tokens}, "prepare" {renders,
+ *  tokenizations}), added to `j` in their order, as stats_json adds the cache's. */
+void add_scheduler_figures(json & j, const std::vector<scheduler::metric_figure> & figures);
 
 }  // namespace lineage::server

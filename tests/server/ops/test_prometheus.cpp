@@ -113,7 +113,7 @@ scheduler::metrics_snapshot known_metrics() {
     m.prefill_passes = 31;
     m.prefill_splits["turn"] = 9;
     m.prefill_splits["ladder"] = 12;
-    m.prefill_splits["future_kind"] = 1;  // a kind not (yet) in known_keys::split_kinds still shows
+    m.prefill_splits["future_kind"] = 1;  // a kind not (yet) in metrics_snapshot::split_kinds still shows
     m.prepare_renders = 14;
     m.prepare_tokenizations = 12;
     m.sequence_moves = 2;
