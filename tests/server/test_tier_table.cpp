@@ -4,7 +4,8 @@
 // bad value is refused naming the flag); the scheduler's tier_link opens it beside the built-in
 // rows, writes an idle entry to it, lists it in stats and resets it; a store after a restart
 // restores from it, as from the disk tier. No model runs: the engine's states are
-// fake_engine_states; the model file is only fingerprinted.
+// fake_engine_states; the model file is only fingerprinted, so each test writes a few bytes of its
+// own (the unit tests run where no model was fetched, as in the sanitizer build).
 #include "cache/tier_table.h"
 #include "scheduler/tier_link.h"
 
@@ -14,12 +15,30 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+
+#include <unistd.h>
 
 namespace lineage::server {
 namespace {
 
-const std::string model_file = std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-qwen3.gguf";
+/** A file that stands in for the model: tier_link fingerprints its bytes and reads nothing else.
+ *  Written when made, removed when it goes. */
+struct stand_in_model {
+    std::string path;
+    stand_in_model() {
+        path = (std::filesystem::temp_directory_path() /
+                ("lineage-tier-table-" + std::to_string(::getpid()) + "-" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".gguf"))
+                   .string();
+        std::ofstream(path, std::ios::binary) << "GGUF stand-in weights";
+    }
+    ~stand_in_model() { std::filesystem::remove(path); }
+};
+
+const std::string model_file = "/models/absent.gguf";  // parse_config does not open it
 
 /** The in-memory tier's own settings: what its flags set, and the tier its row opened. */
 struct memory_settings {
@@ -118,7 +137,8 @@ TEST(TierTable, TheInMemoryTierAsARowIsOpenedWrittenListedResetAndRestoredFrom) 
 
     cache::store st(cfg, /*hybrid=*/true);
     scheduler::fakes::fake_engine_states states(true);
-    scheduler::tier_link link(st, states, cfg, model_file, /*hybrid=*/true, table);
+    const stand_in_model model;
+    scheduler::tier_link link(st, states, cfg, model.path, /*hybrid=*/true, table);
     ASSERT_TRUE(link.on());
     ASSERT_NE(m.opened, nullptr);
     const auto ready = link.readiness();
@@ -182,7 +202,8 @@ TEST(TierTable, ARowTheFlagsDoNotNameReportsItsFiguresOff) {
     cfg.disk_dir.clear();
     cache::store st(cfg, true);
     scheduler::fakes::fake_engine_states states(true);
-    scheduler::tier_link link(st, states, cfg, model_file, true, table);
+    const stand_in_model model;
+    scheduler::tier_link link(st, states, cfg, model.path, true, table);
     EXPECT_FALSE(link.on());
     EXPECT_EQ(m.opened, nullptr);
     cache::stats s;
