@@ -45,10 +45,11 @@ struct config {
     /** What leaves RAM first when the budget is full (--cache-eviction value|recency). */
     eviction_policy eviction = eviction_policy::value;
     /** Share of the RAM budget the pinned anchors leave within which the entries of live
-     *  conversations (restored at least once, last used within live_window_s) are not eviction
-     *  victims while any other copy is (--cache-ram-protect; 0.5: half, so that a burst of
-     *  one-off calls cannot push every running conversation out, while the other half still
-     *  takes the new ones). Anchors are never eviction victims (their own caps apply). */
+     *  conversations (likely to come back, store::likely_back, and last used within
+     *  live_window_s) are not eviction victims while any other copy is (--cache-ram-protect;
+     *  0.5: half, so that a burst of one-off calls cannot push every running conversation
+     *  out, while the other half still takes the new ones). Anchors are never eviction victims
+     *  (their own caps apply). */
     double ram_protect_share = 0.5;
     /** A conversation is live while its entry was used within max(this, 4 x the measured reuse
      *  gap) seconds (reuse_model::gap_s): an agent running a tool comes back within seconds. */

@@ -93,6 +93,12 @@ struct prompt_hints {
     /** Prompt lengths where the client marked a cache breakpoint (Anthropic `cache_control`),
      *  before BPE slack: a restore point is captured at each. */
     std::vector<int32_t> breakpoint_tokens = {};
+    /** The prompt sends back an earlier reply of its conversation (it holds an assistant
+     *  message): the conversation has come back at least once, so its entry starts in reuse
+     *  class 1 (cache/store/value.h), as one that has been restored, also where its earlier
+     *  entry is not in this store (after a restart, an eviction the ghosts no longer recall, a
+     *  turn served by another replica). False for a raw completion prompt and a warm-up. */
+    bool multi_turn = false;
 };
 
 /** Shares `b` as an immutable blob; when its last reference goes, its buffer returns to the

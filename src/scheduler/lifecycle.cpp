@@ -358,6 +358,7 @@ void lifecycle::commit(slot & s, double now_s) {
     // position lists stay with the request).
     in.hints.history_tokens = s.req->cache.history_tokens;
     in.hints.last_user_tokens = s.req->cache.last_user_tokens;
+    in.hints.multi_turn = s.req->cache.multi_turn;
     in.warmed = s.req->warmup;  // whole or preempted: a later restore of it is a warm-up hit
     in.evicted_uses = s.plan.evicted_uses;
     if (s.plan.absorbs || s.plan.twin != 0 || !s.plan.inherited.empty()) {  // a copy may carry its source's restore points

@@ -656,6 +656,11 @@ private:
     double saved_seconds(const entry & e) const;
     /** saved_seconds(e) x reuse_.likelihood(e.uses, its age) / its RAM bytes. */
     double value_of(const entry & e) const;
+    /** Whether `e` may be one of the protected live conversations (value policy): restored
+     *  before (uses > 0, which a conversation's prompt also gives: prompt_hints::multi_turn), or
+     *  of a family whose never-restored entries have come back more often than not
+     *  (reuse_model::probability(0, family) > 1/2). */
+    bool likely_back(const entry & e) const;
     /** The copy evict_one would take (`live`: one of the protected live conversations; `value`:
      *  its value_of, 0 under recency); nullopt when none can go. */
     /** What leaves RAM: entry `it`, or only its checkpoint `rung` (>= 0: a ladder rung of a

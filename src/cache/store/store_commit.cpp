@@ -167,6 +167,7 @@ store::entry store::committed_entry(commit_input & in, double now_s) {
         e.uses = in.absorbed->source_uses + (in.absorbed->source_used ? 1 : 0);
     }
     e.uses = std::max(e.uses, in.evicted_uses);  // a conversation back after its entry was evicted
+    e.uses = std::max(e.uses, in.hints.multi_turn ? 1 : 0);  // or one back whose entry this store never had
     e.family = reuse_family(e.k.bucket, e.toks);
     if (e.history < 0 && in.absorbed) {
         e.history = in.absorbed->source_history;  // an agent-loop step keeps the user turn's boundary
@@ -281,7 +282,9 @@ void store::enforce_limits_after_commit(uint64_t id) {
                           to_string(cps.front().kind), cps.front().n_tokens);
             cps.erase(cps.begin());
         }
-        entries_.front().final_recurrent.reset();
+        if (ram_bytes() > cfg_.ram_bytes) {  // the state at its end last
+            entries_.front().final_recurrent.reset();
+        }
     }
 }
 

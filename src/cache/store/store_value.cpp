@@ -71,6 +71,14 @@ double store::value_of(const entry & e) const {
     return saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use, e.family) / bytes;
 }
 
+bool store::likely_back(const entry & e) const {
+    // Restored before (or a conversation's prompt: commit_input::hints.multi_turn), or of a family
+    // whose entries have come back more often than not: a conversation's first turn once an
+    // earlier conversation on the same system text has shown it (a side call's family, never
+    // restored, falls below even odds; no evidence is even odds, not more).
+    return e.uses > 0 || reuse_.probability(0, e.family) > 0.5;
+}
+
 std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
     auto evictable = [&](const entry & x) { return !x.anchor && x.id != protect_id && x.ram_bytes() > 0; };
     if (cfg_.eviction == eviction_policy::recency) {
@@ -95,7 +103,7 @@ std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
     uint64_t held = 0;
     std::unordered_set<uint64_t> live;
     for (const auto & x : entries_) {
-        if (!x.anchor && x.uses > 0 && now_s_ - x.last_use <= window && held + x.ram_bytes() <= share) {
+        if (!x.anchor && likely_back(x) && now_s_ - x.last_use <= window && held + x.ram_bytes() <= share) {
             held += x.ram_bytes();
             live.insert(x.id);
         }
@@ -196,8 +204,15 @@ bool store::below_admission(uint64_t id, uint64_t bytes) {
     // Its value once its whole state is in RAM, against what it would push out.
     const double mine = saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use, e.family) /
                         static_cast<double>(std::max<uint64_t>(e.ram_bytes() + bytes, 1));
-    if (mine >= v->value) {
+    // A protected live conversation leaves only for another likely to come back.
+    if (mine >= v->value && (!v->live || likely_back(e))) {
         return false;
+    }
+    if (mine >= v->value) {
+        LINEAGE_TRACE(trace_, "entry {} ({} tokens) not kept in RAM: it would push out entry {}, a live conversation "
+                              "within the protected share, and it is not likely to come back itself",
+                      e.id, e.toks.size(), v->it->id);
+        return true;
     }
     LINEAGE_TRACE(trace_, "entry {} ({} tokens) not kept in RAM: its value {:.3g} s/MB is below {} {}'s {:.3g} s/MB, "
                           "which it would push out",

@@ -674,6 +674,9 @@ std::optional<api_error> chat_preparer::prepare(const chat_request & r, int32_t 
         return err;
     }
     out.cache.session_key = session_key(r.prompt_cache_key, r.user);
+    // An earlier reply sent back: the conversation has come back (its entry's reuse class, value.h).
+    out.cache.multi_turn =
+        std::any_of(r.messages.begin(), r.messages.end(), [](const auto & m) { return m.role == "assistant"; });
     out.cache.anchor_tokens = -1;
     out.cache.history_tokens = -1;
     out.cache.tools_anchor_tokens = -1;

@@ -103,6 +103,7 @@ void warmer::run() {
         w->cache.line_starts.clear();
         w->cache.volatile_starts.clear();
         w->cache.last_user_tokens = -1;
+        w->cache.multi_turn = false;  // the conversation has not come back yet: its plan is no use either
         // The same adapters as the reply: the state goes under the same key (lora_id).
         w->lora = std::move(j.lora);
         w->lora_epoch = j.lora_epoch;

@@ -131,12 +131,15 @@ protected:
         return c;
     }
     // One request: plan, no captures kept (the final state alone, `bytes`), commit.
-    restore_plan run(store & st, const key & k, const tokens & prompt, double now, size_t bytes) {
+    // `multi_turn`: the prompt sends an earlier reply back (prompt_hints::multi_turn).
+    restore_plan run(store & st, const key & k, const tokens & prompt, double now, size_t bytes,
+                     bool multi_turn = false) {
         restore_plan p = st.plan(k, prompt, {}, now);
         st.check_invariants();
         commit_input in;
         in.k = k;
         in.toks = prompt;
+        in.hints.multi_turn = multi_turn;
         in.seq = p.op == restore_op::take_device ? p.device_seq : next_seq_++;
         in.device_bytes = 1000;
         EXPECT_TRUE(st.reserve(bytes));
@@ -165,18 +168,19 @@ protected:
         return cat(seq(90000 + 1000 * (n % 4), 60), seq(200000 + 1000 * n, own));
     }
 
-    // Runs `turns` turns of two conversations, each followed by four side calls; returns how
-    // many conversation turns after the first restored the whole previous turn.
-    int session(store & st, int turns, int32_t side_own = 40) {
+    // Runs turns `first`..`turns` of two conversations, each followed by four side calls;
+    // returns how many conversation turns after `first` restored the whole previous turn. A
+    // turn past the first sends its earlier replies back where `hint` says so (multi_turn).
+    int session(store & st, int turns, int32_t side_own = 40, int first = 1, bool hint = false) {
         int restored = 0;
         double now = 1;
         int n_side = 0;
-        for (int t = 1; t <= turns; ++t) {
+        for (int t = first; t <= turns; ++t) {
             for (int c = 0; c < 2; ++c) {
                 const tokens prompt = conversation(c, t);
-                const auto p = run(st, key{"b", "conv" + std::to_string(c)}, prompt, now, 500);
+                const auto p = run(st, key{"b", "conv" + std::to_string(c)}, prompt, now, 500, hint && t > 1);
                 now += 1;
-                if (t > 1 && p.n_restore >= static_cast<int32_t>(conversation(c, t - 1).size())) {
+                if (t > first && p.n_restore >= static_cast<int32_t>(conversation(c, t - 1).size())) {
                     ++restored;
                 }
                 for (int i = 0; i < 4; ++i) {
@@ -235,6 +239,56 @@ TEST_F(ValueEvictionTest, SideCallsThatSaveMorePerByteGoOnceTheyProveUnused) {
     // Protected, only the second turns miss: a conversation is live once it has been restored
     // (or has come back after its eviction: its new entry keeps the evicted one's uses).
     EXPECT_EQ(p, next_turns - 2);
+}
+
+TEST_F(ValueEvictionTest, AConversationBackAfterARestartIsLiveFromItsFirstPrompt) {
+    // An empty store (a restart with the disk tier off) while two conversations are at their
+    // fourth turn, beside side calls that save more per byte. Their prompts send the earlier
+    // replies back (prompt_hints::multi_turn): their entries start as restored once, so the
+    // protected share keeps them from their first prompt here and every next turn restores.
+    // Without the hint they are as unused as a side call's until the reuse model learns.
+    const int first = 4;
+    const int turns = 9;
+    const int next_turns = 2 * (turns - first);
+    store hinted(tight(eviction_policy::value, 0.5), true);
+    store unhinted(tight(eviction_policy::value, 0.5), true);
+    const int h = session(hinted, turns, 400, first, /*hint=*/true);
+    const int u = session(unhinted, turns, 400, first, /*hint=*/false);
+    EXPECT_EQ(h, next_turns) << "every next turn restored its conversation";
+    EXPECT_EQ(u, next_turns - 2) << "the first next turn of each conversation missed: not live before its first restore";
+}
+
+TEST_F(ValueEvictionTest, AFirstTurnIsLiveOnceItsSystemTextsConversationsHaveComeBack) {
+    // Conversations on one system text (one reuse family), one after another, each a first turn
+    // and then its second; between them, side calls that save ten times more per byte than a
+    // first turn (by value alone they stay and the first turn goes), each on a system text of its
+    // own. Once that family's first turns have come back, the next conversation's first turn is
+    // protected (reuse_model::probability(0, family) > 1/2) and its second turn restores it; a
+    // conversation on a system text never seen before gets no such protection, and its first
+    // turn is pushed out.
+    store st(tight(eviction_policy::value, 0.5), true);
+    auto first_turn = [](int c, int system) { return cat(seq(60000 + 1000 * system, 100), seq(100000 + 1000 * c, 100)); };
+    double now = 1;
+    int n_side = 0;
+    // Returns whether the conversation's second turn restored its whole first turn.
+    auto conversation_at = [&](int c, int system) {
+        const tokens t1 = first_turn(c, system);
+        run(st, key{"b", "c" + std::to_string(c)}, t1, now++, 500);
+        for (int i = 0; i < 6; ++i) {
+            run(st, key{"b", "side" + std::to_string(n_side)}, side_call(n_side, 2000), now++, 500);
+            ++n_side;
+        }
+        const auto p = run(st, key{"b", "c" + std::to_string(c)}, cat(t1, seq(300000 + 1000 * c, 40)), now++, 500, true);
+        return p.n_restore >= static_cast<int32_t>(t1.size());
+    };
+    std::vector<bool> same_system;
+    for (int c = 0; c < 6; ++c) {
+        same_system.push_back(conversation_at(c, 0));
+    }
+    EXPECT_FALSE(same_system.front()) << "the family's first conversation: no evidence yet, pushed out";
+    EXPECT_TRUE(same_system.back()) << "once the family's first turns have come back, protected";
+    EXPECT_FALSE(conversation_at(100, 1)) << "a system text never seen: no evidence, pushed out";
+    EXPECT_TRUE(conversation_at(101, 0)) << "the known family again: protected";
 }
 
 TEST_F(ValueEvictionTest, AnAnchorsLadderRungsGoBeforeTheConversations) {

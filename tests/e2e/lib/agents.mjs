@@ -368,9 +368,10 @@ export function canonicalJSON(v) {
   return JSON.stringify(v);
 }
 
-/** `v` (a string, or JSON of anything else) cut to `n` characters, with "..." where cut. */
+/** `v` (a string, or JSON of anything else; "(none)" for undefined, e.g. a block one side lacks)
+ *  cut to `n` characters, with "..." where cut. */
 export const short = (v, n = 160) => {
-  const s = typeof v === 'string' ? v : JSON.stringify(v);
+  const s = typeof v === 'string' ? v : v === undefined ? '(none)' : JSON.stringify(v);
   return s.length > n ? `${s.slice(0, n)}...` : s;
 };
 

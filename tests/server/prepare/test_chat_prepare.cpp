@@ -111,12 +111,16 @@ TEST_F(DensePrepareWorkTest, AWarmUserTurnRendersAndTokenizesOnce) {
     EXPECT_EQ(of(warm.work), (counts{1, 1}));
     EXPECT_EQ(warm.cache.anchor_tokens, first.cache.anchor_tokens);
     EXPECT_EQ(warm.cache.tools_anchor_tokens, first.cache.tools_anchor_tokens);
+    // The second turn sends the reply back: its conversation has come back (the reuse class).
+    EXPECT_FALSE(first.cache.multi_turn);
+    EXPECT_TRUE(warm.cache.multi_turn);
     // A new session on the same system prompt and tools: its first request is warm too.
     server::chat_request other = request(turn1_body());
     other.messages.back().content = "List the files.";
     server::prepared_chat session2;
     ASSERT_FALSE(prep.prepare(other, 4096, session2));
     EXPECT_EQ(of(session2.work), (counts{1, 1}));
+    EXPECT_FALSE(session2.cache.multi_turn);
 }
 
 // Without a system prompt or tools there is no anchor to render: 1 and 1 from the first request.
