@@ -836,7 +836,9 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
         });
     add("--cache-ram-protect", "LINEAGE_CACHE_RAM_PROTECT", "FRACTION", fmt_double(dc.ram_protect_share),
         "--cache-eviction value: share of the RAM budget left by the pinned anchors within which the live "
-        "conversations' entries (restored at least once, used within the last minute or four reuse gaps) are "
+        "conversations' entries (likely to come back: restored at least once, made by a prompt that sends an "
+        "earlier reply back, or on a system text whose first turns have come back; used within the last minute "
+        "or four reuse gaps) are "
         "evicted only after every other copy; 0 = none protected, 1 = all",
         [&cc](const std::string & v) -> util::status {
             const std::string t = trim(v);

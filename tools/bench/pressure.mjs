@@ -179,6 +179,8 @@ const rowsFor = (L, R, M) => {
     row('prefill computed / oracle tokens (efficiency), all requests', (c) => c.computed_all, (x, c) => eff(c, 'all')),
     row('next turns that restored their history', (c) => c.history?.fraction,
       (x, c) => (c.history?.n ? `${c.history.restored} / ${c.history.n} (${fmt(100 * x, 0)}%)` : '-'), 'higher'),
+    ['of the others: entry kept, reply recomputed / entry lost', ...cols.map((c) => (!c?.history?.n ? '-'
+      : `${c.history.reply_only ?? 0} / ${c.history.n - c.history.restored - (c.history.reply_only ?? 0)}`)), '', ''],
     ['evictions by reason', ...cols.map((c) => (c ? countsCell(c.evictions) : '-')), '', ''],
     ['evicted by budget: restored before / never', ...cols.map((c) => (!c ? '-' : c.evictions_by_uses
       ? `${c.evictions_by_uses.reused ?? 0} / ${c.evictions_by_uses.unused ?? 0}` : '-')), '', ''],
@@ -225,7 +227,12 @@ out.push('Turns are the conversations\' own requests (every request but the side
   'history boundary: the prefix its conversation had sent before its own new messages, echoed replies included ' +
   '(where no earlier prompt or reply covered all of it, as when the template renders an earlier reply otherwise now: ' +
   'the oracle\'s reach less a message header, 4 tokens, since that reach ends inside the header of the first message ' +
-  'rendered otherwise, where no cache has a restore point). lineage-server\'s evictions ' +
+  'rendered otherwise, where no cache has a restore point). Of the next turns that did not, "entry kept, reply ' +
+  'recomputed" restored at least their conversation\'s previous prompt: what they recomputed is the reply, whose ' +
+  'text the random-weight bench model does not decode to the tokens that text tokenizes to (a real model\'s mostly ' +
+  'does), so that no copy reaches past it but a warm-up of the reply as rendered, which runs only on an idle engine; ' +
+  '"entry lost" restored less (the anchor, or nothing after the restart): the eviction policy\'s misses. ' +
+  'lineage-server\'s evictions ' +
   '(`/v1/cache/stats` `evictions`: capacity is the RAM budget, lru the entry cap, released an idle entry already on ' +
   'disk giving its RAM back, superseded a twin replaced; `evictions_by_uses`: the budget\'s victims that had been ' +
   'restored at least once, and those never restored) and rejections (`not_admitted`: a state leaving the device ' +

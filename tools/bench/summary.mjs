@@ -63,11 +63,24 @@ function ttft(rs) {
 }
 
 /** The conversations' next turns (base kind warm, side calls apart) that reached their history
- *  boundary (run.mjs: history_restored): {n, restored, fraction}; n 0 without the figure. */
+ *  boundary (run.mjs: history_restored): {n, restored, fraction, reply_only}; n 0 without the
+ *  figure. reply_only: of those that did not, the ones whose cached tokens still reached their
+ *  conversation's previous prompt (the entry was kept; what was recomputed is the reply, which a
+ *  random-weight model's text does not give back as the tokens it decoded, so only a warm-up of
+ *  the reply as rendered restores past it); the others lost their conversation's entry. */
 export function historyRestored(records) {
   const xs = records.filter((r) => !r.side && typeof r.history_restored === 'boolean' && !r.error);
   const restored = xs.filter((r) => r.history_restored).length;
-  return { n: xs.length, restored, fraction: xs.length ? restored / xs.length : null };
+  const previousPrompt = (r) => {
+    let best = null;
+    for (const q of records) {
+      if (q.conv === r.conv && !q.side && q.i < r.i && Number.isFinite(q.prompt_tokens) && (!best || q.i > best.i)) best = q;
+    }
+    return best?.prompt_tokens ?? null;
+  };
+  const replyOnly = xs.filter((r) => !r.history_restored && Number.isFinite(r.cached_tokens) &&
+    Number.isFinite(previousPrompt(r)) && r.cached_tokens >= previousPrompt(r)).length;
+  return { n: xs.length, restored, fraction: xs.length ? restored / xs.length : null, reply_only: replyOnly };
 }
 
 /** {warm_user_turns: {n, own_only, p50, p95, server_all, server_warmed}, efficiency: {all, by_kind}, ttft: {all, by_kind},
