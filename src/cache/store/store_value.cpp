@@ -209,8 +209,9 @@ bool store::below_admission(uint64_t id, uint64_t bytes) {
         return false;
     }
     if (mine >= v->value) {
-        LINEAGE_TRACE(trace_, "entry {} ({} tokens) not kept in RAM: it would push out entry {}, a live conversation "
-                              "within the protected share, and it is not likely to come back itself",
+        LINEAGE_TRACE(trace_,
+                      "entry {} ({} tokens) not kept in RAM: it would push out entry {}, a live conversation "
+                      "within the protected share, and it is not likely to come back itself",
                       e.id, e.toks.size(), v->it->id);
         return true;
     }

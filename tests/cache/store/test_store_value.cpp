@@ -255,7 +255,8 @@ TEST_F(ValueEvictionTest, AConversationBackAfterARestartIsLiveFromItsFirstPrompt
     const int h = session(hinted, turns, 400, first, /*hint=*/true);
     const int u = session(unhinted, turns, 400, first, /*hint=*/false);
     EXPECT_EQ(h, next_turns) << "every next turn restored its conversation";
-    EXPECT_EQ(u, next_turns - 2) << "the first next turn of each conversation missed: not live before its first restore";
+    EXPECT_EQ(u, next_turns - 2)
+        << "the first next turn of each conversation missed: not live before its first restore";
 }
 
 TEST_F(ValueEvictionTest, AFirstTurnIsLiveOnceItsSystemTextsConversationsHaveComeBack) {
@@ -267,7 +268,9 @@ TEST_F(ValueEvictionTest, AFirstTurnIsLiveOnceItsSystemTextsConversationsHaveCom
     // conversation on a system text never seen before gets no such protection, and its first
     // turn is pushed out.
     store st(tight(eviction_policy::value, 0.5), true);
-    auto first_turn = [](int c, int system) { return cat(seq(60000 + 1000 * system, 100), seq(100000 + 1000 * c, 100)); };
+    auto first_turn = [](int c, int system) {
+        return cat(seq(60000 + 1000 * system, 100), seq(100000 + 1000 * c, 100));
+    };
     double now = 1;
     int n_side = 0;
     // Returns whether the conversation's second turn restored its whole first turn.
@@ -278,7 +281,8 @@ TEST_F(ValueEvictionTest, AFirstTurnIsLiveOnceItsSystemTextsConversationsHaveCom
             run(st, key{"b", "side" + std::to_string(n_side)}, side_call(n_side, 2000), now++, 500);
             ++n_side;
         }
-        const auto p = run(st, key{"b", "c" + std::to_string(c)}, cat(t1, seq(300000 + 1000 * c, 40)), now++, 500, true);
+        const auto p =
+            run(st, key{"b", "c" + std::to_string(c)}, cat(t1, seq(300000 + 1000 * c, 40)), now++, 500, true);
         return p.n_restore >= static_cast<int32_t>(t1.size());
     };
     std::vector<bool> same_system;
