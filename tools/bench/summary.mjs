@@ -78,8 +78,11 @@ export function historyRestored(records) {
     }
     return best?.prompt_tokens ?? null;
   };
-  const replyOnly = xs.filter((r) => !r.history_restored && Number.isFinite(r.cached_tokens) &&
-    Number.isFinite(previousPrompt(r)) && r.cached_tokens >= previousPrompt(r)).length;
+  const replyOnly = xs.filter((r) => {
+    if (r.history_restored || !Number.isFinite(r.cached_tokens)) return false;
+    const previous = previousPrompt(r);
+    return Number.isFinite(previous) && r.cached_tokens >= previous;
+  }).length;
   return { n: xs.length, restored, fraction: xs.length ? restored / xs.length : null, reply_only: replyOnly };
 }
 

@@ -204,11 +204,11 @@ bool store::below_admission(uint64_t id, uint64_t bytes) {
     // Its value once its whole state is in RAM, against what it would push out.
     const double mine = saved_seconds(e) * reuse_.likelihood(e.uses, now_s_ - e.last_use, e.family) /
                         static_cast<double>(std::max<uint64_t>(e.ram_bytes() + bytes, 1));
-    // A protected live conversation leaves only for another likely to come back.
-    if (mine >= v->value && (!v->live || likely_back(e))) {
-        return false;
-    }
     if (mine >= v->value) {
+        // A protected live conversation leaves only for another likely to come back.
+        if (!v->live || likely_back(e)) {
+            return false;
+        }
         LINEAGE_TRACE(trace_,
                       "entry {} ({} tokens) not kept in RAM: it would push out entry {}, a live conversation "
                       "within the protected share, and it is not likely to come back itself",
