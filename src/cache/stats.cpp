@@ -125,6 +125,11 @@ std::vector<stat_figure> stats::describe() const {
         figure("ladder_rungs_evicted", ladder_rungs_evicted, "ladder_rungs_evicted_total",
                "Ladder rungs of pinned anchors dropped for room in the RAM budget (their anchors stay), the "
                "copies of least value per byte (--cache-eviction value)."),
+        figure_map("ladder_deferred_rungs", ladder_deferred_rungs, "ladder_deferred_rungs_total",
+                   "Ladder rungs made off the request's path (--cache-ladder-defer), by outcome: deferred (left by the "
+                   "request that pinned their anchor to a ladder job on an idle engine), made (captured by a ladder "
+                   "job and added to the anchor), dropped (the anchor was gone, or the job was dropped).",
+                   "outcome", ladder_outcomes),
         figure_info("eviction.policy", eviction.policy, "info", "", "eviction"),
         figure_series("eviction.reuse_probability_unused", eviction.reuse_probability_unused, "reuse_probability",
                       "The eviction value's learned chance that an entry is restored again, by how often it has been "

@@ -130,6 +130,12 @@ struct stats {
     /** Ladder rungs of pinned anchors dropped for room in the RAM budget (--cache-eviction value:
      *  a rung worth less per byte than every entry; docs/prompt-cache.md "Eviction by value"). */
     int64_t ladder_rungs_evicted = 0;
+    /** Ladder rungs made off the request's path (config::ladder_defer; docs/architecture.md
+     *  "Ladder jobs"), by outcome: deferred (a request that pinned an anchor left them to a ladder
+     *  job), made (a ladder job captured them and they joined their anchor), dropped (their anchor
+     *  was gone, or the job was dropped: preempted too often, a reset, no RAM). */
+    std::map<std::string, int64_t> ladder_deferred_rungs;
+    static inline const std::vector<std::string> ladder_outcomes = {"deferred", "made", "dropped"};
     /** The eviction value's policy and inputs (docs/prompt-cache.md "Eviction by value"): the
      *  policy (--cache-eviction value|recency), the reuse model's probabilities by use class
      *  (value.h: 0, 1, 2 or more uses), its reuse gap, seconds, and the prefill cost fit

@@ -123,8 +123,8 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
         return false;
     }
     // The whole prompt is in: keep the recurrent state at the prompt end (the entry's own
-    // restore point once generation has moved the sequence on).
-    if (s.use_cache && hybrid_) {
+    // restore point once generation has moved the sequence on). A ladder job stores no entry.
+    if (s.use_cache && hybrid_ && !s.req->ladder()) {
         const auto t0 = clock::now();
         const size_t size = st_.state_size(s.seq, true);
         if (store_.reserve(size)) {
@@ -259,9 +259,29 @@ void lifecycle::capture(slot & s, const cache::capture_point & c, double now_s, 
             return true;
         });
         s.reserved_bytes -= std::min(s.reserved_bytes, rung_bytes);
+        // The rungs of this region the plan left to a ladder job (config::ladder_defer).
+        std::vector<int32_t> owed;
+        std::erase_if(s.plan.deferred_rungs, [&](int32_t r) {
+            if (r >= c.n_tokens) {
+                return false;
+            }
+            owed.push_back(r);
+            return true;
+        });
+        cache::tokens anchor_toks = owed.empty() ? cache::tokens{} : prefix;
         store_.commit_anchor(s.key, std::move(prefix), std::move(blob), size + rung_bytes, now_s, 0, std::move(rungs));
         pool_.drain_released();
         spdlog::debug("request {}: pinned anchor at {} tokens ({} bytes)", s.req->id, c.n_tokens, size);
+        if (!owed.empty()) {
+            store_.count_deferred_rungs("deferred", static_cast<int64_t>(owed.size()));
+            if (rungs_owed_ && store_.holds_anchor(s.key, anchor_toks)) {
+                LINEAGE_TRACE(store_.trace(), "{} ladder rung(s) of the anchor at {} left to a ladder job", owed.size(),
+                              c.n_tokens);
+                rungs_owed_(s, std::move(anchor_toks), std::move(owed));
+            } else {
+                store_.count_deferred_rungs("dropped", static_cast<int64_t>(owed.size()));
+            }
+        }
     } else {
         s.reserved_bytes += size;
         s.captured.push_back({c.n_tokens, c.kind, std::move(blob)});
@@ -397,6 +417,26 @@ void lifecycle::keep_reply_checkpoints(slot & s, cache::commit_input & in) {
     LINEAGE_TRACE(store_.trace(), "kept the reply checkpoints at [{}]: the reply comes back from its text for {} of {} "
                   "tokens", kept, whole, decoded);
     s.reply_candidates.clear();  // the others go with the slot; commit releases their reservations
+}
+
+void lifecycle::commit_rungs(slot & s, double now_s) {
+    const auto t0 = clock::now();
+    if (s.seq < 0) {
+        return;
+    }
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
+    if (s.reset_since || !s.use_cache) {
+        store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.captured.size()));
+        store_.abandon(s.plan, s.reserved_bytes);
+    } else {
+        store_.add_rungs(s.key, *s.req->ladder_anchor, std::move(s.captured), s.reserved_bytes, now_s);
+    }
+    s.captured.clear();
+    s.reserved_bytes = 0;
+    pool_.release(s.seq);
+    s.seq = -1;
+    pool_.drain_released();
+    s.stats.commit_s = seconds_since(t0);
 }
 
 void lifecycle::abandon(slot & s) {

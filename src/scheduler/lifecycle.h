@@ -74,6 +74,17 @@ public:
      *  released. s.seq is -1 afterwards. */
     void abandon(slot & s);
 
+    /** A ladder job is done or preempted (generation_request::ladder): the rungs it captured
+     *  join their anchor (store::add_rungs) and the sequence is released; nothing else is
+     *  stored. s.seq is -1 afterwards. */
+    void commit_rungs(slot & s, double now_s);
+
+    /** Called when a request pins an anchor whose near and volatile rungs its plan deferred
+     *  (restore_plan::deferred_rungs; config::ladder_defer): the request's slot, the anchor's
+     *  tokens, and the rungs inside it (ascending). The scheduler queues a ladder job. */
+    using rungs_owed_fn = std::function<void(const slot & s, cache::tokens anchor, std::vector<int32_t> rungs)>;
+    void on_rungs_owed(rungs_owed_fn f) { rungs_owed_ = std::move(f); }
+
 private:
     /** Takes capture `c` (before s.n_past, the prompt end) through the engine's recurrent-state
      *  rollback: seq_rm back to c, the state read there, n_past = c, replay = what was rolled
@@ -90,6 +101,7 @@ private:
     sequence_pool & pool_;
     bool hybrid_;
     round_trip_fn round_trip_;
+    rungs_owed_fn rungs_owed_;
 };
 
 }  // namespace lineage::scheduler

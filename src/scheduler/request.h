@@ -228,6 +228,14 @@ struct generation_request {
      *  `prompt` is the prefix the next request will render; the scheduler prefills it when
      *  nothing else runs, samples nothing, stores it, and pushes no events. */
     bool warmup = false;
+    /** A ladder job (cache::config::ladder_defer; docs/architecture.md "Ladder jobs"; `warmup`
+     *  is set too): the scheduler makes it after a request pinned an anchor whose near and
+     *  volatile rungs were deferred. `ladder_anchor`: the anchor's tokens; `ladder_rungs`: the
+     *  rungs still to make (ascending, tokens, inside it). Each run prefills one stretch of them
+     *  (`prompt` is then a prefix of the anchor's tokens ending at the stretch's last rung). */
+    std::shared_ptr<const std::vector<token>> ladder_anchor;
+    std::vector<int32_t> ladder_rungs;
+    bool ladder() const { return ladder_anchor != nullptr; }
     /** Set by the HTTP thread that serves the request: it answers `probe`. */
     bool answers_probe = false;
     std::shared_ptr<std::atomic<probe_state>> probe = std::make_shared<std::atomic<probe_state>>(probe_state::none);

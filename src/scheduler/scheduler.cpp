@@ -180,6 +180,9 @@ scheduler::impl::impl(const engine::model & m, const params & p)
     life_ = std::make_unique<lifecycle>(*states_, store_, *pool_, hybrid_, [this](const cache::tokens & generated) {
         return tokens_kept_as_text(model_, generated);
     });
+    life_->on_rungs_owed([this](const slot & s, cache::tokens anchor, std::vector<int32_t> rungs) {
+        queue_ladder_job(s, std::move(anchor), std::move(rungs));
+    });
     spdlog::info("scheduler: {} parallel sequences, {} parked on the device, {} tokens per sequence ({} KV pool "
                  "of {} tokens), batch {}, "
                  "cache {} ({} mode, {} family, RAM budget {:.1f} MiB)",
@@ -259,7 +262,7 @@ bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
         const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
         // An idle engine with a warm-up queued does not wait: it starts the warm-up.
         while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load() &&
-               (warmups_.empty() || any_active)) {
+               ((warmups_.empty() && ladder_jobs_.empty()) || any_active)) {
             if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                 break;
             }
@@ -280,6 +283,9 @@ bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
     round.preempt = !queue_.empty() || !round.admitted.empty();
     if (!round.preempt && !any_active && !warmups_.empty()) {
         round.warmup = warmups_.pop();
+    } else if (!round.preempt && !any_active && !ladder_jobs_.empty()) {
+        round.warmup = std::move(ladder_jobs_.front());
+        ladder_jobs_.pop_front();
     }
     return true;
 }
@@ -442,7 +448,9 @@ void scheduler::impl::shut_down() {
     // entry holds the only copy of it, and the flush below writes only what the store holds.
     for (auto & s : slots_) {
         if (s.active()) {
-            if (s.ph == slot::phase::prefill || s.ph == slot::phase::decode) {
+            if (s.req->ladder()) {
+                life_->commit_rungs(s, now_s());  // the rungs made so far join their anchor
+            } else if (s.ph == slot::phase::prefill || s.ph == slot::phase::decode) {
                 life_->commit(s, now_s());  // leaves s.seq -1: fail() then abandons nothing
             }
             fail(s, {failure_kind::shutting_down, "the server is shutting down"});
@@ -536,6 +544,16 @@ bool scheduler::impl::choose_cache_use(slot & s) {
         LINEAGE_TRACE(store_.trace(), "cache bypassed (the cache was reset after this request arrived: nothing it "
                       "computes is stored); {} prompt tokens to prefill", s.prompt_size());
     }
+    if (s.req->ladder()) {
+        if (!store_.holds_anchor(s.key, *s.req->ladder_anchor)) {
+            store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+            LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone",
+                          s.req->ladder_anchor->size());
+            reset_slot(s);
+            return false;
+        }
+        return true;
+    }
     if (s.req->warmup && store_.covers(s.key, s.req->prompt)) {
         // The committed entry already holds the next turn's prefix (a dense tool step whose
         // re-render is the generated text), or a later request got there first.
@@ -559,7 +577,13 @@ void scheduler::impl::plan_restore(slot & s) {
         live = live_states(s);
         hints.live = live;
     }
-    if (s.use_cache && s.req->warmup) {
+    if (s.use_cache && s.req->ladder()) {
+        // One stretch of rungs: from the latest held state before the first, through those
+        // before the next held state (store::plan_ladder_job); the prompt ends at its last rung.
+        s.plan = store_.plan_ladder_job(s.key, *s.req->ladder_anchor, s.req->ladder_rungs);
+        const int32_t end = s.plan.captures.empty() ? s.plan.n_restore : s.plan.captures.back().n_tokens;
+        s.req->prompt.assign(s.req->ladder_anchor->begin(), s.req->ladder_anchor->begin() + std::max(1, end));
+    } else if (s.use_cache && s.req->warmup) {
         s.plan = store_.plan_warmup(s.key, s.req->prompt, hints, now_s());
     } else if (s.use_cache) {
         s.plan = store_.plan(s.key, s.req->prompt, hints, now_s());
@@ -645,7 +669,62 @@ void scheduler::impl::fence_reset(const std::optional<std::string> & tenant) {
     }
 }
 
+void scheduler::impl::queue_ladder_job(const slot & s, cache::tokens anchor, std::vector<int32_t> rungs) {
+    auto job = std::make_shared<generation_request>();
+    job->id = 0;  // not a request: its log lines and trace must not be read as the pinning request's
+    job->cache = s.req->cache;
+    job->lora = s.req->lora;
+    job->lora_epoch = s.req->lora_epoch;
+    job->warmup = true;
+    job->prompt = anchor;
+    job->ladder_anchor = std::make_shared<const cache::tokens>(std::move(anchor));
+    job->ladder_rungs = std::move(rungs);
+    util::lock_guard lk(mu_);
+    ladder_jobs_.push_back(std::move(job));
+}
+
+void scheduler::impl::end_ladder_job(slot & s, bool whole) {
+    cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
+    const int32_t at = s.n_past;
+    const int32_t prefilled = std::max(0, s.n_past - s.stats.cached_tokens);
+    const auto made = static_cast<int32_t>(s.captured.size());
+    if (s.ph == slot::phase::loading) {
+        life_->abandon(s);
+        s.load = {};
+    } else {
+        life_->commit_rungs(s, now_s());
+    }
+    auto job = std::move(s.req);
+    // Made, or passed over (no RAM for them): either way not made again.
+    std::erase_if(job->ladder_rungs, [&](int32_t r) { return r <= at; });
+    spdlog::info("ladder job: {} at {}/{} tokens: restored {} ({}), prefilled {}, {} rung(s) made, {} "
+                 "left | restore {:.1f} ms, prefill {:.1f} ms, capture {:.1f} ms | total {:.1f} ms",
+                 whole ? "stretch done" : "preempted by a request", at, job->ladder_anchor->size(),
+                 s.stats.cached_tokens, s.stats.hit_kind, prefilled, made, job->ladder_rungs.size(),
+                 s.stats.restore_s * 1e3, s.stats.prefill_s * 1e3, s.stats.capture_s * 1e3,
+                 seconds_since(s.restore_started) * 1e3);
+    reset_slot(s);
+    if (job->ladder_rungs.empty()) {
+        return;
+    }
+    if (!whole && ++job->preemptions > max_warmup_preemptions) {
+        store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
+        return;
+    }
+    job->prompt = *job->ladder_anchor;
+    util::lock_guard lk(mu_);
+    if (whole) {
+        ladder_jobs_.push_back(std::move(job));
+    } else {
+        ladder_jobs_.push_front(std::move(job));
+    }
+}
+
 void scheduler::impl::end_warmup(slot & s, bool whole) {
+    if (s.req->ladder()) {
+        end_ladder_job(s, whole);
+        return;
+    }
     // What was prefilled is parked as the conversation's entry, a preempted part included.
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     const int32_t at = s.n_past;
@@ -910,7 +989,7 @@ void scheduler::impl::end_step(const std::vector<engine::batch_token> & batch, d
             s.stats.prefill_s += dt;
             count_pass(s);
             s.n_past += s.chunk;
-            if (s.req->warmup) {
+            if (s.req->warmup && !s.req->ladder()) {
                 store_.warmup_counters().tokens += s.chunk;
             }
             after_prefill_chunk(s);
@@ -1060,7 +1139,7 @@ void scheduler::impl::decode_image(slot & s, const media_span & m) {
     s.stats.prefill_s += seconds_since(t0);
     s.stats.prefill_passes++;
     s.n_past += n;
-    if (s.req->warmup) {
+    if (s.req->warmup && !s.req->ladder()) {
         store_.warmup_counters().tokens += n;
     }
     after_prefill_chunk(s);

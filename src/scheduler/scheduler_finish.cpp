@@ -103,7 +103,9 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
 
 void scheduler::impl::fail(slot & s, request_failure why) {
     life_->abandon(s);
-    if (s.req && s.req->warmup) {
+    if (s.req && s.req->ladder()) {
+        store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+    } else if (s.req && s.req->warmup) {
         store_.warmup_counters().wasted++;  // dropped unfinished
     }
     generation_event e;

@@ -113,6 +113,15 @@ struct scheduler::impl {
      *  (phase loading, the tier's thread notifies) or start_prefill. */
     void start_restore(slot & s);
     void end_warmup(slot & s, bool whole);
+    /** Ladder jobs (cache::config::ladder_defer; docs/architecture.md "Ladder jobs"): queues
+     *  one for the rungs `rungs` of the anchor `anchor` that `s`'s request pinned (engine
+     *  thread). */
+    void queue_ladder_job(const slot & s, cache::tokens anchor, std::vector<int32_t> rungs);
+    /** A ladder job's run ends (`whole`: its stretch is prefilled; else a request preempted
+     *  it): its rungs join the anchor, and what is left goes back to the queue (the rest of a
+     *  preempted stretch at the front, at most max_warmup_preemptions times; the next stretch at
+     *  the back). */
+    void end_ladder_job(slot & s, bool whole);
     void start_prefill(slot & s);
     /** Moves `s`'s sequence (restored, nothing prefilled yet) to a free id next to another
      *  active slot's when it is next to none: with a KV buffer per sequence llama.cpp computes
@@ -243,6 +252,9 @@ struct scheduler::impl {
     std::condition_variable cv_;
     std::deque<std::shared_ptr<generation_request>> queue_ GUARDED_BY(mu_);
     warmup_queue warmups_ GUARDED_BY(mu_);  // background warm-ups, run when nothing else is
+    /** Ladder jobs waiting for an idle engine (after the warm-ups: a next turn comes sooner than
+     *  a new session). */
+    std::deque<std::shared_ptr<generation_request>> ladder_jobs_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
     bool stopping_ GUARDED_BY(mu_) = false;

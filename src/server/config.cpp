@@ -811,6 +811,11 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
         "session in another folder restores up to it (more such places: the first half of them and the last "
         "half); 0 = none",
         int_min(cc.ladder_volatile_rungs, 0));
+    add("--cache-ladder-defer", "LINEAGE_CACHE_LADDER_DEFER", "[=BOOL]", "true",
+        "hybrid models: the near and volatile ladder rungs (each a prefill split) are made off the request's path, "
+        "by a background ladder job on an idle engine after the request that pinned the system prompt (as the "
+        "warm-up of the next turn; a request preempts it); false = split that request's prefill at them",
+        boolean(cc.ladder_defer), true);
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",
         int_min(cc.anchor_slack, 0));

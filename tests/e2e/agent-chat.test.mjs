@@ -572,6 +572,9 @@ for (const agent of AGENTS) {
           writeScript(script, all[run.phase]);
           written.push({ phase: run.phase, replies: all[run.phase] });
           proxy.run = run.phase;
+          // The ladder rungs the last run's new system prompts left to a ladder job are made first
+          // (they run on the idle engine between runs; the wait makes it certain).
+          await srv.waitLadder(`before run ${run.phase}`);
           const r = await runAgent(bin, agent.args(run.prompt, run.resume), { cwd: run.dir === 1 ? p1 : p2, env, timeoutMs: RUN_TIMEOUT_MS });
           results.push({ phase: run.phase, r });
           last = usageOf(proxy.requests.filter((x) => x.run === run.phase && x.status === 200 && x.body?.tools?.length).at(-1)?.response ?? '');

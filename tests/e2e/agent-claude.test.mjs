@@ -252,6 +252,9 @@ for (const arch of ARCHS) {
         writeScript(script, all[run.phase]);
         written.push({ phase: run.phase, replies: all[run.phase] });
         proxy.run = run.phase;
+        // The ladder rungs the last run's new system prompts left to a ladder job are made first
+        // (they run on the idle engine between runs; the wait makes it certain).
+        await srv.waitLadder(`before run ${run.phase}`);
         const r = await runAgent(install.bin, ['-p', ...run.args], { cwd: run.dir === 1 ? p1 : p2, env, timeoutMs: RUN_TIMEOUT_MS });
         results.push({ phase: run.phase, r });
       }

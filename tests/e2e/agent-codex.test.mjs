@@ -259,6 +259,9 @@ for (const arch of ARCHS) {
       for (const run of runs) {
         write(run.phase, SCRIPTS[run.phase]);
         proxy.run = run.phase;
+        // The ladder rungs the last run's new system prompts left to a ladder job are made first
+        // (they run on the idle engine between runs; the wait makes it certain).
+        await srv.waitLadder(`before run ${run.phase}`);
         const r = await runAgent(codex.bin, ['exec', ...run.args()], { cwd: run.dir, env, timeoutMs: RUN_TIMEOUT_MS });
         results.push({ phase: run.phase, r });
         if (run.phase === 'A') sessionId = /session id: (\S+)/.exec(r.stderr + r.stdout)?.[1];

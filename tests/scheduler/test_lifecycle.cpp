@@ -508,6 +508,7 @@ TEST_F(Lifecycle, FarLadderRungsAreTakenAtPassEndsWithoutSplittingThePrefill) {
     c.ladder_near_step = 64;
     c.ladder_near_tokens = 128;
     c.ladder_max_rungs = 8;
+    c.ladder_defer = false;  // the near rungs split this prefill (LadderJob...: deferred)
     make(true, 6, c);
     auto s = fakes::new_slot(++next_id_, seq_of(0, 700), 690, "s");
     cache::plan_hints hints{602, 690, 102};  // system + tools end at 602; the tool block at 102
@@ -578,6 +579,96 @@ TEST_F(Lifecycle, FarLadderRungsAreTakenAtPassEndsWithoutSplittingThePrefill) {
     EXPECT_EQ(with_kinds(after.hits), (counts{{"ladder", 1}}));
     EXPECT_EQ(with_kinds(after.tokens_restored), (counts{{"ladder", 400}}));
     EXPECT_EQ(after.tokens_reused, 400);
+}
+
+// --cache-ladder-defer (the default): the request that pins the anchor splits its prefill at no
+// rung; the anchor's capture hands its near rungs to the scheduler (on_rungs_owed), and a ladder
+// job, a prefill of the anchor's tokens from the far rung before them, makes them (commit_rungs).
+TEST_F(Lifecycle, LadderJobMakesTheRungsTheRequestThatPinnedTheAnchorDeferred) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    cache::config c = test_config();
+    c.ladder_step = 128;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 128;
+    c.ladder_max_rungs = 8;
+    ASSERT_TRUE(c.ladder_defer);
+    make(true, 6, c);
+    cache::tokens owed_anchor;
+    std::vector<int32_t> owed;
+    life_->on_rungs_owed([&](const slot &, cache::tokens anchor, std::vector<int32_t> rungs) {
+        owed_anchor = std::move(anchor);
+        owed = std::move(rungs);
+    });
+    const cache::tokens prompt = seq_of(0, 700);
+    auto s = fakes::new_slot(++next_id_, prompt, 690, "s");
+    const cache::plan_hints hints{602, 690, 102};  // system + tools end at 602; the tool block at 102
+    s->plan = store_->plan(s->key, s->req->prompt, hints, now_);
+    EXPECT_EQ(s->plan.deferred_rungs, (std::vector<int32_t>{472, 536}));
+    fakes::place_and_restore(*s, *pool_, *life_, now_);
+    std::vector<int32_t> pass_ends;
+    for (bool done = false; !done;) {
+        const int32_t n = std::min(100, s->next_stop() - s->n_past);
+        st_->decode(s->seq, n);
+        s->n_past += n;
+        pass_ends.push_back(s->n_past);
+        done = life_->after_chunk(*s, now_);
+    }
+    // No stop at 472 or 536: the tools anchor, the anchor, the turn and the guard only.
+    EXPECT_EQ(pass_ends, (std::vector<int32_t>{100, 200, 300, 400, 500, 600, 690, 699, 700}));
+    EXPECT_EQ(owed_anchor, cache::tokens(prompt.begin(), prompt.begin() + 600));
+    EXPECT_EQ(owed, (std::vector<int32_t>{472, 536}));
+    life_->commit(*s, now_);
+    store_->check_invariants();
+    const auto rungs_of_anchor = [&] {
+        for (const auto & e : store_->entries()) {
+            if (e.anchor && e.n_tokens == 600) {
+                return e.checkpoints;
+            }
+        }
+        return std::vector<cp>{};
+    };
+    // The far rungs came with pass ends (228 at 300, 356 at 400).
+    EXPECT_EQ(rungs_of_anchor(), (std::vector<cp>{{300, cache::point_kind::ladder},
+                                                  {400, cache::point_kind::ladder}}));
+    // The ladder job: restores the far rung at 400 (the latest state before 472) and prefills
+    // the anchor's tokens to its last rung, split at the other.
+    auto j = fakes::new_slot(++next_id_, owed_anchor, -1, "s");
+    j->req->warmup = true;
+    j->req->ladder_anchor = std::make_shared<const cache::tokens>(owed_anchor);
+    j->req->ladder_rungs = owed;
+    j->plan = store_->plan_ladder_job(j->key, owed_anchor, owed);
+    ASSERT_EQ(j->plan.captures.size(), 2u);
+    j->req->prompt.resize(536);
+    fakes::place_and_restore(*j, *pool_, *life_, now_);
+    EXPECT_EQ(j->n_past, 400);
+    EXPECT_EQ(j->stats.hit_kind, "ladder");
+    std::vector<int32_t> job_passes;
+    for (bool done = false; !done;) {
+        const int32_t n = std::min(100, j->next_stop() - j->n_past);
+        st_->decode(j->seq, n);
+        j->n_past += n;
+        job_passes.push_back(j->n_past);
+        done = life_->after_chunk(*j, now_);
+    }
+    EXPECT_EQ(job_passes, (std::vector<int32_t>{472, 536}));
+    EXPECT_EQ(j->prompt_end_recurrent, nullptr);  // a ladder job stores no entry
+    const size_t entries_before = store_->entries().size();
+    life_->commit_rungs(*j, now_);
+    EXPECT_EQ(j->seq, -1);
+    store_->check_invariants();
+    EXPECT_EQ(store_->entries().size(), entries_before);
+    EXPECT_EQ(rungs_of_anchor(), (std::vector<cp>{{300, cache::point_kind::ladder},
+                                                  {400, cache::point_kind::ladder},
+                                                  {472, cache::point_kind::ladder},
+                                                  {536, cache::point_kind::ladder}}));
+    const cache::stats st = store_->get_stats();
+    EXPECT_EQ(st.ladder_deferred_rungs.at("deferred"), 2);
+    EXPECT_EQ(st.ladder_deferred_rungs.at("made"), 2);
+    // A session whose system text parts at 540 restores the rung at 536.
+    auto r = fakes::new_slot(++next_id_, cat(seq_of(0, 540), seq_of(50000, 160)), 690, "s2");
+    r->plan = store_->plan(r->key, r->req->prompt, hints, now_);
+    EXPECT_EQ(r->plan.n_restore, 536);
+    EXPECT_EQ(r->plan.kind, cache::point_kind::ladder);
 }
 
 TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {

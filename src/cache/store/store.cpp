@@ -593,6 +593,13 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
             }
         }
         p.captures = std::move(moved);
+        std::vector<int32_t> deferred;
+        for (const int32_t r : p.deferred_rungs) {
+            if (const int32_t at = clamp_to_spans(h.media, r); at > c.from && (deferred.empty() || deferred.back() < at)) {
+                deferred.push_back(at);
+            }
+        }
+        p.deferred_rungs = std::move(deferred);
     }
     if (hybrid_) {
         add_guard_capture(c);
@@ -700,8 +707,17 @@ void store::add_ladder_captures(capture_plan & c) const {
     const int32_t tools_anchor = c.tools_anchor;
     const int32_t start = std::max(c.from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
     const auto rungs = ladder_rungs(cfg_, start, anchor, c.h.line_starts, cfg_.min_prefix);
+    // A split rung: in this prefill, or (--cache-ladder-defer) left to a ladder job that makes it
+    // off the request's path (docs/architecture.md "Ladder jobs").
+    const auto add_split = [&](int32_t r) {
+        if (!cfg_.ladder_defer) {
+            c.add(r, point_kind::ladder);
+        } else if (r > c.from && r < c.n_prompt) {
+            c.p.deferred_rungs.push_back(r);
+        }
+    };
     for (const int32_t r : rungs.near) {
-        c.add(r, point_kind::ladder);
+        add_split(r);
     }
     for (const int32_t r : rungs.far) {
         c.add_at_pass_end(r, point_kind::ladder);
@@ -717,8 +733,11 @@ void store::add_ladder_captures(capture_plan & c) const {
     // those left its memory path ~400 tokens from a restore point).
     const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
     for (const int32_t v : volatile_rungs(cfg_, c.from, near_start, c.h.volatile_starts)) {
-        c.add(v, point_kind::ladder);
+        add_split(v);
     }
+    std::sort(c.p.deferred_rungs.begin(), c.p.deferred_rungs.end());
+    c.p.deferred_rungs.erase(std::unique(c.p.deferred_rungs.begin(), c.p.deferred_rungs.end()),
+                             c.p.deferred_rungs.end());
 }
 
 void store::add_guard_capture(capture_plan & c) const {

@@ -178,6 +178,10 @@ struct restore_plan {
      *  that continues that entry retires the twin (eviction reason `superseded`). */
     uint64_t twin = 0;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
+    /** config::ladder_defer: the near and volatile rungs of the anchor this plan pins (split
+     *  points, ascending, tokens), left out of `captures` for a ladder job to make off the
+     *  request's path (store::plan_ladder_job, add_rungs). */
+    std::vector<int32_t> deferred_rungs;
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
     std::optional<miss_cause> cause;
@@ -307,6 +311,27 @@ public:
      *  for `full` and the rungs. With max_anchors 0, stores nothing. */
     void commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
                        copy_id tier_copy = 0, std::vector<checkpoint> rungs = {});
+
+    /** Ladder jobs (config::ladder_defer; docs/architecture.md "Ladder jobs"): the plan of a
+     *  background prefill that makes the rungs `rungs` (ascending, tokens, each in [1, |prompt|])
+     *  of the system region `prompt` (the tokens of the anchor they belong to, or a prefix of
+     *  them). It restores the latest state held in RAM that lies at or before the first rung and
+     *  inside what `prompt` shares with its entry (an anchor, a ladder rung, a conversation's
+     *  checkpoint; op load_ram, or none: from token 0), and captures every rung after it as a
+     *  ladder split, the last at the prompt's end. Entries are left as they are (no use, no
+     *  absorption, no lookup counted); the blobs it names are shared. */
+    restore_plan plan_ladder_job(const key & k, const tokens & prompt, const std::vector<int32_t> & rungs) const;
+    /** True when an anchor of k's bucket holds exactly `toks` (REQUIRES: non-empty). */
+    bool holds_anchor(const key & k, const tokens & toks) const;
+    /** Adds the ladder rungs a ladder job made (`rungs`: recurrent checkpoints inside `toks`,
+     *  the anchor's tokens) to that anchor, as commit_anchor would have: sorted, one per length,
+     *  at most ladder_max_rungs in all (the far end of the region goes first), within
+     *  max_anchor_bytes. `reserved`: the bytes reserve()d for them. Rungs whose anchor is gone are
+     *  dropped (counted). Returns the rungs added. */
+    int32_t add_rungs(const key & k, const tokens & toks, std::vector<checkpoint> rungs, uint64_t reserved,
+                      double now_s);
+    /** Counts ladder rungs by outcome (stats::ladder_deferred_rungs: deferred, dropped). */
+    void count_deferred_rungs(const char * outcome, int64_t n) { stats_.ladder_deferred_rungs[outcome] += n; }
 
     /** Completes a load_tier plan with what the tier's worker read (`r`): the copy's whole state
      *  and the checkpoint at the restore point; when the plan absorbs the copy, its restore

@@ -727,6 +727,7 @@ TEST_F(StoreTest, LadderRungsGoWithTheAnchorAndServeASystemTextThatPartsLate) {
     c.ladder_step = 256;
     c.ladder_near_step = 64;
     c.ladder_near_tokens = 512;
+    c.ladder_defer = false;  // split the request's prefill at the near rungs (LadderJobs: deferred)
     store st(c, /*hybrid=*/true);
     ladder_case lc;
     const tokens user = seq(9000, 40);
@@ -788,6 +789,7 @@ TEST_F(StoreTest, VolatileStartsGetSplitRungsBeforeTheNearZoneToolsIncluded) {
     c.ladder_step = 256;
     c.ladder_near_step = 64;
     c.ladder_near_tokens = 512;
+    c.ladder_defer = false;  // split the request's prefill at them (LadderJobs: deferred)
     const std::vector<int32_t> volatile_at = {40, 50, 200, 300, 900};
     const std::map<int32_t, std::vector<int32_t>> want = {{8, {40, 200, 300}}, {2, {40, 300}}, {1, {40}}, {0, {}}};
     for (const int32_t cap : {8, 2, 1, 0}) {
@@ -824,6 +826,138 @@ TEST_F(StoreTest, VolatileStartsGetSplitRungsBeforeTheNearZoneToolsIncluded) {
     EXPECT_EQ(again.n_restore, 998);
     EXPECT_TRUE(std::none_of(again.captures.begin(), again.captures.end(),
                              [](const capture_point & cp) { return cp.kind == point_kind::ladder; }));
+}
+
+// --- ladder jobs (config::ladder_defer; docs/architecture.md "Ladder jobs") ---
+
+namespace {
+
+/** The ladder rungs of the anchor entry of `n` tokens in `st` (empty when there is none). */
+std::vector<int32_t> anchor_rungs(const store & st, int32_t n) {
+    std::vector<int32_t> out;
+    for (const auto & e : st.entries()) {
+        if (e.anchor && e.n_tokens == n) {
+            for (const auto & [at, kind] : e.checkpoints) {
+                EXPECT_EQ(kind, point_kind::ladder);
+                out.push_back(at);
+            }
+        }
+    }
+    return out;
+}
+
+/** What the scheduler does with a ladder job's plan: a fake state captured at each rung, then
+ *  store::add_rungs. Returns the rungs added. */
+int32_t make_rungs(store & st, const key & k, const tokens & anchor, const restore_plan & job, double now) {
+    std::vector<checkpoint> made;
+    uint64_t reserved = 0;
+    for (const auto & c : job.captures) {
+        EXPECT_EQ(c.kind, point_kind::ladder);
+        EXPECT_FALSE(c.at_pass_end);
+        EXPECT_TRUE(st.reserve(100));
+        reserved += 100;
+        made.push_back({c.n_tokens, point_kind::ladder, fake(100)});
+    }
+    const int32_t added = st.add_rungs(k, anchor, std::move(made), reserved, now);
+    st.check_invariants();
+    return added;
+}
+
+}  // namespace
+
+TEST_F(StoreTest, LadderJobsMakeTheDeferredRungsOffTheRequestsPathAndTheyServeALaterSession) {
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    ASSERT_TRUE(c.ladder_defer);  // the default
+    store st(c, /*hybrid=*/true);
+    ladder_case lc;
+    lc.hints.volatile_starts = {200};
+    const tokens user = seq(9000, 40);
+    const key k{"b", "s1"};
+    // Session 1: its prefill splits at no rung. The far point (354, at a pass end) stays on its
+    // path; the near rungs and the volatile one at 200 are deferred.
+    auto p1 = run(st, k, cat(lc.system, user), lc.hints);
+    for (const auto & cp : p1.captures) {
+        EXPECT_TRUE(cp.kind != point_kind::ladder || cp.at_pass_end) << "a split rung at " << cp.n_tokens;
+    }
+    EXPECT_EQ(p1.deferred_rungs, (std::vector<int32_t>{200, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    EXPECT_EQ(anchor_rungs(st, 998), (std::vector<int32_t>{354}));
+    // The cold split points (a bypass, or a miss's twin) leave them out too.
+    for (const auto & cp : st.cold_split_points(cat(lc.system, user), lc.hints)) {
+        EXPECT_TRUE(cp.kind != point_kind::ladder || cp.at_pass_end) << cp.n_tokens;
+    }
+    const tokens anchor(lc.system.begin(), lc.system.begin() + 998);
+    ASSERT_TRUE(st.holds_anchor(k, anchor));
+    EXPECT_FALSE(st.holds_anchor(k, tokens(lc.system.begin(), lc.system.begin() + 997)));
+    // Before the job, a session parting at 955 restores only the far rung.
+    EXPECT_EQ(st.plan(key{"b", "probe"}, cat(lc.varied(955, 1), user), lc.hints, 2.0).n_restore, 354);
+    // The job's first stretch: from the tools anchor (98, the latest state before 200) up to the
+    // rung at 200 only: the far rung at 354 is held, and the next stretch restores it.
+    std::vector<int32_t> left = p1.deferred_rungs;
+    const restore_plan j1 = st.plan_ladder_job(k, anchor, left);
+    EXPECT_EQ(j1.n_restore, 98);
+    EXPECT_EQ(j1.op, restore_op::load_ram);
+    EXPECT_EQ(j1.kind, point_kind::anchor);
+    EXPECT_EQ(j1.recurrent, nullptr);
+    ASSERT_EQ(j1.captures.size(), 1u);
+    EXPECT_EQ(j1.captures[0].n_tokens, 200);
+    EXPECT_EQ(make_rungs(st, k, anchor, j1, 3.0), 1);
+    std::erase_if(left, [](int32_t r) { return r <= 200; });
+    // The second: from the far rung (a checkpoint of the anchor entry) through every near rung.
+    const restore_plan j2 = st.plan_ladder_job(k, anchor, left);
+    EXPECT_EQ(j2.n_restore, 354);
+    EXPECT_EQ(j2.kind, point_kind::ladder);
+    EXPECT_NE(j2.recurrent, nullptr);
+    EXPECT_EQ(j2.source_tokens, 998);
+    ASSERT_EQ(j2.captures.size(), left.size());
+    EXPECT_EQ(j2.captures.back().n_tokens, 940);
+    EXPECT_EQ(make_rungs(st, k, anchor, j2, 4.0), 9);
+    EXPECT_EQ(anchor_rungs(st, 998), (std::vector<int32_t>{200, 354, 460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    const auto s = st.get_stats();
+    EXPECT_EQ(s.ladder_deferred_rungs.at("made"), 10);
+    EXPECT_EQ(s.ladder_deferred_rungs.count("dropped") ? s.ladder_deferred_rungs.at("dropped") : 0, 0);
+    // Session 2, another folder parting at 955: the near rung at 940; session 3 at 205: the
+    // volatile rung at 200.
+    auto p2 = run(st, key{"b", "s2"}, cat(lc.varied(955, 1), user), lc.hints, 5.0);
+    EXPECT_EQ(p2.n_restore, 940);
+    EXPECT_EQ(p2.kind, point_kind::ladder);
+    auto p3 = run(st, key{"b", "s3"}, cat(lc.varied(205, 2), user), lc.hints, 6.0);
+    EXPECT_EQ(p3.n_restore, 200);
+    EXPECT_EQ(p3.kind, point_kind::ladder);
+}
+
+TEST_F(StoreTest, ALadderJobWhoseAnchorIsGoneDropsItsRungsAndACapKeepsTheNearest) {
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    c.ladder_max_rungs = 4;
+    store st(c, /*hybrid=*/true);
+    ladder_case lc;
+    const key k{"b", "s1"};
+    auto p1 = run(st, k, cat(lc.system, seq(9000, 40)), lc.hints);
+    ASSERT_FALSE(p1.deferred_rungs.empty());
+    const tokens anchor(lc.system.begin(), lc.system.begin() + 998);
+    const auto held = anchor_rungs(st, 998);
+    // At most ladder_max_rungs in all: the far end of the region goes first.
+    const restore_plan j = st.plan_ladder_job(k, anchor, p1.deferred_rungs);
+    make_rungs(st, k, anchor, j, 2.0);
+    const auto rungs = anchor_rungs(st, 998);
+    ASSERT_EQ(rungs.size(), 4u);
+    EXPECT_EQ(rungs.back(), p1.deferred_rungs.back());
+    EXPECT_GE(rungs.front(), held.empty() ? 0 : held.front());
+    // A job for an anchor no longer held adds nothing and counts its rungs dropped.
+    st.reset();
+    const auto before = st.get_stats().ladder_deferred_rungs;
+    const restore_plan cold = st.plan_ladder_job(k, anchor, {700, 940});
+    EXPECT_EQ(cold.n_restore, 0);
+    EXPECT_EQ(cold.op, restore_op::none);
+    EXPECT_EQ(make_rungs(st, k, anchor, cold, 3.0), 0);
+    const auto after = st.get_stats().ladder_deferred_rungs;
+    EXPECT_EQ(after.at("dropped") - (before.count("dropped") ? before.at("dropped") : 0), 2);
+    EXPECT_EQ(st.ram_bytes(), 0u);  // the job's reservations are released
 }
 
 TEST_F(StoreTest, WithoutTheLadderASystemTextThatPartsLateRestoresOnlyTheToolsAnchor) {

@@ -204,6 +204,39 @@ export class Server {
       await sleep(5);
     }
   }
+
+  /** Polls cacheStats() until the ladder jobs are done (ladderSettled: the rungs a request left
+   *  to one are made or dropped; 30 s at most, then fails naming `where`); returns the stats.
+   *  A ladder job runs on an idle engine after the request that pinned an anchor: a test whose
+   *  next session must restore a rung waits for it (docs/architecture.md "Ladder jobs"). */
+  async waitLadder(where) {
+    const t0 = Date.now();
+    for (;;) {
+      const s = await this.cacheStats();
+      if (ladderSettled(s)) return s;
+      if (Date.now() - t0 > 30_000) {
+        assert.fail(`${where}: the ladder jobs did not end within 30 s: ${JSON.stringify(s.ladder_deferred_rungs)}\n` +
+          this.logTail(20));
+      }
+      await sleep(5);
+    }
+  }
+
+  /** GET /v1/cache/entries: the ladder rungs of the anchor entries (tokens, ascending), one
+   *  array per anchor. */
+  async anchorRungs() {
+    const r = await this.get('/v1/cache/entries');
+    if (r.status !== 200) throw new Error(`GET /v1/cache/entries -> ${r.status} ${r.text}`);
+    return r.json.entries.filter((e) => e.anchor)
+      .map((e) => e.points.filter((p) => p.kind === 'ladder').map((p) => p.tokens).sort((a, b) => a - b));
+  }
+}
+
+/** Whether every ladder rung deferred off a request's path (--cache-ladder-defer) was made or
+ *  dropped by its ladder job: `s` is GET /v1/cache/stats. */
+export function ladderSettled(s) {
+  const r = s.ladder_deferred_rungs ?? {};
+  return (r.deferred ?? 0) === (r.made ?? 0) + (r.dropped ?? 0);
 }
 
 async function readResponse(res) {
