@@ -259,10 +259,14 @@ bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
                                      [](const slot & s) { return s.ph == slot::phase::loading; });
     const bool any_active = std::any_of(slots_.begin(), slots_.end(), [](const slot & s) { return s.active(); });
     if (!computing) {
-        const auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
-        // An idle engine with a warm-up queued does not wait: it starts the warm-up.
+        auto until = clock::now() + (loading ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
+        if (!ladder_jobs_.empty() && !any_active) {
+            until = std::min(until, std::max(clock::now(), ladder_not_before_));
+        }
+        // An idle engine with a warm-up queued does not wait: it starts the warm-up (a ladder
+        // job once ladder_idle_delay has passed since the last request).
         while (!stopping_ && queue_.empty() && tasks_.empty() && idle_tasks_.empty() && !load_ready_.load() &&
-               ((warmups_.empty() && ladder_jobs_.empty()) || any_active)) {
+               ((warmups_.empty() && (ladder_jobs_.empty() || clock::now() < ladder_not_before_)) || any_active)) {
             if (lk.wait_until(cv_, until) == std::cv_status::timeout) {
                 break;
             }
@@ -281,9 +285,10 @@ bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
     // A warm-up yields to any foreground request (parking what it did), and starts only
     // on an idle engine: it never delays a request by more than the chunk in flight.
     round.preempt = !queue_.empty() || !round.admitted.empty();
+    round.preempt_ladder = !warmups_.empty();
     if (!round.preempt && !any_active && !warmups_.empty()) {
         round.warmup = warmups_.pop();
-    } else if (!round.preempt && !any_active && !ladder_jobs_.empty()) {
+    } else if (!round.preempt && !any_active && !ladder_jobs_.empty() && clock::now() >= ladder_not_before_) {
         round.warmup = std::move(ladder_jobs_.front());
         ladder_jobs_.pop_front();
     }
@@ -409,7 +414,8 @@ void scheduler::impl::run_round(loop_round & round) {
         }
     }
     for (auto & s : slots_) {
-        if (round.preempt && s.active() && s.req->warmup) {
+        if ((round.preempt || (round.preempt_ladder && s.active() && s.req->ladder())) && s.active() &&
+            s.req->warmup) {
             end_warmup(s, /*whole=*/false);
         }
     }
@@ -439,6 +445,9 @@ void scheduler::impl::run_round(loop_round & round) {
         util::lock_guard lk(mu_);
         serving_.store(!queue_.empty() || std::any_of(slots_.begin(), slots_.end(),
                                                       [](const slot & s) { return s.active() && !s.req->warmup; }));
+        if (serving_.load()) {
+            ladder_not_before_ = clock::now() + ladder_idle_delay;
+        }
     }
 }
 
@@ -530,6 +539,12 @@ bool scheduler::impl::choose_cache_use(slot & s) {
                       p_.cache.enabled ? "cache_prompt=false" : "cache off", s.prompt_size());
     }
     if (s.use_cache && reset_since(*s.req)) {
+        if (s.req->ladder()) {
+            store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+            LINEAGE_TRACE(store_.trace(), "ladder job dropped: the cache was reset after its anchor was pinned");
+            reset_slot(s);
+            return false;
+        }
         if (s.req->warmup) {
             // Queued (or rendered) before a reset of its scope: what it would store is what the
             // reset removed.
@@ -653,8 +668,12 @@ void scheduler::impl::fence_reset(const std::optional<std::string> & tenant) {
             continue;
         }
         cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
-        if (s.req->warmup) {
+        if (s.req->ladder()) {
+            store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+        } else if (s.req->warmup) {
             store_.warmup_counters().skipped["reset"]++;
+        }
+        if (s.req->warmup) {
             LINEAGE_TRACE(store_.trace(), "warm-up dropped at {}/{} tokens: the cache was reset", s.n_past,
                           s.prompt_size());
             life_->abandon(s);
@@ -707,7 +726,9 @@ void scheduler::impl::end_ladder_job(slot & s, bool whole) {
     if (job->ladder_rungs.empty()) {
         return;
     }
-    if (!whole && ++job->preemptions > max_warmup_preemptions) {
+    // A run that made a rung kept it (the next restores it): only runs preempted before their
+    // first rung count towards the cap.
+    if (!whole && made == 0 && ++job->preemptions > max_warmup_preemptions) {
         store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
         return;
     }

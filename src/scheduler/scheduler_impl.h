@@ -67,6 +67,9 @@ struct scheduler::impl {
         std::deque<std::shared_ptr<generation_request>> admitted;
         std::shared_ptr<generation_request> warmup;
         bool preempt = false;
+        /** A warm-up of a next turn is queued: a running ladder job yields to it (a next turn
+         *  comes sooner than a new session). */
+        bool preempt_ladder = false;
     };
     /** The first half of a turn of loop(), under mu_ (`lk`): waits for work while nothing
      *  computes (at most 20 ms while a state is being read, else 1 s; not while a warm-up can
@@ -119,8 +122,8 @@ struct scheduler::impl {
     void queue_ladder_job(const slot & s, cache::tokens anchor, std::vector<int32_t> rungs);
     /** A ladder job's run ends (`whole`: its stretch is prefilled; else a request preempted
      *  it): its rungs join the anchor, and what is left goes back to the queue (the rest of a
-     *  preempted stretch at the front, at most max_warmup_preemptions times; the next stretch at
-     *  the back). */
+     *  preempted stretch at the front, dropped after max_warmup_preemptions runs preempted before
+     *  their first rung; the next stretch at the back). */
     void end_ladder_job(slot & s, bool whole);
     void start_prefill(slot & s);
     /** Moves `s`'s sequence (restored, nothing prefilled yet) to a free id next to another
@@ -255,6 +258,10 @@ struct scheduler::impl {
     /** Ladder jobs waiting for an idle engine (after the warm-ups: a next turn comes sooner than
      *  a new session). */
     std::deque<std::shared_ptr<generation_request>> ladder_jobs_ GUARDED_BY(mu_);
+    /** A ladder job starts no earlier than this: ladder_idle_delay after the last round that
+     *  served a request, so that the warm-up of the next turn, rendered on its own thread once
+     *  the reply is out, is queued first (engine thread). */
+    clock::time_point ladder_not_before_ GUARDED_BY(mu_) = {};
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active
     bool stopping_ GUARDED_BY(mu_) = false;

@@ -708,9 +708,13 @@ void store::add_ladder_captures(capture_plan & c) const {
     const int32_t start = std::max(c.from, tools_anchor > 0 && tools_anchor < anchor ? tools_anchor : 0);
     const auto rungs = ladder_rungs(cfg_, start, anchor, c.h.line_starts, cfg_.min_prefix);
     // A split rung: in this prefill, or (--cache-ladder-defer) left to a ladder job that makes it
-    // off the request's path (docs/architecture.md "Ladder jobs").
+    // off the request's path (docs/architecture.md "Ladder jobs"). Only after `start` (the tools
+    // anchor or the restore point), where the job restores a far rung (a pass end of this
+    // prefill, at most a pass before the rung) or `start` itself: a rung before it (per-session
+    // content inside the tool block) has no stored state near it, and its job would prefill
+    // everything before it again.
     const auto add_split = [&](int32_t r) {
-        if (!cfg_.ladder_defer) {
+        if (!cfg_.ladder_defer || r <= start) {
             c.add(r, point_kind::ladder);
         } else if (r > c.from && r < c.n_prompt) {
             c.p.deferred_rungs.push_back(r);

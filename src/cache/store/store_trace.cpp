@@ -57,6 +57,15 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
             checkpoints_not_planned(k, prompt, h, p, not_planned);
         }
     }
+    if (!p.deferred_rungs.empty()) {
+        std::string at;
+        for (const int32_t r : p.deferred_rungs) {
+            at += (at.empty() ? "" : " ") + std::to_string(r);
+        }
+        not_planned.push_back(fmt::format("ladder rungs at [{}]: left to a ladder job once the anchor is pinned "
+                                          "(--cache-ladder-defer)",
+                                          at));
+    }
     std::string skipped;
     for (const auto & s : not_planned) {
         skipped += (skipped.empty() ? "" : "; ") + s;
