@@ -286,6 +286,8 @@ bool scheduler::impl::take_round(util::unique_lock & lk, loop_round & round) {
     // on an idle engine: it never delays a request by more than the chunk in flight.
     round.preempt = !queue_.empty() || !round.admitted.empty();
     round.preempt_ladder = !warmups_.empty();
+    // Each request admitted this round counts the others admitted with it as waiting.
+    queued_after_round_ = queue_.size() + (round.admitted.empty() ? 0 : round.admitted.size() - 1);
     if (!round.preempt && !any_active && !warmups_.empty()) {
         round.warmup = warmups_.pop();
     } else if (!round.preempt && !any_active && !ladder_jobs_.empty() && clock::now() >= ladder_not_before_) {
@@ -592,6 +594,11 @@ void scheduler::impl::plan_restore(slot & s) {
         live = live_states(s);
         hints.live = live;
     }
+    // Ladder rungs go to a ladder job only where the engine is likely to idle soon: nothing else
+    // is served or waiting now (docs/architecture.md "Ladder jobs").
+    hints.defer_ladder = queued_after_round_ == 0 && std::none_of(slots_.begin(), slots_.end(), [&](const slot & o) {
+        return &o != &s && o.active() && !o.req->warmup;
+    });
     if (s.use_cache && s.req->ladder()) {
         // One stretch of rungs: from the latest held state before the first, through those
         // before the next held state (store::plan_ladder_job); the prompt ends at its last rung.

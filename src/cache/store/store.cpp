@@ -714,7 +714,7 @@ void store::add_ladder_captures(capture_plan & c) const {
     // content inside the tool block) has no stored state near it, and its job would prefill
     // everything before it again.
     const auto add_split = [&](int32_t r) {
-        if (!cfg_.ladder_defer || r <= start) {
+        if (!cfg_.ladder_defer || !c.h.defer_ladder || r <= start) {
             c.add(r, point_kind::ladder);
         } else if (r > c.from && r < c.n_prompt) {
             c.p.deferred_rungs.push_back(r);

@@ -92,6 +92,10 @@ struct plan_hints : prompt_hints {
      *  restore point is chosen only when it is longer than every stored one. The span must
      *  outlive the plan() call. */
     std::span<const live_state> live = {};
+    /** config::ladder_defer applies to this plan: the scheduler sets false while other requests
+     *  run or wait (an engine serving others now seldom idles before the next new session, and
+     *  a ladder job costs more in all than the splits: docs/architecture.md "Ladder jobs"). */
+    bool defer_ladder = true;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */

@@ -935,6 +935,30 @@ TEST_F(StoreTest, LadderJobsMakeTheDeferredRungsOffTheRequestsPathAndTheyServeAL
     EXPECT_EQ(p3.kind, point_kind::ladder);
 }
 
+TEST_F(StoreTest, APlanBesideOtherRequestsSplitsAtItsRungsInsteadOfDeferringThem) {
+    // plan_hints::defer_ladder false (the scheduler: other requests run or wait): the near rungs
+    // are the request's splits, as with --cache-ladder-defer=false; nothing is deferred.
+    config c = small_config();
+    c.ladder_step = 256;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 512;
+    store st(c, /*hybrid=*/true);
+    ladder_case lc;
+    lc.hints.defer_ladder = false;
+    const auto p = st.plan(key{"b", "s1"}, cat(lc.system, seq(9000, 40)), lc.hints, 1.0);
+    std::vector<int32_t> split_rungs;
+    for (const auto & cp : p.captures) {
+        if (cp.kind == point_kind::ladder && !cp.at_pass_end) {
+            split_rungs.push_back(cp.n_tokens);
+        }
+    }
+    EXPECT_EQ(split_rungs, (std::vector<int32_t>{460, 520, 580, 640, 700, 760, 820, 880, 940}));
+    EXPECT_TRUE(p.deferred_rungs.empty());
+    lc.hints.defer_ladder = true;
+    const auto q = st.plan(key{"b", "s2"}, cat(lc.system, seq(9500, 40)), lc.hints, 2.0);
+    EXPECT_EQ(q.deferred_rungs, split_rungs);
+}
+
 TEST_F(StoreTest, ALadderJobWhoseAnchorIsGoneDropsItsRungsAndACapKeepsTheNearest) {
     config c = small_config();
     c.ladder_step = 256;
