@@ -102,6 +102,13 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
     bool taken_here = false;
     while (s.next_capture < s.plan.captures.size()) {
         const auto & c = s.plan.captures[s.next_capture];
+        if (c.deferrable && c.n_tokens < s.n_past) {
+            // Passed over with the engine to itself: a ladder job makes it (lifecycle::capture
+            // hands it over with the anchor).
+            s.plan.deferred_rungs.push_back(c.n_tokens);
+            s.next_capture++;
+            continue;
+        }
         if (c.at_pass_end ? c.n_tokens > s.n_past : c.n_tokens != s.n_past) {
             break;
         }
@@ -110,7 +117,9 @@ bool lifecycle::after_chunk(slot & s, double now_s) {
             due_kind = c.kind;
         } else {
             if (s.use_cache) {
-                capture(s, c, now_s, s.n_past < s.prompt_size());  // the pass ended here for it
+                // The pass ended here for it (a deferrable rung the prefill would have passed over
+                // is taken where a pass happens to end there: no split).
+                capture(s, c, now_s, s.n_past < s.prompt_size() && !(c.deferrable && s.defer_rungs));
             }
             taken_here = true;
         }

@@ -594,11 +594,7 @@ void scheduler::impl::plan_restore(slot & s) {
         live = live_states(s);
         hints.live = live;
     }
-    // Ladder rungs go to a ladder job only where the engine is likely to idle soon: nothing else
-    // is served or waiting now (docs/architecture.md "Ladder jobs").
-    hints.defer_ladder = queued_after_round_ == 0 && std::none_of(slots_.begin(), slots_.end(), [&](const slot & o) {
-        return &o != &s && o.active() && !o.req->warmup;
-    });
+
     if (s.use_cache && s.req->ladder()) {
         // One stretch of rungs: from the latest held state before the first, through those
         // before the next held state (store::plan_ladder_job); the prompt ends at its last rung.
@@ -943,6 +939,16 @@ std::vector<float> scheduler::impl::begin_step() {
 std::vector<engine::batch_token> scheduler::impl::build_batch(const std::vector<float> & lora, bool & hold) {
     std::vector<engine::batch_token> batch;
     int32_t budget = p_.n_batch;
+    // A prefill passes over its deferrable ladder rungs while it has the engine to itself (no
+    // other request running or waiting; warm-ups and ladder jobs yield anyway): a ladder job
+    // makes them on the idle engine afterwards. Beside others, it splits at them (an engine
+    // serving several requests seldom idles before the next new session: docs/architecture.md
+    // "Ladder jobs").
+    const auto serving = [](const slot & x) { return x.active() && !x.req->warmup; };
+    const auto n_serving = std::count_if(slots_.begin(), slots_.end(), serving);
+    for (auto & s : slots_) {
+        s.defer_rungs = queued_after_round_ == 0 && n_serving - (serving(s) ? 1 : 0) == 0;
+    }
     for (auto & s : slots_) {
         s.logits_idx = -1;
         s.chunk = 0;

@@ -263,7 +263,8 @@ struct scheduler::impl {
      *  the reply is out, is queued first (engine thread). */
     clock::time_point ladder_not_before_ GUARDED_BY(mu_) = {};
     /** Requests still queued after this round's admissions (take_round; engine thread): with the
-     *  other active slots, whether a plan defers its ladder rungs (plan_hints::defer_ladder). */
+     *  other active slots, whether a prefill passes over its deferrable ladder rungs
+     *  (slot::defer_rungs). */
     size_t queued_after_round_ = 0;
     std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
     std::deque<std::function<void()>> idle_tasks_ GUARDED_BY(mu_);  // run when no slot is active

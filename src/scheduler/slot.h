@@ -69,11 +69,15 @@ struct slot {
 
     bool active() const { return ph != phase::idle; }
     int32_t prompt_size() const { return static_cast<int32_t>(req->prompt.size()); }
-    /** The index of the next planned capture that ends a pass (not at_pass_end), or
-     *  plan.captures.size(). */
+    /** Whether the prefill passes over its deferrable ladder rungs now (the scheduler sets it
+     *  before each step: true while no other request runs or waits; cache::capture_point::
+     *  deferrable; docs/architecture.md "Ladder jobs"). */
+    bool defer_rungs = false;
+    /** The index of the next planned capture that ends a pass (not at_pass_end, and not a
+     *  deferrable rung while defer_rungs), or plan.captures.size(). */
     size_t next_split() const {
         size_t i = next_capture;
-        while (i < plan.captures.size() && plan.captures[i].at_pass_end) {
+        while (i < plan.captures.size() && (plan.captures[i].at_pass_end || (plan.captures[i].deferrable && defer_rungs))) {
             ++i;
         }
         return i;

@@ -812,9 +812,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
         "half); 0 = none",
         int_min(cc.ladder_volatile_rungs, 0));
     add("--cache-ladder-defer", "LINEAGE_CACHE_LADDER_DEFER", "[=BOOL]", "true",
-        "hybrid models: the near and volatile ladder rungs (each a prefill split) are made off the request's path, "
-        "by a background ladder job on an idle engine after the request that pinned the system prompt (as the "
-        "warm-up of the next turn; a request preempts it); false = split that request's prefill at them",
+        "hybrid models: the near and volatile ladder rungs (each a prefill split) of a new system prompt are made "
+        "off the request's path when that request has the engine to itself: by a background ladder job on the "
+        "idle engine afterwards (after the warm-ups of next turns; a request preempts it); a request planned "
+        "beside others splits its prefill at them; false = always split",
         boolean(cc.ladder_defer), true);
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",

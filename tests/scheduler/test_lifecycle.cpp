@@ -603,7 +603,14 @@ TEST_F(Lifecycle, LadderJobMakesTheRungsTheRequestThatPinnedTheAnchorDeferred) {
     auto s = fakes::new_slot(++next_id_, prompt, 690, "s");
     const cache::plan_hints hints{602, 690, 102};  // system + tools end at 602; the tool block at 102
     s->plan = store_->plan(s->key, s->req->prompt, hints, now_);
-    EXPECT_EQ(s->plan.deferred_rungs, (std::vector<int32_t>{472, 536}));
+    std::vector<int32_t> deferrable;
+    for (const auto & p : s->plan.captures) {
+        if (p.deferrable) {
+            deferrable.push_back(p.n_tokens);
+        }
+    }
+    EXPECT_EQ(deferrable, (std::vector<int32_t>{472, 536}));
+    s->defer_rungs = true;  // the scheduler: no other request runs or waits
     fakes::place_and_restore(*s, *pool_, *life_, now_);
     std::vector<int32_t> pass_ends;
     for (bool done = false; !done;) {
@@ -669,6 +676,48 @@ TEST_F(Lifecycle, LadderJobMakesTheRungsTheRequestThatPinnedTheAnchorDeferred) {
     r->plan = store_->plan(r->key, r->req->prompt, hints, now_);
     EXPECT_EQ(r->plan.n_restore, 536);
     EXPECT_EQ(r->plan.kind, cache::point_kind::ladder);
+}
+
+// Beside other requests (slot::defer_rungs false) the same prefill splits at its deferrable rungs
+// and takes them itself: nothing is left to a ladder job.
+TEST_F(Lifecycle, BesideOtherRequestsThePrefillSplitsAtItsDeferrableRungs) {
+    using cp = std::pair<int32_t, cache::point_kind>;
+    cache::config c = test_config();
+    c.ladder_step = 128;
+    c.ladder_near_step = 64;
+    c.ladder_near_tokens = 128;
+    c.ladder_max_rungs = 8;
+    make(true, 6, c);
+    bool owed = false;
+    life_->on_rungs_owed([&](const slot &, cache::tokens, std::vector<int32_t>) { owed = true; });
+    auto s = fakes::new_slot(++next_id_, seq_of(0, 700), 690, "s");
+    const cache::plan_hints hints{602, 690, 102};
+    s->plan = store_->plan(s->key, s->req->prompt, hints, now_);
+    s->defer_rungs = false;
+    fakes::place_and_restore(*s, *pool_, *life_, now_);
+    std::vector<int32_t> pass_ends;
+    for (bool done = false; !done;) {
+        // Another request arrives after the first pass: the rungs from then on are split.
+        const int32_t n = std::min(100, s->next_stop() - s->n_past);
+        st_->decode(s->seq, n);
+        s->n_past += n;
+        pass_ends.push_back(s->n_past);
+        done = life_->after_chunk(*s, now_);
+    }
+    EXPECT_EQ(pass_ends, (std::vector<int32_t>{100, 200, 300, 400, 472, 536, 600, 690, 699, 700}));
+    EXPECT_FALSE(owed);
+    EXPECT_TRUE(s->plan.deferred_rungs.empty());
+    life_->commit(*s, now_);
+    for (const auto & e : store_->entries()) {
+        if (e.anchor && e.n_tokens == 600) {
+            EXPECT_EQ(e.checkpoints, (std::vector<cp>{{300, cache::point_kind::ladder},
+                                                      {400, cache::point_kind::ladder},
+                                                      {472, cache::point_kind::ladder},
+                                                      {536, cache::point_kind::ladder}}));
+        }
+    }
+    const cache::stats st = store_->get_stats();
+    EXPECT_EQ(st.capture_splits.at("ladder"), 2);
 }
 
 TEST_F(Lifecycle, GuardByRollbackEndedOnTheFirstTokenStoresTheEntryAtTheGuard) {

@@ -487,7 +487,7 @@ bool store::merges_guard(const restore_plan & p, int32_t from, int32_t n_prompt)
     // A split capture of a kind the entry keeps as a checkpoint (an anchor is its own entry, a
     // message rung goes with the next user turn, a pass-end point is taken where a pass ends).
     return std::any_of(p.captures.begin(), p.captures.end(), [&](const capture_point & c) {
-        return !c.at_pass_end && near(c.n_tokens) &&
+        return !c.at_pass_end && !c.deferrable && near(c.n_tokens) &&
                (c.kind == point_kind::turn || c.kind == point_kind::divergence || c.kind == point_kind::ladder);
     });
 }
@@ -593,13 +593,6 @@ void store::add_captures(restore_plan & p, const key & k, const tokens & prompt,
             }
         }
         p.captures = std::move(moved);
-        std::vector<int32_t> deferred;
-        for (const int32_t r : p.deferred_rungs) {
-            if (const int32_t at = clamp_to_spans(h.media, r); at > c.from && (deferred.empty() || deferred.back() < at)) {
-                deferred.push_back(at);
-            }
-        }
-        p.deferred_rungs = std::move(deferred);
     }
     if (hybrid_) {
         add_guard_capture(c);
@@ -714,10 +707,10 @@ void store::add_ladder_captures(capture_plan & c) const {
     // content inside the tool block) has no stored state near it, and its job would prefill
     // everything before it again.
     const auto add_split = [&](int32_t r) {
-        if (!cfg_.ladder_defer || !c.h.defer_ladder || r <= start) {
+        if (!cfg_.ladder_defer || r <= start) {
             c.add(r, point_kind::ladder);
         } else if (r > c.from && r < c.n_prompt) {
-            c.p.deferred_rungs.push_back(r);
+            c.p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/false, /*deferrable=*/true});
         }
     };
     for (const int32_t r : rungs.near) {
@@ -739,9 +732,7 @@ void store::add_ladder_captures(capture_plan & c) const {
     for (const int32_t v : volatile_rungs(cfg_, c.from, near_start, c.h.volatile_starts)) {
         add_split(v);
     }
-    std::sort(c.p.deferred_rungs.begin(), c.p.deferred_rungs.end());
-    c.p.deferred_rungs.erase(std::unique(c.p.deferred_rungs.begin(), c.p.deferred_rungs.end()),
-                             c.p.deferred_rungs.end());
+
 }
 
 void store::add_guard_capture(capture_plan & c) const {

@@ -92,10 +92,6 @@ struct plan_hints : prompt_hints {
      *  restore point is chosen only when it is longer than every stored one. The span must
      *  outlive the plan() call. */
     std::span<const live_state> live = {};
-    /** config::ladder_defer applies to this plan: the scheduler sets false while other requests
-     *  run or wait (an engine serving others now seldom idles before the next new session, and
-     *  a ladder job costs more in all than the splits: docs/architecture.md "Ladder jobs"). */
-    bool defer_ladder = true;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
@@ -109,6 +105,11 @@ struct capture_point {
      *  point that costs no forward pass of its own. The far rungs of the anchor ladder
      *  (ladder.h); the scheduler captures at most one per pass end. */
     bool at_pass_end = false;
+    /** A ladder rung the prefill splits at only while other requests run or wait
+     *  (config::ladder_defer; slot::defer_rungs): with the engine to itself it passes over it,
+     *  and a ladder job makes it afterwards on the idle engine (restore_plan::deferred_rungs;
+     *  docs/architecture.md "Ladder jobs"). */
+    bool deferrable = false;
 };
 
 /** How to put the restore point into the request's sequence. */
@@ -182,9 +183,9 @@ struct restore_plan {
      *  that continues that entry retires the twin (eviction reason `superseded`). */
     uint64_t twin = 0;
     std::vector<capture_point> captures;   ///< ascending n_tokens, each in [n_restore, |prompt|)
-    /** config::ladder_defer: the near and volatile rungs of the anchor this plan pins (split
-     *  points, ascending, tokens), left out of `captures` for a ladder job to make off the
-     *  request's path (store::plan_ladder_job, add_rungs). */
+    /** The deferrable rungs (capture_point::deferrable) the prefill passed over, ascending,
+     *  tokens (lifecycle::after_chunk): the anchor's capture hands those before it to a ladder job
+     *  (store::plan_ladder_job, add_rungs). */
     std::vector<int32_t> deferred_rungs;
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */

@@ -44,9 +44,10 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
     // Capture points, and why the others were not planned.
     std::string planned;
     for (const auto & c : p.captures) {
-        // ">=": taken at the end of the pass that reaches it (capture_point::at_pass_end).
-        planned += fmt::format("{}{}@{}{}", planned.empty() ? "" : " ", to_string(c.kind), c.at_pass_end ? ">=" : "",
-                               c.n_tokens);
+        // ">=": taken at the end of the pass that reaches it (capture_point::at_pass_end); "~": a
+        // split only while other requests run or wait, else a ladder job's (deferrable).
+        planned += fmt::format("{}{}@{}{}", planned.empty() ? "" : " ", to_string(c.kind),
+                               c.at_pass_end ? ">=" : (c.deferrable ? "~" : ""), c.n_tokens);
     }
     std::vector<std::string> not_planned;
     if (!cfg_.lineage) {
@@ -56,15 +57,6 @@ void store::trace_plan(const key & k, const tokens & prompt, const plan_hints & 
         if (hybrid_) {
             checkpoints_not_planned(k, prompt, h, p, not_planned);
         }
-    }
-    if (!p.deferred_rungs.empty()) {
-        std::string at;
-        for (const int32_t r : p.deferred_rungs) {
-            at += (at.empty() ? "" : " ") + std::to_string(r);
-        }
-        not_planned.push_back(fmt::format("ladder rungs at [{}]: left to a ladder job once the anchor is pinned "
-                                          "(--cache-ladder-defer)",
-                                          at));
     }
     std::string skipped;
     for (const auto & s : not_planned) {
