@@ -81,19 +81,21 @@ for (const arch of SCENARIO_ARCHS) {
       const moved = [sys(systemText('beta-project', '2026-06-04')), user(words(20, 2))];
       const r1 = await sc.ask('session 1, folder alpha', first);
       assert.equal(r1.u.cached, 0);
-      // The near rungs are made off the request's path (--cache-ladder-defer, the default): by a
-      // ladder job on the idle engine after request 1. Its prefill split at none of them.
+      // The near rungs are made off the request's path (--cache-ladder-defer, the default):
+      // request 1, alone on the engine, splits at none of them; a ladder job makes them on the idle
+      // engine afterwards, or, when session 2 comes first (sent here at once), before session 2's
+      // plan (scheduler make_rungs_for).
       const onPath = r1.trace.captures.filter((c) => c.kind === 'ladder').map((c) => c.n);
-      const settled = await srv.waitLadder('session 1');
-      const anchorsHeld = await srv.anchorRungs();
-      const rungs = sc.hybrid ? anchorsHeld.flat() : onPath;
+      const shared = lcp(await tokensOf(srv, first), await tokensOf(srv, moved));
+      const r2 = await sc.ask('session 2, folder beta-project', moved);
+      const settled = await srv.waitLadder('session 2');
+      const pinned = (await srv.anchorRungs()).find((a) => a.tokens === r1.trace.anchors[0]);
+      const rungs = sc.hybrid ? pinned?.rungs ?? [] : onPath;
       if (sc.hybrid) {
         assert.ok(settled.ladder_deferred_rungs.deferred >= 2 && settled.ladder_deferred_rungs.made >= 2,
           `rungs deferred and made: ${JSON.stringify(settled.ladder_deferred_rungs)}${detail(r1)}`);
         assert.deepEqual(onPath, [], `a ladder rung split request 1's prefill${detail(r1)}`);
       }
-      const shared = lcp(await tokensOf(srv, first), await tokensOf(srv, moved));
-      const r2 = await sc.ask('session 2, folder beta-project', moved);
       assert.ok(shared > 0.5 * r2.u.prompt && shared < r2.u.prompt - 16, `the folders share ${shared} of ${r2.u.prompt}`);
       if (sc.hybrid) {
         // Rungs inside the system region, ascending, kept with the anchor pinned by request 1.

@@ -222,13 +222,13 @@ export class Server {
     }
   }
 
-  /** GET /v1/cache/entries: the ladder rungs of the anchor entries (tokens, ascending), one
-   *  array per anchor. */
+  /** GET /v1/cache/entries: the anchor entries, each {tokens, rungs: its ladder rungs (tokens,
+   *  ascending)}. */
   async anchorRungs() {
     const r = await this.get('/v1/cache/entries');
     if (r.status !== 200) throw new Error(`GET /v1/cache/entries -> ${r.status} ${r.text}`);
-    return r.json.entries.filter((e) => e.anchor)
-      .map((e) => e.points.filter((p) => p.kind === 'ladder').map((p) => p.tokens).sort((a, b) => a - b));
+    return r.json.entries.filter((e) => e.anchor).map((e) => ({ tokens: e.tokens,
+      rungs: e.points.filter((p) => p.kind === 'ladder').map((p) => p.tokens).sort((a, b) => a - b) }));
   }
 }
 
