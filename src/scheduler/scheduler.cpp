@@ -757,8 +757,10 @@ void scheduler::impl::make_rungs_for(const slot & s) {
             if (j.cache.bucket != s.key.bucket || j.ladder_rungs.empty() || j.lora != applied_lora_) {
                 continue;
             }
+            // Only a prompt that parts inside the anchor's tokens restores a rung: one that holds
+            // them all restores the anchor or a later point.
             shared = cache::common_prefix(*j.ladder_anchor, s.req->prompt);
-            if (shared > j.ladder_rungs.front()) {
+            if (shared > j.ladder_rungs.front() && shared < static_cast<int32_t>(j.ladder_anchor->size())) {
                 job = *it;
                 ladder_jobs_.erase(it);
                 break;
@@ -770,6 +772,17 @@ void scheduler::impl::make_rungs_for(const slot & s) {
     }
     const auto t0 = clock::now();
     cache::trace_scope trace(store_.trace(), s.req->id, false);
+    const cache::key jk = [&] {
+        cache::key k{job->cache.bucket, job->cache.session_key, job->cache.dims};
+        k.tenant = job->cache.tenant;
+        return k;
+    }();
+    if (!store_.holds_anchor(jk, *job->ladder_anchor)) {
+        // Gone from RAM (evicted, or written to disk and released): nothing to add the rungs to.
+        store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
+        LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone", job->ladder_anchor->size());
+        return;
+    }
     int32_t made = 0;
     int32_t prefilled = 0;
     // The rungs this prompt can restore (at or before what it shares), stretch by stretch.
@@ -783,10 +796,13 @@ void scheduler::impl::make_rungs_for(const slot & s) {
         slot js;
         js.req = job;
         js.use_cache = true;
-        js.key = {job->cache.bucket, job->cache.session_key, job->cache.dims};
-        js.key.tenant = job->cache.tenant;
+        js.key = jk;
         js.plan = store_.plan_ladder_job(js.key, *job->ladder_anchor, wanted);
-        if (js.plan.captures.empty()) {
+        // On the request's path: only a stretch from a held state within a pass and the near zone
+        // of the first rung (what a job normally prefills); farther, the request is better off
+        // restoring what it finds itself (the job stays queued for an idle engine).
+        if (js.plan.captures.empty() ||
+            wanted.front() - js.plan.n_restore > p_.n_batch + store_.cfg().ladder_near_tokens) {
             break;
         }
         const int32_t end = js.plan.captures.back().n_tokens;
@@ -829,11 +845,14 @@ void scheduler::impl::make_rungs_for(const slot & s) {
         store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
         job->ladder_rungs.clear();
     }
-    LINEAGE_TRACE(store_.trace(), "made {} ladder rung(s) of the anchor at {} before this request's plan (it shares "
-                  "{} tokens with it): prefilled {} in {:.1f} ms",
-                  made, job->ladder_anchor->size(), shared, prefilled, seconds_since(t0) * 1e3);
-    spdlog::info("request {}: a ladder job made {} rung(s) it can restore first: prefilled {} tokens in {:.1f} ms",
-                 s.req->id, made, prefilled, seconds_since(t0) * 1e3);
+    if (made > 0 || failed) {
+        LINEAGE_TRACE(store_.trace(),
+                      "made {} ladder rung(s) of the anchor at {} before this request's plan (it shares {} tokens "
+                      "with it): prefilled {} in {:.1f} ms",
+                      made, job->ladder_anchor->size(), shared, prefilled, seconds_since(t0) * 1e3);
+        spdlog::info("request {}: a ladder job made {} rung(s) it can restore first: prefilled {} tokens in {:.1f} ms",
+                     s.req->id, made, prefilled, seconds_since(t0) * 1e3);
+    }
     if (!job->ladder_rungs.empty()) {
         job->prompt = *job->ladder_anchor;
         util::lock_guard lk(mu_);

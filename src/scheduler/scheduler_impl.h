@@ -126,7 +126,7 @@ struct scheduler::impl {
      *  their first rung; the next stretch at the back). */
     void end_ladder_job(slot & s, bool whole);
     /** Before `s`'s request is planned: a queued ladder job whose rungs its prompt would restore
-     *  (it shares the anchor's tokens past the job's first rung) makes those rungs now, on the
+     *  (it parts inside the anchor's tokens, past the job's first rung) makes those rungs now, on the
      *  engine thread, before the plan, so that a new session that parts inside the system prompt
      *  restores the rung before where it parts even when the engine had no idle moment since the
      *  first sight; the request's TTFT pays the splits the first sight did not (at most the stretch

@@ -812,10 +812,10 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
         "half); 0 = none",
         int_min(cc.ladder_volatile_rungs, 0));
     add("--cache-ladder-defer", "LINEAGE_CACHE_LADDER_DEFER", "[=BOOL]", "true",
-        "hybrid models: the near and volatile ladder rungs (each a prefill split) of a new system prompt are made "
-        "off the request's path when that request has the engine to itself: by a background ladder job on the "
-        "idle engine afterwards (after the warm-ups of next turns; a request preempts it); a request planned "
-        "beside others splits its prefill at them; false = always split",
+        "hybrid models: the near and volatile ladder rungs (each a prefill split) of a new system prompt are not "
+        "split while its prefill has the engine to itself: a background ladder job makes them on the idle engine "
+        "afterwards (after the warm-ups of next turns; a request preempts it), or right before the plan of a new "
+        "session that would restore them; beside other requests the prefill splits at them; false = always split",
         boolean(cc.ladder_defer), true);
     add("--cache-anchor-slack", "LINEAGE_CACHE_ANCHOR_SLACK", "TOKENS", std::to_string(dc.anchor_slack),
         "tokens of BPE slack taken off the end of the system prompt + tools anchor",
