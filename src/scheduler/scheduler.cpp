@@ -416,8 +416,7 @@ void scheduler::impl::run_round(loop_round & round) {
         }
     }
     for (auto & s : slots_) {
-        if ((round.preempt || (round.preempt_ladder && s.active() && s.req->ladder())) && s.active() &&
-            s.req->warmup) {
+        if ((round.preempt || (round.preempt_ladder && s.active() && s.req->ladder())) && s.active() && s.req->warmup) {
             end_warmup(s, /*whole=*/false);
         }
     }
@@ -722,12 +721,12 @@ void scheduler::impl::end_ladder_job(slot & s, bool whole) {
     auto job = std::move(s.req);
     // Made, or passed over (no RAM for them): either way not made again.
     std::erase_if(job->ladder_rungs, [&](int32_t r) { return r <= at; });
-    spdlog::info("ladder job: {} at {}/{} tokens: restored {} ({}), prefilled {}, {} rung(s) made, {} "
-                 "left | restore {:.1f} ms, prefill {:.1f} ms, capture {:.1f} ms | total {:.1f} ms",
-                 whole ? "stretch done" : "preempted by a request", at, job->ladder_anchor->size(),
-                 s.stats.cached_tokens, s.stats.hit_kind, prefilled, made, job->ladder_rungs.size(),
-                 s.stats.restore_s * 1e3, s.stats.prefill_s * 1e3, s.stats.capture_s * 1e3,
-                 seconds_since(s.restore_started) * 1e3);
+    spdlog::info(
+        "ladder job: {} at {}/{} tokens: restored {} ({}), prefilled {}, {} rung(s) made, {} "
+        "left | restore {:.1f} ms, prefill {:.1f} ms, capture {:.1f} ms | total {:.1f} ms",
+        whole ? "stretch done" : "preempted by a request", at, job->ladder_anchor->size(), s.stats.cached_tokens,
+        s.stats.hit_kind, prefilled, made, job->ladder_rungs.size(), s.stats.restore_s * 1e3, s.stats.prefill_s * 1e3,
+        s.stats.capture_s * 1e3, seconds_since(s.restore_started) * 1e3);
     reset_slot(s);
     if (job->ladder_rungs.empty()) {
         return;
@@ -780,7 +779,8 @@ void scheduler::impl::make_rungs_for(const slot & s) {
     if (!store_.holds_anchor(jk, *job->ladder_anchor)) {
         // Gone from RAM (evicted, or written to disk and released): nothing to add the rungs to.
         store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
-        LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone", job->ladder_anchor->size());
+        LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone",
+                      job->ladder_anchor->size());
         return;
     }
     int32_t made = 0;

@@ -77,7 +77,8 @@ struct slot {
      *  deferrable rung while defer_rungs), or plan.captures.size(). */
     size_t next_split() const {
         size_t i = next_capture;
-        while (i < plan.captures.size() && (plan.captures[i].at_pass_end || (plan.captures[i].deferrable && defer_rungs))) {
+        while (i < plan.captures.size() &&
+               (plan.captures[i].at_pass_end || (plan.captures[i].deferrable && defer_rungs))) {
             ++i;
         }
         return i;

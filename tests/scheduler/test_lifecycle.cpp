@@ -635,8 +635,7 @@ TEST_F(Lifecycle, LadderJobMakesTheRungsTheRequestThatPinnedTheAnchorDeferred) {
         return std::vector<cp>{};
     };
     // The far rungs came with pass ends (228 at 300, 356 at 400).
-    EXPECT_EQ(rungs_of_anchor(), (std::vector<cp>{{300, cache::point_kind::ladder},
-                                                  {400, cache::point_kind::ladder}}));
+    EXPECT_EQ(rungs_of_anchor(), (std::vector<cp>{{300, cache::point_kind::ladder}, {400, cache::point_kind::ladder}}));
     // The ladder job: restores the far rung at 400 (the latest state before 472) and prefills
     // the anchor's tokens to its last rung, split at the other.
     auto j = fakes::new_slot(++next_id_, owed_anchor, -1, "s");

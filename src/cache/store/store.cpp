@@ -732,7 +732,6 @@ void store::add_ladder_captures(capture_plan & c) const {
     for (const int32_t v : volatile_rungs(cfg_, c.from, near_start, c.h.volatile_starts)) {
         add_split(v);
     }
-
 }
 
 void store::add_guard_capture(capture_plan & c) const {
