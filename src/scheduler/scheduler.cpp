@@ -542,6 +542,7 @@ bool scheduler::impl::choose_cache_use(slot & s) {
     if (s.use_cache && reset_since(*s.req)) {
         if (s.req->ladder()) {
             store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+            end_rung_hold(*s.req);
             LINEAGE_TRACE(store_.trace(), "ladder job dropped: the cache was reset after its anchor was pinned");
             reset_slot(s);
             return false;
@@ -675,6 +676,7 @@ void scheduler::impl::fence_reset(const std::optional<std::string> & tenant) {
         cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
         if (s.req->ladder()) {
             store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+            end_rung_hold(*s.req);
         } else if (s.req->warmup) {
             store_.warmup_counters().skipped["reset"]++;
         }
@@ -703,8 +705,15 @@ void scheduler::impl::queue_ladder_job(const slot & s, cache::tokens anchor, std
     job->prompt = anchor;
     job->ladder_anchor = std::make_shared<const cache::tokens>(std::move(anchor));
     job->ladder_rungs = std::move(rungs);
+    store_.hold_for_rungs(s.key, *job->ladder_anchor, true);
     util::lock_guard lk(mu_);
     ladder_jobs_.push_back(std::move(job));
+}
+
+void scheduler::impl::end_rung_hold(const generation_request & job) {
+    cache::key k{job.cache.bucket, job.cache.session_key, job.cache.dims};
+    k.tenant = job.cache.tenant;
+    store_.hold_for_rungs(k, *job.ladder_anchor, false);
 }
 
 void scheduler::impl::end_ladder_job(slot & s, bool whole) {
@@ -729,12 +738,14 @@ void scheduler::impl::end_ladder_job(slot & s, bool whole) {
         s.stats.capture_s * 1e3, seconds_since(s.restore_started) * 1e3);
     reset_slot(s);
     if (job->ladder_rungs.empty()) {
+        end_rung_hold(*job);
         return;
     }
     // A run that made a rung kept it (the next restores it): only runs preempted before their
     // first rung count towards the cap.
     if (!whole && made == 0 && ++job->preemptions > max_warmup_preemptions) {
         store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
+        end_rung_hold(*job);
         return;
     }
     job->prompt = *job->ladder_anchor;
@@ -787,9 +798,10 @@ void scheduler::impl::make_rungs_for(const slot & s) {
     int32_t prefilled = 0;
     // The rungs this prompt can restore (at or before what it shares), stretch by stretch.
     std::vector<int32_t> wanted;
-    std::vector<int32_t> later;
     for (const int32_t r : job->ladder_rungs) {
-        (r <= shared ? wanted : later).push_back(r);
+        if (r <= shared) {
+            wanted.push_back(r);
+        }
     }
     bool failed = false;
     while (!wanted.empty() && !failed) {
@@ -831,8 +843,7 @@ void scheduler::impl::make_rungs_for(const slot & s) {
             life_->after_chunk(js, now_s());
         }
         if (failed) {
-            store_.count_deferred_rungs("dropped", static_cast<int64_t>(js.captured.size()));
-            life_->abandon(js);
+            life_->abandon(js);  // its rungs are among job->ladder_rungs, counted dropped below
             break;
         }
         made += static_cast<int32_t>(js.captured.size());
@@ -853,7 +864,9 @@ void scheduler::impl::make_rungs_for(const slot & s) {
         spdlog::info("request {}: a ladder job made {} rung(s) it can restore first: prefilled {} tokens in {:.1f} ms",
                      s.req->id, made, prefilled, seconds_since(t0) * 1e3);
     }
-    if (!job->ladder_rungs.empty()) {
+    if (job->ladder_rungs.empty()) {
+        end_rung_hold(*job);
+    } else {
         job->prompt = *job->ladder_anchor;
         util::lock_guard lk(mu_);
         ladder_jobs_.push_front(std::move(job));

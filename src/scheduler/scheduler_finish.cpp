@@ -105,6 +105,7 @@ void scheduler::impl::fail(slot & s, request_failure why) {
     life_->abandon(s);
     if (s.req && s.req->ladder()) {
         store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+        end_rung_hold(*s.req);
     } else if (s.req && s.req->warmup) {
         store_.warmup_counters().wasted++;  // dropped unfinished
     }

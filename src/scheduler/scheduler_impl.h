@@ -132,6 +132,9 @@ struct scheduler::impl {
      *  first sight; the request's TTFT pays the splits the first sight did not (at most the stretch
      *  from the held state before them). The job's other rungs stay queued. */
     void make_rungs_for(const slot & s);
+    /** A ladder job ended for good (all its rungs made, or dropped): its anchor may be released
+     *  from RAM again (store::hold_for_rungs). */
+    void end_rung_hold(const generation_request & job);
     void start_prefill(slot & s);
     /** Moves `s`'s sequence (restored, nothing prefilled yet) to a free id next to another
      *  active slot's when it is next to none: with a KV buffer per sequence llama.cpp computes

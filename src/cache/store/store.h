@@ -332,9 +332,14 @@ public:
      *  the anchor's tokens) to that anchor, as commit_anchor would have: sorted, one per length,
      *  at most ladder_max_rungs in all (the far end of the region goes first), within
      *  max_anchor_bytes. `reserved`: the bytes reserve()d for them. Rungs whose anchor is gone are
-     *  dropped (counted). Returns the rungs added. */
+     *  dropped (counted). An anchor that already has a tier-2 copy gets written again with them
+     *  (the old file superseded, deleted once the new one is durable). Returns the rungs added. */
     int32_t add_rungs(const key & k, const tokens & toks, std::vector<checkpoint> rungs, uint64_t reserved,
                       double now_s);
+    /** While a ladder job for the anchor holding exactly `toks` is queued or running (`pending`),
+     *  RAM release (release_written) keeps it: the job adds its rungs to the RAM copy, and one
+     *  released to its file would drop them. No-op when no such anchor is held. */
+    void hold_for_rungs(const key & k, const tokens & toks, bool pending);
     /** Counts ladder rungs by outcome (stats::ladder_deferred_rungs: deferred, dropped). */
     void count_deferred_rungs(const char * outcome, int64_t n) { stats_.ladder_deferred_rungs[outcome] += n; }
 
@@ -511,6 +516,7 @@ private:
         double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
         copy_id tier_copy = 0;             // its copy in the first tier below RAM (0: none)
         bool writing = false;              // a write of it is in flight
+        bool rungs_pending = false;        // an anchor whose ladder job is queued or running: kept in RAM
         bool write_failed = false;         // not offered to the disk tier again
         bool write_declined = false;       // the tier cost rule found no copy worth it: not offered again
         std::vector<copy_id> ancestors;    // tier-2 files it supersedes

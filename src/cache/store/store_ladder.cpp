@@ -86,6 +86,16 @@ restore_plan store::plan_ladder_job(const key & k, const tokens & prompt, const 
     return p;
 }
 
+void store::hold_for_rungs(const key & k, const tokens & toks, bool pending) {
+    if (auto t = tries_.find(k.bucket); t != tries_.end() && !toks.empty()) {
+        for (uint64_t id : t->second.exact(toks)) {
+            if (entry & e = *by_id_.at(id); e.anchor) {
+                e.rungs_pending = pending;
+            }
+        }
+    }
+}
+
 bool store::holds_anchor(const key & k, const tokens & toks) const {
     auto t = tries_.find(k.bucket);
     if (t == tries_.end() || toks.empty()) {
@@ -150,6 +160,13 @@ int32_t store::add_rungs(const key & k, const tokens & toks, std::vector<checkpo
         added += held ? 0 : 1;
     }
     a->checkpoints = std::move(merged);
+    if (added > 0 && a->tier_copy != 0 && !a->writing) {
+        // Its file lacks these rungs: written again (write-behind), the old file superseded.
+        a->ancestors.push_back(a->tier_copy);
+        a->tier_copy = 0;
+        a->unwritten_since = a->last_use;
+        LINEAGE_TRACE(trace_, "anchor entry {} will be written again with its new rungs", a->id);
+    }
     stats_.ladder_deferred_rungs["made"] += added;
     stats_.ladder_deferred_rungs["dropped"] += given - added;
     std::string at;

@@ -273,7 +273,7 @@ uint64_t store::release_written(double now_s) {
     uint64_t freed = 0;
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
-        if (it->where == tier::ram && it->tier_copy != 0 && !it->writing &&
+        if (it->where == tier::ram && it->tier_copy != 0 && !it->writing && !it->rungs_pending &&
             now_s - it->last_use >= cfg_.ram_release_s) {
             freed += it->ram_bytes();
             erase(it, eviction_reason::released,

@@ -534,6 +534,40 @@ void park_in_ram(store & st, const key & k, tokens toks, uint64_t bytes, double 
     st.demote(v->id, fake(bytes), bytes);
 }
 
+// Ladder jobs (docs/architecture.md "Ladder jobs"): an anchor whose job is pending stays in RAM
+// though written, and the rungs the job adds to a written anchor make it written again (the old
+// file superseded), so that its file holds them after a RAM release or a restart.
+TEST(StoreDisk, AnAnchorWaitingForItsLadderJobStaysInRamAndIsWrittenAgainWithTheRungs) {
+    config c = hybrid_config();
+    c.ram_release_s = 30;
+    store st(c, true);
+    fake_disk d;
+    st.attach_tier(&d, disk_tier::kind());
+    const key k{"b", "s"};
+    const tokens anchor = seq(500, 100);
+    st.commit_anchor(k, anchor, fake(100), 100, 10.0);
+    st.hold_for_rungs(k, anchor, true);
+    auto jobs = st.take_idle_writes(41.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    st.tier_written(jobs[0].entry_id, 21);
+    EXPECT_EQ(st.release_written(100.0), 0u);  // held for its ladder job
+    ASSERT_TRUE(st.reserve(10));
+    std::vector<checkpoint> rungs;
+    rungs.push_back({60, point_kind::ladder, fake(10)});
+    EXPECT_EQ(st.add_rungs(k, anchor, std::move(rungs), 10, 101.0), 1);
+    st.hold_for_rungs(k, anchor, false);
+    st.check_invariants();
+    EXPECT_EQ(st.release_written(200.0), 0u);  // no file with the rung yet
+    auto again = st.take_idle_writes(201.0, 30);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].ancestors, std::vector<copy_id>{21});  // the file without the rung goes
+    ASSERT_EQ(again[0].checkpoints.size(), 1u);
+    EXPECT_EQ(again[0].checkpoints[0].n_tokens, 60);
+    st.tier_written(again[0].entry_id, 22);
+    EXPECT_EQ(st.release_written(300.0), 110u);  // now it gives its RAM back
+    st.check_invariants();
+}
+
 TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServeTheNextHit) {
     config c = hybrid_config();
     c.ram_release_s = 30;
