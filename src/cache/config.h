@@ -258,14 +258,12 @@ struct config {
      *  ladder"). */
     int32_t ladder_volatile_rungs = 8;
     /** Off the request's path (issue 54; docs/architecture.md "Ladder jobs"): the near and
-     *  volatile rungs of a newly pinned system region, each a split, are not taken by the
-     *  request that pins the anchor (its prefill keeps only the splits at anchors and turn
-     *  points, and the far rungs at its pass ends). The scheduler makes them afterwards in a
-     *  ladder job, a background prefill on an idle engine (as the warm-up of the next turn)
-     *  from the latest stored state before them, and adds them to the anchor. A busy engine
-     *  that never idles before the next new session loses them: that session restores the
-     *  far rung or tools anchor before where it parts. false: split the request's prefill at
-     *  them as before (--cache-ladder-defer). */
+     *  volatile rungs of a newly pinned system region (after the tools anchor or restore point),
+     *  each a split, are deferrable: while the prefill has the engine to itself it passes over
+     *  them, and the scheduler makes them afterwards in a ladder job, a background prefill on
+     *  the idle engine from the latest stored state before them, or right before the plan of a
+     *  new session that would restore them; beside other requests the prefill splits at them.
+     *  false: always split the request's prefill at them (--cache-ladder-defer). */
     bool ladder_defer = true;
     /** A divergence checkpoint moves back to the start of the line it falls in when that is at
      *  most this many tokens earlier, else back by anchor_slack tokens: a variation that parts

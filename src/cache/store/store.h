@@ -322,8 +322,9 @@ public:
      *  of the system region `prompt` (the tokens of the anchor they belong to, or a prefix of
      *  them). It restores the latest state held in RAM that lies at or before the first rung and
      *  inside what `prompt` shares with its entry (an anchor, a ladder rung, a conversation's
-     *  checkpoint; op load_ram, or none: from token 0), and captures every rung after it as a
-     *  ladder split, the last at the prompt's end. Entries are left as they are (no use, no
+     *  checkpoint; op load_ram, or none: from token 0), and captures the rungs after it as ladder
+     *  splits, up to the last one before the next held state (one stretch: the next restores
+     *  that state); the caller ends the prompt at the last capture. Entries are left as they are (no use, no
      *  absorption, no lookup counted); the blobs it names are shared. */
     restore_plan plan_ladder_job(const key & k, const tokens & prompt, const std::vector<int32_t> & rungs) const;
     /** True when an anchor of k's bucket holds exactly `toks` (REQUIRES: non-empty). */
