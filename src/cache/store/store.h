@@ -682,6 +682,10 @@ private:
      *  (cheapest_rung) where one is worth less than that entry; the least recently used with
      *  --cache-eviction recency (store_value.cpp). False when none can go. */
     bool evict_one(uint64_t protect_id, eviction_reason reason);
+    /** An anchor's ladder rungs as it keeps them (commit_anchor, add_rungs): ascending, one per
+     *  length (the first given stays), at most ladder_max_rungs (the far end of the region goes
+     *  first). */
+    void order_rungs(std::vector<checkpoint> & rungs) const;
     /** The longest restore point the store holds for `e`'s first `up_to` tokens (all of them
      *  by default) outside `e` itself (its bucket's other entries and anchors), tokens: where its
      *  tokens would be recomputed from were it gone. */

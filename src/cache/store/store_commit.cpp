@@ -288,14 +288,7 @@ void store::enforce_limits_after_commit(uint64_t id) {
     }
 }
 
-void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
-                          copy_id tier_copy, std::vector<checkpoint> rungs) {
-    now_s_ = std::max(now_s_, now_s);
-    release_pending(reserved);
-    const auto n = static_cast<int32_t>(toks.size());
-    std::erase_if(rungs, [&](const checkpoint & c) {
-        return !hybrid_ || !cfg_.lineage || !c.recurrent || c.n_tokens < 1 || c.n_tokens >= n;
-    });
+void store::order_rungs(std::vector<checkpoint> & rungs) const {
     std::stable_sort(rungs.begin(), rungs.end(),
                      [](const checkpoint & a, const checkpoint & b) { return a.n_tokens < b.n_tokens; });
     rungs.erase(std::unique(rungs.begin(), rungs.end(),
@@ -304,6 +297,17 @@ void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t re
     while (static_cast<int32_t>(rungs.size()) > std::max(0, cfg_.ladder_max_rungs)) {
         rungs.erase(rungs.begin());  // the far end of the region goes first
     }
+}
+
+void store::commit_anchor(const key & k, tokens toks, blob_ptr full, uint64_t reserved, double now_s,
+                          copy_id tier_copy, std::vector<checkpoint> rungs) {
+    now_s_ = std::max(now_s_, now_s);
+    release_pending(reserved);
+    const auto n = static_cast<int32_t>(toks.size());
+    std::erase_if(rungs, [&](const checkpoint & c) {
+        return !hybrid_ || !cfg_.lineage || !c.recurrent || c.n_tokens < 1 || c.n_tokens >= n;
+    });
+    order_rungs(rungs);
     for (auto & c : rungs) {
         c.kind = point_kind::ladder;
     }

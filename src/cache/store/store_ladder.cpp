@@ -131,16 +131,7 @@ int32_t store::add_rungs(const key & k, const tokens & toks, std::vector<checkpo
             merged.push_back(std::move(c));
         }
     }
-    // One per length (a rung already held stays), ascending; over the cap the far end of the
-    // region goes first, as in commit_anchor.
-    std::stable_sort(merged.begin(), merged.end(),
-                     [](const checkpoint & x, const checkpoint & y) { return x.n_tokens < y.n_tokens; });
-    merged.erase(std::unique(merged.begin(), merged.end(),
-                             [](const checkpoint & x, const checkpoint & y) { return x.n_tokens == y.n_tokens; }),
-                 merged.end());
-    while (static_cast<int32_t>(merged.size()) > std::max(0, cfg_.ladder_max_rungs)) {
-        merged.erase(merged.begin());
-    }
+    order_rungs(merged);  // a rung already held stays (it comes first)
     // Within the anchor byte cap: the far end of the region goes first here too.
     const auto bytes_of = [](const std::vector<checkpoint> & cps) {
         uint64_t b = 0;
