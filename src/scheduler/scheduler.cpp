@@ -564,6 +564,7 @@ bool scheduler::impl::choose_cache_use(slot & s) {
     if (s.req->ladder()) {
         if (!store_.holds_anchor(s.key, *s.req->ladder_anchor)) {
             store_.count_deferred_rungs("dropped", static_cast<int64_t>(s.req->ladder_rungs.size()));
+            end_rung_hold(*s.req);
             LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone",
                           s.req->ladder_anchor->size());
             reset_slot(s);
@@ -595,9 +596,6 @@ void scheduler::impl::plan_restore(slot & s) {
         hints.live = live;
     }
 
-    if (s.use_cache && !s.req->warmup && hybrid_) {
-        make_rungs_for(s);
-    }
     if (s.use_cache && s.req->ladder()) {
         // One stretch of rungs: from the latest held state before the first, through those
         // before the next held state (store::plan_ladder_job); the prompt ends at its last rung.
@@ -753,122 +751,6 @@ void scheduler::impl::end_ladder_job(slot & s, bool whole) {
     if (whole) {
         ladder_jobs_.push_back(std::move(job));
     } else {
-        ladder_jobs_.push_front(std::move(job));
-    }
-}
-
-void scheduler::impl::make_rungs_for(const slot & s) {
-    std::shared_ptr<generation_request> job;
-    int32_t shared = 0;
-    {
-        util::lock_guard lk(mu_);
-        for (auto it = ladder_jobs_.begin(); it != ladder_jobs_.end(); ++it) {
-            const generation_request & j = **it;
-            if (j.cache.bucket != s.key.bucket || j.ladder_rungs.empty() || j.lora != applied_lora_) {
-                continue;
-            }
-            // Only a prompt that parts inside the anchor's tokens restores a rung: one that holds
-            // them all restores the anchor or a later point.
-            shared = cache::common_prefix(*j.ladder_anchor, s.req->prompt);
-            if (shared > j.ladder_rungs.front() && shared < static_cast<int32_t>(j.ladder_anchor->size())) {
-                job = *it;
-                ladder_jobs_.erase(it);
-                break;
-            }
-        }
-    }
-    if (!job) {
-        return;
-    }
-    const auto t0 = clock::now();
-    cache::trace_scope trace(store_.trace(), s.req->id, false);
-    const cache::key jk = [&] {
-        cache::key k{job->cache.bucket, job->cache.session_key, job->cache.dims};
-        k.tenant = job->cache.tenant;
-        return k;
-    }();
-    if (!store_.holds_anchor(jk, *job->ladder_anchor)) {
-        // Gone from RAM (evicted, or written to disk and released): nothing to add the rungs to.
-        store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
-        LINEAGE_TRACE(store_.trace(), "ladder job dropped: the anchor at {} tokens is gone",
-                      job->ladder_anchor->size());
-        return;
-    }
-    int32_t made = 0;
-    int32_t prefilled = 0;
-    // The rungs this prompt can restore (at or before what it shares), stretch by stretch.
-    std::vector<int32_t> wanted;
-    for (const int32_t r : job->ladder_rungs) {
-        if (r <= shared) {
-            wanted.push_back(r);
-        }
-    }
-    bool failed = false;
-    while (!wanted.empty() && !failed) {
-        slot js;
-        js.req = job;
-        js.use_cache = true;
-        js.key = jk;
-        js.plan = store_.plan_ladder_job(js.key, *job->ladder_anchor, wanted);
-        // On the request's path: only a stretch from a held state within a pass and the near zone
-        // of the first rung (what a job normally prefills); farther, the request is better off
-        // restoring what it finds itself (the job stays queued for an idle engine).
-        if (js.plan.captures.empty() ||
-            wanted.front() - js.plan.n_restore > p_.n_batch + store_.cfg().ladder_near_tokens) {
-            break;
-        }
-        const int32_t end = js.plan.captures.back().n_tokens;
-        job->prompt.assign(job->ladder_anchor->begin(), job->ladder_anchor->begin() + end);
-        const std::optional<int32_t> seq = pool_->acquire(js.plan.source, active_seqs());
-        if (!seq) {
-            break;  // no free sequence: the job stays queued
-        }
-        js.seq = *seq;
-        js.ph = slot::phase::prefill;
-        js.restore_started = clock::now();
-        life_->restore(js, now_s());
-        const int32_t from = js.n_past;
-        while (js.n_past < js.prompt_size()) {
-            const int32_t stop = std::min(js.next_stop(), js.n_past + p_.n_batch);
-            std::vector<engine::batch_token> batch;
-            for (int32_t pos = js.n_past; pos < stop; ++pos) {
-                batch.push_back({job->prompt[static_cast<size_t>(pos)], pos, js.seq, false});
-            }
-            double dt = 0;
-            if (decode_batch(batch, dt) != engine::decode_result::ok) {
-                failed = true;
-                break;
-            }
-            js.n_past = stop;
-            life_->after_chunk(js, now_s());
-        }
-        if (failed) {
-            life_->abandon(js);  // its rungs are among job->ladder_rungs, counted dropped below
-            break;
-        }
-        made += static_cast<int32_t>(js.captured.size());
-        prefilled += js.n_past - from;
-        life_->commit_rungs(js, now_s());
-        std::erase_if(wanted, [&](int32_t r) { return r <= end; });
-        std::erase_if(job->ladder_rungs, [&](int32_t r) { return r <= end; });
-    }
-    if (failed) {
-        store_.count_deferred_rungs("dropped", static_cast<int64_t>(job->ladder_rungs.size()));
-        job->ladder_rungs.clear();
-    }
-    if (made > 0 || failed) {
-        LINEAGE_TRACE(store_.trace(),
-                      "made {} ladder rung(s) of the anchor at {} before this request's plan (it shares {} tokens "
-                      "with it): prefilled {} in {:.1f} ms",
-                      made, job->ladder_anchor->size(), shared, prefilled, seconds_since(t0) * 1e3);
-        spdlog::info("request {}: a ladder job made {} rung(s) it can restore first: prefilled {} tokens in {:.1f} ms",
-                     s.req->id, made, prefilled, seconds_since(t0) * 1e3);
-    }
-    if (job->ladder_rungs.empty()) {
-        end_rung_hold(*job);
-    } else {
-        job->prompt = *job->ladder_anchor;
-        util::lock_guard lk(mu_);
         ladder_jobs_.push_front(std::move(job));
     }
 }

@@ -125,13 +125,6 @@ struct scheduler::impl {
      *  preempted stretch at the front, dropped after max_warmup_preemptions runs preempted before
      *  their first rung; the next stretch at the back). */
     void end_ladder_job(slot & s, bool whole);
-    /** Before `s`'s request is planned: a queued ladder job whose rungs its prompt would restore
-     *  (it parts inside the anchor's tokens, past the job's first rung) makes those rungs now, on the
-     *  engine thread, before the plan, so that a new session that parts inside the system prompt
-     *  restores the rung before where it parts even when the engine had no idle moment since the
-     *  first sight; the request's TTFT pays the splits the first sight did not (at most the stretch
-     *  from the held state before them). The job's other rungs stay queued. */
-    void make_rungs_for(const slot & s);
     /** A ladder job ended for good (all its rungs made, or dropped): its anchor may be released
      *  from RAM again (store::hold_for_rungs). */
     void end_rung_hold(const generation_request & job);

@@ -83,12 +83,12 @@ for (const arch of SCENARIO_ARCHS) {
       assert.equal(r1.u.cached, 0);
       // The near rungs are made off the request's path (--cache-ladder-defer, the default):
       // request 1, alone on the engine, splits at none of them; a ladder job makes them on the idle
-      // engine afterwards, or, when session 2 comes first (sent here at once), before session 2's
-      // plan (scheduler make_rungs_for).
+      // engine afterwards, before session 2 comes (an agent's user starts the next session seconds
+      // later at the soonest).
       const onPath = r1.trace.captures.filter((c) => c.kind === 'ladder').map((c) => c.n);
       const shared = lcp(await tokensOf(srv, first), await tokensOf(srv, moved));
+      const settled = await srv.waitLadder('session 1');
       const r2 = await sc.ask('session 2, folder beta-project', moved);
-      const settled = await srv.waitLadder('session 2');
       const pinned = (await srv.anchorRungs()).find((a) => a.tokens === r1.trace.anchors[0]);
       const rungs = sc.hybrid ? pinned?.rungs ?? [] : onPath;
       if (sc.hybrid) {

@@ -11,6 +11,9 @@
 //   node tools/bench/first_sight.mjs [--out build/bench/first-sight] [--repeats 3] [--threads 2]
 //     [--model build/models/bench-qwen35.gguf] [--server build/bin/lineage-server]
 //     [--llama-server PATH (default: the engine build's, when present)]
+//     [--configs lineage,lineage-split-rungs,lineage-no-split,llama-server (the default; also
+//      lineage-repack, lineage-no-split-repack and llama-server-no-repack: llama.cpp's extra CPU
+//      buffer types, which lineage-server leaves off by default and llama-server turns on)]
 //
 // Prints, per configuration, the median of the server's prefill time (timings.prompt_ms) and of
 // the client's time to the reply, the passes and splits of lineage-server's prefill
@@ -33,6 +36,7 @@ const { values: opt } = parseArgs({
     model: { type: 'string', default: path.join(ROOT, 'build/models/bench-qwen35.gguf') },
     server: { type: 'string', default: path.join(ROOT, 'build/bin/lineage-server') },
     'llama-server': { type: 'string' },
+    configs: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -58,8 +62,16 @@ const configs = [
   { name: 'lineage', lineage: true, argv: [opt.server, ...common, '--cache-disk=false'] },
   { name: 'lineage-split-rungs', lineage: true, argv: [opt.server, ...common, '--cache-disk=false', '--cache-ladder-defer=false'] },
   { name: 'lineage-no-split', lineage: true, argv: [opt.server, ...common, '--cache-disk=false', '--lineage=false'] },
+  { name: 'lineage-repack', lineage: true, argv: [opt.server, ...common, '--cache-disk=false', '--repack'] },
+  { name: 'lineage-no-split-repack', lineage: true, argv: [opt.server, ...common, '--cache-disk=false', '--lineage=false', '--repack'] },
 ];
-if (llama) configs.push({ name: 'llama-server', lineage: false, argv: [llama, ...common, '-c', '16384', '--jinja'] });
+if (llama) {
+  configs.push({ name: 'llama-server', lineage: false, argv: [llama, ...common, '-c', '16384', '--jinja'] });
+  configs.push({ name: 'llama-server-no-repack', lineage: false, argv: [llama, ...common, '-c', '16384', '--jinja', '--no-repack'] });
+}
+const wanted = (opt.configs ?? 'lineage,lineage-split-rungs,lineage-no-split,llama-server').split(',');
+for (const w of wanted) if (!configs.some((c) => c.name === w)) throw new Error(`unknown configuration ${w}`);
+configs.splice(0, configs.length, ...configs.filter((c) => wanted.includes(c.name)));
 
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);

@@ -337,9 +337,13 @@ public:
      *  (the old file superseded, deleted once the new one is durable). Returns the rungs added. */
     int32_t add_rungs(const key & k, const tokens & toks, std::vector<checkpoint> rungs, uint64_t reserved,
                       double now_s);
-    /** While a ladder job for the anchor holding exactly `toks` is queued or running (`pending`),
-     *  RAM release (release_written) keeps it: the job adds its rungs to the RAM copy, and one
-     *  released to its file would drop them. No-op when no such anchor is held. */
+    /** While a ladder job for the anchor holding exactly `toks` is queued or running (`pending`
+     *  true; each such call is ended by one with `pending` false), RAM release (release_written)
+     *  keeps that anchor and every anchor whose tokens are a prefix of `toks` (the tools anchor):
+     *  the job adds its rungs to the anchor's RAM copy, which one released to its file would drop,
+     *  and starts from the latest RAM state before its first rung (plan_ladder_job), which is
+     *  often the earlier anchor. Holds are counted, so two jobs may share an earlier anchor.
+     *  No-op for anchors not held. */
     void hold_for_rungs(const key & k, const tokens & toks, bool pending);
     /** Counts ladder rungs by outcome (stats::ladder_deferred_rungs: deferred, dropped). */
     void count_deferred_rungs(const char * outcome, int64_t n) { stats_.ladder_deferred_rungs[outcome] += n; }
@@ -517,7 +521,8 @@ private:
         double unwritten_since = 0;        // its content has had no tier-2 copy since (monotonic s)
         copy_id tier_copy = 0;             // its copy in the first tier below RAM (0: none)
         bool writing = false;              // a write of it is in flight
-        bool rungs_pending = false;        // an anchor whose ladder job is queued or running: kept in RAM
+        bool stale_write = false;          // changed while being written: that write lands superseded
+        int32_t rung_holds = 0;            // ladder jobs queued or running that need this anchor: kept in RAM
         bool write_failed = false;         // not offered to the disk tier again
         bool write_declined = false;       // the tier cost rule found no copy worth it: not offered again
         std::vector<copy_id> ancestors;    // tier-2 files it supersedes

@@ -87,12 +87,21 @@ restore_plan store::plan_ladder_job(const key & k, const tokens & prompt, const 
 }
 
 void store::hold_for_rungs(const key & k, const tokens & toks, bool pending) {
-    if (auto t = tries_.find(k.bucket); t != tries_.end() && !toks.empty()) {
-        for (uint64_t id : t->second.exact(toks)) {
-            if (entry & e = *by_id_.at(id); e.anchor) {
-                e.rungs_pending = pending;
-            }
+    auto t = tries_.find(k.bucket);
+    if (t == tries_.end() || toks.empty()) {
+        return;
+    }
+    std::vector<uint64_t> held;
+    t->second.match(toks, [&](uint64_t id, int32_t lcp) {
+        const entry & e = *by_id_.at(id);
+        if (e.anchor && lcp >= static_cast<int32_t>(e.toks.size())) {
+            held.push_back(id);  // the anchor itself, or one its tokens begin with
         }
+        return true;
+    });
+    for (uint64_t id : held) {
+        entry & e = *by_id_.at(id);
+        e.rung_holds = pending ? e.rung_holds + 1 : std::max(0, e.rung_holds - 1);
     }
 }
 
@@ -151,7 +160,12 @@ int32_t store::add_rungs(const key & k, const tokens & toks, std::vector<checkpo
         added += held ? 0 : 1;
     }
     a->checkpoints = std::move(merged);
-    if (added > 0 && a->tier_copy != 0 && !a->writing) {
+    if (added > 0 && a->writing) {
+        // The write in flight took its job before these rungs: when it lands, its file is
+        // superseded and the anchor written again (tier_written).
+        a->stale_write = true;
+        LINEAGE_TRACE(trace_, "anchor entry {} will be written again with its new rungs once its write lands", a->id);
+    } else if (added > 0 && a->tier_copy != 0) {
         // Its file lacks these rungs: written again (write-behind), the old file superseded.
         a->ancestors.push_back(a->tier_copy);
         a->tier_copy = 0;

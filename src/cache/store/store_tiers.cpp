@@ -273,7 +273,7 @@ uint64_t store::release_written(double now_s) {
     uint64_t freed = 0;
     for (auto it = entries_.begin(); it != entries_.end();) {
         auto next = std::next(it);
-        if (it->where == tier::ram && it->tier_copy != 0 && !it->writing && !it->rungs_pending &&
+        if (it->where == tier::ram && it->tier_copy != 0 && !it->writing && it->rung_holds == 0 &&
             now_s - it->last_use >= cfg_.ram_release_s) {
             freed += it->ram_bytes();
             erase(it, eviction_reason::released,
@@ -369,7 +369,17 @@ void store::tier_written(uint64_t entry_id, copy_id f) {
     for (int hops = 0; hops < 1 << 16; ++hops) {
         if (auto found = by_id_.find(id); found != by_id_.end()) {
             const iter it = found->second;
-            if (id == entry_id) {
+            if (id == entry_id && it->stale_write) {
+                // Changed while written (rungs added): the file lacks the change, so it is an
+                // ancestor of the next write, not the entry's copy.
+                it->writing = false;
+                it->stale_write = false;
+                if (f != 0) {
+                    it->ancestors.push_back(f);
+                }
+                it->tier_copy = 0;
+                it->unwritten_since = it->last_use;
+            } else if (id == entry_id) {
                 it->writing = false;
                 it->tier_copy = f;
                 it->write_failed = f == 0;

@@ -568,6 +568,78 @@ TEST(StoreDisk, AnAnchorWaitingForItsLadderJobStaysInRamAndIsWrittenAgainWithThe
     st.check_invariants();
 }
 
+// Rungs a ladder job adds while the anchor's write is in flight: that write took its job before
+// them, so when it lands its file is superseded and the anchor is written again with the rungs.
+TEST(StoreDisk, RungsAddedWhileTheAnchorIsBeingWrittenMakeItWrittenAgainWhenThatWriteLands) {
+    config c = hybrid_config();
+    c.ram_release_s = 30;
+    store st(c, true);
+    fake_disk d;
+    st.attach_tier(&d, disk_tier::kind());
+    const key k{"b", "s"};
+    const tokens anchor = seq(500, 100);
+    st.commit_anchor(k, anchor, fake(100), 100, 10.0);
+    st.hold_for_rungs(k, anchor, true);
+    auto jobs = st.take_idle_writes(41.0, 30);
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_TRUE(jobs[0].checkpoints.empty());  // written without rungs
+    ASSERT_TRUE(st.reserve(10));
+    std::vector<checkpoint> rungs;
+    rungs.push_back({60, point_kind::ladder, fake(10)});
+    EXPECT_EQ(st.add_rungs(k, anchor, std::move(rungs), 10, 42.0), 1);  // while the write is in flight
+    st.hold_for_rungs(k, anchor, false);
+    st.tier_written(jobs[0].entry_id, 21);
+    st.check_invariants();
+    ASSERT_EQ(st.entries().size(), 1u);
+    EXPECT_EQ(st.entries()[0].tier_copy, 0u);  // the file lacks the rung: not its copy
+    EXPECT_EQ(st.release_written(200.0), 0u);  // so it keeps its RAM
+    auto again = st.take_idle_writes(201.0, 30);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].ancestors, std::vector<copy_id>{21});  // the file without the rung goes
+    ASSERT_EQ(again[0].checkpoints.size(), 1u);
+    EXPECT_EQ(again[0].checkpoints[0].n_tokens, 60);
+    st.tier_written(again[0].entry_id, 22);
+    EXPECT_EQ(st.entries()[0].tier_copy, 22u);
+    EXPECT_EQ(st.release_written(300.0), 110u);
+    st.check_invariants();
+}
+
+// A ladder job starts from the latest RAM state before its first rung, often the tools anchor
+// before the system anchor whose rungs it makes: that earlier anchor is held in RAM with it, as
+// long as any job needs it (bench-qwen35: released to its file after 5 s, every job of the trace
+// then had to start from token 0, too far to run before a request's plan).
+TEST(StoreDisk, ALadderJobHoldsTheEarlierAnchorItStartsFromInRam) {
+    config c = hybrid_config();
+    c.ram_release_s = 30;
+    store st(c, true);
+    fake_disk d;
+    st.attach_tier(&d, disk_tier::kind());
+    const key k{"b", "s"};
+    const tokens tools = seq(500, 40);
+    const tokens anchor = cat(tools, seq(700, 60));
+    const tokens other = cat(tools, seq(900, 60));  // another system text on the same tools
+    st.commit_anchor(k, tools, fake(100), 100, 10.0);
+    st.commit_anchor(k, anchor, fake(100), 100, 10.0);
+    st.commit_anchor(k, other, fake(100), 100, 10.0);
+    st.hold_for_rungs(k, anchor, true);
+    st.hold_for_rungs(k, other, true);
+    for (const auto & j : st.take_idle_writes(41.0, 30)) {
+        st.tier_written(j.entry_id, 20 + j.entry_id);
+    }
+    EXPECT_EQ(st.release_written(100.0), 0u);  // all three held: two jobs, one start
+    const auto plan = st.plan_ladder_job(k, anchor, {60, 80});
+    EXPECT_EQ(plan.op, restore_op::load_ram);
+    EXPECT_EQ(plan.n_restore, 40);  // from the tools anchor, not from token 0
+    EXPECT_EQ(plan.captures.size(), 2u);
+    st.hold_for_rungs(k, anchor, false);
+    EXPECT_EQ(st.release_written(101.0), 100u);  // its job done: that anchor goes; the tools anchor
+                                                 // stays for the other job
+    st.hold_for_rungs(k, other, false);
+    EXPECT_EQ(st.release_written(102.0), 200u);
+    EXPECT_TRUE(st.entries().empty());
+    st.check_invariants();
+}
+
 TEST(StoreDisk, IdleRamEntriesAndAnchorsOnDiskGiveTheirRamBackAndTheirFilesServeTheNextHit) {
     config c = hybrid_config();
     c.ram_release_s = 30;
