@@ -48,12 +48,14 @@ struct model_params {
     /** Lock the weights in RAM so that they are never swapped out (--mlock). */
     bool use_mlock = false;
     /** llama.cpp's extra CPU buffer types for the weights (repacked layouts, Intel AMX tiles;
-     *  llama_model_params::use_extra_bufts; --repack / --no-repack, llama-server's -nr). Off by
-     *  default: they compute a prefill batch with other kernels than a single decoded token, so
-     *  a request restored from the cache and the same request computed cold can differ (measured
-     *  on a Xeon with AMX: tiny-qwen35's first generated token differed, tests/e2e/
-     *  parallel.test.mjs; with them off it passes), which breaks docs/prompt-cache.md "What a hit
-     *  guarantees". Off for the architectures in no_repack_architectures whatever this says. */
+     *  llama_model_params::use_extra_bufts; --repack / --no-repack, llama-server's -nr). The
+     *  server turns them on by default, as llama-server does (bench-qwen35 on a Xeon with AMX: a
+     *  prefill 6-8% faster: docs/benchmarks/README.md "Repacked weights"); off here, for the
+     *  engine's own tests: with them a batch of several sequences runs other kernels than one
+     *  sequence alone, so a request computed beside others can part from the same request computed
+     *  alone (tiny-qwen35's first generated token, tests/e2e/parallel.test.mjs), docs/prompt-
+     *  cache.md "What a hit guarantees". Off for the architectures in no_repack_architectures
+     *  whatever this says. */
     bool use_repack = false;
 };
 
@@ -167,6 +169,10 @@ public:
      *  llama.cpp found a GPU device); false when everything, the KV cache included, lives in
      *  host RAM. */
     bool offloaded() const { return offloaded_; }
+    /** Loaded with llama.cpp's extra CPU buffer types asked for (model_params::use_repack, not
+     *  turned off for the architecture) and no layer offloaded: the weights they hold were copied
+     *  out of the mapped file, so a pass does not read those file ranges. */
+    bool repacked() const { return repacked_; }
 
     /** Byte ranges of the model file holding the weights a forward pass reads whole: every
      *  tensor's data but the token embeddings', of which a pass reads only its tokens' rows
@@ -195,6 +201,7 @@ private:
     std::string path_;
     std::string id_;
     bool offloaded_ = false;
+    bool repacked_ = false;
     std::vector<uint32_t> piece_bytes_;  // by token id: the length of its text, special tokens rendered
     std::vector<bool> newline_;  // by token id: its text holds '\n
     std::vector<bool> special_;  // by token id: control, user-defined or unknown (the tokenizer cuts at them)

@@ -138,7 +138,12 @@ scheduler::impl::impl(const engine::model & m, const params & p)
                      "back to the kernel: RSS counts them as tokens are written",
                      static_cast<double>(ctx_->released_zero_bytes()) / (1 << 20));
     }
-    if (unmapped > 0) {
+    if (unmapped > 0 && m.repacked()) {
+        // Most weights were copied into the extra buffer types: a pass reads few file pages, and
+        // mapping every tensor's range again would hold the weights twice.
+        spdlog::info("engine: the weights are in llama.cpp's extra CPU buffer types (--repack): the few a pass "
+                     "reads from the file are mapped as it reads them");
+    } else if (unmapped > 0) {
         // The weights every pass reads, mapped now rather than by the first request's first pass,
         // a page fault a page (engine/resident.h map_file_ranges).
         const auto t0 = std::chrono::steady_clock::now();

@@ -409,11 +409,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
         "memory-map the model file (llama.cpp decides when true: mmap unless a device cannot use it); "
         "--no-mmap reads the weights into memory instead (slower start, no page-outs)",
         boolean(c.use_mmap), true);
-    add("--repack,!--no-repack", "LINEAGE_REPACK", "[=BOOL]", "false",
+    add("--repack,!--no-repack", "LINEAGE_REPACK", "[=BOOL]", "true",
         "let llama.cpp put the weights in its extra CPU buffer types (repacked layouts, Intel AMX tiles) where "
-        "they are faster (llama-server's default: on bench-qwen35 on a Xeon with AMX a prefill 6-8% faster, "
-        "and the process ~300 MiB larger); off by default: they compute a batch of several sequences with "
-        "other kernels than one alone, so a reply computed beside others can differ from a cold one's; "
+        "they are faster, as llama-server does (bench-qwen35 on a Xeon with AMX: a prefill 6-8% faster, decode "
+        "~8%, the same RSS); --no-repack leaves them off: a request computed beside others then computes what "
+        "it computes alone (with them a batch of several sequences runs other kernels, and a greedy reply can "
+        "part from the one computed alone; a restore computed alone still equals a cold run bit for bit); "
         "kimi-linear models never use them (at the engine pin the AMX buffer type aborts their context)",
         boolean(c.use_repack), true);
     s.back()->llama_short = {"-nr"};

@@ -24,7 +24,7 @@ struct server_config {
     std::string model_path;               ///< -m/--model (required)
     int32_t n_gpu_layers = -1;            ///< --n-gpu-layers (-ngl); -1: as many as fit
     bool use_mmap = true;                 ///< --mmap / --no-mmap: memory-map the weights
-    bool use_repack = false;              ///< --repack / --no-repack: llama.cpp's extra CPU buffer types
+    bool use_repack = true;               ///< --repack / --no-repack: llama.cpp's extra CPU buffer types
     bool use_mlock = false;               ///< --mlock: keep the weights in RAM (never swapped)
     bool jinja = true;                    ///< --jinja: accepted (llama-server); false is refused
     /** --cache-ram (-cram), llama-server's RAM cache size in MiB: N > 0 sets both RAM-tier
