@@ -107,7 +107,7 @@ for (const { arch, args, tag, tolerant, same, runnersUp = false, prompts = PROMP
     let srv;
     before(async () => {
       srv = await startServer({ model: modelPath(arch), name: `equality-${arch}${tag ? `-${tag}` : ''}`,
-        args: ['--ctx-size', '2048', ...args] });
+        args: ['--ctx-size', '2048', '--repack', ...args] });  // the server's default weights
     });
     after(async () => { await srv?.stopGracefully(); });
 

@@ -255,7 +255,8 @@ async function readResponse(res) {
  * The background warm-up of the next turn (--cache-warmup, on by default in the server) is
  * turned off unless `args`, LINEAGE_E2E_ARGS or the environment name it: whether a warm-up
  * finished before a test's next request is a race, and most files assert the restore points
- * of the request path exactly. warmup.test.mjs turns it on and waits for it.
+ * of the request path exactly. warmup.test.mjs turns it on and waits for it. Likewise
+ * --no-repack unless they name --repack (see below).
  */
 export async function startServer({ model, args = [], name = 'server', env = {} }) {
   if (!fs.existsSync(SERVER_BIN)) {
@@ -265,6 +266,16 @@ export async function startServer({ model, args = [], name = 'server', env = {} 
   const namesWarmup = [...args, ...extra].some((a) => String(a).startsWith('--cache-warmup')) ||
     'LINEAGE_CACHE_WARMUP' in env || 'LINEAGE_CACHE_WARMUP' in process.env;
   if (!namesWarmup) extra.push('--cache-warmup=false');
+  // llama.cpp's repacked weights (--repack, the server's default) compute a batch of several
+  // sequences with other kernels than one alone, so the suites that compare a reply computed beside
+  // others with one computed alone (placement, parallel, ...) hold only without them
+  // (docs/prompt-cache.md "What a hit guarantees", repacked weights): off unless `args`,
+  // LINEAGE_E2E_ARGS or the environment name them. restore-equality runs with them (the rules for
+  // a request computed alone hold bit for bit either way), and so did the whole suite bar parallel
+  // and placement (2026-12-07, an Intel Xeon with AMX).
+  const namesRepack = [...args, ...extra].some((a) => /^--(no-)?repack/.test(String(a))) ||
+    'LINEAGE_REPACK' in env || 'LINEAGE_REPACK' in process.env;
+  if (!namesRepack) extra.push('--no-repack');
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
