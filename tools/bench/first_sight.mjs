@@ -13,7 +13,8 @@
 //     [--llama-server PATH (default: the engine build's, when present)]
 //     [--configs lineage,lineage-split-rungs,lineage-no-split,llama-server (the default; also
 //      lineage-repack, lineage-no-split-repack and llama-server-no-repack: llama.cpp's extra CPU
-//      buffer types, which lineage-server leaves off by default and llama-server turns on)]
+//      buffer types, on by default in both servers since 208249f, so that lineage-repack is now
+//      lineage with its defaults; before, lineage-server left them off)]
 //
 // Prints, per configuration, the median of the server's prefill time (timings.prompt_ms) and of
 // the client's time to the reply, the passes and splits of lineage-server's prefill
