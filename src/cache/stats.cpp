@@ -125,6 +125,9 @@ std::vector<stat_figure> stats::describe() const {
         figure("ladder_rungs_evicted", ladder_rungs_evicted, "ladder_rungs_evicted_total",
                "Ladder rungs of pinned anchors dropped for room in the RAM budget (their anchors stay), the "
                "copies of least value per byte (--cache-eviction value)."),
+        figure("ladder_rungs_not_planned", ladder_rungs_not_planned, "ladder_rungs_not_planned_total",
+               "Ladder rungs not planned at a system text's first sight: the RAM budget had no room left and each "
+               "was worth less per byte than what it would push out (--cache-eviction value); no split, no state."),
         figure_map("ladder_deferred_rungs", ladder_deferred_rungs, "ladder_deferred_rungs_total",
                    "Ladder rungs made off the request's path (--cache-ladder-defer), by outcome: deferred (left by the "
                    "request that pinned their anchor to a ladder job on an idle engine), made (captured by a ladder "

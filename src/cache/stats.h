@@ -130,6 +130,10 @@ struct stats {
     /** Ladder rungs of pinned anchors dropped for room in the RAM budget (--cache-eviction value:
      *  a rung worth less per byte than every entry; docs/prompt-cache.md "Eviction by value"). */
     int64_t ladder_rungs_evicted = 0;
+    /** Ladder rungs a first sight of a system text did not plan at all (--cache-eviction value:
+     *  the RAM budget had no room left and each was worth less per byte than what it would push
+     *  out; docs/prompt-cache.md "Eviction by value"): no split, no ladder job, no state. */
+    int64_t ladder_rungs_not_planned = 0;
     /** Ladder rungs made off the request's path (config::ladder_defer; docs/architecture.md
      *  "Ladder jobs"), by outcome: deferred (a request that pinned an anchor left them to a ladder
      *  job), made (a ladder job captured them and they joined their anchor), dropped (their anchor

@@ -9,8 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 namespace lineage::cache {
 
@@ -202,7 +204,8 @@ restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints 
         stats_.tokens_prefilled += static_cast<int64_t>(prompt.size()) - p.n_restore;
         classify(k, prompt, s.live_lcp, hints.media, p);
     }
-    add_captures(p, k, prompt, hints);
+    add_captures(p, k, prompt, hints, rung_room_now());
+    count_rungs_not_planned(p.rungs_not_planned);
     if (trace_.on()) {
         trace_plan(k, prompt, hints, p);
     }
@@ -469,9 +472,12 @@ void store::take_entry(restore_plan & p, iter it, uint64_t retire_twin) {
     }
 }
 
-std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints) const {
+std::vector<capture_point> store::cold_split_points(const tokens & prompt, const plan_hints & hints) {
     restore_plan p;
-    add_captures(p, key{}, prompt, hints);  // no bucket "": nothing to diverge from, no anchor held
+    // No bucket "": nothing to diverge from, no anchor held. The rungs the budget cannot keep are
+    // left out as a miss's plan leaves them out, so that both split alike.
+    add_captures(p, key{}, prompt, hints, rung_room_now());
+    count_rungs_not_planned(p.rungs_not_planned);
     return p.captures;
 }
 
@@ -499,6 +505,7 @@ struct store::capture_plan {
     const key & k;
     const tokens & prompt;
     const plan_hints & h;
+    const rung_room & room;       ///< what a new ladder rung must be worth (store::rung_room_now)
     int32_t from = 0;             ///< tokens restored: a point must lie after them
     int32_t n_prompt = 0;         ///< prompt tokens: a point must lie before its end
     int32_t anchor = -1;          ///< the anchor's length, tokens (-1: none planned for this prompt)
@@ -570,11 +577,12 @@ void sort_and_dedupe(std::vector<capture_point> & captures) {
 
 }  // namespace
 
-void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const {
+void store::add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                         const rung_room & room) const {
     if (!cfg_.lineage) {
         return;  // exact mode: whole-prompt snapshots only
     }
-    capture_plan c{p, k, prompt, h, p.n_restore, static_cast<int32_t>(prompt.size())};
+    capture_plan c{p, k, prompt, h, room, p.n_restore, static_cast<int32_t>(prompt.size())};
     add_anchor_captures(c);
     if (hybrid_) {
         add_turn_captures(c);
@@ -713,12 +721,6 @@ void store::add_ladder_captures(capture_plan & c) const {
             c.p.captures.push_back({r, point_kind::ladder, /*at_pass_end=*/false, /*deferrable=*/true});
         }
     };
-    for (const int32_t r : rungs.near) {
-        add_split(r);
-    }
-    for (const int32_t r : rungs.far) {
-        c.add_at_pass_end(r, point_kind::ladder);
-    }
     // Per-session content before the near zone (the tools included: a folder written
     // into a tool's description): a split rung right before each, at least a quarter of a
     // near step apart (as the near rungs' least gap: a run of paths, one per line, gets a
@@ -729,9 +731,94 @@ void store::add_ladder_captures(capture_plan & c) const {
     // placeholder examples, the same in every session (qwen-code's prompt: 8 rungs spent on
     // those left its memory path ~400 tokens from a restore point).
     const int32_t near_start = rungs.near.empty() ? anchor : rungs.near.front();
+    std::vector<std::pair<int32_t, bool>> planned;  // (tokens, at a pass end), ascending
     for (const int32_t v : volatile_rungs(cfg_, c.from, near_start, c.h.volatile_starts)) {
-        add_split(v);
+        planned.emplace_back(v, false);
     }
+    for (const int32_t r : rungs.near) {
+        planned.emplace_back(r, false);
+    }
+    for (const int32_t r : rungs.far) {
+        planned.emplace_back(r, true);
+    }
+    std::sort(planned.begin(), planned.end());
+    const std::vector<bool> kept = admit_rungs(c, planned);
+    for (size_t i = 0; i < planned.size(); ++i) {
+        if (!kept[i]) {
+            c.p.rungs_not_planned++;
+        } else if (planned[i].second) {
+            c.add_at_pass_end(planned[i].first, point_kind::ladder);
+        } else {
+            add_split(planned[i].first);
+        }
+    }
+}
+
+std::vector<bool> store::admit_rungs(const capture_plan & c, const std::vector<std::pair<int32_t, bool>> & planned) const {
+    // Under a budget with room for every rung (the default budget, or a tight one not yet
+    // full) all are planned. Past the room, the rungs worth the most per byte take it, and each
+    // of the others only where it is worth more than what it would push out: the eviction would
+    // otherwise drop it again soon after, and a near or volatile rung is a split (one forward
+    // pass on this request's path, or a ladder job's) paid for nothing.
+    std::vector<bool> kept(planned.size(), true);
+    const rung_room & room = c.room;
+    const auto inside = [&](int32_t n) { return n > c.from && n < c.n_prompt; };
+    uint64_t need = 0;
+    for (const auto & [n, pass_end] : planned) {
+        need += inside(n) ? room.bytes : 0;
+    }
+    if (room.bytes == 0 || need <= room.headroom) {
+        return kept;
+    }
+    // Each rung's value per byte: the prefill seconds it saves beyond the point below it (the
+    // rung before, or where this prefill starts), priced as cheapest_rung prices a held one.
+    const double likelihood = reuse_.likelihood(0, 0);
+    std::vector<std::pair<double, size_t>> by_value;
+    int32_t below = c.from;
+    for (size_t i = 0; i < planned.size(); ++i) {
+        const int32_t n = planned[i].first;
+        if (!inside(n)) {
+            continue;
+        }
+        const double saved = cost_.prefill_seconds(below, n).value_or(static_cast<double>(n - below));
+        by_value.emplace_back(saved * likelihood / static_cast<double>(room.bytes), i);
+        below = n;
+    }
+    std::stable_sort(by_value.begin(), by_value.end(), [](const auto & a, const auto & b) { return a.first > b.first; });
+    uint64_t used = 0;
+    for (const auto & [value, i] : by_value) {
+        if (used + room.bytes <= room.headroom) {
+            used += room.bytes;
+        } else if (value < room.floor) {
+            kept[i] = false;
+        }
+    }
+    return kept;
+}
+
+store::rung_room store::rung_room_now() {
+    rung_room room;
+    if (cfg_.eviction != eviction_policy::value || !hybrid_) {
+        return room;
+    }
+    // A rung's state: the size of a recurrent checkpoint held now (they are all one size on
+    // one model), else unknown and every rung planned.
+    for (const auto & e : entries_) {
+        for (const auto & cp : e.checkpoints) {
+            if (cp.recurrent) {
+                room.bytes = cp.recurrent->size();
+                break;
+            }
+        }
+        if (room.bytes != 0) {
+            break;
+        }
+    }
+    const uint64_t used = ram_bytes();
+    room.headroom = cfg_.ram_bytes > used ? cfg_.ram_bytes - used : 0;
+    const auto v = choose_victim(0);
+    room.floor = !v || v->live ? std::numeric_limits<double>::infinity() : v->value;
+    return room;
 }
 
 void store::add_guard_capture(capture_plan & c) const {

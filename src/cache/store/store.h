@@ -187,6 +187,10 @@ struct restore_plan {
      *  tokens (lifecycle::after_chunk): the anchor's capture hands those before it to a ladder job
      *  (store::plan_ladder_job, add_rungs). */
     std::vector<int32_t> deferred_rungs;
+    /** Ladder rungs this plan left out because the RAM budget could not keep them (store::plan's
+     *  rung admission, --cache-eviction value: no room left and each worth less per byte than
+     *  what it would push out; stats::ladder_rungs_not_planned). */
+    int32_t rungs_not_planned = 0;
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
     std::optional<miss_cause> cause;
@@ -307,8 +311,9 @@ public:
      *  guard; no divergence, no existing anchor), in ascending order. A prefill that bypasses
      *  the cache splits its chunks there, so that on a model whose numerics depend on the split
      *  (Mamba2's chunked scan) it computes what a first request with the cache on computes.
-     *  No side effects. */
-    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints) const;
+     *  Its only side effect: the rungs the budget could not keep are counted
+     *  (stats::ladder_rungs_not_planned), as a miss's plan counts them. */
+    std::vector<capture_point> cold_split_points(const tokens & prompt, const plan_hints & hints);
 
     /** Stores an anchor: the whole state of the first `toks.size()` tokens, pinned in RAM, with
      *  its ladder `rungs` (recurrent checkpoints inside it, ascending; hybrid; those outside
@@ -581,7 +586,21 @@ private:
 
     /** The capture points of `p`'s prefill (after p.n_restore tokens of `prompt`), ascending,
      *  one per length (an anchor beside a checkpoint apart). Exact mode: none. */
-    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h) const;
+    /** What a new ladder rung must be worth to be planned (add_ladder_captures), read from the
+     *  store's RAM now (value policy): `headroom` bytes fit without an eviction; past them a rung of
+     *  `bytes` is planned only when its value per byte (prefill seconds it saves beyond the point
+     *  below it x the reuse model's likelihood for a copy never restored, per byte: cheapest_rung's
+     *  pricing) reaches `floor`, the value of what it would push out (choose_victim; infinite
+     *  where that is a protected live conversation, or nothing can leave). `bytes` 0: no
+     *  recurrent checkpoint held yet to size one, every rung is planned. */
+    struct rung_room {
+        uint64_t headroom = UINT64_MAX;
+        uint64_t bytes = 0;
+        double floor = 0;
+    };
+    rung_room rung_room_now();
+    void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
+                      const rung_room & room) const;
     // add_captures' steps (store.cpp), in its order, over the plan being built.
     struct capture_plan;
     /** The anchor (end of system prompt + tools, minus BPE slack) and the hybrid tools anchor,
@@ -598,6 +617,12 @@ private:
     /** Hybrid, with the anchor planned: the ladder rungs inside the newly pinned system region
      *  (near ones split, far ones at a pass end) and the volatile rungs before the near zone. */
     void add_ladder_captures(capture_plan & c) const;
+    /** Which of the ladder rungs `planned` ((tokens, at a pass end), ascending) a plan keeps under
+     *  c.room (rung_room): all while they fit its headroom; past it, the most valuable per byte
+     *  take the headroom and each other one only where its value reaches the floor. */
+    std::vector<bool> admit_rungs(const capture_plan & c, const std::vector<std::pair<int32_t, bool>> & planned) const;
+    /** Counts and traces the ladder rungs a plan left out (restore_plan::rungs_not_planned). */
+    void count_rungs_not_planned(int32_t n);
     /** Hybrid: the guard, prompt - 1 (unless it merges into a point at most --cache-guard-merge
      *  tokens before it) or, without resend checkpoints, prompt - guard_distance when the
      *  uncached suffix is at least --cache-guard-min-suffix tokens; moved out of an image. */

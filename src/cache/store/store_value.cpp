@@ -188,6 +188,17 @@ bool store::evict_one(uint64_t protect_id, eviction_reason reason) {
     return true;
 }
 
+void store::count_rungs_not_planned(int32_t n) {
+    if (n <= 0) {
+        return;
+    }
+    stats_.ladder_rungs_not_planned += n;
+    LINEAGE_TRACE(trace_,
+                  "{} ladder rung(s) not planned: the RAM budget has no room left for them and each is worth less "
+                  "per byte than what it would push out",
+                  n);
+}
+
 bool store::below_admission(uint64_t id, uint64_t bytes) {
     if (cfg_.eviction != eviction_policy::value || id == 0) {
         return false;

@@ -944,6 +944,64 @@ TEST_F(StoreTest, LadderJobsMakeTheDeferredRungsOffTheRequestsPathAndTheyServeAL
     EXPECT_EQ(p3.kind, point_kind::ladder);
 }
 
+TEST_F(StoreTest, UnderAFullBudgetALadderRungWorthLessThanWhatItWouldPushOutIsNotPlanned) {
+    // A system text's first sight plans its ladder (ladder_case: a far rung at a pass end and
+    // the near rungs, each a split or a ladder job). Beside it, a long conversation on another
+    // system text: 3,000 tokens that its entry's 300 bytes save, worth far more per byte than a
+    // rung of 100 bytes that saves the 60-254 tokens since the point below it. With room for two
+    // rungs left in the budget, the two worth the most (the far rung, 254 tokens; the first near
+    // one, 106) are planned and the others not: each would push out the conversation, or be
+    // dropped again by the eviction soon after (store_value.cpp cheapest_rung), its split paid
+    // for nothing. Recency, or a budget with room, plans them all (the positive case).
+    const tokens user = seq(9000, 40);
+    ladder_case lc;
+    auto first_sight = [&](eviction_policy policy, uint64_t room) {
+        config c = small_config();
+        c.ladder_step = 256;
+        c.ladder_near_step = 64;
+        c.ladder_near_tokens = 512;
+        c.eviction = policy;
+        // What the conversation holds in RAM (its checkpoints), measured on a store of its own.
+        store probe(c, /*hybrid=*/true);
+        run(probe, key{"b", "conv"}, seq(100000, 3000), {}, 1.0);
+        c.ram_bytes = probe.ram_bytes() + room;
+        auto st = std::make_unique<store>(c, /*hybrid=*/true);
+        run(*st, key{"b", "conv"}, seq(100000, 3000), {}, 1.0);
+        EXPECT_EQ(st->ram_bytes() + room, c.ram_bytes);
+        return st;
+    };
+    auto ladder_of = [](const std::vector<capture_point> & cps) {
+        std::vector<int32_t> out;
+        for (const auto & cp : cps) {
+            if (cp.kind == point_kind::ladder) {
+                out.push_back(cp.n_tokens);
+            }
+        }
+        return out;
+    };
+    auto with_room = first_sight(eviction_policy::value, 1 << 20);
+    const auto all = with_room->plan(key{"b", "s1"}, cat(lc.system, user), lc.hints, 2.0);
+    const std::vector<int32_t> every{354, 460, 520, 580, 640, 700, 760, 820, 880, 940};
+    EXPECT_EQ(ladder_of(all.captures), every);
+    EXPECT_EQ(all.rungs_not_planned, 0);
+
+    auto tight = first_sight(eviction_policy::value, 250);
+    const auto p = tight->plan(key{"b", "s1"}, cat(lc.system, user), lc.hints, 2.0);
+    EXPECT_EQ(ladder_of(p.captures), (std::vector<int32_t>{354, 460}));
+    EXPECT_EQ(p.rungs_not_planned, static_cast<int32_t>(every.size()) - 2);
+    EXPECT_TRUE(std::any_of(p.captures.begin(), p.captures.end(),
+                            [](const capture_point & cp) { return cp.kind == point_kind::anchor && cp.n_tokens == 998; }))
+        << "the anchor itself is planned";
+    EXPECT_EQ(tight->get_stats().ladder_rungs_not_planned, static_cast<int64_t>(every.size()) - 2);
+    // A bypass of the same prompt splits where that miss splits.
+    EXPECT_EQ(ladder_of(tight->cold_split_points(cat(lc.system, user), lc.hints)), (std::vector<int32_t>{354, 460}));
+
+    auto recency = first_sight(eviction_policy::recency, 250);
+    const auto r = recency->plan(key{"b", "s1"}, cat(lc.system, user), lc.hints, 2.0);
+    EXPECT_EQ(ladder_of(r.captures), every) << "recency keeps no value: every rung is planned";
+    EXPECT_EQ(r.rungs_not_planned, 0);
+}
+
 TEST_F(StoreTest, ALadderJobWhoseAnchorIsGoneDropsItsRungsAndACapKeepsTheNearest) {
     config c = small_config();
     c.ladder_step = 256;

@@ -292,6 +292,9 @@ lineage_prompt_cache_evictions_by_uses_total{uses="reused"} 0
 # HELP lineage_prompt_cache_ladder_rungs_evicted_total Ladder rungs of pinned anchors dropped for room in the RAM budget (their anchors stay), the copies of least value per byte (--cache-eviction value).
 # TYPE lineage_prompt_cache_ladder_rungs_evicted_total counter
 lineage_prompt_cache_ladder_rungs_evicted_total 0
+# HELP lineage_prompt_cache_ladder_rungs_not_planned_total Ladder rungs not planned at a system text's first sight: the RAM budget had no room left and each was worth less per byte than what it would push out (--cache-eviction value); no split, no state.
+# TYPE lineage_prompt_cache_ladder_rungs_not_planned_total counter
+lineage_prompt_cache_ladder_rungs_not_planned_total 0
 # HELP lineage_prompt_cache_ladder_deferred_rungs_total Ladder rungs made off the request's path (--cache-ladder-defer), by outcome: deferred (left by the request that pinned their anchor to a ladder job on an idle engine), made (captured by a ladder job and added to the anchor), dropped (the anchor was gone, or the job was dropped).
 # TYPE lineage_prompt_cache_ladder_deferred_rungs_total counter
 lineage_prompt_cache_ladder_deferred_rungs_total{outcome="deferred"} 0

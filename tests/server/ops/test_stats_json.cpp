@@ -196,7 +196,7 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
                            "tokens_reused", "tokens_restored", "captures", "capture_splits", "capture_bytes",
                            "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
                            "rejections", "misses_by_cause", "short_hits_by_cause", "key_differs", "ghosts",
-                           "evictions", "evictions_by_uses", "ladder_rungs_evicted", "ladder_deferred_rungs", "eviction", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
+                           "evictions", "evictions_by_uses", "ladder_rungs_evicted", "ladder_rungs_not_planned", "ladder_deferred_rungs", "eviction", "tier_hits", "tier_reads_declined", "tier_writes_declined", "tier_cost", "requests_committed", "apc_enabled", "total_blocks_stored",
                            "unique_block_hashes", "apc_active_entries", "disk_hits", "disk", "redis_hits", "redis",
                            "warmup", "buffer_pool"}));
     EXPECT_EQ(dump(j["checkpoints"]), R"({"turn":2})");
