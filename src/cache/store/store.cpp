@@ -378,6 +378,9 @@ void store::plan_entry_restore(const plan_state & s, restore_plan & p) {
         reuse_.reused(e.uses, e.family);
         reuse_.observe_gap(s.now_s - e.last_use);
     }
+    if (counted && e.anchor && chosen->kind == point_kind::ladder) {
+        rung_reuse_.reused(0);  // a ladder rung restored (rung_likelihood)
+    }
     e.last_use = s.now_s;
     p.source_uses = e.uses;
     p.source_used = used;
@@ -772,7 +775,7 @@ std::vector<bool> store::admit_rungs(const capture_plan & c, const std::vector<s
     }
     // Each rung's value per byte: the prefill seconds it saves beyond the point below it (the
     // rung before, or where this prefill starts), priced as cheapest_rung prices a held one.
-    const double likelihood = reuse_.likelihood(0, 0);
+    const double likelihood = rung_likelihood(0);
     std::vector<std::pair<double, size_t>> by_value;
     int32_t below = c.from;
     for (size_t i = 0; i < planned.size(); ++i) {

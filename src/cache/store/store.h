@@ -60,6 +60,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -748,6 +749,18 @@ private:
      *  likelihood of a copy never restored (use class 0, every family) at its anchor's age,
      *  per byte of its state. nullopt when no anchor holds a rung. */
     std::optional<victim_choice> cheapest_rung();
+    /** The likelihood that a ladder rung `age_s` seconds past its anchor's last use is restored
+     *  again: its own kind's outcomes (rung_reuse_: restores against evictions) shrunk toward
+     *  the entries' chance for a copy never restored, (restored + 2 p0) / (restored + evicted + 2)
+     *  as reuse_model shrinks a family, discounted by age in reuse gaps as reuse_model::likelihood.
+     *  On the bench's pressure trace 2 of ~60 rungs were restored: a rung was priced at a fresh
+     *  anchor's likelihood before, and a conversation's parked entry was refused for one. */
+    double rung_likelihood(double age_s) const;
+    /** The live conversations' entries the protected share holds (value policy): not anchors,
+     *  likely_back, used within max(config::live_window_s, 4 reuse gaps), most recently used
+     *  first while their RAM bytes fit in --cache-ram-protect of what the pinned anchors leave of
+     *  the budget; entry `id` counted with `extra_bytes` more (a parked entry's whole state). */
+    std::unordered_set<uint64_t> protected_live(uint64_t id = 0, uint64_t extra_bytes = 0) const;
     std::optional<victim_choice> choose_victim(uint64_t protect_id);
     /** Admission (--cache-eviction value): parked entry `id`, leaving the device with `bytes` of
      *  state for RAM, is worth less per byte than the copy it would push out (reserve then
@@ -811,6 +824,9 @@ private:
     bool worth_writing(entry & e, bool at_shutdown);
     tier_cost cost_;
     reuse_model reuse_;   // the eviction value's reuse likelihood (value.h)
+    // The pinned anchors' ladder rungs' own outcomes (use class 0 only, no family): a success
+    // for each restore of a rung, a failure for each rung evicted (rung_likelihood).
+    reuse_model rung_reuse_;
     double now_s_ = 0;    // the latest monotonic time the store was given (plan, commit, expire)
     stats stats_;
     tracer trace_;

@@ -93,21 +93,7 @@ std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
     // they fit in ram_protect_share of what the pinned anchors leave of the budget (anchors are
     // never victims: on an agent's bench trace they held 279 of 420 MiB, and a share of the
     // whole budget left the conversations nothing).
-    const double window = std::max(config::live_window_s, 4 * reuse_.gap_s());
-    uint64_t anchors = 0;
-    for (const auto & x : entries_) {
-        anchors += x.anchor ? x.ram_bytes() : 0;
-    }
-    const auto share = static_cast<uint64_t>(cfg_.ram_protect_share *
-                                             static_cast<double>(cfg_.ram_bytes - std::min(cfg_.ram_bytes, anchors)));
-    uint64_t held = 0;
-    std::unordered_set<uint64_t> live;
-    for (const auto & x : entries_) {
-        if (!x.anchor && likely_back(x) && now_s_ - x.last_use <= window && held + x.ram_bytes() <= share) {
-            held += x.ram_bytes();
-            live.insert(x.id);
-        }
-    }
+    const std::unordered_set<uint64_t> live = protected_live();
     // The least value among the least recently used candidates, an unprotected one if any.
     std::optional<victim_choice> v;
     int32_t looked = 0;
@@ -132,15 +118,43 @@ std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
     return v;
 }
 
+std::unordered_set<uint64_t> store::protected_live(uint64_t id, uint64_t extra_bytes) const {
+    const double window = std::max(config::live_window_s, 4 * reuse_.gap_s());
+    uint64_t anchors = 0;
+    for (const auto & x : entries_) {
+        anchors += x.anchor ? x.ram_bytes() : 0;
+    }
+    const auto share = static_cast<uint64_t>(cfg_.ram_protect_share *
+                                             static_cast<double>(cfg_.ram_bytes - std::min(cfg_.ram_bytes, anchors)));
+    uint64_t held = 0;
+    std::unordered_set<uint64_t> live;
+    for (const auto & x : entries_) {
+        const uint64_t bytes = x.ram_bytes() + (x.id == id ? extra_bytes : 0);
+        if (!x.anchor && likely_back(x) && now_s_ - x.last_use <= window && held + bytes <= share) {
+            held += bytes;
+            live.insert(x.id);
+        }
+    }
+    return live;
+}
+
+double store::rung_likelihood(double age_s) const {
+    const double p0 = reuse_.probability(0);
+    const auto restored = static_cast<double>(rung_reuse_.reused_count(0));
+    const auto evicted = static_cast<double>(rung_reuse_.left_count(0));
+    const double p = (restored + 2 * p0) / (restored + evicted + 2);
+    return p / (1 + std::max(age_s, 0.0) / std::max(reuse_.gap_s(), 1e-3));
+}
+
 std::optional<store::victim_choice> store::cheapest_rung() {
     std::optional<victim_choice> v;
-    // A rung has no outcome of its own: it is priced as a copy never restored (use class 0),
-    // over every family, aged since its anchor was last used.
+    // A rung is priced as a copy never restored (use class 0) by its own kind's outcomes
+    // (rung_likelihood), aged since its anchor was last used.
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         if (!it->anchor || it->checkpoints.empty()) {
             continue;
         }
-        const double likelihood = reuse_.likelihood(0, now_s_ - it->last_use);
+        const double likelihood = rung_likelihood(now_s_ - it->last_use);
         int32_t below = restore_point_below(*it, it->checkpoints.front().n_tokens);
         for (size_t i = 0; i < it->checkpoints.size(); ++i) {
             const checkpoint & c = it->checkpoints[i];
@@ -172,6 +186,7 @@ bool store::evict_one(uint64_t protect_id, eviction_reason reason) {
                       at->n_tokens, a.id, human_bytes(at->recurrent ? at->recurrent->size() : 0), v->value * 1e6);
         a.checkpoints.erase(at);
         stats_.ladder_rungs_evicted++;
+        rung_reuse_.left_unused(0);
         return true;
     }
     const entry & x = *v->it;
@@ -210,6 +225,14 @@ bool store::below_admission(uint64_t id, uint64_t bytes) {
     const entry & e = *it->second;
     const auto v = choose_victim(id);
     if (!v) {
+        return false;
+    }
+    // A live conversation that the protected share holds once it is in RAM goes before every copy
+    // outside the share, as choose_victim orders them: it is admitted over one whatever their
+    // values per byte. (Its value falls with its age in units of the reuse gap, which side calls
+    // restored a second apart make short: on the bench's pressure trace a conversation's turn
+    // two seconds old was refused for a title call's entry.)
+    if (!v->live && protected_live(id, bytes).count(id) > 0) {
         return false;
     }
     // Its value once its whole state is in RAM, against what it would push out.

@@ -376,6 +376,92 @@ TEST_F(ValueEvictionTest, AParkedEntryWorthLessThanWhatItWouldPushOutIsNotAdmitt
     EXPECT_TRUE(lru.reserve(2000 - 900, lru_side));
 }
 
+TEST_F(ValueEvictionTest, ALiveConversationLeavingTheDeviceIsAdmittedOverASideCallWorthMorePerByte) {
+    // A conversation restored once (live: protected) parks its whole state in RAM while the
+    // budget is full of side calls' entries, each saving many times more tokens per byte. Its own
+    // value per byte is the lower, yet the protected share orders the copies before values do:
+    // side calls leave for it, as choose_victim would evict them before it. (On the bench's
+    // pressure trace a conversation's turn was refused for a title call's entry this way.) The
+    // positive case of admission stays: a side call leaving the device is refused
+    // (AParkedEntryWorthLessThanWhatItWouldPushOutIsNotAdmitted).
+    store st(tight(eviction_policy::value, 0.5), true);
+    double now = 1;
+    // First the side calls' kinds show that they never come back (evicted unused).
+    int n_side = 0;
+    for (; n_side < 12; ++n_side) {
+        run(st, key{"b", "side" + std::to_string(n_side)}, side_call(n_side, 2000), now++, 500);
+    }
+    run(st, key{"b", "conv"}, conversation(0, 1), now++, 500);
+    run(st, key{"b", "conv"}, conversation(0, 2), now++, 500);
+    for (int i = 0; i < 4; ++i, ++n_side) {
+        run(st, key{"b", "side" + std::to_string(n_side)}, side_call(n_side, 2000), now++, 500);
+    }
+    uint64_t conv = 0;
+    for (const auto & e : st.entries()) {
+        conv = e.n_tokens == 240 ? e.id : conv;
+    }
+    ASSERT_NE(conv, 0u);
+    ASSERT_EQ(st.ram_bytes(), 3000u) << "the budget is full";
+    const int64_t unused_before = st.get_stats().evictions_by_uses.at("unused");
+    // Its whole state: 600 bytes more, within the protected share (0.5 of 3,000) with its 500.
+    EXPECT_TRUE(st.reserve(600, conv)) << "the live conversation is admitted";
+    const auto stats = st.get_stats();
+    EXPECT_EQ(stats.rejections.count("not_admitted"), 0u);
+    EXPECT_EQ(stats.evictions_by_uses.at("unused") - unused_before, 2) << "two side calls left for it";
+    EXPECT_EQ(stats.evictions_by_uses.count("reused"), 0u);
+    bool held = false;
+    for (const auto & e : st.entries()) {
+        held = held || e.id == conv;
+    }
+    EXPECT_TRUE(held);
+}
+
+TEST_F(ValueEvictionTest, RungsLearnedSeldomRestoredArePricedByThatNotAsAFreshAnchor) {
+    // Anchor A's rung (150 tokens in 100 bytes) against a side call's entry (~460 tokens in 500),
+    // the budget full. Before any rung has an outcome a rung is priced as a copy never restored
+    // at its anchor's age, and the side call leaves; once the rungs of another anchor (B's, 8 of
+    // them, 10 tokens each) have been evicted without a restore, the rung kind's chance falls to
+    // (restored + 2 p0) / (restored + evicted + 2) = p0 / 5, and A's rung leaves before the side call.
+    auto contest = [&](bool learn) {
+        config c = tight(eviction_policy::value);
+        c.max_anchors = 4;
+        c.ladder_max_rungs = 8;
+        c.ram_bytes = 3000;
+        auto st = std::make_unique<store>(c, true);
+        std::vector<checkpoint> a_rungs;
+        a_rungs.push_back({150, point_kind::ladder, fake(100)});
+        EXPECT_TRUE(st->reserve(600));
+        st->commit_anchor(key{"b", "a"}, seq(50000, 200), fake(500), 600, 1.0, 0, std::move(a_rungs));
+        if (learn) {
+            std::vector<checkpoint> b_rungs;
+            for (int32_t n = 10; n <= 80; n += 10) {
+                b_rungs.push_back({n, point_kind::ladder, fake(100)});
+            }
+            EXPECT_TRUE(st->reserve(900));
+            st->commit_anchor(key{"b", "b"}, seq(70000, 90), fake(100), 900, 1.0, 0, std::move(b_rungs));
+            // Every byte left and B's rungs' 800: they go, the least value per byte first.
+            EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes() + 800));
+            st->unreserve(st->ram_bytes() - 700);
+            EXPECT_EQ(st->get_stats().ladder_rungs_evicted, 8);
+        }
+        run(*st, key{"b", "side"}, side_call(0, 400), 1.0, 500);
+        // Fill the budget, then ask for the room of one rung.
+        const uint64_t fill = st->budget() - st->ram_bytes();
+        EXPECT_TRUE(st->reserve(fill));
+        const int64_t rungs_before = st->get_stats().ladder_rungs_evicted;
+        EXPECT_TRUE(st->reserve(100));
+        const auto stats = st->get_stats();
+        const int64_t unused = stats.evictions_by_uses.count("unused") ? stats.evictions_by_uses.at("unused") : 0;
+        return std::pair{stats.ladder_rungs_evicted - rungs_before, unused};
+    };
+    const auto fresh = contest(false);
+    EXPECT_EQ(fresh.first, 0) << "no rung outcome yet: A's rung is worth more than the side call";
+    EXPECT_EQ(fresh.second, 1) << "the side call left";
+    const auto learned = contest(true);
+    EXPECT_EQ(learned.first, 1) << "8 rungs evicted unused: A's rung is worth less now";
+    EXPECT_EQ(learned.second, 0) << "the side call stays";
+}
+
 TEST_F(ValueEvictionTest, AShortHitOfAFewTokensCausedByAnEvictionSaysEvicted) {
     // An anchor-like prefix entry and a conversation 40 tokens past it; the conversation is
     // evicted; its next turn restores the prefix: 40 tokens short, under short_hit_tokens, and
