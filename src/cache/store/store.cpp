@@ -819,8 +819,12 @@ store::rung_room store::rung_room_now() {
     }
     const uint64_t used = ram_bytes();
     room.headroom = cfg_.ram_bytes > used ? cfg_.ram_bytes - used : 0;
-    const auto v = choose_victim(0);
-    room.floor = !v || v->live ? std::numeric_limits<double>::infinity() : v->value;
+    // The floor only where a ladder could outgrow the room (a victim search per plan otherwise).
+    const auto most = static_cast<uint64_t>(std::max(0, cfg_.ladder_max_rungs) + std::max(0, cfg_.ladder_volatile_rungs));
+    if (room.bytes != 0 && most * room.bytes > room.headroom) {
+        const auto v = choose_victim(0);
+        room.floor = !v || v->live ? std::numeric_limits<double>::infinity() : v->value;
+    }
     return room;
 }
 

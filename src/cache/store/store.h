@@ -585,21 +585,23 @@ private:
      *  (0: none) is the resend twin this turn retires (eviction `superseded`). */
     void take_entry(restore_plan & p, iter it, uint64_t retire_twin);
 
-    /** The capture points of `p`'s prefill (after p.n_restore tokens of `prompt`), ascending,
-     *  one per length (an anchor beside a checkpoint apart). Exact mode: none. */
     /** What a new ladder rung must be worth to be planned (add_ladder_captures), read from the
-     *  store's RAM now (value policy): `headroom` bytes fit without an eviction; past them a rung of
-     *  `bytes` is planned only when its value per byte (prefill seconds it saves beyond the point
-     *  below it x the reuse model's likelihood for a copy never restored, per byte: cheapest_rung's
-     *  pricing) reaches `floor`, the value of what it would push out (choose_victim; infinite
-     *  where that is a protected live conversation, or nothing can leave). `bytes` 0: no
-     *  recurrent checkpoint held yet to size one, every rung is planned. */
+     *  store's RAM now (value policy; otherwise, or on a dense model, every rung is planned):
+     *  `headroom` bytes fit without an eviction; past them a rung of `bytes` is planned only when
+     *  its value per byte (the prefill seconds it saves beyond the point below it x
+     *  rung_likelihood(0), per byte: cheapest_rung's pricing) reaches `floor`, the value of what it
+     *  would push out (choose_victim; infinite where that is a protected live conversation, or
+     *  nothing can leave; 0, not searched, where the headroom holds the largest ladder). `bytes`
+     *  0: no recurrent checkpoint held yet to size one, every rung is planned. */
     struct rung_room {
         uint64_t headroom = UINT64_MAX;
         uint64_t bytes = 0;
         double floor = 0;
     };
     rung_room rung_room_now();
+    /** The capture points of `p`'s prefill (after p.n_restore tokens of `prompt`), ascending,
+     *  one per length (an anchor beside a checkpoint apart), the ladder's under `room`. Exact
+     *  mode: none. */
     void add_captures(restore_plan & p, const key & k, const tokens & prompt, const plan_hints & h,
                       const rung_room & room) const;
     // add_captures' steps (store.cpp), in its order, over the plan being built.
@@ -745,9 +747,9 @@ private:
     };
     /** The ladder rung of least value per byte among the pinned anchors' (value policy), as a
      *  victim: its value is the prefill seconds between it and the restore point below it (the
-     *  rung before it, else restore_point_below of its anchor up to it), times the reuse
-     *  likelihood of a copy never restored (use class 0, every family) at its anchor's age,
-     *  per byte of its state. nullopt when no anchor holds a rung. */
+     *  rung before it, else restore_point_below of its anchor up to it), times
+     *  rung_likelihood at its anchor's age, per byte of its state. nullopt when no anchor holds a
+     *  rung. */
     std::optional<victim_choice> cheapest_rung();
     /** The likelihood that a ladder rung `age_s` seconds past its anchor's last use is restored
      *  again: its own kind's outcomes (rung_reuse_: restores against evictions) shrunk toward
