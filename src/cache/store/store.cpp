@@ -379,7 +379,10 @@ void store::plan_entry_restore(const plan_state & s, restore_plan & p) {
         reuse_.observe_gap(s.now_s - e.last_use);
     }
     if (counted && e.anchor && chosen->kind == point_kind::ladder) {
-        rung_reuse_.reused(0);  // a ladder rung restored (rung_likelihood)
+        // A ladder rung restored: its first restore is its kind's success (rung_likelihood).
+        if (e.rung_uses[chosen->n]++ == 0) {
+            rung_reuse_.reused(0);
+        }
     }
     e.last_use = s.now_s;
     p.source_uses = e.uses;

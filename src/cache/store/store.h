@@ -529,6 +529,7 @@ private:
         bool writing = false;              // a write of it is in flight
         bool stale_write = false;          // changed while being written: that write lands superseded
         int32_t rung_holds = 0;            // ladder jobs queued or running that need this anchor: kept in RAM
+        std::map<int32_t, int32_t> rung_uses;  // anchors: restores of each ladder rung, by its length (cheapest_rung)
         bool write_failed = false;         // not offered to the disk tier again
         bool write_declined = false;       // the tier cost rule found no copy worth it: not offered again
         std::vector<copy_id> ancestors;    // tier-2 files it supersedes
@@ -748,13 +749,15 @@ private:
     /** The ladder rung of least value per byte among the pinned anchors' (value policy), as a
      *  victim: its value is the prefill seconds between it and the restore point below it (the
      *  rung before it, else restore_point_below of its anchor up to it), times
-     *  rung_likelihood at its anchor's age, per byte of its state. nullopt when no anchor holds a
+     *  rung_likelihood at its anchor's age (a rung restored before: the entries' likelihood for
+     *  its use count, entry::rung_uses), per byte of its state. nullopt when no anchor holds a
      *  rung. */
     std::optional<victim_choice> cheapest_rung();
     /** The likelihood that a ladder rung `age_s` seconds past its anchor's last use is restored
-     *  again: its own kind's outcomes (rung_reuse_: restores against evictions) shrunk toward
-     *  the entries' chance for a copy never restored, (restored + 2 p0) / (restored + evicted + 2)
-     *  as reuse_model shrinks a family, discounted by age in reuse gaps as reuse_model::likelihood.
+     *  again: its own kind's outcomes (rung_reuse_: rungs restored against rungs evicted never
+     *  restored) shrunk toward the entries' chance for a copy never restored,
+     *  (restored + 2 p0) / (restored + evicted + 2) as reuse_model shrinks a family, discounted by
+     *  age in reuse gaps as reuse_model::likelihood.
      *  On the bench's pressure trace 2 of ~60 rungs were restored: a rung was priced at a fresh
      *  anchor's likelihood before, and a conversation's parked entry was refused for one. */
     double rung_likelihood(double age_s) const;
@@ -827,7 +830,7 @@ private:
     tier_cost cost_;
     reuse_model reuse_;   // the eviction value's reuse likelihood (value.h)
     // The pinned anchors' ladder rungs' own outcomes (use class 0 only, no family): a success
-    // for each restore of a rung, a failure for each rung evicted (rung_likelihood).
+    // for a rung's first restore, a failure for a rung evicted never restored (rung_likelihood).
     reuse_model rung_reuse_;
     double now_s_ = 0;    // the latest monotonic time the store was given (plan, commit, expire)
     stats stats_;

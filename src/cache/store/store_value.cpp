@@ -154,15 +154,21 @@ std::optional<store::victim_choice> store::cheapest_rung() {
         if (!it->anchor || it->checkpoints.empty()) {
             continue;
         }
-        const double likelihood = rung_likelihood(now_s_ - it->last_use);
+        const double age = now_s_ - it->last_use;
+        const double likelihood = rung_likelihood(age);
         int32_t below = restore_point_below(*it, it->checkpoints.front().n_tokens);
         for (size_t i = 0; i < it->checkpoints.size(); ++i) {
             const checkpoint & c = it->checkpoints[i];
             if (c.kind == point_kind::ladder && c.recurrent) {
+                // A rung restored before (a system text's variant that comes back: the line before
+                // a timestamp) is priced as an entry with that many uses where that is more.
+                const auto u = it->rung_uses.find(c.n_tokens);
+                const double l =
+                    u == it->rung_uses.end() ? likelihood : std::max(likelihood, reuse_.likelihood(u->second, age));
                 const int32_t from = std::min(below, c.n_tokens);
                 const double saved =
                     cost_.prefill_seconds(from, c.n_tokens).value_or(static_cast<double>(c.n_tokens - from));
-                const double value = saved * likelihood / static_cast<double>(std::max<uint64_t>(c.recurrent->size(), 1));
+                const double value = saved * l / static_cast<double>(std::max<uint64_t>(c.recurrent->size(), 1));
                 if (!v || value < v->value) {
                     v = victim_choice{it, false, value, static_cast<int32_t>(i)};
                 }
@@ -184,9 +190,11 @@ bool store::evict_one(uint64_t protect_id, eviction_reason reason) {
         LINEAGE_TRACE(trace_, "dropped the ladder rung at {} of anchor entry {} ({}; value {:.3g} s/MB, below every "
                               "entry's): the anchor stays",
                       at->n_tokens, a.id, human_bytes(at->recurrent ? at->recurrent->size() : 0), v->value * 1e6);
+        if (a.rung_uses.erase(at->n_tokens) == 0) {
+            rung_reuse_.left_unused(0);  // evicted never restored: its kind's failure
+        }
         a.checkpoints.erase(at);
         stats_.ladder_rungs_evicted++;
-        rung_reuse_.left_unused(0);
         return true;
     }
     const entry & x = *v->it;

@@ -462,6 +462,60 @@ TEST_F(ValueEvictionTest, RungsLearnedSeldomRestoredArePricedByThatNotAsAFreshAn
     EXPECT_EQ(learned.second, 0) << "the side call stays";
 }
 
+TEST_F(ValueEvictionTest, ARungRestoredBeforeStaysWhenItsAnchorsOtherRungsGo) {
+    // An anchor of 200 tokens with four rungs 40 tokens apart, each saving as much, once the rung
+    // kind has learned that rungs seldom come back (8 evicted never restored). A new session
+    // parts at 100 (a timestamp line after 80): it restores the rung at 80. Then the budget
+    // needs the room of three rungs: the three never restored go, the one at 80 stays, priced as
+    // an entry restored once (entry::rung_uses). Without the restore (the same store) the rung at
+    // 80 is priced as its kind, and it is not the one left.
+    auto with_anchor = [](bool restore) {
+        config c = tight(eviction_policy::value);
+        c.max_anchors = 4;
+        c.ladder_max_rungs = 8;
+        c.ram_bytes = 3000;
+        auto st = std::make_unique<store>(c, true);
+        // First the rung kind learns that rungs seldom come back: another anchor's 8 rungs are
+        // evicted never restored.
+        std::vector<checkpoint> b_rungs;
+        for (int32_t n = 10; n <= 80; n += 10) {
+            b_rungs.push_back({n, point_kind::ladder, fake(100)});
+        }
+        EXPECT_TRUE(st->reserve(900));
+        st->commit_anchor(key{"b", "b"}, seq(90000, 90), fake(100), 900, 0.5, 0, std::move(b_rungs));
+        EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes() + 800));
+        st->unreserve(st->ram_bytes() - 100);
+        EXPECT_EQ(st->get_stats().ladder_rungs_evicted, 8);
+        std::vector<checkpoint> rungs;
+        for (int32_t n : {40, 80, 120, 160}) {
+            rungs.push_back({n, point_kind::ladder, fake(500)});
+        }
+        EXPECT_TRUE(st->reserve(2500));
+        const tokens system = seq(50000, 200);
+        st->commit_anchor(key{"b", "a"}, system, fake(500), 2500, 0.5, 0, std::move(rungs));
+        if (restore) {
+            const auto p = st->plan(key{"b", "new"}, cat(tokens(system.begin(), system.begin() + 100), seq(70000, 20)), {}, 1.0);
+            EXPECT_EQ(p.kind, point_kind::ladder);
+            EXPECT_EQ(p.n_restore, 80);
+            st->abandon(p, 0);
+        }
+        EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes() + 1500));  // the room left and three rungs'
+        std::vector<int32_t> left;
+        for (const auto & e : st->entries()) {
+            if (e.anchor) {
+                for (const auto & cp : e.checkpoints) {
+                    left.push_back(cp.first);
+                }
+            }
+        }
+        return left;
+    };
+    EXPECT_EQ(with_anchor(true), (std::vector<int32_t>{80})) << "the rung a session came back to stays";
+    const auto by_kind = with_anchor(false);
+    EXPECT_EQ(by_kind.size(), 1u);
+    EXPECT_NE(by_kind, (std::vector<int32_t>{80})) << "never restored, the rung at 80 is priced as its kind";
+}
+
 TEST_F(ValueEvictionTest, AShortHitOfAFewTokensCausedByAnEvictionSaysEvicted) {
     // An anchor-like prefix entry and a conversation 40 tokens past it; the conversation is
     // evicted; its next turn restores the prefix: 40 tokens short, under short_hit_tokens, and
