@@ -167,6 +167,30 @@ protected:
     static tokens side_call(int n, int32_t own = 40) {
         return cat(seq(90000 + 1000 * (n % 4), 60), seq(200000 + 1000 * n, own));
     }
+    // The value policy with room for pinned anchors and their ladders, 3,000 bytes.
+    static config with_anchors() {
+        config c = tight(eviction_policy::value);
+        c.max_anchors = 4;
+        c.ladder_max_rungs = 8;
+        c.ram_bytes = 3000;
+        return c;
+    }
+    // Teaches `st`'s rung kind that rungs seldom come back: an anchor of 90 tokens (`toks`) with 8
+    // rungs of 100 bytes, 10 tokens apart, all evicted never restored (the room asked is every
+    // byte left and their 800; they go, the least value per byte first).
+    static void evict_rungs_never_restored(store & st, const tokens & toks, double now) {
+        std::vector<checkpoint> rungs;
+        for (int32_t n = 10; n <= 80; n += 10) {
+            rungs.push_back({n, point_kind::ladder, fake(100)});
+        }
+        const int64_t before = st.get_stats().ladder_rungs_evicted;
+        EXPECT_TRUE(st.reserve(900));
+        st.commit_anchor(key{"b", "rungs"}, toks, fake(100), 900, now, 0, std::move(rungs));
+        const uint64_t room = st.budget() - st.ram_bytes() + 800;
+        EXPECT_TRUE(st.reserve(room));
+        st.unreserve(room);
+        EXPECT_EQ(st.get_stats().ladder_rungs_evicted - before, 8);
+    }
 
     // Runs turns `first`..`turns` of two conversations, each followed by four side calls;
     // returns how many conversation turns after `first` restored the whole previous turn. A
@@ -423,26 +447,13 @@ TEST_F(ValueEvictionTest, RungsLearnedSeldomRestoredArePricedByThatNotAsAFreshAn
     // them, 10 tokens each) have been evicted without a restore, the rung kind's chance falls to
     // (restored + 2 p0) / (restored + evicted + 2) = p0 / 5, and A's rung leaves before the side call.
     auto contest = [&](bool learn) {
-        config c = tight(eviction_policy::value);
-        c.max_anchors = 4;
-        c.ladder_max_rungs = 8;
-        c.ram_bytes = 3000;
-        auto st = std::make_unique<store>(c, true);
+        auto st = std::make_unique<store>(with_anchors(), true);
         std::vector<checkpoint> a_rungs;
         a_rungs.push_back({150, point_kind::ladder, fake(100)});
         EXPECT_TRUE(st->reserve(600));
         st->commit_anchor(key{"b", "a"}, seq(50000, 200), fake(500), 600, 1.0, 0, std::move(a_rungs));
         if (learn) {
-            std::vector<checkpoint> b_rungs;
-            for (int32_t n = 10; n <= 80; n += 10) {
-                b_rungs.push_back({n, point_kind::ladder, fake(100)});
-            }
-            EXPECT_TRUE(st->reserve(900));
-            st->commit_anchor(key{"b", "b"}, seq(70000, 90), fake(100), 900, 1.0, 0, std::move(b_rungs));
-            // Every byte left and B's rungs' 800: they go, the least value per byte first.
-            EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes() + 800));
-            st->unreserve(st->ram_bytes() - 700);
-            EXPECT_EQ(st->get_stats().ladder_rungs_evicted, 8);
+            evict_rungs_never_restored(*st, seq(70000, 90), 1.0);  // B's
         }
         run(*st, key{"b", "side"}, side_call(0, 400), 1.0, 500);
         // Fill the budget, then ask for the room of one rung.
@@ -470,22 +481,10 @@ TEST_F(ValueEvictionTest, ARungRestoredBeforeStaysWhenItsAnchorsOtherRungsGo) {
     // an entry restored once (entry::rung_uses). Without the restore (the same store) the rung at
     // 80 is priced as its kind, and it is not the one left.
     auto with_anchor = [](bool restore) {
-        config c = tight(eviction_policy::value);
-        c.max_anchors = 4;
-        c.ladder_max_rungs = 8;
-        c.ram_bytes = 3000;
-        auto st = std::make_unique<store>(c, true);
+        auto st = std::make_unique<store>(with_anchors(), true);
         // First the rung kind learns that rungs seldom come back: another anchor's 8 rungs are
         // evicted never restored.
-        std::vector<checkpoint> b_rungs;
-        for (int32_t n = 10; n <= 80; n += 10) {
-            b_rungs.push_back({n, point_kind::ladder, fake(100)});
-        }
-        EXPECT_TRUE(st->reserve(900));
-        st->commit_anchor(key{"b", "b"}, seq(90000, 90), fake(100), 900, 0.5, 0, std::move(b_rungs));
-        EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes() + 800));
-        st->unreserve(st->ram_bytes() - 100);
-        EXPECT_EQ(st->get_stats().ladder_rungs_evicted, 8);
+        evict_rungs_never_restored(*st, seq(90000, 90), 0.5);
         std::vector<checkpoint> rungs;
         for (int32_t n : {40, 80, 120, 160}) {
             rungs.push_back({n, point_kind::ladder, fake(500)});
