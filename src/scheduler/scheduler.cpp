@@ -595,6 +595,7 @@ void scheduler::impl::plan_restore(slot & s) {
         media.push_back(m.span);
     }
     cache::plan_hints hints{s.req->cache, media};  // the prompt's hints, as prepared, and its images
+    hints.skip_tier = s.skip_tier;
     std::vector<cache::live_state> live;
     if (s.use_cache && !s.req->warmup && media.empty()) {
         live = live_states(s);
@@ -628,7 +629,7 @@ void scheduler::impl::plan_restore(slot & s) {
     }
 }
 
-void scheduler::impl::start_restore(slot & s) {
+void scheduler::impl::start_restore(slot & s, bool again) {
     if (s.plan.op == cache::restore_op::take_device) {
         s.seq = s.plan.device_seq;
     } else if (auto seq = acquire_sequence(s)) {
@@ -648,7 +649,9 @@ void scheduler::impl::start_restore(slot & s) {
         fail(s, {failure_kind::bad_grammar, e.what()});
         return;
     }
-    s.restore_started = clock::now();
+    if (!again) {
+        s.restore_started = clock::now();
+    }
     if (s.plan.op == cache::restore_op::load_tier) {
         // The tier's thread reads the copy; the other slots keep computing meanwhile.
         s.ph = slot::phase::loading;
@@ -809,12 +812,35 @@ void scheduler::impl::complete_load(slot & s) {
     cache::trace_scope trace(store_.trace(), s.req->id, s.req->warmup);
     cache::tier_load_result r = s.load.get();
     s.plan.tier_read_s = r.seconds;
+    const bool gone = r.error == cache::tier_load_error::missing;  // that copy, not the tier
+    const int32_t tier = s.plan.tier;
     if (s.reset_since) {  // read from a copy the reset deleted: not restored
         r.error = cache::tier_load_error::missing;
         r.detail = "the cache was reset while it was read";
         r.record.reset();
     }
     if (auto st = store_.tier_loaded(s.key, s.plan, std::move(r), now_s()); !st) {
+        pool_->drain_released();
+        if (!s.reset_since && s.use_cache && !s.replanned) {
+            // The copy is gone (a successor superseded it, the disk budget or a check deleted
+            // it): planned again, the lookup counted once. An entry or anchor in memory, a
+            // running request's sequence or another copy then restores what it holds; after a
+            // damaged copy, an I/O error or a timeout, not that tier's.
+            s.replanned = true;
+            s.skip_tier = gone ? -1 : tier;
+            store_.retract_lookup(s.plan, s.prompt_size());
+            pool_->release(s.seq);
+            s.seq = -1;
+            const double first_lookup_s = s.stats.lookup_s;
+            plan_restore(s);
+            s.stats.lookup_s += first_lookup_s;
+            spdlog::info("request {}: {}; planned again: {}", s.req->id, st.message(),
+                         s.plan.reason.empty() ? "miss" : s.plan.reason);
+            LINEAGE_TRACE(store_.trace(), "planned again after the failed read: {} of {} tokens restored",
+                          s.plan.n_restore, s.prompt_size());
+            start_restore(s, true);
+            return;
+        }
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
     }
     pool_->drain_released();

@@ -154,6 +154,8 @@ void scheduler::impl::reset_slot(slot & s) {
     s.n_past = 0;
     s.use_cache = false;
     s.reset_since = false;
+    s.replanned = false;
+    s.skip_tier = -1;
     s.guard_rollback = false;
     s.replay = 0;
     s.plan = cache::restore_plan{};

@@ -113,8 +113,9 @@ struct scheduler::impl {
     void plan_restore(slot & s);
     /** admit()'s last part: `s`'s sequence (take_device's, or acquire_sequence), its sampler
      *  (fails the slot on no free sequence or a bad grammar), then the restore: a tier read
-     *  (phase loading, the tier's thread notifies) or start_prefill. */
-    void start_restore(slot & s);
+     *  (phase loading, the tier's thread notifies) or start_prefill. `again`: a second plan
+     *  after a failed tier read (complete_load); the restore's time still counts from the first. */
+    void start_restore(slot & s, bool again = false);
     void end_warmup(slot & s, bool whole);
     /** Ladder jobs (cache::config::ladder_defer; docs/architecture.md "Ladder jobs"): queues
      *  one for the rungs `rungs` of the anchor `anchor` that `s`'s request pinned (engine
@@ -146,6 +147,10 @@ struct scheduler::impl {
      *  when there is none, sequence_pool::acquire's. nullopt when every id is busy. */
     std::optional<int32_t> acquire_sequence(const slot & s);
     void poll_loads();
+    /** A tier read of `s` is done: the store completes the plan (tier_loaded). Where the copy
+     *  could not be loaded (deleted meanwhile, damaged), `s` is planned again once without it
+     *  (store::retract_lookup, plan_restore): what memory still holds restores, not a cold
+     *  prefill; after a reset since it arrived, or a second failure, it prefills cold. */
     void complete_load(slot & s);
     /** The read hold: true while a request (not a warm-up) is in phase loading (its state read
      *  from a tier in flight) with at most `short_prefill` prompt tokens to prefill after its

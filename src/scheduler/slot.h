@@ -49,6 +49,12 @@ struct slot {
     cache::key key;
     cache::restore_plan plan;
     std::future<cache::tier_load_result> load;  ///< phase loading: the tier-2 read in flight
+    /** Its tier copy could not be loaded and it was planned again (scheduler complete_load):
+     *  a second failure prefills cold rather than plan a third time. */
+    bool replanned = false;
+    /** replanned: the tier whose read failed, not consulted again (cache::plan_hints::skip_tier)
+     *  unless its copy was just gone (missing); -1 otherwise. */
+    int32_t skip_tier = -1;
     std::chrono::steady_clock::time_point restore_started;
     size_t next_capture = 0;          ///< index into plan.captures
     std::vector<cache::checkpoint> captured;

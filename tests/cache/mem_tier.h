@@ -52,6 +52,9 @@ public:
     // --- test hooks ---
     /** Loads answer "missing" (a copy evicted behind the store's back). */
     std::atomic<bool> fail_loads{false};
+    /** Loads find the copy deleted and answer "missing"; it is gone from the catalog too, as a
+     *  disk file superseded or evicted between the plan and the read (disk_tier::load_now). */
+    std::atomic<bool> vanish_on_load{false};
     /** Copies held now, by id. */
     std::map<copy_id, copy_record> held() const {
         std::lock_guard lk(mu_);
@@ -99,6 +102,9 @@ protected:
         std::lock_guard lk(mu_);
         loads_++;
         tier_load_result r;
+        if (vanish_on_load) {
+            erase(id);
+        }
         auto it = records_.find(id);
         if (fail_loads || it == records_.end()) {
             r.error = tier_load_error::missing;

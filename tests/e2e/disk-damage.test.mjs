@@ -5,6 +5,9 @@
 //  - write-behind under continuous load: with --cache-disk-max-unwritten-s, a conversation is
 //    written while the engine never idles, and restores from disk after a kill -9 (exact
 //    cached_tokens); with the bound off (the behaviour before), the same run writes nothing;
+//  - a conversation's file deleted behind the running server's back (as a successor or the disk
+//    budget deletes one between a lookup and its read): its next turn is planned again and
+//    restores the system prompt's anchor (exact cached_tokens), not the whole prompt cold;
 //  - a steady load of 60 s, then kill -9 (the durability bound under load): every conversation
 //    stored more than the bound (plus a margin for the one-write-per-step pace) before the kill
 //    restores from disk with the exact cached_tokens, and replies as a never-cached server does.
@@ -17,7 +20,7 @@ import { describe, it } from 'node:test';
 
 import { echo, words } from './lib/chat.mjs';
 import { blobFiles, diskSuite, followUpHit } from './lib/disk.mjs';
-import { FAMILY, GEN, MAX_TOKENS, SYSTEM, sys, user, Scenario, askOn, expectHit, expectSame } from './lib/scenario.mjs';
+import { ANCHOR_SLACK, FAMILY, GEN, MAX_TOKENS, SYSTEM, sys, user, Scenario, askOn, expectHit, expectSame } from './lib/scenario.mjs';
 import { ARCHS } from './lib/server.mjs';
 
 /** Sends requests from `clients` concurrent loops of distinct conversations, so that the engine
@@ -81,6 +84,30 @@ for (const arch of ARCHS) {
         assert.ok(rf.u.cached < r.u.prompt - GEN, `follow-up ${k} restored ${rf.u.cached} tokens from a swapped file`);
         expectSame(rf, await sc.cold(`follow-up ${k}`, msgs), `follow-up ${k} after the swap vs cold`);
       }
+      await srv.stopGracefully();
+    });
+
+    it('a file deleted before its read: the next turn is planned again and restores the anchor, not cold', async () => {
+      const d = dir('gone');
+      const P = [sys(SYSTEM(45)), user(`Review the patch below.\n\n${words(60, 46)}`)];
+      let srv = await startOn(arch, d, `dd-gone-a-${arch}`);
+      const sc = new Scenario(srv, arch, suite.ref);
+      const r1 = await sc.ask('P', P);
+      expectHit(r1, 0, 'miss');
+      const A = r1.trace.hints.anchor - ANCHOR_SLACK;
+      await srv.stopGracefully();  // both files written: the anchor's and the conversation's
+      srv = await startOn(arch, d, `dd-gone-b-${arch}`);
+      sc.srv = srv;
+      const files = blobFiles(d).map((f) => ({ f, size: fs.statSync(path.join(d, f)).size })).sort((a, b) => b.size - a.size);
+      assert.equal(files.length, 2, `the anchor's file and the conversation's: ${JSON.stringify(files)}`);
+      fs.unlinkSync(path.join(d, files[0].f));  // the conversation's, the larger; its index row stays
+      const msgs = [...P, echo(r1.res.choices[0].message), user('And the root cause?')];
+      const r2 = await sc.ask('follow-up, its file gone', msgs);
+      expectHit(r2, A, 'anchor');  // the anchor's own file: its state at A, dense or hybrid
+      assert.match(srv.log(), /not loaded \(missing: [^)]*\); planned again/);
+      const s = await sc.stats();
+      assert.equal(s.misses, 0, `one lookup, counted as the hit it became: ${JSON.stringify(s)}`);
+      expectSame(r2, await sc.cold('follow-up', msgs), 'planned again vs cold');
       await srv.stopGracefully();
     });
 

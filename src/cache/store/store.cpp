@@ -181,6 +181,7 @@ struct store::plan_state {
 restore_plan store::plan(const key & k, const tokens & prompt, const plan_hints & hints, double now_s) {
     restore_plan p;
     plan_state s{k, prompt, hints, now_s, !warmup_lookup_};  // a warm-up's lookup is no request's (stats.warmup)
+    p.counted = s.counted;
     stats_.lookups += s.counted ? 1 : 0;
     expire(now_s);
 
@@ -280,6 +281,9 @@ void store::search_tiers(plan_state & s) {
         return;
     }
     for (size_t i = 0; i < tiers_.size(); ++i) {
+        if (static_cast<int32_t>(i) == s.hints.skip_tier) {
+            continue;
+        }
         const int32_t above = std::max(s.chosen ? s.chosen->n : 0, s.tier_copy ? s.tier_copy->n : 0);
         auto c = tiers_[i].lookup->best(s.k.bucket, s.k.session, s.prompt, std::max(above, cfg_.min_prefix - 1));
         if (!c) {

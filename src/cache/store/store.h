@@ -93,6 +93,10 @@ struct plan_hints : prompt_hints {
      *  restore point is chosen only when it is longer than every stored one. The span must
      *  outlive the plan() call. */
     std::span<const live_state> live = {};
+    /** A tier not consulted (attach_tier order; -1: none): a plan made again after a read from it
+     *  failed for another cause than its copy being gone (damaged, an I/O error, a timeout), so
+     *  that the request does not wait on that tier a second time (scheduler complete_load). */
+    int32_t skip_tier = -1;
 };
 
 /** A state to capture during prefill, after exactly n_tokens of the prompt. */
@@ -192,6 +196,9 @@ struct restore_plan {
      *  rung admission, --cache-eviction value: no room left and each worth less per byte than
      *  what it would push out; stats::ladder_rungs_not_planned). */
     int32_t rungs_not_planned = 0;
+    /** The lookup was a request's, counted in stats (lookups, hits or misses, tokens): not a
+     *  warm-up's or a ladder job's (store::plan_warmup, plan_ladder_job). */
+    bool counted = false;
     std::string reason;                    ///< one line for the decision log
     /** A miss or a short hit: why (reasons.h); nullopt for a hit that restored what was shared. */
     std::optional<miss_cause> cause;
@@ -269,7 +276,8 @@ struct entry_view {
 };
 
 /** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
- *  planned capture lies ahead and is still taken. */
+ *  planned capture lies ahead and is still taken. What the lookup counted (counted,
+ *  rungs_not_planned) stays with it (store::retract_lookup). */
 restore_plan cold_plan(restore_plan p);
 
 class store {
@@ -362,7 +370,8 @@ public:
      *  so, or when it came from a shared tier. Fails when the file was damaged or
      *  missing, or when a hybrid restore short of the file's length finds no checkpoint where
      *  its index said: the hit then becomes a counted miss (tier_load_failed) and `p` a cold
-     *  plan with the same captures; the status says which file and why. */
+     *  plan with the same captures; the status says which file and why. The scheduler then
+     *  plans the request again (retract_lookup, then plan): what memory still holds serves it. */
     util::status tier_loaded(const key & k, restore_plan & p, tier_load_result r, double now_s);
     /** The checkpoints tier_loaded uses of the copy `p` loads: every one where the copy may be
      *  pinned again as an anchor with its ladder (repins_read_anchor, an anchor or ladder
@@ -374,6 +383,13 @@ public:
      *  (rejections[the tier's load_failed]: "disk_damaged", "redis_failed"); the request prefills
      *  cold. */
     void tier_load_failed(const restore_plan & p);
+    /** Takes back what the lookup that made `cold` counted, once its tier copy could not be
+     *  loaded (tier_loaded made it cold and counted a miss): the lookup, that miss, the
+     *  `n_prompt` tokens counted to prefill, its rungs not planned. The request is then planned
+     *  again (plan, plan_warmup) and counted once, as that plan says; the failed read stays
+     *  counted (rejections[the tier's load_failed]). Nothing for a plan not counted (a
+     *  warm-up's). */
+    void retract_lookup(const restore_plan & cold, int32_t n_prompt);
 
     /** The least recently used parked device entry (to demote when a sequence id is
      *  needed), or nullopt when none is parked. */

@@ -124,6 +124,8 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
 restore_plan cold_plan(restore_plan p) {
     restore_plan cold;
     cold.captures = std::move(p.captures);
+    cold.counted = p.counted;
+    cold.rungs_not_planned = p.rungs_not_planned;
     return cold;
 }
 
@@ -207,14 +209,26 @@ std::string store::copy_noun(const restore_plan & p) const {
 }
 
 void store::tier_load_failed(const restore_plan & p) {
-    count_hit(p, -1);
-    int64_t & tier_hits = stats_.tier_hits[p.tier_name];
-    tier_hits = std::max<int64_t>(0, tier_hits - 1);
-    stats_.tokens_prefilled += p.n_restore;
-    stats_.misses++;
+    if (p.counted) {  // a warm-up's hit was not counted (plan_tier_restore)
+        count_hit(p, -1);
+        int64_t & tier_hits = stats_.tier_hits[p.tier_name];
+        tier_hits = std::max<int64_t>(0, tier_hits - 1);
+        stats_.tokens_prefilled += p.n_restore;
+        stats_.misses++;
+    }
     const size_t t = static_cast<size_t>(p.tier);
     stats_.rejections[p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.load_failed : "tier_load_failed"]++;
     LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold", copy_noun(p), p.tier_copy);
+}
+
+void store::retract_lookup(const restore_plan & cold, int32_t n_prompt) {
+    stats_.ladder_rungs_not_planned = std::max<int64_t>(0, stats_.ladder_rungs_not_planned - cold.rungs_not_planned);
+    if (!cold.counted) {
+        return;
+    }
+    stats_.lookups = std::max<int64_t>(0, stats_.lookups - 1);
+    stats_.misses = std::max<int64_t>(0, stats_.misses - 1);
+    stats_.tokens_prefilled = std::max<int64_t>(0, stats_.tokens_prefilled - n_prompt);
 }
 
 std::optional<entry_view> store::device_lru() const {

@@ -145,6 +145,70 @@ TEST(StoreTiers, AnInMemoryTierServesAHitThroughTheStore) {
     EXPECT_EQ(q.n_restore, 0);  // a cold plan now
 }
 
+// A copy deleted between the plan and its read (a successor superseded it, the disk budget
+// evicted it): the request is planned again without it, and what memory holds restores, counted
+// as one lookup. The scheduler does this (complete_load); a cold prefill of the whole prompt was
+// what it did before, though the entry in memory held 20 of its tokens.
+TEST(StoreTiers, ACopyGoneBeforeItsReadIsPlannedAgainFromWhatMemoryHolds) {
+    fakes::mem_tier mem("mem");
+    put_record(mem, "s");  // 40 tokens
+    ASSERT_EQ(mem.take_completions().size(), 1u);
+    store st(hybrid_config(), true);
+    st.attach_tier(&mem, mem.traits());
+    const key k{"b", "s"};
+    park(st, k, seq(0, 20), 1, 1.0);
+    const tokens prompt = seq(0, 50);
+    auto p = st.plan(k, prompt, {}, 2.0);
+    ASSERT_EQ(p.op, restore_op::load_tier) << p.reason;  // the copy restores more than memory's 20
+    EXPECT_EQ(p.n_restore, 40);
+    EXPECT_TRUE(p.counted);
+
+    mem.vanish_on_load = true;
+    tier_load_result gone = mem.load(p.tier_copy, tier_expect{.bucket = "b", .prefix = seq(0, 40)}).get();
+    EXPECT_EQ(gone.error, tier_load_error::missing);
+    EXPECT_FALSE(st.tier_loaded(k, p, std::move(gone), 3.0).is_ok());
+    EXPECT_EQ(p.n_restore, 0);
+    EXPECT_EQ(st.get_stats().misses, 1);  // what a request prefilling cold now counts
+
+    st.retract_lookup(p, static_cast<int32_t>(prompt.size()));
+    auto again = st.plan(k, prompt, {}, 3.0);
+    EXPECT_EQ(again.op, restore_op::take_device) << again.reason;  // the parked entry, continued
+    EXPECT_EQ(again.n_restore, 20);
+    const stats s = st.get_stats();
+    EXPECT_EQ(s.lookups, 1);
+    EXPECT_EQ(s.misses, 0);
+    EXPECT_EQ(s.hits_of_tier("mem"), 0);
+    EXPECT_EQ(s.tokens_prefilled, 30);
+    EXPECT_EQ(s.tokens_reused, 20);
+    EXPECT_EQ(s.rejections.at("mem_failed"), 1);  // the failed read stays counted
+    st.check_invariants();
+
+    // After a damaged copy, an I/O error or a timeout the plan made again skips that tier.
+    store st3(hybrid_config(), true);
+    st3.attach_tier(&mem, mem.traits());
+    mem.vanish_on_load = false;
+    put_record(mem, "s");
+    ASSERT_EQ(mem.take_completions().size(), 1u);
+    EXPECT_EQ(st3.plan(k, prompt, {}, 3.5).op, restore_op::load_tier);
+    plan_hints skip;
+    skip.skip_tier = 0;
+    EXPECT_EQ(st3.plan(k, prompt, skip, 3.6).op, restore_op::none);
+
+    // A warm-up's lookup is counted nowhere: its failed read takes back no request's hit.
+    store st2(hybrid_config(), true);
+    st2.attach_tier(&mem, mem.traits());
+    auto w = st2.plan_warmup(k, prompt, {}, 4.0);
+    ASSERT_EQ(w.op, restore_op::load_tier) << w.reason;
+    EXPECT_FALSE(w.counted);
+    mem.fail_loads = true;
+    tier_load_result bad = mem.load(w.tier_copy, tier_expect{.bucket = "b", .prefix = seq(0, 40)}).get();
+    EXPECT_FALSE(st2.tier_loaded(k, w, std::move(bad), 5.0).is_ok());
+    EXPECT_EQ(st2.get_stats().misses, 0);
+    EXPECT_EQ(st2.get_stats().lookups, 0);
+    EXPECT_EQ(st2.get_stats().tokens_prefilled, 0);
+    EXPECT_EQ(st2.get_stats().rejections.at("mem_failed"), 1);
+}
+
 // An anchor read back from a tier for a new session: pinned in RAM again with its ladder where
 // the config says so (a GPU, or RAM release off), else it serves that hit from the file's state
 // and stays a file (the CPU alone with RAM release on: config::repin_read_anchors_for).

@@ -480,7 +480,7 @@ tier_load_result redis_tier::load_now(copy_id id, const tier_expect & want) {
             util::lock_guard lk(mu_);
             stats_.vanished++;
         }
-        spdlog::info("tier 3: entry {} vanished from Redis ({}): a miss", e.ek, r.detail);
+        spdlog::info("tier 3: entry {} vanished from Redis ({}): not restored", e.ek, r.detail);
         forget(id);
     } else {
         count_damage(r.error);
