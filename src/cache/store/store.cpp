@@ -387,6 +387,7 @@ void store::plan_entry_restore(const plan_state & s, restore_plan & p) {
         if (e.rung_uses[chosen->n]++ == 0) {
             rung_reuse_.reused(0);
         }
+        rung_reuse_.observe_gap(s.now_s - e.last_use);  // the rung kind's own reuse gap (rung_aged)
     }
     e.last_use = s.now_s;
     p.source_uses = e.uses;

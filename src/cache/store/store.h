@@ -773,10 +773,17 @@ private:
      *  again: its own kind's outcomes (rung_reuse_: rungs restored against rungs evicted never
      *  restored) shrunk toward the entries' chance for a copy never restored,
      *  (restored + 2 p0) / (restored + evicted + 2) as reuse_model shrinks a family, discounted by
-     *  age in reuse gaps as reuse_model::likelihood.
+     *  age in the rung kind's own reuse gaps (rung_aged).
      *  On the bench's pressure trace 2 of ~60 rungs were restored: a rung was priced at a fresh
      *  anchor's likelihood before, and a conversation's parked entry was refused for one. */
     double rung_likelihood(double age_s) const;
+    /** The chance `p` of a ladder rung `age_s` seconds past its anchor's last use, discounted as
+     *  reuse_model::likelihood but in the rung kind's own reuse gap (rung_reuse_.gap_s(): the
+     *  time from an anchor's last use to a rung's restore, reuse_model::prior_gap_s before the
+     *  first), not the entries': a conversation comes back within seconds, a new session on a
+     *  known system text after minutes. On the pressure bench, aged on the entries' ~1 s gap,
+     *  a persona's rungs were all dropped within 10 s, before its first new session came. */
+    double rung_aged(double p, double age_s) const;
     /** The live conversations' entries the protected share holds (value policy): not anchors,
      *  likely_back, used within max(config::live_window_s, 4 reuse gaps), most recently used
      *  first while their RAM bytes fit in --cache-ram-protect of what the pinned anchors leave of
@@ -846,7 +853,8 @@ private:
     tier_cost cost_;
     reuse_model reuse_;   // the eviction value's reuse likelihood (value.h)
     // The pinned anchors' ladder rungs' own outcomes (use class 0 only, no family): a success
-    // for a rung's first restore, a failure for a rung evicted never restored (rung_likelihood).
+    // for a rung's first restore, a failure for a rung evicted never restored (rung_likelihood);
+    // its gap is the time from an anchor's last use to a rung's restore (rung_aged).
     reuse_model rung_reuse_;
     double now_s_ = 0;    // the latest monotonic time the store was given (plan, commit, expire)
     stats stats_;

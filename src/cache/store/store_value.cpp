@@ -143,7 +143,11 @@ double store::rung_likelihood(double age_s) const {
     const auto restored = static_cast<double>(rung_reuse_.reused_count(0));
     const auto evicted = static_cast<double>(rung_reuse_.left_count(0));
     const double p = (restored + 2 * p0) / (restored + evicted + 2);
-    return p / (1 + std::max(age_s, 0.0) / std::max(reuse_.gap_s(), 1e-3));
+    return rung_aged(p, age_s);
+}
+
+double store::rung_aged(double p, double age_s) const {
+    return p / (1 + std::max(age_s, 0.0) / std::max(rung_reuse_.gap_s(), 1e-3));
 }
 
 std::optional<store::victim_choice> store::cheapest_rung() {
@@ -163,8 +167,9 @@ std::optional<store::victim_choice> store::cheapest_rung() {
                 // A rung restored before (a system text's variant that comes back: the line before
                 // a timestamp) is priced as an entry with that many uses where that is more.
                 const auto u = it->rung_uses.find(c.n_tokens);
-                const double l =
-                    u == it->rung_uses.end() ? likelihood : std::max(likelihood, reuse_.likelihood(u->second, age));
+                const double l = u == it->rung_uses.end()
+                                     ? likelihood
+                                     : std::max(likelihood, rung_aged(reuse_.probability(u->second), age));
                 const int32_t from = std::min(below, c.n_tokens);
                 const double saved =
                     cost_.prefill_seconds(from, c.n_tokens).value_or(static_cast<double>(c.n_tokens - from));

@@ -515,6 +515,42 @@ TEST_F(ValueEvictionTest, ARungRestoredBeforeStaysWhenItsAnchorsOtherRungsGo) {
     EXPECT_NE(by_kind, (std::vector<int32_t>{80})) << "never restored, the rung at 80 is priced as its kind";
 }
 
+TEST_F(ValueEvictionTest, ARungAgesOnItsOwnKindsReuseGapNotTheConversations) {
+    // A conversation's next turn comes back within a second here (the entries' reuse gap falls
+    // toward 1 s over 40 turns), while a new session on a known system text comes back after
+    // minutes. Anchor A's rung (150 tokens in 50 bytes), 40 s past the anchor's last use,
+    // against a fresh side call's entry (~460 tokens in 500 bytes), the budget full: aged on the
+    // rung kind's own gap (reuse_model::prior_gap_s, 30 s, before a rung restore measured one),
+    // p0 / (1 + 40 / 30) per byte is worth more than the side call's and the side call leaves;
+    // aged on the conversations' gap (p0 / 29) the rung went first, as on the pressure bench,
+    // where a persona's rungs were all dropped before its first new session came (1,568 tokens
+    // restored instead of 2,177).
+    auto st = std::make_unique<store>(with_anchors(), true);
+    std::vector<checkpoint> rungs;
+    rungs.push_back({150, point_kind::ladder, fake(50)});
+    ASSERT_TRUE(st->reserve(550));
+    st->commit_anchor(key{"b", "a"}, seq(50000, 200), fake(500), 550, 1.0, 0, std::move(rungs));
+    double now = 1;
+    for (int t = 1; t <= 40; ++t) {
+        run(*st, key{"b", "conv"}, conversation(0, t), now, 500);
+        now += 1;
+    }
+    run(*st, key{"b", "side"}, side_call(0, 400), now, 500);
+    const uint64_t fill = st->budget() - st->ram_bytes();
+    ASSERT_TRUE(st->reserve(fill));
+    const int64_t rungs_before = st->get_stats().ladder_rungs_evicted;
+    ASSERT_TRUE(st->reserve(50));
+    const auto stats = st->get_stats();
+    EXPECT_EQ(stats.ladder_rungs_evicted - rungs_before, 0) << "the rung stays";
+    EXPECT_EQ(stats.evictions_by_uses.count("unused") ? stats.evictions_by_uses.at("unused") : 0, 1)
+        << "the side call left";
+    // The positive case: a new session parting after the rung restores it.
+    const auto p = st->plan(key{"b", "new"}, cat(seq(50000, 160), seq(70000, 20)), {}, now);
+    EXPECT_EQ(p.kind, point_kind::ladder);
+    EXPECT_EQ(p.n_restore, 150);
+    st->abandon(p, 0);
+}
+
 TEST_F(ValueEvictionTest, AShortHitOfAFewTokensCausedByAnEvictionSaysEvicted) {
     // An anchor-like prefix entry and a conversation 40 tokens past it; the conversation is
     // evicted; its next turn restores the prefix: 40 tokens short, under short_hit_tokens, and
