@@ -228,7 +228,8 @@ out.push('Turns are the conversations\' own requests (every request but the side
   '(where no earlier prompt or reply covered all of it, as when the template renders an earlier reply otherwise now: ' +
   'the oracle\'s reach less a message header, 4 tokens, since that reach ends inside the header of the first message ' +
   'rendered otherwise, where no cache has a restore point). Of the next turns that did not, "entry kept, reply ' +
-  'recomputed" restored at least their conversation\'s previous prompt: what they recomputed is the reply, whose ' +
+  'recomputed" restored at least their conversation\'s previous prompt (or its resend guard, one token before its ' +
+  'end): what they recomputed is the reply, whose ' +
   'text the random-weight bench model does not decode to the tokens that text tokenizes to (a real model\'s mostly ' +
   'does), so that no copy reaches past it but a warm-up of the reply as rendered, which runs only on an idle engine; ' +
   '"entry lost" restored less (the anchor, or nothing after the restart): the eviction policy\'s misses. ' +

@@ -65,7 +65,7 @@ function ttft(rs) {
 /** The conversations' next turns (base kind warm, side calls apart) that reached their history
  *  boundary (run.mjs: history_restored): {n, restored, fraction, reply_only}; n 0 without the
  *  figure. reply_only: of those that did not, the ones whose cached tokens still reached their
- *  conversation's previous prompt (the entry was kept; what was recomputed is the reply, which a
+ *  conversation's previous prompt, or its resend guard one token before its end (the entry was kept; what was recomputed is the reply, which a
  *  random-weight model's text does not give back as the tokens it decoded, so only a warm-up of
  *  the reply as rendered restores past it); the others lost their conversation's entry. */
 export function historyRestored(records) {
@@ -81,7 +81,9 @@ export function historyRestored(records) {
   const replyOnly = xs.filter((r) => {
     if (r.history_restored || !Number.isFinite(r.cached_tokens)) return false;
     const previous = previousPrompt(r);
-    return Number.isFinite(previous) && r.cached_tokens >= previous;
+    // previous - 1: a hybrid's resend guard of that prompt (its state one token before its end)
+    // is the entry kept as well.
+    return Number.isFinite(previous) && r.cached_tokens >= previous - 1;
   }).length;
   return { n: xs.length, restored, fraction: xs.length ? restored / xs.length : null, reply_only: replyOnly };
 }
