@@ -44,7 +44,8 @@ struct config {
     uint64_t snapshot_capacity_bytes = 0;
     /** What leaves RAM first when the budget is full (--cache-eviction value|recency). */
     eviction_policy eviction = eviction_policy::value;
-    /** Share of the RAM budget the pinned anchors leave within which the entries of live
+    /** Share of the RAM budget the pinned anchors' own states leave (not their ladder rungs,
+     *  which are eviction victims: store::protected_live) within which the entries of live
      *  conversations (likely to come back, store::likely_back, and last used within
      *  live_window_s) are not eviction victims while any other copy is (--cache-ram-protect;
      *  0.5: half, so that a burst of one-off calls cannot push every running conversation

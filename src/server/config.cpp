@@ -843,7 +843,8 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
             return util::status::error("expected one of value|recency");
         });
     add("--cache-ram-protect", "LINEAGE_CACHE_RAM_PROTECT", "FRACTION", fmt_double(dc.ram_protect_share),
-        "--cache-eviction value: share of the RAM budget left by the pinned anchors within which the live "
+        "--cache-eviction value: share of the RAM budget left by the pinned anchors (their own states; their "
+        "ladder rungs are victims too) within which the live "
         "conversations' entries (likely to come back: restored at least once, made by a prompt that sends an "
         "earlier reply back, or on a system text whose first turns have come back; used within the last minute "
         "or four reuse gaps) are "

@@ -120,9 +120,16 @@ std::optional<store::victim_choice> store::choose_victim(uint64_t protect_id) {
 
 std::unordered_set<uint64_t> store::protected_live(uint64_t id, uint64_t extra_bytes) const {
     const double window = std::max(config::live_window_s, 4 * reuse_.gap_s());
+    // The anchors' own states, not their ladder rungs: those are victims like the entries
+    // (cheapest_rung), and counted here they left a conversation no share while they held it.
     uint64_t anchors = 0;
     for (const auto & x : entries_) {
-        anchors += x.anchor ? x.ram_bytes() : 0;
+        if (x.anchor) {
+            anchors += x.ram_bytes();
+            for (const auto & c : x.checkpoints) {
+                anchors -= c.kind == point_kind::ladder && c.recurrent ? c.recurrent->size() : 0;
+            }
+        }
     }
     const auto share = static_cast<uint64_t>(cfg_.ram_protect_share *
                                              static_cast<double>(cfg_.ram_bytes - std::min(cfg_.ram_bytes, anchors)));

@@ -551,6 +551,48 @@ TEST_F(ValueEvictionTest, ARungAgesOnItsOwnKindsReuseGapNotTheConversations) {
     st->abandon(p, 0);
 }
 
+TEST_F(ValueEvictionTest, AnAnchorsLadderRungsDoNotShrinkTheLiveConversationsProtectedShare) {
+    // An anchor of 200 tokens (500 bytes) with two rungs of 1,000 bytes, and a live conversation
+    // on it (its second turn: 1,200 bytes, saving 40 tokens beyond the anchor), the budget (3,900)
+    // then full. The rungs can be evicted, so the share --cache-ram-protect 0.5 holds is of what
+    // the anchor's own state leaves (1,700 bytes), not of what anchor and rungs leave (700, where
+    // the conversation did not fit and, worth less per byte than a rung, was evicted: on the
+    // pressure bench a conversation's 3,145-token entry went so, 2.3 s after its turn, and its
+    // next turn computed 864 tokens more than the oracle). Now a rung leaves and the
+    // conversation stays; with the share off (0) the conversation goes (the positive case).
+    auto contest = [&](double protect) {
+        config c = with_anchors();
+        c.ram_bytes = 3900;
+        c.ram_protect_share = protect;
+        auto st = std::make_unique<store>(c, true);
+        std::vector<checkpoint> rungs;
+        for (int32_t n : {80, 160}) {
+            rungs.push_back({n, point_kind::ladder, fake(1000)});
+        }
+        const tokens system = seq(50000, 200);
+        EXPECT_TRUE(st->reserve(2500));
+        st->commit_anchor(key{"b", "a"}, system, fake(500), 2500, 0.5, 0, std::move(rungs));
+        const tokens turn1 = cat(system, seq(60000, 20));
+        run(*st, key{"b", "conv"}, turn1, 1.0, 200);
+        run(*st, key{"b", "conv"}, cat(turn1, seq(61000, 20)), 2.0, 1200);
+        EXPECT_EQ(st->get_stats().ladder_rungs_evicted, 0) << "both rungs held until now";
+        EXPECT_TRUE(st->reserve(st->budget() - st->ram_bytes()));
+        const auto before = st->get_stats();
+        EXPECT_TRUE(st->reserve(500));
+        const auto after = st->get_stats();
+        auto reused = [](const stats & x) {
+            return x.evictions_by_uses.count("reused") ? x.evictions_by_uses.at("reused") : 0;
+        };
+        return std::pair{after.ladder_rungs_evicted - before.ladder_rungs_evicted, reused(after) - reused(before)};
+    };
+    const auto shared = contest(0.5);
+    EXPECT_EQ(shared.first, 1) << "a rung left";
+    EXPECT_EQ(shared.second, 0) << "the live conversation stays";
+    const auto off = contest(0.0);
+    EXPECT_EQ(off.first, 0);
+    EXPECT_EQ(off.second, 1) << "no share: the conversation, worth less per byte than a rung, left";
+}
+
 TEST_F(ValueEvictionTest, AShortHitOfAFewTokensCausedByAnEvictionSaysEvicted) {
     // An anchor-like prefix entry and a conversation 40 tokens past it; the conversation is
     // evicted; its next turn restores the prefix: 40 tokens short, under short_hit_tokens, and
