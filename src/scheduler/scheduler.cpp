@@ -820,12 +820,12 @@ void scheduler::impl::complete_load(slot & s) {
         r.record.reset();
     }
     if (auto st = store_.tier_loaded(s.key, s.plan, std::move(r), now_s()); !st) {
-        pool_->drain_released();
         if (!s.reset_since && s.use_cache && !s.replanned) {
             // The copy is gone (a successor superseded it, the disk budget or a check deleted
             // it): planned again, the lookup counted once. An entry or anchor in memory, a
             // running request's sequence or another copy then restores what it holds; after a
             // damaged copy, an I/O error or a timeout, not that tier's.
+            pool_->drain_released();
             s.replanned = true;
             s.skip_tier = gone ? -1 : tier;
             store_.retract_lookup(s.plan, s.prompt_size());

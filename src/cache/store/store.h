@@ -380,8 +380,9 @@ public:
     checkpoint_filter checkpoints_to_read(const restore_plan & p) const;
 
     /** A load_tier plan's copy failed its checks or vanished: the hit becomes a counted miss
-     *  (rejections[the tier's load_failed]: "disk_damaged", "redis_failed"); the request prefills
-     *  cold. */
+     *  (rejections[the tier's load_failed]: "disk_damaged", "redis_failed"); a warm-up's, whose
+     *  hit was not counted, only the rejection. The scheduler then plans the request again
+     *  (retract_lookup), or prefills it cold. */
     void tier_load_failed(const restore_plan & p);
     /** Takes back what the lookup that made `cold` counted, once its tier copy could not be
      *  loaded (tier_loaded made it cold and counted a miss): the lookup, that miss, the

@@ -218,7 +218,8 @@ void store::tier_load_failed(const restore_plan & p) {
     }
     const size_t t = static_cast<size_t>(p.tier);
     stats_.rejections[p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.load_failed : "tier_load_failed"]++;
-    LINEAGE_TRACE(trace_, "{} {} could not be loaded: counted as a miss, prefilling cold", copy_noun(p), p.tier_copy);
+    LINEAGE_TRACE(trace_, "{} {} could not be loaded: not restored (the request is planned again without it)",
+                  copy_noun(p), p.tier_copy);
 }
 
 void store::retract_lookup(const restore_plan & cold, int32_t n_prompt) {
