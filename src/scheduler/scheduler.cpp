@@ -813,7 +813,7 @@ void scheduler::impl::complete_load(slot & s) {
     cache::tier_load_result r = s.load.get();
     s.plan.tier_read_s = r.seconds;
     const bool gone = r.error == cache::tier_load_error::missing;  // that copy, not the tier
-    const int32_t tier = s.plan.tier;
+    const cache::restore_plan first = s.plan;                      // as planned (tier_loaded may make it cold)
     if (s.reset_since) {  // read from a copy the reset deleted: not restored
         r.error = cache::tier_load_error::missing;
         r.detail = "the cache was reset while it was read";
@@ -827,8 +827,8 @@ void scheduler::impl::complete_load(slot & s) {
             // damaged copy, an I/O error or a timeout, not that tier's.
             pool_->drain_released();
             s.replanned = true;
-            s.skip_tier = gone ? -1 : tier;
-            store_.retract_lookup(s.plan, s.prompt_size());
+            s.skip_tier = gone ? -1 : first.tier;
+            store_.retract_lookup(first, s.prompt_size());
             pool_->release(s.seq);
             s.seq = -1;
             const double first_lookup_s = s.stats.lookup_s;
@@ -842,6 +842,8 @@ void scheduler::impl::complete_load(slot & s) {
             return;
         }
         spdlog::info("request {}: {}; prefilling cold", s.req->id, st.message());
+        LINEAGE_TRACE(store_.trace(), "prefilling cold after the failed read{}",
+                      s.reset_since ? " (the cache was reset)" : s.replanned ? " (its second)" : "");
     }
     pool_->drain_released();
     start_prefill(s);

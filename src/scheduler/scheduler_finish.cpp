@@ -74,7 +74,14 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
     if (s.ph == slot::phase::decode) {
         s.stats.decode_s = seconds_since(s.first_token_at);
     }
-    life_->commit(s, now_s());
+    if (s.ph == slot::phase::loading) {
+        // Ended while its tier read was in flight (a cancel, a shutdown): nothing is computed
+        // yet, so nothing is stored; the read's result is dropped.
+        life_->abandon(s);
+        s.load = {};
+    } else {
+        life_->commit(s, now_s());
+    }
     record(s, why);
     generation_event e;
     e.type = generation_event::kind::done;
@@ -154,6 +161,7 @@ void scheduler::impl::reset_slot(slot & s) {
     s.n_past = 0;
     s.use_cache = false;
     s.reset_since = false;
+    s.load = {};  // a read in flight is dropped with its request
     s.replanned = false;
     s.skip_tier = -1;
     s.guard_rollback = false;

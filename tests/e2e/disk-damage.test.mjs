@@ -100,7 +100,9 @@ for (const arch of ARCHS) {
       sc.srv = srv;
       const files = blobFiles(d).map((f) => ({ f, size: fs.statSync(path.join(d, f)).size })).sort((a, b) => b.size - a.size);
       assert.equal(files.length, 2, `the anchor's file and the conversation's: ${JSON.stringify(files)}`);
-      fs.unlinkSync(path.join(d, files[0].f));  // the conversation's, the larger; its index row stays
+      // The conversation's file is the larger: more tokens, and its turn and guard checkpoints (the
+      // base capture set has no ladder, so the anchor's file holds its state alone). Its index row stays.
+      fs.unlinkSync(path.join(d, files[0].f));
       const msgs = [...P, echo(r1.res.choices[0].message), user('And the root cause?')];
       const r2 = await sc.ask('follow-up, its file gone', msgs);
       expectHit(r2, A, 'anchor');  // the anchor's own file: its state at A, dense or hybrid

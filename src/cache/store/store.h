@@ -276,8 +276,8 @@ struct entry_view {
 };
 
 /** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
- *  planned capture lies ahead and is still taken. What the lookup counted (counted,
- *  rungs_not_planned) stays with it (store::retract_lookup). */
+ *  planned capture lies ahead and is still taken; still the same request's lookup (counted,
+ *  rungs_not_planned). */
 restore_plan cold_plan(restore_plan p);
 
 class store {
@@ -384,13 +384,15 @@ public:
      *  hit was not counted, only the rejection. The scheduler then plans the request again
      *  (retract_lookup), or prefills it cold. */
     void tier_load_failed(const restore_plan & p);
-    /** Takes back what the lookup that made `cold` counted, once its tier copy could not be
-     *  loaded (tier_loaded made it cold and counted a miss): the lookup, that miss, the
-     *  `n_prompt` tokens counted to prefill, its rungs not planned. The request is then planned
-     *  again (plan, plan_warmup) and counted once, as that plan says; the failed read stays
-     *  counted (rejections[the tier's load_failed]). Nothing for a plan not counted (a
-     *  warm-up's). */
-    void retract_lookup(const restore_plan & cold, int32_t n_prompt);
+    /** Takes back what the lookup that made `first` (the load_tier plan as planned, before
+     *  tier_loaded failed and made it cold, counting a miss) counted: the lookup, that miss, the
+     *  `n_prompt` tokens counted to prefill, its rungs not planned, its miss or short-hit cause
+     *  (and key dimension). The request is then planned again (plan, plan_warmup) and counted
+     *  once, as that plan says; the failed read stays counted (rejections[the tier's
+     *  load_failed]). Only the rungs for a plan not counted (a warm-up's). Not taken back: an
+     *  evicted entry's ghost counted as reused (classify), counted again if the second plan
+     *  finds it too. */
+    void retract_lookup(const restore_plan & first, int32_t n_prompt);
 
     /** The least recently used parked device entry (to demote when a sequence id is
      *  needed), or nullopt when none is parked. */
@@ -780,8 +782,8 @@ private:
     double rung_likelihood(double age_s) const;
     /** The chance `p` of a ladder rung `age_s` seconds past its anchor's last use, discounted as
      *  reuse_model::likelihood but in the rung kind's own reuse gap (rung_reuse_.gap_s(): the
-     *  time from an anchor's last use to a rung's restore, reuse_model::prior_gap_s before the
-     *  first), not the entries': a conversation comes back within seconds, a new session on a
+     *  time from an anchor's last use to a rung's restore, averaged from reuse_model::prior_gap_s
+     *  on), not the entries': a conversation comes back within seconds, a new session on a
      *  known system text after minutes. On the pressure bench, aged on the entries' ~1 s gap,
      *  a persona's rungs were all dropped within 10 s, before its first new session came. */
     double rung_aged(double p, double age_s) const;
@@ -855,8 +857,9 @@ private:
     reuse_model reuse_;   // the eviction value's reuse likelihood (value.h)
     // The pinned anchors' ladder rungs' own outcomes (use class 0 only, no family): a success
     // for a rung's first restore, a failure for a rung evicted never restored (rung_likelihood);
-    // its gap is the time from an anchor's last use to a rung's restore (rung_aged).
-    reuse_model rung_reuse_;
+    // its gap is the time from an anchor's last use to a rung's restore (rung_aged), averaged
+    // from the 30 s prior on.
+    reuse_model rung_reuse_{/*prior_is_a_sample=*/true};
     double now_s_ = 0;    // the latest monotonic time the store was given (plan, commit, expire)
     stats stats_;
     tracer trace_;

@@ -218,18 +218,26 @@ void store::tier_load_failed(const restore_plan & p) {
     }
     const size_t t = static_cast<size_t>(p.tier);
     stats_.rejections[p.tier >= 0 && t < tiers_.size() ? tiers_[t].traits.load_failed : "tier_load_failed"]++;
-    LINEAGE_TRACE(trace_, "{} {} could not be loaded: not restored (the request is planned again without it)",
-                  copy_noun(p), p.tier_copy);
+    LINEAGE_TRACE(trace_, "{} {} could not be loaded: not restored", copy_noun(p), p.tier_copy);
 }
 
-void store::retract_lookup(const restore_plan & cold, int32_t n_prompt) {
-    stats_.ladder_rungs_not_planned = std::max<int64_t>(0, stats_.ladder_rungs_not_planned - cold.rungs_not_planned);
-    if (!cold.counted) {
+void store::retract_lookup(const restore_plan & first, int32_t n_prompt) {
+    auto take_back = [](int64_t & n, int64_t by) { n = std::max<int64_t>(0, n - by); };
+    take_back(stats_.ladder_rungs_not_planned, first.rungs_not_planned);
+    if (!first.counted) {
         return;
     }
-    stats_.lookups = std::max<int64_t>(0, stats_.lookups - 1);
-    stats_.misses = std::max<int64_t>(0, stats_.misses - 1);
-    stats_.tokens_prefilled = std::max<int64_t>(0, stats_.tokens_prefilled - n_prompt);
+    take_back(stats_.lookups, 1);
+    take_back(stats_.misses, 1);  // tier_load_failed's
+    take_back(stats_.tokens_prefilled, n_prompt);
+    if (first.cause) {  // classify's
+        take_back((first.n_restore == 0 ? stats_.misses_by_cause
+                                        : stats_.short_hits_by_cause)[std::string(to_string(*first.cause))],
+                  1);
+        if (*first.cause == miss_cause::key_differs && !first.cause_dimension.empty()) {
+            take_back(stats_.key_differs[first.cause_dimension], 1);
+        }
+    }
 }
 
 std::optional<entry_view> store::device_lru() const {

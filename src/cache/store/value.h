@@ -51,6 +51,11 @@ public:
     /** Families counted at most (the oldest counts are dropped past it). */
     static constexpr size_t max_families = 4096;
 
+    /** `prior_is_a_sample`: the first gap observed joins prior_gap_s in the moving average
+     *  instead of replacing it (the ladder rungs' model: their restores are few, and two new
+     *  sessions arriving together must not set every rung's gap to a second). */
+    explicit reuse_model(bool prior_is_a_sample = false) : gap_measured_(prior_is_a_sample) {}
+
     static int32_t class_of(int32_t uses) { return uses < 0 ? 0 : uses < classes ? uses : classes - 1; }
 
     /** An entry of family `family` that had `uses` uses was restored again. */

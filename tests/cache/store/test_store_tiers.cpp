@@ -13,6 +13,7 @@
 namespace lineage::cache {
 namespace {
 
+using fakes::cat;
 using fakes::seq;
 
 /** Writes a 40-token record (1000 bytes of state) of bucket "b", session `session`, through `t`'s
@@ -164,13 +165,14 @@ TEST(StoreTiers, ACopyGoneBeforeItsReadIsPlannedAgainFromWhatMemoryHolds) {
     EXPECT_TRUE(p.counted);
 
     mem.vanish_on_load = true;
+    const restore_plan first = p;  // as planned: what retract_lookup takes back
     tier_load_result gone = mem.load(p.tier_copy, tier_expect{.bucket = "b", .prefix = seq(0, 40)}).get();
     EXPECT_EQ(gone.error, tier_load_error::missing);
     EXPECT_FALSE(st.tier_loaded(k, p, std::move(gone), 3.0).is_ok());
     EXPECT_EQ(p.n_restore, 0);
     EXPECT_EQ(st.get_stats().misses, 1);  // what a request prefilling cold now counts
 
-    st.retract_lookup(p, static_cast<int32_t>(prompt.size()));
+    st.retract_lookup(first, static_cast<int32_t>(prompt.size()));
     auto again = st.plan(k, prompt, {}, 3.0);
     EXPECT_EQ(again.op, restore_op::take_device) << again.reason;  // the parked entry, continued
     EXPECT_EQ(again.n_restore, 20);
@@ -193,6 +195,32 @@ TEST(StoreTiers, ACopyGoneBeforeItsReadIsPlannedAgainFromWhatMemoryHolds) {
     plan_hints skip;
     skip.skip_tier = 0;
     EXPECT_EQ(st3.plan(k, prompt, skip, 3.6).op, restore_op::none);
+
+    // A short hit's cause is counted once too: an entry in memory shares 300 tokens but has no
+    // restore point before its end (310), the copy restores 40 (a short hit, before the first
+    // restore point); once the copy is gone the second plan is a miss of the same cause.
+    fakes::mem_tier mem4("mem");
+    store st4(hybrid_config(), true);
+    st4.attach_tier(&mem4, mem4.traits());
+    put_record(mem4, "s");
+    ASSERT_EQ(mem4.take_completions().size(), 1u);
+    park(st4, k, cat(seq(0, 300), seq(9000, 10)), 1, 1.0);
+    const tokens long_prompt = seq(0, 320);
+    auto short_hit = st4.plan(k, long_prompt, {}, 2.0);
+    ASSERT_EQ(short_hit.op, restore_op::load_tier) << short_hit.reason;
+    ASSERT_EQ(short_hit.cause, miss_cause::before_first_restore_point) << short_hit.reason;
+    const restore_plan short_first = short_hit;
+    mem4.vanish_on_load = true;
+    EXPECT_FALSE(st4.tier_loaded(k, short_hit, mem4.load(short_hit.tier_copy, {}).get(), 3.0).is_ok());
+    st4.retract_lookup(short_first, static_cast<int32_t>(long_prompt.size()));
+    const auto miss = st4.plan(k, long_prompt, {}, 3.0);
+    EXPECT_EQ(miss.n_restore, 0) << miss.reason;
+    const stats s4 = st4.get_stats();
+    const std::string cause(to_string(miss_cause::before_first_restore_point));
+    EXPECT_EQ(s4.short_hits_by_cause.count(cause) ? s4.short_hits_by_cause.at(cause) : 0, 0);
+    EXPECT_EQ(s4.misses_by_cause.at(cause), 1);
+    EXPECT_EQ(s4.lookups, 1);
+    EXPECT_EQ(s4.misses, 1);
 
     // A warm-up's lookup is counted nowhere: its failed read takes back no request's hit.
     store st2(hybrid_config(), true);

@@ -76,6 +76,18 @@ TEST(ReuseModel, LikelihoodFallsWithAgeInUnitsOfTheReuseGap) {
     EXPECT_DOUBLE_EQ(m.likelihood(0, 3 * g), 0.125);
 }
 
+TEST(ReuseModel, APriorTakenAsASampleAveragesTheFirstGapIn) {
+    // The entries' model takes its first measured gap as it is; the ladder rungs' (few restores,
+    // two new sessions may come a second apart) averages it with the 30 s prior.
+    reuse_model entries;
+    entries.observe_gap(1.0);
+    EXPECT_DOUBLE_EQ(entries.gap_s(), 1.0);
+    reuse_model rungs(/*prior_is_a_sample=*/true);
+    rungs.observe_gap(1.0);
+    const double w = reuse_model::gap_weight;
+    EXPECT_DOUBLE_EQ(rungs.gap_s(), (1 - w) * reuse_model::prior_gap_s + w * 1.0);
+}
+
 TEST(TierCostPrefill, TheFitRecoversACostPerTokenThatGrowsWithTheContext) {
     tier_cost c;
     EXPECT_FALSE(c.prefill_seconds(0, 100));
