@@ -76,9 +76,8 @@ void scheduler::impl::finish(slot & s, finish_reason why) {
     }
     if (s.ph == slot::phase::loading) {
         // Ended while its tier read was in flight (a cancel, a shutdown): nothing is computed
-        // yet, so nothing is stored; the read's result is dropped.
+        // yet, so nothing is stored; reset_slot drops the read's result.
         life_->abandon(s);
-        s.load = {};
     } else {
         life_->commit(s, now_s());
     }

@@ -276,8 +276,7 @@ struct entry_view {
 };
 
 /** The plan of a cold prefill that replaces `p` (its restore failed): from token 0 every
- *  planned capture lies ahead and is still taken; still the same request's lookup (counted,
- *  rungs_not_planned). */
+ *  planned capture lies ahead and is still taken. */
 restore_plan cold_plan(restore_plan p);
 
 class store {

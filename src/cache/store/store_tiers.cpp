@@ -124,8 +124,6 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
 restore_plan cold_plan(restore_plan p) {
     restore_plan cold;
     cold.captures = std::move(p.captures);
-    cold.counted = p.counted;
-    cold.rungs_not_planned = p.rungs_not_planned;
     return cold;
 }
 
