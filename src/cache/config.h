@@ -346,6 +346,12 @@ struct config {
      *  anchors. */
     int32_t max_anchors = 16;
     uint64_t max_anchor_bytes = 16ull << 30;
+    /** Prefix sharing in RAM (--cache-ram-share-prefix; docs/prompt-cache.md "Prefix sharing in
+     *  RAM"): an entry that leaves the device for RAM is held as a patch over the longest pinned
+     *  anchor its tokens continue, naming the anchor's KV rows instead of copying them, where the
+     *  engine finds those rows equal byte for byte (store::patch_base_for). On bench-qwen35 a
+     *  conversation's 38-48 MB state on a 3.1k-token persona anchor becomes ~5-15 MB. */
+    bool ram_share_prefix = true;
 };
 
 }  // namespace lineage::cache

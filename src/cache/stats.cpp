@@ -55,6 +55,11 @@ std::vector<stat_figure> stats::describe() const {
         figure("entries", entries, "entries", "Conversation entries (every tier), anchors excluded."),
         figure("anchors", anchors, "anchors", "Pinned system-prompt anchors."),
         figure("anchor_bytes", anchor_bytes, "anchor_bytes", "Bytes of the pinned anchors (inside the ram tier)."),
+        figure("shared_prefix_entries", shared_prefix_entries, "shared_prefix_entries",
+               "Entries held in RAM as a patch over their anchor's state (--cache-ram-share-prefix)."),
+        figure("shared_prefix_bytes", shared_prefix_bytes, "shared_prefix_bytes",
+               "RAM those entries save: their whole states' bytes less their patches' (what prefix sharing saves; "
+               "not in the ram tier's bytes)."),
         figure_map_as_held("checkpoints", checkpoints, "checkpoints", "Checkpoints held, by kind.", "kind", checkpoint_kinds),
         figure_map_as_held("checkpoint_bytes", signed_map(checkpoint_bytes), "checkpoint_bytes",
                    "Bytes of the checkpoints held, by kind.", "kind", checkpoint_kinds),

@@ -72,6 +72,10 @@ struct stats {
     int64_t entries = 0;              ///< conversation entries (all tiers), anchors excluded
     int64_t anchors = 0;
     uint64_t anchor_bytes = 0;        ///< RAM bytes of the pinned anchors (inside bytes["ram"])
+    /** Entries held in RAM as a patch over their anchor's state (docs/prompt-cache.md "Prefix
+     *  sharing in RAM"), and what that saves: their whole states' bytes less their patches'. */
+    int64_t shared_prefix_entries = 0;
+    uint64_t shared_prefix_bytes = 0;
     std::map<std::string, int64_t> checkpoints;  ///< by kind: turn, guard, anchor, divergence
     std::map<std::string, uint64_t> checkpoint_bytes;  ///< by kind, bytes (inside bytes["ram"])
     std::map<std::string, uint64_t> bytes;       ///< by tier: device, ram, disk

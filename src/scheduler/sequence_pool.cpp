@@ -1,6 +1,9 @@
 // scheduler::sequence_pool: sequence ids shared by requests and parked entries; see sequence_pool.h.
 #include "scheduler/sequence_pool.h"
 
+#include "cache/blob_patch.h"
+#include "engine/state_blob.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -56,15 +59,54 @@ bool sequence_pool::demote_one(uint64_t protect) {
     return true;
 }
 
+std::optional<cache::blob> state_patch(const cache::blob & base, const cache::blob & whole) {
+    std::vector<cache::shared_run> runs;
+    uint64_t shared = 0;
+    for (const auto & r : engine::shared_state_ranges(base, whole)) {
+        runs.push_back({r.at, r.base_off, r.len});
+        shared += r.len;
+    }
+    // Worth a patch only where it names most of the state (a restore then copies it once more).
+    if (shared < whole.size() / 4) {
+        return std::nullopt;
+    }
+    return cache::make_patch(whole, runs);
+}
+
 bool sequence_pool::demote(const cache::entry_view & victim, bool or_drop) {
-    const size_t size = st_.state_size(victim.seq, false);
+    std::optional<cache::blob> whole;
+    if (auto base = store_.patch_base_for(victim.id)) {
+        whole = st_.get_state(victim.seq, false);
+        auto patch = state_patch(*base->state, *whole);
+        if (patch) {
+            cache::blob_pool::instance().give(std::move(*whole));
+            const size_t size = patch->size();
+            const bool fits = store_.reserve(size, victim.id);
+            if (!fits && !or_drop) {
+                cache::blob_pool::instance().give(std::move(*patch));
+                return false;
+            }
+            spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim.id, victim.n_tokens,
+                          fits ? "RAM, as a patch over anchor " + std::to_string(base->anchor) : "nowhere (over budget)");
+            store_.demote(victim.id, fits ? cache::make_blob(std::move(*patch)) : nullptr, fits ? size : 0,
+                          std::move(base));
+            drain_released();
+            return true;
+        }
+    }
+    const size_t size = whole ? whole->size() : st_.state_size(victim.seq, false);
     cache::blob_ptr blob;
     uint64_t reserved = 0;
     if (store_.reserve(size, victim.id)) {
         reserved = size;
-        blob = cache::make_blob(st_.get_state(victim.seq, false));
-    } else if (!or_drop) {
-        return false;
+        blob = cache::make_blob(whole ? std::move(*whole) : st_.get_state(victim.seq, false));
+    } else {
+        if (whole) {
+            cache::blob_pool::instance().give(std::move(*whole));
+        }
+        if (!or_drop) {
+            return false;
+        }
     }
     spdlog::debug("cache: entry {} ({} tokens) leaves the device for {}", victim.id, victim.n_tokens,
                   blob ? "RAM" : "nowhere (over budget)");

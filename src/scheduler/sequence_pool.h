@@ -21,6 +21,11 @@ namespace lineage::scheduler {
  *  (acquire below). */
 bool next_to_any(int32_t seq, const std::vector<int32_t> & ids);
 
+/** The patch (cache/blob_patch.h) that holds `whole`, one sequence's whole state, over `base`, a
+ *  pinned anchor's: the KV rows engine::shared_state_ranges finds equal are named, not copied.
+ *  nullopt where they are under a quarter of `whole` (docs/prompt-cache.md "Prefix sharing in RAM"). */
+std::optional<cache::blob> state_patch(const cache::blob & base, const cache::blob & whole);
+
 class sequence_pool {
 public:
     /** `n_seq` ids [0, n_seq) start free. `spill` receives the entries the store pushed out

@@ -829,6 +829,12 @@ std::vector<std::unique_ptr<setting>> make_settings(server_config & c, const std
     add("--cache-max-anchor-bytes", "LINEAGE_CACHE_MAX_ANCHOR_BYTES", "BYTES",
         format_bytes_default(dc.max_anchor_bytes), "byte cap of the anchors, inside the total budget",
         bytes_min(cc.max_anchor_bytes, 0));
+    add("--cache-ram-share-prefix", "LINEAGE_CACHE_RAM_SHARE_PREFIX", "[=BOOL]", "true",
+        "an entry that leaves the device for RAM is held as a patch over the pinned anchor (system prompt + "
+        "tools) its tokens continue: the anchor's KV rows it repeats byte for byte are read from the anchor, not "
+        "copied, so the RAM budget holds more conversations on the same system prompts; restoring it costs one "
+        "more copy of its state; false = every RAM entry holds its whole state",
+        boolean(cc.ram_share_prefix), true);
     add("--cache-eviction", "LINEAGE_CACHE_EVICTION", "POLICY", cache::to_string(dc.eviction),
         "what leaves RAM first when its budget is full: value (the prefill time a copy saves beyond the next "
         "restore point below it, times how likely it is to be restored again, learned from this run, per byte; "

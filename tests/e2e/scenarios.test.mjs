@@ -406,6 +406,10 @@ for (const arch of SCENARIO_ARCHS) {
       expectHit(x1, 0, 'miss', tally);
       const p = x1.u.prompt;
       await crowd(1);
+      // X left the device as a patch over its system prompt's anchor (--cache-ram-share-prefix).
+      const held = await sc.stats();
+      assert.ok(held.shared_prefix_entries >= 1 && held.shared_prefix_bytes > 0,
+        `no entry held as a patch over its anchor: ${JSON.stringify({ n: held.shared_prefix_entries, b: held.shared_prefix_bytes })}`);
       const x2 = await sc.ask('X resent, from RAM', X);
       assert.match(x2.trace.restore ?? '', /\(ram, /, `X was not restored from RAM${detail(x2)}`);
       expectHit(x2, p - 1, sc.hybrid ? 'guard' : 'prefix', tally);

@@ -147,6 +147,9 @@ uint64_t store::held_bytes() const {
     for (const auto & e : entries_) {
         b += e.ram_bytes();
     }
+    for (const auto & [id, o] : orphan_bases_) {
+        b += size_of(o.state);
+    }
     return b;
 }
 
@@ -425,7 +428,7 @@ void store::plan_entry_restore(const plan_state & s, restore_plan & p) {
         p.device_seq = e.seq;
     } else {
         p.op = restore_op::load_ram;
-        p.full = e.full;
+        p.full = whole_state(e, p.n_restore);
     }
     const std::string other_template = template_difference(e.k.dims, s.k.dims);
     if (counted) {
@@ -471,6 +474,7 @@ void store::take_entry(restore_plan & p, iter it, uint64_t retire_twin) {
     }
     p.pending_write_of = e.writing ? e.id : 0;
     p.unwritten_since = e.tier_copy == 0 && !e.writing && !e.write_failed ? e.unwritten_since : -1;
+    on_leaving(e);
     index_remove(it);
     entries_.erase(it);
     if (auto t = by_id_.find(retire_twin); retire_twin != 0 && t != by_id_.end()) {
@@ -899,6 +903,19 @@ void store::check_invariants() const {
         } else if (!e.full) {
             fail("3: RAM entry " + std::to_string(e.id) + " without a state");
         }
+        if (e.base) {
+            // 11: a patch reads a base held once: its anchor's state, or the orphan base the
+            // anchor left, which counts exactly the patches over it.
+            const auto a = by_id_.find(e.base_anchor);
+            const auto o = orphan_bases_.find(e.base_anchor);
+            const bool held = (a != by_id_.end() && a->second->anchor && a->second->full == e.base) ||
+                              (o != orphan_bases_.end() && o->second.state == e.base);
+            if (e.where != tier::ram || e.anchor || !held || e.base_tokens < 1 ||
+                e.base_tokens >= static_cast<int32_t>(e.toks.size())) {
+                fail("11: entry " + std::to_string(e.id) + " is a patch over a base not held (anchor " +
+                     std::to_string(e.base_anchor) + ")");
+            }
+        }
         if (e.tier_copy != 0 && (e.writing || e.write_failed)) {
             fail("9: entry " + std::to_string(e.id) + " has file " + std::to_string(e.tier_copy) +
                  " and a write in flight or failed");
@@ -918,6 +935,14 @@ void store::check_invariants() const {
     }
     if (n_anchor > cfg_.max_anchors || anchor_bytes > cfg_.max_anchor_bytes) {
         fail("4: anchors over their caps");
+    }
+    for (const auto & [id, o] : orphan_bases_) {
+        const auto n = std::count_if(entries_.begin(), entries_.end(),
+                                     [id = id](const entry & e) { return e.base && e.base_anchor == id; });
+        if (n != o.patches || n == 0 || by_id_.count(id) != 0) {
+            fail("11: the orphan base of anchor " + std::to_string(id) + " counts " + std::to_string(o.patches) +
+                 " patches; " + std::to_string(n) + " read it");
+        }
     }
     if (ram_bytes() > cfg_.ram_bytes) {
         fail("5: " + std::to_string(ram_bytes()) + " RAM bytes over the budget of " + std::to_string(cfg_.ram_bytes));

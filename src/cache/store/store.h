@@ -397,9 +397,24 @@ public:
      *  needed), or nullopt when none is parked. */
     std::optional<entry_view> device_lru() const;
 
+    /** A pinned anchor's whole state that another entry's state may be held over as a patch
+     *  (cache/blob_patch.h; docs/prompt-cache.md "Prefix sharing in RAM"). */
+    struct patch_base {
+        uint64_t anchor = 0;   ///< the anchor's entry id
+        blob_ptr state;        ///< its whole state, as the anchor holds it
+        int32_t n_tokens = 0;  ///< its tokens
+    };
+
+    /** The base device entry `id`'s state may be held over in RAM: the longest anchor of its
+     *  bucket held in RAM whose tokens are a proper prefix of the entry's (config::ram_prefix_share;
+     *  nullopt when off, when `id` is no device entry, or when no anchor is such a prefix). */
+    std::optional<patch_base> patch_base_for(uint64_t id) const;
+
     /** Moves device entry `id` to RAM with its whole-state blob (REQUIRES: reserve() of its
-     *  size succeeded, or `full` null to drop it). Its sequence is released. */
-    void demote(uint64_t id, blob_ptr full, uint64_t reserved);
+     *  size succeeded, or `full` null to drop it). Its sequence is released. With `base`
+     *  (from patch_base_for), `full` is a patch over base.state (blob_patch.h) that gives the
+     *  whole state back: the entry holds the patch's bytes and reads the anchor's. */
+    void demote(uint64_t id, blob_ptr full, uint64_t reserved, std::optional<patch_base> base = std::nullopt);
 
     /** Drops a taken entry's plan without a commit (the request failed); nothing to do for
      *  RAM, the device sequence was the request's. Counts it. */
@@ -520,7 +535,10 @@ public:
      *     hashes, and the block counters match them;
      *  9. tier 2: an entry with a file is neither being written nor marked write_failed;
      * 10. write-behind bound: an entry's content has gone unwritten since no later than its last
-     *     use (unwritten_since <= last_use; absorption only moves it earlier). */
+     *     use (unwritten_since <= last_use; absorption only moves it earlier);
+     * 11. prefix sharing: an entry held as a patch is a RAM conversation entry whose base is its
+     *     anchor's state or the orphan base that anchor left (counted once in held_bytes), and
+     *     an orphan base counts exactly the patches over it. */
     void check_invariants() const;
 
 private:
@@ -531,7 +549,10 @@ private:
         tier where = tier::device;
         int32_t seq = -1;
         uint64_t device_bytes = 0;
-        blob_ptr full;
+        blob_ptr full;  // its whole state; with `base`, a patch over base (blob_patch.h)
+        blob_ptr base;  // the anchor state `full` is a patch over (null: full is the whole state)
+        uint64_t base_anchor = 0;  // that anchor's entry id (0: none)
+        int32_t base_tokens = 0;   // that anchor's tokens: the KV rows base holds of this entry
         blob_ptr final_recurrent;
         std::vector<checkpoint> checkpoints;
         bool anchor = false;
@@ -802,6 +823,23 @@ private:
     void release_pending(uint64_t bytes);
     uint64_t held_bytes() const;
     entry_view view(const entry & e) const;
+
+    // Prefix sharing in RAM (store_share.cpp; config::ram_share_prefix).
+    /** `e`'s whole state for a restore of its first `n_restore` tokens: its blob, or, held as a
+     *  patch, the anchor's state where n_restore lies within the anchor (its KV rows are the
+     *  entry's), else the patch applied. Null where a patch does not apply (logged). */
+    blob_ptr whole_state(const entry & e, int32_t n_restore) const;
+    /** Entry `it` leaves the store (erase, take_entry): an anchor that patches still read stays
+     *  held as an orphan base until the last of them goes; a patch gives up its hold on one. */
+    void on_leaving(const entry & e);
+
+    /** A base whose anchor has left while patches over it remain: counted in held_bytes()
+     *  once, freed with the last of them. */
+    struct orphan_base {
+        blob_ptr state;
+        int32_t patches = 0;
+    };
+    std::unordered_map<uint64_t, orphan_base> orphan_bases_;  // by the anchor's entry id
 
     config cfg_;
     bool hybrid_;

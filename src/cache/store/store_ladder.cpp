@@ -72,7 +72,7 @@ restore_plan store::plan_ladder_job(const key & k, const tokens & prompt, const 
         p.source = best->id;
         p.source_tokens = static_cast<int32_t>(best->toks.size());
         p.source_anchor = best->anchor;
-        p.full = best->full;
+        p.full = whole_state(*best, best_n);
         p.recurrent = best_cp != nullptr ? best_cp->recurrent : nullptr;
         p.kind = best_cp != nullptr ? best_cp->kind : (best->anchor ? point_kind::anchor : point_kind::full);
     }

@@ -2,6 +2,8 @@
 // tier-2 hooks (write-behind jobs, completions, completing a disk load); see store.h.
 #include "cache/store/store.h"
 
+#include "cache/blob_patch.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -53,7 +55,7 @@ tier_job store::job_of(entry & e) {
     j.toks = e.toks;
     j.history = e.history;
     j.anchor = e.anchor;
-    j.full = e.full;
+    j.full = whole_state(e, static_cast<int32_t>(e.toks.size()));
     j.seq = e.where == tier::device ? e.seq : -1;
     j.checkpoints = e.checkpoints;
     j.ancestors = std::move(e.ancestors);
@@ -63,7 +65,8 @@ tier_job store::job_of(entry & e) {
 }
 
 bool store::worth_writing(entry & e, bool at_shutdown) {
-    const uint64_t bytes = e.ram_bytes() + e.device_bytes;
+    // The copy holds the whole state (a patch's base rows too).
+    const uint64_t bytes = e.ram_bytes() + e.device_bytes + (e.base ? patched_size(*e.full) - size_of(e.full) : 0);
     const int32_t n = static_cast<int32_t>(e.toks.size());
     if (cost_.worth_write(bytes, n, at_shutdown)) {
         return true;
@@ -117,6 +120,7 @@ void store::erase(iter it, std::optional<eviction_reason> reason, std::string_vi
         spdlog::debug("cache: evicted entry {} ({} tokens, {}, {} checkpoints): {}", it->id, it->toks.size(),
                       to_string(it->where), it->checkpoints.size(), to_string(*reason));
     }
+    on_leaving(*it);
     index_remove(it);
     entries_.erase(it);
 }
@@ -247,7 +251,7 @@ std::optional<entry_view> store::device_lru() const {
     return std::nullopt;
 }
 
-void store::demote(uint64_t id, blob_ptr full, uint64_t reserved) {
+void store::demote(uint64_t id, blob_ptr full, uint64_t reserved, std::optional<patch_base> base) {
     release_pending(reserved);
     auto it = std::find_if(entries_.begin(), entries_.end(), [id](const entry & e) { return e.id == id; });
     if (it == entries_.end()) {
@@ -257,13 +261,27 @@ void store::demote(uint64_t id, blob_ptr full, uint64_t reserved) {
         erase(it, eviction_reason::capacity, " (its sequence id was needed and its state does not fit the RAM budget)");
         return;
     }
-    LINEAGE_TRACE(trace_, "demoted entry {} ({} tokens) from device sequence {} to RAM ({})", it->id, it->toks.size(),
-                  it->seq, human_bytes(size_of(full)));
+    const auto anchor = base ? by_id_.find(base->anchor) : by_id_.end();
+    if (base && (anchor == by_id_.end() || anchor->second->full != base->state)) {
+        // The anchor left between patch_base_for and now: the patch reads nothing held.
+        erase(it, eviction_reason::capacity, " (its anchor left RAM before its state did)");
+        return;
+    }
+    LINEAGE_TRACE(trace_, "demoted entry {} ({} tokens) from device sequence {} to RAM ({}{})", it->id, it->toks.size(),
+                  it->seq, human_bytes(size_of(full)),
+                  base ? fmt::format(", a patch over anchor {}'s {} tokens: {} read from it", base->anchor,
+                                     base->n_tokens, human_bytes(patched_size(*full) - size_of(full)))
+                       : std::string());
     released_.push_back(it->seq);
     it->seq = -1;
     it->where = tier::ram;
     it->full = std::move(full);
     it->device_bytes = 0;
+    if (base) {
+        it->base = std::move(base->state);
+        it->base_anchor = base->anchor;
+        it->base_tokens = base->n_tokens;
+    }
 }
 
 void store::abandon(const restore_plan & p, uint64_t reserved) {
@@ -465,6 +483,10 @@ stats store::get_stats() const {
         (e.anchor ? s.anchors : s.entries)++;
         if (e.anchor) {
             s.anchor_bytes += e.ram_bytes();
+        }
+        if (e.base) {
+            s.shared_prefix_entries++;
+            s.shared_prefix_bytes += patched_size(*e.full) - std::min(patched_size(*e.full), size_of(e.full));
         }
         for (const auto & c : e.checkpoints) {
             s.checkpoints[std::string(to_string(c.kind))]++;

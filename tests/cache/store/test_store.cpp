@@ -2,6 +2,7 @@
 // thinning order, anchors, budgets, eviction order. check_invariants() after every mutation.
 #include "cache/store/store.h"
 
+#include "cache/blob_patch.h"
 #include "fake_states.h"
 
 #include <gtest/gtest.h>
@@ -592,6 +593,101 @@ TEST_F(StoreTest, DemoteMovesDeviceEntryToRam) {
     auto p = st.plan(key{"b", "s"}, cat(seq(0, 50), seq(1, 2)), {}, 2.0);
     EXPECT_EQ(p.op, restore_op::load_ram);
     EXPECT_EQ(p.n_restore, 50);
+}
+
+TEST_F(StoreTest, AnEntryHeldAsAPatchOverItsAnchorRestoresItsWholeStateAndOutlivesTheAnchor) {
+    // Prefix sharing in RAM (docs/prompt-cache.md): the demoted entry holds only what its
+    // anchor's state lacks; a restore gets the whole state back; the anchor's state stays held
+    // (counted once) while the patch reads it, and goes with the last patch.
+    config c = small_config();
+    c.max_anchors = 1;
+    store st(c, false);
+    const key k{"b", "s"};
+    blob anchor_state(300);
+    std::iota(anchor_state.begin(), anchor_state.end(), uint8_t{1});
+    ASSERT_TRUE(st.reserve(300));
+    st.commit_anchor(k, seq(0, 40), make_blob(anchor_state), 300, 1.0);
+    const tokens conv = cat(seq(0, 40), seq(500, 30));
+    run(st, k, conv, {}, 2.0);
+    const auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    auto base = st.patch_base_for(v->id);
+    ASSERT_TRUE(base);
+    EXPECT_EQ(base->n_tokens, 40);
+    // The whole state: 100 bytes of its own, the anchor's bytes [50, 250), 60 of its own.
+    blob whole(360, 0x22);
+    std::fill(whole.begin(), whole.begin() + 100, uint8_t{0x11});
+    std::copy(anchor_state.begin() + 50, anchor_state.begin() + 250, whole.begin() + 100);
+    const auto patch = make_patch(whole, {{100, 50, 200}});
+    ASSERT_TRUE(patch);
+    const uint64_t patch_bytes = patch->size();
+    ASSERT_TRUE(st.reserve(patch_bytes, v->id));
+    st.demote(v->id, make_blob(*patch), patch_bytes, std::move(base));
+    st.check_invariants();
+    auto s = st.get_stats();
+    EXPECT_EQ(s.shared_prefix_entries, 1);
+    EXPECT_EQ(s.shared_prefix_bytes, whole.size() - patch_bytes) << "what the patch saves";
+    EXPECT_EQ(s.bytes.at("ram"), 300 + patch_bytes);
+    const tokens edit = cat(cat(seq(0, 40), seq(500, 20)), seq(9000, 5));
+    auto p = st.plan(k, edit, {}, 3.0);
+    EXPECT_EQ(p.op, restore_op::load_ram);
+    EXPECT_EQ(p.n_restore, 60);
+    EXPECT_EQ(p.source_tokens, 70);
+    ASSERT_TRUE(p.full);
+    EXPECT_EQ(*p.full, whole) << "the patch applied over the anchor's state";
+    p.full.reset();
+    // A second anchor pushes the first out (cap 1): its state stays, counted once, while the
+    // patch reads it.
+    ASSERT_TRUE(st.reserve(100));
+    st.commit_anchor(k, seq(7000, 40), fake(100), 100, 4.0);
+    st.check_invariants();
+    EXPECT_EQ(st.get_stats().anchors, 1);
+    EXPECT_EQ(st.get_stats().evictions.at("anchor_cap"), 1);
+    EXPECT_EQ(st.ram_bytes(), 300 + patch_bytes + 100);
+    EXPECT_EQ(st.patch_base_for(v->id), std::nullopt) << "no longer on the device";
+    auto p2 = st.plan(k, edit, {}, 5.0);
+    ASSERT_TRUE(p2.full);
+    EXPECT_EQ(*p2.full, whole);
+    p2.full.reset();
+    // The conversation's next turn takes the entry: the anchor's state goes with it.
+    auto p3 = st.plan(k, cat(conv, seq(1, 3)), {}, 6.0);
+    EXPECT_TRUE(p3.absorbs);
+    EXPECT_EQ(p3.n_restore, 70);
+    ASSERT_TRUE(p3.full);
+    EXPECT_EQ(*p3.full, whole);
+    st.check_invariants();
+    st.abandon(p3, 0);
+    st.check_invariants();
+    EXPECT_EQ(st.ram_bytes(), 100u) << "the new anchor alone";
+}
+
+TEST_F(StoreTest, PrefixSharingOffOrNoAnchorUnderTheEntryGivesNoBase) {
+    config c = small_config();
+    store st(c, false);
+    const key k{"b", "s"};
+    ASSERT_TRUE(st.reserve(300));
+    st.commit_anchor(k, seq(0, 40), fake(300), 300, 1.0);
+    run(st, k, cat(seq(1000, 40), seq(500, 30)), {}, 2.0);  // other tokens: no anchor below it
+    const auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    EXPECT_EQ(st.patch_base_for(v->id), std::nullopt);
+    run(st, k, cat(seq(0, 40), seq(600, 30)), {}, 3.0);
+    const auto w = st.device_lru();  // still the first: the LRU
+    ASSERT_TRUE(w);
+    bool found = false;
+    for (const auto & e : st.entries()) {
+        if (e.where == tier::device && e.id != v->id) {
+            found = st.patch_base_for(e.id).has_value();
+        }
+    }
+    EXPECT_TRUE(found) << "the entry on the anchor's tokens has one";
+    c.ram_share_prefix = false;
+    store off(c, false);
+    ASSERT_TRUE(off.reserve(300));
+    off.commit_anchor(k, seq(0, 40), fake(300), 300, 1.0);
+    run(off, k, cat(seq(0, 40), seq(600, 30)), {}, 2.0);
+    ASSERT_TRUE(off.device_lru());
+    EXPECT_EQ(off.patch_base_for(off.device_lru()->id), std::nullopt) << "--cache-ram-share-prefix false";
 }
 
 TEST_F(StoreTest, VerbatimResendSupersedesItsTwin) {

@@ -21,6 +21,8 @@ cache::stats known_cache_stats() {
     s.entries = 3;
     s.anchors = 1;
     s.anchor_bytes = 4096;
+    s.shared_prefix_entries = 2;
+    s.shared_prefix_bytes = 70000;
     s.buffer_pool.reused = 5;
     s.buffer_pool.allocated = 2;
     s.buffer_pool.idle_bytes = 10485760;
@@ -141,6 +143,12 @@ lineage_prompt_cache_anchors 1
 # HELP lineage_prompt_cache_anchor_bytes Bytes of the pinned anchors (inside the ram tier).
 # TYPE lineage_prompt_cache_anchor_bytes gauge
 lineage_prompt_cache_anchor_bytes 4096
+# HELP lineage_prompt_cache_shared_prefix_entries Entries held in RAM as a patch over their anchor's state (--cache-ram-share-prefix).
+# TYPE lineage_prompt_cache_shared_prefix_entries gauge
+lineage_prompt_cache_shared_prefix_entries 2
+# HELP lineage_prompt_cache_shared_prefix_bytes RAM those entries save: their whole states' bytes less their patches' (what prefix sharing saves; not in the ram tier's bytes).
+# TYPE lineage_prompt_cache_shared_prefix_bytes gauge
+lineage_prompt_cache_shared_prefix_bytes 70000
 # HELP lineage_prompt_cache_checkpoints Checkpoints held, by kind.
 # TYPE lineage_prompt_cache_checkpoints gauge
 lineage_prompt_cache_checkpoints{kind="turn"} 2

@@ -191,7 +191,8 @@ TEST(StatsJson, TheCacheIsItsOwnFiguresInOrder) {
     s.tier_cost_read_bytes_per_s = 1048576;
     const json j = stats_json(s);
     EXPECT_EQ(keys(j), (std::vector<std::string>{
-                           "enabled", "mode", "family", "entries", "anchors", "anchor_bytes", "checkpoints",
+                           "enabled", "mode", "family", "entries", "anchors", "anchor_bytes", "shared_prefix_entries",
+                           "shared_prefix_bytes", "checkpoints",
                            "checkpoint_bytes", "bytes", "largest_lineage", "budget_bytes", "lookups", "misses", "hits",
                            "tokens_reused", "tokens_restored", "captures", "capture_splits", "capture_bytes",
                            "cross_template_hits", "live_hits", "prefix_holds", "tokens_prefilled",
