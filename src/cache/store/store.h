@@ -10,7 +10,8 @@
 //   (new) --commit--> DEVICE(parked on a sequence id)
 //   DEVICE --take (a request extends it; lineage mode)--> TAKEN (out of the index; the request
 //          owns the sequence; its checkpoints return with the request's commit: absorption)
-//   DEVICE --demote (sequence id needed)--> RAM (whole-state blob)
+//   DEVICE --demote (sequence id needed)--> RAM (whole-state blob, or a patch over the state of
+//          the anchor it continues: store_share.cpp)
 //   RAM    --take--> TAKEN (blob loaded into the request's sequence, then freed at commit)
 //   DEVICE|RAM --evict (LRU over budget / max entries, TTL)--> gone (device: sequence released)
 //   ANCHOR: RAM only, pinned: never taken, absorbed or LRU-evicted; capped by count and bytes.
