@@ -85,19 +85,18 @@ uint64_t patched_size(const blob & patch) {
     return get<uint64_t>(patch.data() + 8);
 }
 
-std::optional<blob> apply_patch(const blob & base, const blob & patch) {
+bool visit_patch(const blob & base, const blob & patch, const std::function<void(const uint8_t *, uint64_t)> & out) {
     const uint64_t whole = patched_size(patch);
     if (whole == 0) {
-        return std::nullopt;
+        return false;
     }
     const uint64_t n_ops = get<uint64_t>(patch.data() + 16);
     if (n_ops > (patch.size() - header_bytes) / op_bytes) {
-        return std::nullopt;
+        return false;
     }
     const uint8_t * op = patch.data() + header_bytes;
     const uint8_t * lit = op + n_ops * op_bytes;
     const uint8_t * lit_end = patch.data() + patch.size();
-    blob out = take_blob(whole);
     uint64_t at = 0;
     for (uint64_t i = 0; i < n_ops; ++i, op += op_bytes) {
         const auto n_lit = get<uint64_t>(op);
@@ -105,19 +104,29 @@ std::optional<blob> apply_patch(const blob & base, const blob & patch) {
         const auto n_base = get<uint64_t>(op + 16);
         if (n_lit > static_cast<uint64_t>(lit_end - lit) || n_lit > whole - at || off > base.size() ||
             n_base > base.size() - off || n_base > whole - at - n_lit) {
-            return std::nullopt;
+            return false;
         }
         if (n_lit > 0) {
-            std::memcpy(out.data() + at, lit, n_lit);
+            out(lit, n_lit);
         }
         lit += n_lit;
         at += n_lit;
         if (n_base > 0) {
-            std::memcpy(out.data() + at, base.data() + off, n_base);
+            out(base.data() + off, n_base);
         }
         at += n_base;
     }
-    if (at != whole || lit != lit_end) {
+    return at == whole && lit == lit_end;
+}
+
+std::optional<blob> apply_patch(const blob & base, const blob & patch) {
+    blob out = take_blob(patched_size(patch));
+    uint64_t at = 0;
+    const bool ok = visit_patch(base, patch, [&](const uint8_t * p, uint64_t n) {
+        std::memcpy(out.data() + at, p, n);
+        at += n;
+    });
+    if (!ok) {
         return std::nullopt;
     }
     return out;

@@ -16,6 +16,7 @@
 #include "cache/types.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 namespace lineage::cache {
@@ -39,5 +40,10 @@ uint64_t patched_size(const blob & patch);
 /** The blob `patch` gives back over `base`, or nullopt when the patch is malformed or names
  *  bytes past the base's end (a base that is not the one it was made over). */
 std::optional<blob> apply_patch(const blob & base, const blob & patch);
+
+/** Hands the blob `patch` gives back over `base` to `out` in order, run by run (literal bytes
+ *  from the patch, shared ones from the base), without building it: a tier writes a patched
+ *  state so. False, with nothing or part of it handed over, when apply_patch would refuse it. */
+bool visit_patch(const blob & base, const blob & patch, const std::function<void(const uint8_t *, uint64_t)> & out);
 
 }  // namespace lineage::cache

@@ -73,6 +73,7 @@ void tier_link::write(cache::tier_job j) {
     w.rec.anchor = j.anchor;
     // A parked sequence's state is read here, on the engine thread, before it is released.
     w.rec.full = j.seq >= 0 ? cache::make_blob(st_.get_state(j.seq, false)) : std::move(j.full);
+    w.rec.base = j.seq >= 0 ? nullptr : std::move(j.base);
     w.rec.checkpoints = std::move(j.checkpoints);
     w.ancestors = std::move(j.ancestors);
     w.last_use = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

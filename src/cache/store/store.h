@@ -253,6 +253,7 @@ struct tier_job {
     int32_t history = -1;
     bool anchor = false;
     blob_ptr full;                      ///< RAM entries
+    blob_ptr base;                      ///< set: `full` is a patch over it (the copy holds the whole state)
     int32_t seq = -1;                   ///< device entries
     std::vector<checkpoint> checkpoints;
     std::vector<copy_id> ancestors;     ///< files to delete once this one is durable

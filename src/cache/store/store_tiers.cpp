@@ -55,7 +55,8 @@ tier_job store::job_of(entry & e) {
     j.toks = e.toks;
     j.history = e.history;
     j.anchor = e.anchor;
-    j.full = whole_state(e, static_cast<int32_t>(e.toks.size()));
+    j.full = e.full;
+    j.base = e.base;  // the tier's worker writes the patch applied (copy_record::base)
     j.seq = e.where == tier::device ? e.seq : -1;
     j.checkpoints = e.checkpoints;
     j.ancestors = std::move(e.ancestors);
@@ -335,6 +336,10 @@ reset_result store::reset() {
             released_.push_back(e.seq);
         }
     }
+    for (const auto & [id, o] : orphan_bases_) {
+        r.bytes_freed += size_of(o.state);
+    }
+    orphan_bases_.clear();  // the patches over them go with every entry
     entries_.clear();
     successor_.clear();
     tries_.clear();

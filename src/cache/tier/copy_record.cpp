@@ -1,6 +1,8 @@
 // cache::copy_record: the record layout every tier below RAM stores; see copy_record.h.
 #include "cache/tier/copy_record.h"
 
+#include "cache/blob_patch.h"
+
 #include "cache/blob_pool.h"
 #include "cache/rule/digest.h"
 
@@ -315,8 +317,17 @@ uint64_t tokens_digest(const tokens & t) {
     return XXH3_64bits(t.data(), t.size() * sizeof(token));
 }
 
+namespace {
+
+/** The bytes of r's whole state (a patch's whole size). */
+uint64_t state_bytes(const copy_record & r) {
+    return r.base && r.full ? patched_size(*r.full) : size_of(r.full);
+}
+
+}  // namespace
+
 uint64_t copy_record_size(const copy_record & r) {
-    uint64_t n = header_size(r) + r.toks.size() * 4 + size_of(r.full) + 8;
+    uint64_t n = header_size(r) + r.toks.size() * 4 + state_bytes(r) + 8;
     for (const auto & c : r.checkpoints) {
         n += size_of(c.recurrent);
     }
@@ -338,14 +349,18 @@ bool write_copy_record(FILE * f, const copy_record & r) {
     w.pod(r.history);
     w.pod(static_cast<uint8_t>(r.anchor ? 1 : 0));
     w.pod(static_cast<uint32_t>(r.checkpoints.size()));
-    w.pod(size_of(r.full));
+    w.pod(state_bytes(r));
     for (const auto & c : r.checkpoints) {
         w.pod(c.n_tokens);
         w.pod(static_cast<uint8_t>(c.kind));
         w.pod(size_of(c.recurrent));
     }
     w.bytes(r.toks.data(), r.toks.size() * sizeof(token));
-    if (r.full) {
+    if (r.full && r.base) {
+        if (!visit_patch(*r.base, *r.full, [&](const uint8_t * p, uint64_t n) { w.bytes(p, n); })) {
+            return false;  // a patch that does not apply over its base: no copy
+        }
+    } else if (r.full) {
         w.bytes(r.full->data(), r.full->size());
     }
     for (const auto & c : r.checkpoints) {

@@ -39,6 +39,9 @@ struct copy_record {
     int32_t history = -1;       ///< history boundary of the prompt that made it (-1: unknown)
     bool anchor = false;        ///< a pinned anchor (system prompt + tools)
     blob_ptr full;              ///< whole sequence state at toks.size() (KV + recurrent)
+    /** When set, `full` is a patch over it (cache/blob_patch.h: a RAM entry held over its
+     *  anchor's state); the copy written holds the whole state. Never set on a record read. */
+    blob_ptr base;
     std::vector<checkpoint> checkpoints;  ///< recurrent-only states at earlier lengths, ascending
 };
 

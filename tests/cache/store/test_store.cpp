@@ -661,6 +661,35 @@ TEST_F(StoreTest, AnEntryHeldAsAPatchOverItsAnchorRestoresItsWholeStateAndOutliv
     EXPECT_EQ(st.ram_bytes(), 100u) << "the new anchor alone";
 }
 
+TEST_F(StoreTest, AResetFreesAnAnchorsStateThatPatchesStillRead) {
+    config c = small_config();
+    c.max_anchors = 1;
+    store st(c, false);
+    const key k{"b", "s"};
+    const blob anchor_state(300, 0x33);
+    ASSERT_TRUE(st.reserve(300));
+    st.commit_anchor(k, seq(0, 40), make_blob(anchor_state), 300, 1.0);
+    run(st, k, cat(seq(0, 40), seq(500, 30)), {}, 2.0);
+    const auto v = st.device_lru();
+    ASSERT_TRUE(v);
+    auto base = st.patch_base_for(v->id);
+    ASSERT_TRUE(base);
+    blob whole(360, 0x33);
+    std::fill(whole.begin(), whole.begin() + 100, uint8_t{0x11});
+    const auto patch = make_patch(whole, {{100, 0, 260}});
+    ASSERT_TRUE(patch);
+    ASSERT_TRUE(st.reserve(patch->size(), v->id));
+    st.demote(v->id, make_blob(*patch), patch->size(), std::move(base));
+    ASSERT_TRUE(st.reserve(100));
+    st.commit_anchor(k, seq(7000, 40), fake(100), 100, 3.0);  // the first anchor leaves: orphan base
+    st.check_invariants();
+    EXPECT_EQ(st.ram_bytes(), 300 + patch->size() + 100);
+    const auto r = st.reset();
+    st.check_invariants();
+    EXPECT_EQ(st.ram_bytes(), 0u);
+    EXPECT_EQ(r.bytes_freed, 300 + patch->size() + 100) << "the orphan base, the patch, the new anchor";
+}
+
 TEST_F(StoreTest, PrefixSharingOffOrNoAnchorUnderTheEntryGivesNoBase) {
     config c = small_config();
     store st(c, false);

@@ -2,6 +2,7 @@
 // chunk's header and checksum, the index entry, the in-memory disk format they carry, and a
 // tier whose Redis is down (every call fails fast, counted; nothing throws). No Redis server:
 // the e2e tests (tests/e2e/redis.test.mjs) run one.
+#include "cache/blob_patch.h"
 #include "cache/tier/disk/disk_tier.h"
 #include "cache/tier/redis/redis_format.h"
 #include "cache/tier/redis/redis_tier.h"
@@ -122,6 +123,25 @@ TEST(RedisFormat, DamagedMissingOrForeignChunksAreRejected) {
 
     EXPECT_EQ(join({ok[0], ok[1]}), tier_load_error::identity);  // fewer chunks than the index says
     EXPECT_TRUE(payload.empty());
+}
+
+TEST(RedisFormat, ACopyOfAPatchedStateHoldsTheWholeState) {
+    // A RAM entry held as a patch over its anchor's state (copy_record::base) is written whole:
+    // the same bytes as the record of its whole state; a patch over another base writes nothing.
+    copy_record whole = record({1, 2, 3, 4, 5, 6}, 300, {{2, point_kind::turn, fake(40)}});
+    blob state(300, 0x44);
+    std::fill(state.begin(), state.begin() + 50, uint8_t{0x55});
+    whole.full = make_blob(state);
+    const blob anchor_state(500, 0x44);
+    copy_record patched = whole;
+    patched.base = make_blob(anchor_state);
+    patched.full = make_blob(*make_patch(state, {{50, 100, 250}}));
+    EXPECT_LT(patched.full->size(), 150u);
+    EXPECT_EQ(copy_record_size(patched), copy_record_size(whole));
+    EXPECT_EQ(encode_copy_record(patched), encode_copy_record(whole));
+    copy_record wrong = patched;
+    wrong.base = make_blob(blob(100, 0x44));  // the patch names bytes past its end
+    EXPECT_THROW(encode_copy_record(wrong), std::bad_alloc);
 }
 
 TEST(RedisFormat, PayloadIsTheDiskFileBytes) {
