@@ -1,9 +1,10 @@
 // cache::blob_patch: a state blob held as a patch over a base blob: the bytes it shares with the
 // base (a pinned anchor's state, whose KV rows a conversation's state repeats) are named by offset
 // instead of copied. docs/prompt-cache.md "Prefix sharing in RAM".
-// Why: on bench-qwen35 a conversation's whole state is 38-48 MB, ~35 MB of which is the KV of its
-// persona's system prompt that the anchor already holds; under a tight RAM budget those repeated
-// bytes pushed the conversations' first turns out (docs/benchmarks/README.md, session 22).
+// Why: on bench-qwen35 a 3,155-token conversation's whole state is 23.4 MiB, 18.3 MiB of which are
+// the KV rows of its persona's system prompt that the anchor already holds; under a tight RAM
+// budget those repeated bytes pushed the conversations' first turns out (docs/benchmarks/README.md,
+// sessions 22 and 24).
 // The patch is engine-agnostic: which bytes are shared is decided by the engine
 // (engine/state_blob.h, which knows the state's layout); applying it is a copy of byte ranges.
 // Exactness: a patch is made only of bytes the maker checked equal to the base's at the named

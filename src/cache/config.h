@@ -350,7 +350,8 @@ struct config {
      *  RAM"): an entry that leaves the device for RAM is held as a patch over the longest pinned
      *  anchor its tokens continue, naming the anchor's KV rows instead of copying them, where the
      *  engine finds those rows equal byte for byte (store::patch_base_for). On bench-qwen35 a
-     *  conversation's 38-48 MB state on a 3.1k-token persona anchor becomes ~5-15 MB. */
+     *  3,155-token conversation's 23.4 MiB state on its 3,127-token persona anchor became a
+     *  5.1 MiB patch (docs/benchmarks/README.md, session 24). */
     bool ram_share_prefix = true;
 };
 
