@@ -3,6 +3,7 @@
 // the same points (docs/prompt-cache.md "What a hit guarantees").
 #include "engine/context.h"
 #include "engine/model.h"
+#include "tiny_models.h"
 
 #include <gtest/gtest.h>
 
@@ -16,30 +17,9 @@
 namespace lineage::engine {
 namespace {
 
-std::string model_path(const std::string & arch) {
-    return std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + arch + ".gguf";
-}
-
-std::vector<token> prompt_tokens(const model & m, int32_t n) {
-    std::string text = "<|im_start|>system\nYou are a careful coding assistant.<|im_end|>\n";
-    while (static_cast<int32_t>(m.tokenize(text).value().size()) < n) {
-        text += "Refactor the parser so that every error names the file, line and column. ";
-    }
-    auto t = m.tokenize(text).value();
-    t.resize(static_cast<size_t>(n));
-    return t;
-}
-
-// Decodes tokens [p0, p1) of `t` on `s` in chunks that end at `stops`; returns the last logits.
-std::vector<float> prefill(context & ctx, const std::vector<token> & t, seq_id s, int32_t p0, int32_t p1) {
-    std::vector<batch_token> b;
-    for (int32_t p = p0; p < p1; ++p) {
-        b.push_back({t[static_cast<size_t>(p)], p, s, p + 1 == p1});
-    }
-    EXPECT_EQ(ctx.decode(b), decode_result::ok);
-    const float * l = ctx.logits(static_cast<int32_t>(b.size()) - 1);
-    return std::vector<float>(l, l + ctx.get_model().n_vocab());
-}
+using tiny::model_path;
+using tiny::prefill;
+using tiny::prompt_tokens;
 
 class ContextTest : public ::testing::TestWithParam<std::string> {
 protected:
@@ -172,14 +152,7 @@ TEST_P(ContextTest, WholeStateRoundTripThroughRam) {
     EXPECT_EQ(0, std::memcmp(cold.data(), warm.data(), cold.size() * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ContextTest, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),
-                         [](const auto & info) {
-                             std::string n = info.param;
-                             for (auto & ch : n) {
-                                 ch = ch == '-' ? '_' : ch;
-                             }
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Archs, ContextTest, tiny::archs(), tiny::arch_name());
 
 }  // namespace
 }  // namespace lineage::engine

@@ -4,6 +4,7 @@
 #include "engine/context.h"
 #include "engine/model.h"
 #include "engine/state_blob.h"
+#include "tiny_models.h"
 
 #include <gtest/gtest.h>
 
@@ -15,27 +16,9 @@
 namespace lineage::engine {
 namespace {
 
-std::string model_path(const std::string & arch) {
-    return std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + arch + ".gguf";
-}
-
-std::vector<token> prompt_tokens(const model & m, int32_t n, const std::string & line) {
-    std::string text = "<|im_start|>system\nYou are a careful coding assistant.<|im_end|>\n";
-    while (static_cast<int32_t>(m.tokenize(text).value().size()) < n) {
-        text += line;
-    }
-    auto t = m.tokenize(text).value();
-    t.resize(static_cast<size_t>(n));
-    return t;
-}
-
-void prefill(context & ctx, const std::vector<token> & t, seq_id s, int32_t p0, int32_t p1) {
-    std::vector<batch_token> b;
-    for (int32_t p = p0; p < p1; ++p) {
-        b.push_back({t[static_cast<size_t>(p)], p, s, p + 1 == p1});
-    }
-    ASSERT_EQ(ctx.decode(b), decode_result::ok);
-}
+using tiny::model_path;
+using tiny::prefill;
+using tiny::prompt_tokens;
 
 class StateBlobTest : public ::testing::TestWithParam<std::string> {
 protected:
@@ -100,14 +83,7 @@ TEST_P(StateBlobTest, AStateOfOtherTokensOrAShorterOneRepeatsNothing) {
     EXPECT_TRUE(shared_state_ranges(bytes(64, 0), anchor).empty()) << "no state";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, StateBlobTest, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),
-                         [](const auto & info) {
-                             std::string n = info.param;
-                             for (auto & ch : n) {
-                                 ch = ch == '-' ? '_' : ch;
-                             }
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Archs, StateBlobTest, tiny::archs(), tiny::arch_name());
 
 }  // namespace
 }  // namespace lineage::engine

@@ -2,6 +2,7 @@
 // others lineage-mkmodel writes): the tokens of a text that extends or edits an earlier one,
 // reusing the earlier tokens up to a shared special token, equal a whole tokenization exactly.
 #include "engine/model.h"
+#include "tiny_models.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +13,7 @@
 namespace lineage::engine {
 namespace {
 
-std::string model_path(const std::string & arch) {
-    return std::string(LINEAGE_TEST_MODELS_DIR) + "/tiny-" + arch + ".gguf";
-}
+using tiny::model_path;
 
 std::string turn(const std::string & role, const std::string & text) {
     return "<|im_start|>" + role + "\n" + text + "<|im_end|>\n";
@@ -132,14 +131,7 @@ TEST_P(TokenizeReusing, AStopScopeEndsALongTokenizationBetweenWindows) {
     EXPECT_EQ(m_.tokenize(specials).value(), whole);  // no scope
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, ::testing::Values("qwen35", "qwen3", "kimi-linear", "granite-hybrid"),
-                         [](const auto & info) {
-                             std::string n = info.param;
-                             for (auto & c : n) {
-                                 c = c == '-' ? '_' : c;
-                             }
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Archs, TokenizeReusing, tiny::archs(), tiny::arch_name());
 
 }  // namespace
 }  // namespace lineage::engine

@@ -585,6 +585,9 @@ private:
         int32_t uses = 0;
         uint64_t family = 0;  // reuse_family(k.bucket, toks): its reuse counts' family (value.h)
         uint64_t ram_bytes() const;
+        /** Held as a patch: the bytes its whole state has beyond the patch's (what sharing
+         *  saves; 0 otherwise). */
+        uint64_t shared_bytes() const;
     };
     using iter = std::list<entry>::iterator;
     /** Marks a restore_search id as an index into plan_hints::live, not an entry id. */

@@ -10,6 +10,13 @@
 
 namespace lineage::cache {
 
+uint64_t store::entry::shared_bytes() const {
+    if (!base || !full) {
+        return 0;
+    }
+    return patched_size(*full) - std::min(patched_size(*full), static_cast<uint64_t>(full->size()));
+}
+
 std::optional<store::patch_base> store::patch_base_for(uint64_t id) const {
     if (!cfg_.ram_share_prefix) {
         return std::nullopt;

@@ -67,7 +67,7 @@ tier_job store::job_of(entry & e) {
 
 bool store::worth_writing(entry & e, bool at_shutdown) {
     // The copy holds the whole state (a patch's base rows too).
-    const uint64_t bytes = e.ram_bytes() + e.device_bytes + (e.base ? patched_size(*e.full) - size_of(e.full) : 0);
+    const uint64_t bytes = e.ram_bytes() + e.device_bytes + e.shared_bytes();
     const int32_t n = static_cast<int32_t>(e.toks.size());
     if (cost_.worth_write(bytes, n, at_shutdown)) {
         return true;
@@ -268,12 +268,8 @@ void store::demote(uint64_t id, blob_ptr full, uint64_t reserved, std::optional<
         erase(it, eviction_reason::capacity, " (its anchor left RAM before its state did)");
         return;
     }
-    LINEAGE_TRACE(trace_, "demoted entry {} ({} tokens) from device sequence {} to RAM ({}{})", it->id, it->toks.size(),
-                  it->seq, human_bytes(size_of(full)),
-                  base ? fmt::format(", a patch over anchor {}'s {} tokens: {} read from it", base->anchor,
-                                     base->n_tokens, human_bytes(patched_size(*full) - size_of(full)))
-                       : std::string());
-    released_.push_back(it->seq);
+    const int32_t seq = it->seq;
+    released_.push_back(seq);
     it->seq = -1;
     it->where = tier::ram;
     it->full = std::move(full);
@@ -283,6 +279,11 @@ void store::demote(uint64_t id, blob_ptr full, uint64_t reserved, std::optional<
         it->base_anchor = base->anchor;
         it->base_tokens = base->n_tokens;
     }
+    LINEAGE_TRACE(trace_, "demoted entry {} ({} tokens) from device sequence {} to RAM ({}{})", it->id,
+                  it->toks.size(), seq, human_bytes(size_of(it->full)),
+                  base ? fmt::format(", a patch over anchor {}'s {} tokens: {} read from it", it->base_anchor,
+                                     it->base_tokens, human_bytes(it->shared_bytes()))
+                       : std::string());
 }
 
 void store::abandon(const restore_plan & p, uint64_t reserved) {
@@ -491,7 +492,7 @@ stats store::get_stats() const {
         }
         if (e.base) {
             s.shared_prefix_entries++;
-            s.shared_prefix_bytes += patched_size(*e.full) - std::min(patched_size(*e.full), size_of(e.full));
+            s.shared_prefix_bytes += e.shared_bytes();
         }
         for (const auto & c : e.checkpoints) {
             s.checkpoints[std::string(to_string(c.kind))]++;
